@@ -1,0 +1,1 @@
+"""``kvstab.empirical``: cross-checks against vLLM and batch-time calibration (optional extra)."""

@@ -1,0 +1,110 @@
+"""Arrival plans: which requests arrive in which slot.
+
+A plan is three equal-length int64 arrays — arrival slot (non-decreasing),
+``s`` and ``o`` — built from a seeded numpy ``Generator`` (Poisson(``λ·b̄``)
+arrivals per slot) or from a trace of arrival times.  The same seed gives the
+same plan, byte for byte: counts are drawn first, then all lengths at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from kvstab.errors import InvalidArgument
+from kvstab.model import ModelParams, tokens_held
+from kvstab.traces import Trace
+from kvstab.workload import Workload
+
+__all__ = ["ArrivalPlan", "poisson_arrivals", "trace_arrivals", "fixed_arrivals"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ArrivalPlan:
+    """Requests in arrival order: ``slot[i]`` is when request ``i`` arrives."""
+
+    slot: IntArray
+    s: IntArray
+    o: IntArray
+    dropped: int = 0
+
+    def __post_init__(self) -> None:
+        n = self.slot.size
+        if self.s.size != n or self.o.size != n:
+            raise InvalidArgument("arrival plan: slot, s and o must have the same length")
+        if n and (np.any(np.diff(self.slot) < 0) or self.slot[0] < 0):
+            raise InvalidArgument("arrival plan: arrival slots must be non-negative and non-decreasing")
+        if n and (self.s.min() < 1 or self.o.min() < 1):
+            i = int(np.argmin(np.minimum(self.s, self.o)))
+            raise InvalidArgument(
+                f"request {i} has s={int(self.s[i])}, o={int(self.o[i])}; lengths must be integers >= 1"
+            )
+
+    def __len__(self) -> int:
+        return int(self.slot.size)
+
+    def fit_to(self, params: ModelParams, drop_oversize: bool = False) -> "ArrivalPlan":
+        """Check every request can ever be served (peak ``s + o`` fits in ``M``);
+        with ``drop_oversize`` remove those that cannot and count them."""
+        peak = np.asarray(-(-(self.s + self.o) // params.block) * params.block, dtype=np.int64)
+        bad = peak > params.M
+        if not bad.any():
+            return self
+        if not drop_oversize:
+            i = int(np.argmax(bad))
+            raise InvalidArgument(
+                f"request {i} (s={int(self.s[i])}, o={int(self.o[i])}) needs {int(peak[i])} tokens at its peak "
+                f"but M={params.M}: no scheduler can ever serve it (pass --drop-oversize to drop such requests)"
+            )
+        keep = ~bad
+        return ArrivalPlan(self.slot[keep], self.s[keep], self.o[keep], dropped=self.dropped + int(bad.sum()))
+
+    def area_check(self, params: ModelParams) -> int:
+        """Largest peak memory of any request (for reports)."""
+        if not len(self):
+            return 0
+        return int(max(tokens_held(int(x), params.block) for x in (self.s + self.o)))
+
+
+def _check_rate(rate: float, bbar: float, slots: int) -> None:
+    if not (isinstance(rate, (int, float)) and np.isfinite(rate) and rate > 0):
+        raise InvalidArgument(f"arrival rate λ must be > 0 requests/s, got {rate!r}")
+    if not (isinstance(bbar, (int, float)) and np.isfinite(bbar) and bbar > 0):
+        raise InvalidArgument(f"batch time b̄ must be > 0 seconds, got {bbar!r}")
+    if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1:
+        raise InvalidArgument(f"slots must be a positive integer, got {slots!r}")
+
+
+def poisson_arrivals(
+    workload: Workload, rate: float, bbar: float, slots: int, seed: int = 0
+) -> ArrivalPlan:
+    """Poisson(``rate·bbar``) arrivals in each of ``slots`` slots, lengths i.i.d. from ``workload``."""
+    _check_rate(rate, bbar, slots)
+    rng = np.random.default_rng(seed)
+    counts = rng.poisson(rate * bbar, size=slots)
+    slot = np.repeat(np.arange(slots, dtype=np.int64), counts)
+    s, o = workload.sample(rng, int(slot.size))
+    return ArrivalPlan(slot, np.asarray(s, dtype=np.int64), np.asarray(o, dtype=np.int64))
+
+
+def trace_arrivals(trace: Trace, bbar: float, time_scale: float = 1.0) -> ArrivalPlan:
+    """A trace's own arrival times mapped to slots: ``slot = ⌊t·time_scale / b̄⌋``."""
+    if trace.arrival is None:
+        raise InvalidArgument(f"trace {trace.path} records no arrival times; use Poisson arrivals (--rate)")
+    if not (bbar > 0):
+        raise InvalidArgument(f"batch time b̄ must be > 0 seconds, got {bbar!r}")
+    if not (time_scale > 0):
+        raise InvalidArgument(f"time scale must be > 0, got {time_scale!r}")
+    slot = np.floor(trace.arrival * time_scale / bbar).astype(np.int64)
+    return ArrivalPlan(slot, trace.s.copy(), trace.o.copy())
+
+
+def fixed_arrivals(requests: list[tuple[int, int, int]]) -> ArrivalPlan:
+    """A plan from ``(slot, s, o)`` triples (sorted by slot, stable)."""
+    rows = sorted(enumerate(requests), key=lambda t: (t[1][0], t[0]))
+    arr = np.asarray([r for _, r in rows], dtype=np.int64).reshape(-1, 3)
+    return ArrivalPlan(arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy())

@@ -1,0 +1,245 @@
+"""The scheduler contract: an immutable view in, a decision out.
+
+Each slot the engine shows a scheduler a :class:`View` — the active requests
+with their progress (oldest admission first), the head of the waiting queue in
+queue order, ``M``, ``ŝ`` and the other server parameters — and the scheduler
+returns a :class:`Decision`: which waiting requests to admit, which active
+requests to preempt, and (optionally) how many tokens of work each request is
+granted this slot.  The engine applies it: preempted requests lose their memory
+and progress and go back to the queue; admitted ones join the active set;
+every active request advances by its grant (one unit by default); memory is
+charged; finished requests release it.
+
+The rule is written once, against :class:`kvstab.ops.Ops`, and must not use
+Python control flow on values it reads from the view.  Every entry of a view
+carries a ``present`` flag: in the simulator it is always ``True`` (views hold
+only real requests); in the z3 encoding an entry is a *slot* that may be empty.
+A rule therefore masks with ``present`` (``ops.and_(r.present, …)``), which is
+what makes it correct for both.  See ``docs/scheduler-contract.md``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+from kvstab.errors import InvalidScheduler
+from kvstab.model import first_chunk_tokens, progress_after, tokens_held
+from kvstab.ops import BoolLike, IntLike, Ops
+
+__all__ = [
+    "ActiveEntry",
+    "WaitingEntry",
+    "View",
+    "Decision",
+    "Scheduler",
+    "DecideFn",
+    "held_now",
+    "held_next",
+    "held_first",
+    "used_now",
+    "used_next",
+    "fcfs_admit",
+    "check_decision_shape",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveEntry:
+    """An active (admitted, unfinished) request as a scheduler sees it."""
+
+    rid: IntLike = field(metadata={"help": "request id (arrival order)"})
+    s: IntLike = field(metadata={"help": "prompt length"})
+    o: IntLike = field(metadata={"help": "output length (a non-clairvoyant policy must not read it)"})
+    progress: IntLike = field(metadata={"help": "tokens processed so far, 0 < progress < s + o"})
+    present: BoolLike = field(default=True, metadata={"help": "whether this slot holds a request"})
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingEntry:
+    """A waiting request (never admitted, or preempted and reset to progress 0)."""
+
+    rid: IntLike = field(metadata={"help": "request id (arrival order)"})
+    s: IntLike = field(metadata={"help": "prompt length"})
+    o: IntLike = field(metadata={"help": "output length (a non-clairvoyant policy must not read it)"})
+    present: BoolLike = field(default=True, metadata={"help": "whether this slot holds a request"})
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """What a scheduler sees at the start of a slot (after this slot's arrivals)."""
+
+    active: tuple[ActiveEntry, ...] = field(metadata={"help": "active requests, oldest admission first"})
+    waiting: tuple[WaitingEntry, ...] = field(
+        metadata={"help": "head of the waiting queue in queue order (the whole queue, or a window of it)"}
+    )
+    M: IntLike = field(metadata={"help": "KV capacity in tokens"})
+    chunk: IntLike = field(metadata={"help": "chunked-prefill size ŝ"})
+    block: IntLike = field(default=1, metadata={"help": "allocation block size B"})
+    token_budget: IntLike | None = field(default=None, metadata={"help": "tokens per slot, None = unlimited"})
+    max_num_seqs: IntLike | None = field(default=None, metadata={"help": "cap on active requests, None = none"})
+    n_waiting: IntLike = field(default=0, metadata={"help": "length of the whole queue (≥ len(waiting))"})
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A scheduler's decision for one slot.
+
+    ``admit[j]`` refers to ``view.waiting[j]``, ``preempt[i]`` to
+    ``view.active[i]``.  ``grants`` (optional) gives the tokens of work granted
+    to each request that runs this slot, in the order: the active entries, then
+    the waiting entries (an entry that is not admitted, or is preempted, gets
+    nothing whatever its grant).  ``None`` grants one full unit to everyone.
+    A grant is clamped to one unit (``≤ ŝ`` prompt tokens, ``≤ 1`` output token).
+    """
+
+    admit: tuple[BoolLike, ...]
+    preempt: tuple[BoolLike, ...]
+    grants: tuple[IntLike, ...] | None = None
+
+
+DecideFn = Callable[[View, Ops], Decision]
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """A scheduler: a name, a one-line description, and a pure decision rule.
+
+    Optional attributes the rest of kvstab reads when present:
+
+    * ``fcfs: bool`` — first admissions follow arrival order (props checks it);
+    * ``work_conserving: bool`` — the rule never leaves a request waiting that
+      its own admission test would accept;
+    * ``clairvoyant: bool`` — the rule reads output lengths ``o``;
+    * ``preempts: bool`` — the rule may preempt;
+    * ``margin(params, max_s, max_o) -> int`` — a declared
+      work-conservation margin ``Δ`` (tokens) for props until a proof gives one;
+    * ``negative_control: bool`` — a deliberately broken policy (excluded from
+      default audits, expected to fail).
+    """
+
+    name: str
+    description: str
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        """The decision for one slot; pure, and written against ``ops``."""
+
+
+# --- helpers every rule may use; each calls the one memory-accounting function
+
+
+def held_now(view: View, a: ActiveEntry, ops: Ops) -> IntLike:
+    """Tokens ``a`` holds now (before this slot's work); 0 for an empty slot."""
+    return ops.ite(a.present, tokens_held(a.progress, view.block, ops), 0)
+
+
+def held_next(view: View, a: ActiveEntry, ops: Ops) -> IntLike:
+    """Tokens ``a`` will hold after one full unit of work this slot; 0 for an empty slot."""
+    nxt = progress_after(a.s, a.progress, view.chunk, None, ops)
+    return ops.ite(a.present, tokens_held(nxt, view.block, ops), 0)
+
+
+def held_first(view: View, w: WaitingEntry, ops: Ops) -> IntLike:
+    """Tokens a waiting request would hold after its first slot (its first chunk)."""
+    return ops.ite(w.present, tokens_held(first_chunk_tokens(w.s, view.chunk, ops), view.block, ops), 0)
+
+
+def used_now(view: View, ops: Ops) -> IntLike:
+    """Memory in use at the start of the slot."""
+    return ops.sum(held_now(view, a, ops) for a in view.active)
+
+
+def used_next(view: View, ops: Ops) -> IntLike:
+    """Memory the active requests will hold after one full unit each."""
+    return ops.sum(held_next(view, a, ops) for a in view.active)
+
+
+def fcfs_admit(
+    view: View,
+    ops: Ops,
+    fits: Callable[[WaitingEntry, IntLike], tuple[BoolLike, IntLike]],
+    start: IntLike,
+    allowed: BoolLike = True,
+) -> tuple[BoolLike, ...]:
+    """Head-of-line FCFS admission written against ``ops``.
+
+    Walk the queue in order carrying an accumulator (``start``, e.g. memory
+    committed so far; a tuple of values is fine).  ``fits(w, acc)`` returns whether ``w`` may be admitted
+    on top of ``acc`` and the accumulator if it is.  The first present request
+    that does not fit blocks everyone behind it.  ``allowed=False`` admits no
+    one (e.g. in a slot that preempted).  ``max_num_seqs`` is respected.
+    """
+    acc = start
+    blocked: BoolLike = ops.not_(allowed)
+    running = ops.count(a.present for a in view.active)
+    admits: list[BoolLike] = []
+    for w in view.waiting:
+        ok, acc_if = fits(w, acc)
+        if view.max_num_seqs is not None:
+            ok = ops.and_(ok, ops.lt(running, view.max_num_seqs))
+        take = ops.and_(w.present, ops.not_(blocked), ok)
+        admits.append(take)
+        acc = _select(ops, take, acc_if, acc)
+        running = running + ops.ite(take, 1, 0)
+        blocked = ops.or_(blocked, ops.and_(w.present, ops.not_(take)))
+    return tuple(admits)
+
+
+def _select(ops: Ops, cond: BoolLike, then: Any, other: Any) -> Any:
+    """``ops.ite`` lifted to (nested) tuples, so accumulators may be tuples."""
+    if isinstance(then, tuple):
+        return tuple(_select(ops, cond, a, b) for a, b in zip(then, other))
+    return ops.ite(cond, then, other)
+
+
+def check_decision_shape(decision: object, view: View, who: str) -> Decision:
+    """Raise :class:`InvalidScheduler` unless ``decision`` has the contract's shape."""
+    if not isinstance(decision, Decision):
+        raise InvalidScheduler(f"scheduler {who!r} returned {type(decision).__name__}, expected kvstab.Decision")
+    if len(decision.admit) != len(view.waiting):
+        raise InvalidScheduler(
+            f"scheduler {who!r}: decision.admit has {len(decision.admit)} entries, the view has "
+            f"{len(view.waiting)} waiting requests"
+        )
+    if len(decision.preempt) != len(view.active):
+        raise InvalidScheduler(
+            f"scheduler {who!r}: decision.preempt has {len(decision.preempt)} entries, the view has "
+            f"{len(view.active)} active requests"
+        )
+    if decision.grants is not None and len(decision.grants) != len(view.active) + len(view.waiting):
+        raise InvalidScheduler(
+            f"scheduler {who!r}: decision.grants has {len(decision.grants)} entries, expected "
+            f"{len(view.active) + len(view.waiting)} (active, then waiting)"
+        )
+    return decision
+
+
+def check_scheduler_shape(obj: Any) -> str | None:
+    """What is wrong with ``obj`` as a scheduler, or ``None`` if it fits the contract."""
+    for attr in ("name", "description"):
+        val = getattr(obj, attr, None)
+        if not isinstance(val, str) or not val.strip():
+            return f"it needs a non-empty string attribute {attr!r}"
+    decide = getattr(obj, "decide", None)
+    if not callable(decide):
+        return "it needs a method decide(view, ops) -> Decision"
+    try:
+        sig = inspect.signature(decide)
+    except (TypeError, ValueError):
+        return None
+    params = [
+        p
+        for p in sig.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    has_var = any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values())
+    if len(params) != 2 and not has_var:
+        names = ", ".join(p.name for p in params) or "nothing"
+        return f"decide must take exactly (view, ops), it takes ({names})"
+    return None
+
+
+def as_sequence(xs: Sequence[Any]) -> tuple[Any, ...]:
+    """A tuple of ``xs`` (decisions may be given as lists)."""
+    return tuple(xs)

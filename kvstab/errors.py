@@ -1,0 +1,64 @@
+"""The exceptions kvstab raises.
+
+One base class, :class:`KvstabError`, with a few meaningful children.  Every
+message quotes the offending argument and its value and says what would be
+valid, so that the CLI can print it as one line and exit non-zero.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "KvstabError",
+    "InvalidArgument",
+    "InvalidScheduler",
+    "InvariantViolation",
+    "TraceError",
+]
+
+
+class KvstabError(Exception):
+    """Base class of every error kvstab raises on purpose."""
+
+
+class InvalidArgument(KvstabError, ValueError):
+    """A value given by the user (CLI flag, parameter, workload spec) is invalid."""
+
+
+class TraceError(InvalidArgument):
+    """A trace file could not be read: names the file, the line and the reason."""
+
+    def __init__(self, path: str, line: int | None, reason: str) -> None:
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {reason}")
+        self.path = path
+        self.line = line
+        self.reason = reason
+
+
+class InvalidScheduler(KvstabError, TypeError):
+    """A scheduler does not fit the contract (wrong shape, bad decision, or it
+    branches with Python control flow on a symbolic value)."""
+
+
+class InvariantViolation(KvstabError):
+    """A scheduler's decision made the memory in use exceed ``M`` (or broke
+    another per-slot invariant the engine checks).
+
+    Attributes carry what a test or a replay needs: the slot, the memory used,
+    the capacity and the ids of the requests active in that slot.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        slot: int,
+        memory: int,
+        capacity: int,
+        requests: tuple[int, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.slot = slot
+        self.memory = memory
+        self.capacity = capacity
+        self.requests = requests

@@ -1,0 +1,139 @@
+"""The scheduler registry: built-ins by name, plug-ins by ``module:attr`` or entry point.
+
+A plug-in is checked when it is registered, not when it first runs: a wrong
+shape is rejected with a message naming what is wrong.  Third-party packages
+advertise schedulers in the entry-point group ``kvstab.schedulers``; the value
+is a ``module:attr`` naming a scheduler object (or a zero-argument factory).
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from typing import Any, Iterator
+
+from kvstab.contract import Scheduler, check_scheduler_shape
+from kvstab.errors import InvalidArgument, InvalidScheduler
+
+__all__ = ["Registry", "REGISTRY", "get_scheduler", "load_scheduler", "register", "builtin_names"]
+
+ENTRY_POINT_GROUP = "kvstab.schedulers"
+
+_BUILTINS = (
+    "kvstab.schedulers.current_fit",
+    "kvstab.schedulers.reserve",
+    "kvstab.schedulers.lookahead",
+    "kvstab.schedulers.no_preempt",
+)
+
+
+class Registry:
+    """Schedulers keyed by name.  Registering a duplicate name raises."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, Scheduler] = {}
+
+    def register(self, scheduler: Any) -> Scheduler:
+        """Add ``scheduler``; raise :class:`InvalidScheduler` if it has the wrong
+        shape or its name is taken."""
+        problem = check_scheduler_shape(scheduler)
+        if problem is not None:
+            raise InvalidScheduler(f"cannot register {scheduler!r} as a scheduler: {problem}")
+        name = scheduler.name
+        if name in self._by_name:
+            raise InvalidScheduler(f"a scheduler named {name!r} is already registered")
+        self._by_name[name] = scheduler
+        return scheduler
+
+    def get(self, name: str) -> Scheduler:
+        """The scheduler registered as ``name``; raise with the known names if none."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise InvalidArgument(
+                f"unknown scheduler {name!r}; known: {', '.join(sorted(self._by_name))} (or module:attr)"
+            ) from None
+
+    def names(self) -> list[str]:
+        """Registered names, sorted."""
+        return sorted(self._by_name)
+
+    def __iter__(self) -> Iterator[Scheduler]:
+        return iter(self._by_name[n] for n in self.names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+
+def _resolve(spec: str) -> Any:
+    """Import ``module:attr``; raise :class:`InvalidArgument` in one line on failure."""
+    if ":" not in spec:
+        raise InvalidArgument(f"scheduler spec {spec!r} must be a registered name or 'module:attr'")
+    mod_name, _, attr = spec.partition(":")
+    try:
+        mod = importlib.import_module(mod_name)
+    except Exception as exc:  # any import-time failure of user code is one line
+        raise InvalidArgument(f"cannot import scheduler module {mod_name!r}: {type(exc).__name__}: {exc}") from None
+    obj: Any = mod
+    for part in attr.split("."):
+        if not part or not hasattr(obj, part):
+            raise InvalidArgument(f"module {mod_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "decide")):
+        try:
+            obj = obj()  # a class or factory: build the scheduler
+        except Exception as exc:
+            raise InvalidArgument(f"cannot build scheduler from {spec!r}: {type(exc).__name__}: {exc}") from None
+    problem = check_scheduler_shape(obj)
+    if problem is not None:
+        raise InvalidScheduler(f"{spec!r} is not a scheduler: {problem}")
+    return obj
+
+
+def _build_default() -> Registry:
+    reg = Registry()
+    for mod in _BUILTINS:
+        reg.register(importlib.import_module(mod).SCHEDULER)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            reg.register(_resolve(ep.value))
+        except (InvalidArgument, InvalidScheduler) as exc:
+            raise InvalidScheduler(f"entry point {ep.name!r} in group {ENTRY_POINT_GROUP!r}: {exc}") from None
+    return reg
+
+
+_REGISTRY: Registry | None = None
+
+
+def registry() -> Registry:
+    """The process-wide registry (built-ins and entry-point plug-ins), built on first use."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        _REGISTRY = _build_default()
+    return _REGISTRY
+
+
+def register(scheduler: Any) -> Scheduler:
+    """Register ``scheduler`` in the process-wide registry."""
+    return registry().register(scheduler)
+
+
+def load_scheduler(spec: str) -> Scheduler:
+    """A scheduler by registered name or ``module:attr`` (a name wins)."""
+    reg = registry()
+    if spec in reg:
+        return reg.get(spec)
+    if ":" in spec:
+        return _resolve(spec)
+    return reg.get(spec)  # raises with the known names
+
+
+get_scheduler = load_scheduler
+
+
+def builtin_names(include_negative: bool = False) -> list[str]:
+    """Names of registered schedulers; negative controls only if asked."""
+    return [s.name for s in registry() if include_negative or not getattr(s, "negative_control", False)]
+
+
+REGISTRY = registry

@@ -1,0 +1,377 @@
+"""The reference simulator: a readable discrete-time slot loop.
+
+It is the executable definition of the model in ``../shared/MODEL.md``:
+everything else (the z3 encoding, the property suite, the vLLM cross-check) is
+checked against it.  It favours clarity over speed.
+
+One slot ``t``:
+
+1. the requests that arrive in slot ``t`` join the tail of the queue;
+2. the scheduler sees a :class:`~kvstab.contract.View` and returns a decision;
+3. preempted requests lose their memory and progress (the area they had been
+   served is *wasted*) and return to the head of the queue, oldest admission
+   first; admitted requests join the active set;
+4. every active request advances by its grant (one unit by default) and is
+   charged the memory it holds after that work (:func:`kvstab.model.tokens_held`);
+   the engine checks ``Σ memory ≤ M`` (and the token budget and
+   ``max_num_seqs`` when set) and raises :class:`InvariantViolation` otherwise;
+5. requests that produced their last token release their memory.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from kvstab.arrivals import ArrivalPlan
+from kvstab.contract import ActiveEntry, Decision, Scheduler, View, WaitingEntry, check_decision_shape
+from kvstab.errors import InvalidArgument, InvalidScheduler, InvariantViolation
+from kvstab.model import ModelParams, progress_after, tokens_held
+from kvstab.ops import CONCRETE
+
+__all__ = ["Engine", "SimResult", "SlotRecord", "simulate"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(slots=True)
+class _Req:
+    rid: int
+    s: int
+    o: int
+    arrival: int
+    progress: int = 0
+    attempt_area: int = 0  # area served in the current attempt (wasted if preempted)
+    served: int = 0  # all area ever served, wasted attempts included
+    wasted: int = 0
+    preemptions: int = 0
+    first_admit: int = -1
+    finish: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRecord:
+    """What happened in one slot."""
+
+    slot: int
+    arrived: int
+    admitted: tuple[int, ...]
+    preempted: tuple[int, ...]
+    completed: tuple[int, ...]
+    running: int  # active requests that did work this slot
+    memory: int  # Σ tokens held after this slot's work (the area served)
+    wasted: int  # area thrown away by this slot's preemptions
+    tokens: int  # tokens processed this slot
+    queue: int  # waiting at the end of the slot
+    active_after: int  # active at the end of the slot (after releases)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SimResult:
+    """Per-slot series and per-request outcomes of one run."""
+
+    scheduler: str
+    params: ModelParams
+    slots: int
+    # per slot
+    arrived: IntArray
+    admitted: IntArray
+    preempted: IntArray
+    completed: IntArray
+    running: IntArray
+    memory: IntArray
+    wasted: IntArray
+    tokens: IntArray
+    queue: IntArray
+    # per request (arrival order)
+    s: IntArray
+    o: IntArray
+    arrival: IntArray
+    first_admit: IntArray
+    finish: IntArray
+    preemptions: IntArray
+    served: IntArray
+    request_wasted: IntArray
+    dropped: int = 0
+
+    @property
+    def in_system(self) -> IntArray:
+        """Requests in the system (waiting + active) at the end of each slot."""
+        return np.cumsum(self.arrived) - np.cumsum(self.completed)
+
+
+def _ids(reqs: list[_Req], most: int = 12) -> str:
+    ids = [r.rid for r in reqs]
+    shown = ", ".join(str(i) for i in ids[:most])
+    return f"[{shown}{', …' if len(ids) > most else ''}] ({len(ids)} in all)"
+
+
+class Engine:
+    """A steppable reference engine (the simulator and the stateful tests drive it).
+
+    ``window`` is the initial number of queue-head entries shown to the rule;
+    if the rule admits every one of them and more are waiting, the engine
+    doubles the window and asks again, so a head-of-line rule sees as much of
+    the queue as it could possibly admit.
+    """
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        params: ModelParams,
+        *,
+        check: bool = True,
+        window: int = 8,
+    ) -> None:
+        self.scheduler = scheduler
+        self.params = params
+        self.check = check
+        self.window = max(1, int(window))
+        self.slot = 0
+        self.requests: list[_Req] = []
+        self.active: list[_Req] = []  # admission order
+        self.waiting: deque[_Req] = deque()
+        self.records: list[SlotRecord] = []
+        self._pending_arrivals = 0
+
+    # --- inputs
+    def arrive(self, s: int, o: int) -> int:
+        """A request arrives in the current slot (before its decision); returns its id."""
+        for name, v in (("s", s), ("o", o)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise InvalidArgument(f"request length {name} must be an integer >= 1, got {v!r}")
+        if tokens_held(int(s) + int(o), self.params.block) > self.params.M:
+            raise InvalidArgument(
+                f"request (s={s}, o={o}) needs {int(s) + int(o)} tokens at its peak but M={self.params.M}: "
+                "no scheduler can ever serve it"
+            )
+        r = _Req(rid=len(self.requests), s=int(s), o=int(o), arrival=self.slot)
+        self.requests.append(r)
+        self.waiting.append(r)
+        self._pending_arrivals += 1
+        return r.rid
+
+    # --- the view
+    def view(self, window: int | None = None) -> View:
+        """The immutable view the scheduler sees now (queue head of ``window`` entries)."""
+        p = self.params
+        w = self.window if window is None else window
+        head = [self.waiting[i] for i in range(min(w, len(self.waiting)))]
+        return View(
+            active=tuple(ActiveEntry(r.rid, r.s, r.o, r.progress) for r in self.active),
+            waiting=tuple(WaitingEntry(r.rid, r.s, r.o) for r in head),
+            M=p.M,
+            chunk=p.chunk,
+            block=p.block,
+            token_budget=p.token_budget,
+            max_num_seqs=p.max_num_seqs,
+            n_waiting=len(self.waiting),
+        )
+
+    def decide(self) -> tuple[View, Decision]:
+        """Ask the scheduler, widening the queue window while it admits all it sees."""
+        w = self.window
+        while True:
+            view = self.view(w)
+            try:
+                decision = self.scheduler.decide(view, CONCRETE)
+            except InvalidScheduler:
+                raise
+            decision = check_decision_shape(decision, view, self.scheduler.name)
+            for name, vals in (("admit", decision.admit), ("preempt", decision.preempt)):
+                for v in vals:
+                    if not isinstance(v, (bool, np.bool_)):
+                        raise InvalidScheduler(
+                            f"scheduler {self.scheduler.name!r}: decision.{name} must hold booleans, got {v!r}"
+                        )
+            if len(view.waiting) < len(self.waiting) and len(view.waiting) > 0 and all(decision.admit):
+                w *= 2
+                continue
+            return view, decision
+
+    # --- one slot
+    def step(self) -> SlotRecord:
+        """Run one slot; raise :class:`InvariantViolation` if it breaks an invariant."""
+        p = self.params
+        t = self.slot
+        view, decision = self.decide()
+        actives = list(self.active)
+        heads = [self.waiting[i] for i in range(len(view.waiting))]
+        grants = decision.grants
+
+        # preemption: free memory, lose progress, back to the head of the queue
+        victims = [r for r, v in zip(actives, decision.preempt) if v]
+        wasted = 0
+        for r in victims:
+            wasted += r.attempt_area
+            r.wasted += r.attempt_area
+            r.attempt_area = 0
+            r.progress = 0
+            r.preemptions += 1
+        # admission (from the queue head window, in queue order)
+        admitted = [r for r, a in zip(heads, decision.admit) if a]
+        admitted_ids = {r.rid for r in admitted}
+        if admitted:
+            self.waiting = deque(r for r in self.waiting if r.rid not in admitted_ids)
+        victim_ids = {r.rid for r in victims}
+        kept = [r for r in actives if r.rid not in victim_ids]
+        if victims:
+            # oldest admitted victim ends up first, as vLLM's repeated prepend does
+            self.waiting.extendleft(reversed(victims))
+        for r in admitted:
+            if r.first_admit < 0:
+                r.first_admit = t
+        running = kept + admitted
+
+        # work: every running request advances by its grant
+        grant_of: dict[int, int | None] = {}
+        if grants is not None:
+            for r, gnt in zip(actives + heads, grants):
+                grant_of[r.rid] = int(gnt)
+        tokens = 0
+        memory = 0
+        for r in running:
+            before = r.progress
+            r.progress = int(progress_after(r.s, r.progress, p.chunk, grant_of.get(r.rid), CONCRETE))
+            tokens += r.progress - before
+            held = int(tokens_held(r.progress, p.block))
+            r.attempt_area += held
+            r.served += held
+            memory += held
+        self.active = running
+
+        if self.check:
+            if memory > p.M:
+                raise InvariantViolation(
+                    f"slot {t}: scheduler {self.scheduler.name!r} uses {memory} tokens of KV memory, M={p.M} "
+                    f"(active requests {_ids(running)})",
+                    slot=t,
+                    memory=memory,
+                    capacity=p.M,
+                    requests=tuple(r.rid for r in running),
+                )
+            if p.max_num_seqs is not None and len(running) > p.max_num_seqs:
+                raise InvariantViolation(
+                    f"slot {t}: {len(running)} running requests exceed max_num_seqs={p.max_num_seqs}",
+                    slot=t,
+                    memory=memory,
+                    capacity=p.M,
+                    requests=tuple(r.rid for r in running),
+                )
+            if p.token_budget is not None and tokens > p.token_budget:
+                raise InvariantViolation(
+                    f"slot {t}: {tokens} tokens processed exceed the token budget {p.token_budget}",
+                    slot=t,
+                    memory=memory,
+                    capacity=p.M,
+                    requests=tuple(r.rid for r in running),
+                )
+
+        # release finished requests at the end of the slot
+        done = [r for r in running if r.progress >= r.s + r.o]
+        if done:
+            for r in done:
+                r.finish = t
+            self.active = [r for r in running if r.progress < r.s + r.o]
+
+        rec = SlotRecord(
+            slot=t,
+            arrived=self._pending_arrivals,
+            admitted=tuple(r.rid for r in admitted),
+            preempted=tuple(r.rid for r in victims),
+            completed=tuple(r.rid for r in done),
+            running=len(running),
+            memory=memory,
+            wasted=wasted,
+            tokens=tokens,
+            queue=len(self.waiting),
+            active_after=len(self.active),
+        )
+        self.records.append(rec)
+        self._pending_arrivals = 0
+        self.slot += 1
+        return rec
+
+    @property
+    def idle(self) -> bool:
+        """No request waiting or active."""
+        return not self.active and not self.waiting
+
+    def result(self, dropped: int = 0) -> SimResult:
+        """The run so far as arrays."""
+        recs = self.records
+        col = lambda f: np.fromiter((f(r) for r in recs), dtype=np.int64, count=len(recs))  # noqa: E731
+        req = self.requests
+        rcol = lambda f: np.fromiter((f(r) for r in req), dtype=np.int64, count=len(req))  # noqa: E731
+        return SimResult(
+            scheduler=self.scheduler.name,
+            params=self.params,
+            slots=len(recs),
+            arrived=col(lambda r: r.arrived),
+            admitted=col(lambda r: len(r.admitted)),
+            preempted=col(lambda r: len(r.preempted)),
+            completed=col(lambda r: len(r.completed)),
+            running=col(lambda r: r.running),
+            memory=col(lambda r: r.memory),
+            wasted=col(lambda r: r.wasted),
+            tokens=col(lambda r: r.tokens),
+            queue=col(lambda r: r.queue),
+            s=rcol(lambda r: r.s),
+            o=rcol(lambda r: r.o),
+            arrival=rcol(lambda r: r.arrival),
+            first_admit=rcol(lambda r: r.first_admit),
+            finish=rcol(lambda r: r.finish),
+            preemptions=rcol(lambda r: r.preemptions),
+            served=rcol(lambda r: r.served),
+            request_wasted=rcol(lambda r: r.wasted),
+            dropped=dropped,
+        )
+
+
+def simulate(
+    scheduler: Scheduler,
+    params: ModelParams,
+    plan: ArrivalPlan,
+    slots: int | None = None,
+    *,
+    drain: bool = False,
+    check: bool = True,
+    window: int = 8,
+    on_slot: Callable[[int], None] | None = None,
+    max_slots: int = 10_000_000,
+) -> SimResult:
+    """Run ``plan`` through ``scheduler`` for ``slots`` slots (or, with
+    ``drain``, until every request has finished, at most ``max_slots``).
+
+    Raises :class:`InvariantViolation` at the first slot that breaks the
+    memory invariant (unless ``check=False``).
+    """
+    if slots is None and not drain:
+        raise InvalidArgument("simulate needs a number of slots, or drain=True")
+    if slots is not None and (isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1):
+        raise InvalidArgument(f"slots must be a positive integer, got {slots!r}")
+    plan = plan.fit_to(params)
+    eng = Engine(scheduler, params, check=check, window=window)
+    n = len(plan)
+    i = 0
+    t = 0
+    arr_slot = plan.slot
+    while True:
+        if slots is not None and not drain and t >= slots:
+            break
+        if drain and i >= n and eng.idle and (slots is None or t >= slots):
+            break
+        if t >= max_slots:
+            raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
+        while i < n and arr_slot[i] == t:
+            eng.arrive(int(plan.s[i]), int(plan.o[i]))
+            i += 1
+        eng.step()
+        if on_slot is not None:
+            on_slot(t)
+        t += 1
+    return eng.result(dropped=plan.dropped)

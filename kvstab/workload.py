@@ -1,0 +1,352 @@
+"""Length distributions and workloads: the law of ``(s, o)``.
+
+A :class:`Workload` is either a pair of independent marginals or a joint
+empirical law (rows of a trace).  Every distribution here has finite support,
+so that ``ess sup(s + o)`` — and hence the paper's ``δ`` — is defined; a
+geometric law therefore carries an explicit truncation point.
+
+Workload specs (CLI ``--workload``)::
+
+    paper-1:1 | paper-2:1 | paper-1:2          the paper's P/D workloads
+    s=U(10,1600),o=U(10,1600)                  independent marginals
+    s=const(512),o=geom(0.01,2000)             geometric o, truncated at 2000
+    s=U(1,100),o=empirical(PATH)               an empirical marginal
+    trace(PATH)                                the joint law of a trace's rows
+    trace(PATH),independent                    the trace's marginals, independent
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from kvstab.errors import InvalidArgument
+
+__all__ = [
+    "LengthDist",
+    "Uniform",
+    "Fixed",
+    "Geometric",
+    "EmpiricalDist",
+    "Workload",
+    "parse_workload",
+    "PAPER_WORKLOADS",
+]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+class LengthDist(Protocol):
+    """A law on positive integers with finite support."""
+
+    def sample(self, rng: np.random.Generator, n: int) -> IntArray:
+        """``n`` i.i.d. draws."""
+
+    def support(self) -> tuple[IntArray, FloatArray]:
+        """Support points (increasing) and their probabilities."""
+
+    @property
+    def max(self) -> int:
+        """The essential supremum."""
+
+    @property
+    def min(self) -> int:
+        """The essential infimum."""
+
+    def describe(self) -> str:
+        """A spec string that parses back to this law."""
+
+
+def _check_len(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InvalidArgument(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Uniform:
+    """Discrete uniform on ``{a, …, b}`` (the paper's ``U(a, b)``)."""
+
+    a: int = field(metadata={"help": "least value, >= 1"})
+    b: int = field(metadata={"help": "greatest value, >= a"})
+
+    def __post_init__(self) -> None:
+        _check_len("U(a, b): a", self.a)
+        _check_len("U(a, b): b", self.b)
+        if self.b < self.a:
+            raise InvalidArgument(f"U(a, b) needs a <= b, got a={self.a}, b={self.b}")
+
+    def sample(self, rng: np.random.Generator, n: int) -> IntArray:
+        return rng.integers(self.a, self.b + 1, size=n, dtype=np.int64)
+
+    def support(self) -> tuple[IntArray, FloatArray]:
+        v = np.arange(self.a, self.b + 1, dtype=np.int64)
+        return v, np.full(v.shape, 1.0 / v.size)
+
+    @property
+    def max(self) -> int:
+        return self.b
+
+    @property
+    def min(self) -> int:
+        return self.a
+
+    def describe(self) -> str:
+        return f"U({self.a},{self.b})"
+
+
+@dataclass(frozen=True, slots=True)
+class Fixed:
+    """A point mass: every request has the same length."""
+
+    value: int = field(metadata={"help": "the length, >= 1"})
+
+    def __post_init__(self) -> None:
+        _check_len("const(v): v", self.value)
+
+    def sample(self, rng: np.random.Generator, n: int) -> IntArray:
+        return np.full(n, self.value, dtype=np.int64)
+
+    def support(self) -> tuple[IntArray, FloatArray]:
+        return np.array([self.value], dtype=np.int64), np.array([1.0])
+
+    @property
+    def max(self) -> int:
+        return self.value
+
+    @property
+    def min(self) -> int:
+        return self.value
+
+    def describe(self) -> str:
+        return f"const({self.value})"
+
+
+@dataclass(frozen=True, slots=True)
+class Geometric:
+    """Geometric on ``{1, 2, …}`` with success probability ``p``, conditioned on
+    ``≤ cap`` (a finite ``cap`` keeps ``ess sup`` and ``δ`` defined)."""
+
+    p: float = field(metadata={"help": "success probability in (0, 1]"})
+    cap: int = field(metadata={"help": "truncation point (ess sup), >= 1"})
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.p, (int, float)) and 0.0 < float(self.p) <= 1.0):
+            raise InvalidArgument(f"geom(p, cap): p must be in (0, 1], got {self.p!r}")
+        _check_len("geom(p, cap): cap", self.cap)
+
+    def support(self) -> tuple[IntArray, FloatArray]:
+        v = np.arange(1, self.cap + 1, dtype=np.int64)
+        w = float(self.p) * (1.0 - float(self.p)) ** (v - 1)
+        return v, w / w.sum()
+
+    def sample(self, rng: np.random.Generator, n: int) -> IntArray:
+        v, w = self.support()
+        return rng.choice(v, size=n, p=w)
+
+    @property
+    def max(self) -> int:
+        return self.cap
+
+    @property
+    def min(self) -> int:
+        return 1
+
+    def describe(self) -> str:
+        return f"geom({self.p},{self.cap})"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class EmpiricalDist:
+    """The empirical law of observed lengths (each observation equally likely)."""
+
+    values: tuple[int, ...] = field(metadata={"help": "observed lengths, each >= 1"})
+    source: str = field(default="", metadata={"help": "where the values came from"})
+
+    def __post_init__(self) -> None:
+        if len(self.values) == 0:
+            raise InvalidArgument(f"empirical law {self.source or ''}: no observations (empty trace)")
+        arr = np.asarray(self.values, dtype=np.int64)
+        if arr.min() < 1:
+            raise InvalidArgument(f"empirical law {self.source}: lengths must be >= 1, found {int(arr.min())}")
+
+    def sample(self, rng: np.random.Generator, n: int) -> IntArray:
+        arr = np.asarray(self.values, dtype=np.int64)
+        return arr[rng.integers(0, arr.size, size=n)]
+
+    def support(self) -> tuple[IntArray, FloatArray]:
+        v, c = np.unique(np.asarray(self.values, dtype=np.int64), return_counts=True)
+        return v, c / c.sum()
+
+    @property
+    def max(self) -> int:
+        return int(max(self.values))
+
+    @property
+    def min(self) -> int:
+        return int(min(self.values))
+
+    def describe(self) -> str:
+        return f"empirical({self.source})"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Workload:
+    """The law of ``(s, o)``: independent marginals, or a joint empirical law.
+
+    Exactly one of (``s`` and ``o``) or (``joint_s`` and ``joint_o``) is set.
+    """
+
+    s: LengthDist | None = None
+    o: LengthDist | None = None
+    joint_s: IntArray | None = None
+    joint_o: IntArray | None = None
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        indep = self.s is not None and self.o is not None
+        joint = self.joint_s is not None and self.joint_o is not None
+        if indep == joint:
+            raise InvalidArgument("a workload needs either both marginals s and o, or a joint law (s, o rows)")
+        if joint:
+            js = np.asarray(self.joint_s, dtype=np.int64)
+            jo = np.asarray(self.joint_o, dtype=np.int64)
+            if js.size == 0:
+                raise InvalidArgument(f"workload {self.name!r}: the joint law has no rows (empty trace)")
+            if js.shape != jo.shape:
+                raise InvalidArgument("joint law: s and o columns differ in length")
+            if js.min() < 1 or jo.min() < 1:
+                raise InvalidArgument(f"workload {self.name!r}: lengths must be >= 1")
+            object.__setattr__(self, "joint_s", js)
+            object.__setattr__(self, "joint_o", jo)
+
+    @property
+    def independent(self) -> bool:
+        """Whether ``s`` and ``o`` are independent marginals."""
+        return self.s is not None
+
+    @staticmethod
+    def joint(s: npt.ArrayLike, o: npt.ArrayLike, name: str = "") -> "Workload":
+        """The joint empirical law of paired observations."""
+        return Workload(joint_s=np.asarray(s, dtype=np.int64), joint_o=np.asarray(o, dtype=np.int64), name=name)
+
+    def sample(self, rng: np.random.Generator, n: int) -> tuple[IntArray, IntArray]:
+        """``n`` i.i.d. pairs ``(s, o)`` as two int64 arrays."""
+        if self.s is not None and self.o is not None:
+            s = self.s.sample(rng, n)
+            o = self.o.sample(rng, n)
+            return s, o
+        assert self.joint_s is not None and self.joint_o is not None
+        idx = rng.integers(0, self.joint_s.size, size=n)
+        return self.joint_s[idx], self.joint_o[idx]
+
+    @property
+    def max_total(self) -> int:
+        """``ess sup(s + o)``: the largest peak memory a request can need."""
+        if self.s is not None and self.o is not None:
+            return self.s.max + self.o.max
+        assert self.joint_s is not None and self.joint_o is not None
+        return int((self.joint_s + self.joint_o).max())
+
+    @property
+    def max_s(self) -> int:
+        """``ess sup s``."""
+        return self.s.max if self.s is not None else int(np.max(self.joint_s))
+
+    @property
+    def max_o(self) -> int:
+        """``ess sup o``."""
+        return self.o.max if self.o is not None else int(np.max(self.joint_o))
+
+    def describe(self) -> str:
+        """A readable spec of the workload."""
+        if self.name:
+            return self.name
+        if self.s is not None and self.o is not None:
+            return f"s={self.s.describe()},o={self.o.describe()}"
+        return f"joint({self.joint_s.size if self.joint_s is not None else 0} rows)"
+
+
+def _paper(name: str, s: tuple[int, int], o: tuple[int, int]) -> Workload:
+    return Workload(s=Uniform(*s), o=Uniform(*o), name=name)
+
+
+#: The paper's workloads with independent discrete-uniform lengths (MODEL.md).
+PAPER_WORKLOADS: dict[str, Workload] = {
+    "paper-1:1": _paper("paper-1:1", (10, 1600), (10, 1600)),
+    "paper-2:1": _paper("paper-2:1", (10, 2133), (10, 1066)),
+    "paper-1:2": _paper("paper-1:2", (10, 1066), (10, 2133)),
+}
+
+_VALID = (
+    "valid: paper-1:1 | paper-2:1 | paper-1:2 | s=DIST,o=DIST | trace(PATH)[,independent] "
+    "with DIST one of U(a,b), const(v), geom(p,cap), empirical(PATH)"
+)
+_DIST = re.compile(r"^\s*(U|uniform|const|fixed|geom|geometric|empirical)\s*\(\s*([^)]*)\)\s*$", re.IGNORECASE)
+
+
+def _parse_int(text: str, spec: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise InvalidArgument(f"workload {spec!r}: {text.strip()!r} is not an integer; {_VALID}") from None
+
+
+def _parse_dist(text: str, spec: str, which: str) -> LengthDist:
+    m = _DIST.match(text)
+    if not m:
+        raise InvalidArgument(f"workload {spec!r}: cannot parse the law of {which} {text!r}; {_VALID}")
+    kind, args = m.group(1).lower(), m.group(2)
+    parts = [a for a in args.split(",")] if args.strip() else []
+    if kind in ("u", "uniform"):
+        if len(parts) != 2:
+            raise InvalidArgument(f"workload {spec!r}: U(a,b) takes two integers, got {text!r}")
+        return Uniform(_parse_int(parts[0], spec), _parse_int(parts[1], spec))
+    if kind in ("const", "fixed"):
+        if len(parts) != 1:
+            raise InvalidArgument(f"workload {spec!r}: const(v) takes one integer, got {text!r}")
+        return Fixed(_parse_int(parts[0], spec))
+    if kind in ("geom", "geometric"):
+        if len(parts) != 2:
+            raise InvalidArgument(f"workload {spec!r}: geom(p,cap) takes a probability and a cap, got {text!r}")
+        try:
+            p = float(parts[0])
+        except ValueError:
+            raise InvalidArgument(f"workload {spec!r}: geom p {parts[0]!r} is not a number") from None
+        return Geometric(p, _parse_int(parts[1], spec))
+    # empirical(PATH): one column of a trace file
+    from kvstab.traces import load_trace
+
+    tr = load_trace(args.strip())
+    return EmpiricalDist(tuple(int(v) for v in (tr.s if which == "s" else tr.o)), source=args.strip())
+
+
+def parse_workload(spec: str) -> Workload:
+    """Parse a workload spec (see the module docstring); raises
+    :class:`InvalidArgument` with the valid forms on failure."""
+    text = spec.strip()
+    if text in PAPER_WORKLOADS:
+        return PAPER_WORKLOADS[text]
+    m = re.match(r"^trace\((.+)\)\s*(,\s*independent)?$", text)
+    if m:
+        from kvstab.traces import load_trace
+
+        tr = load_trace(m.group(1).strip())
+        if m.group(2):
+            src = m.group(1).strip()
+            return Workload(
+                s=EmpiricalDist(tuple(int(v) for v in tr.s), source=src),
+                o=EmpiricalDist(tuple(int(v) for v in tr.o), source=src),
+                name=f"trace({src}),independent",
+            )
+        return Workload.joint(tr.s, tr.o, name=f"trace({m.group(1).strip()})")
+    # s=DIST,o=DIST — split at the top-level comma before "o="
+    m = re.match(r"^s\s*=\s*(.+?)\s*,\s*o\s*=\s*(.+)$", text)
+    if not m:
+        raise InvalidArgument(f"workload {spec!r} does not parse; {_VALID}")
+    return Workload(s=_parse_dist(m.group(1), spec, "s"), o=_parse_dist(m.group(2), spec, "o"), name="")

@@ -1,0 +1,1 @@
+"""``kvstab.proofs``: z3 proofs and refutations of scheduler invariants."""
