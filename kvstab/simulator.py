@@ -155,6 +155,33 @@ class Engine:
         self._pending_arrivals += 1
         return r.rid
 
+    def load_state(
+        self,
+        active: list[tuple[int, int, int]] = (),  # type: ignore[assignment]
+        waiting: list[tuple[int, int]] = (),  # type: ignore[assignment]
+    ) -> None:
+        """Start from a given state instead of the empty system (used to replay
+        a counterexample to induction): ``active`` as ``(s, o, progress)`` in
+        admission order, ``waiting`` as ``(s, o)`` in queue order.  Only on a
+        fresh engine; ids are given in that order (active first)."""
+        if self.requests:
+            raise InvalidArgument("load_state needs a fresh engine (no request has arrived yet)")
+        for s, o, prog in active:
+            rid = self.arrive(s, o)
+            r = self.requests[rid]
+            if not (0 < prog < s + o):
+                raise InvalidArgument(
+                    f"active request {rid} (s={s}, o={o}) has progress {prog}; valid: 0 < progress < s + o"
+                )
+            self.waiting.pop()
+            r.progress = int(prog)
+            r.first_admit = -1
+            self.active.append(r)
+        for s, o in waiting:
+            self.arrive(s, o)
+        # a loaded state is not an arrival of this slot
+        self._pending_arrivals = len(waiting)
+
     # --- the view
     def view(self, window: int | None = None) -> View:
         """The immutable view the scheduler sees now (queue head of ``window`` entries)."""

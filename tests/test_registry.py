@@ -1,0 +1,136 @@
+"""The registry, plug-ins, and the contract's rejection of Python control flow."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvstab.arrivals import fixed_arrivals
+from kvstab.contract import ActiveEntry, View, WaitingEntry
+from kvstab.errors import InvalidArgument, InvalidScheduler
+from kvstab.model import ModelParams
+from kvstab.registry import Registry, builtin_names, load_scheduler, registry
+from kvstab.simulator import simulate
+from kvstab.symbolic import Z3Ops
+
+sys.path.insert(0, str(Path(__file__).parent / "plugins"))
+
+
+def test_builtins_are_registered() -> None:
+    names = registry().names()
+    for n in ("current-fit", "reserve", "lookahead", "current-fit-no-preempt"):
+        assert n in names
+    assert "current-fit-no-preempt" not in builtin_names()
+    assert "current-fit-no-preempt" in builtin_names(include_negative=True)
+
+
+def test_duplicate_name_raises() -> None:
+    reg = Registry()
+    reg.register(load_scheduler("current-fit"))
+    with pytest.raises(InvalidScheduler, match="already registered"):
+        reg.register(load_scheduler("current-fit"))
+
+
+@pytest.mark.parametrize(
+    "obj,msg",
+    [
+        ("NoDescription", "'description'"),
+        ("WrongArity", r"decide must take exactly \(view, ops\)"),
+        (42, "non-empty string attribute 'name'"),
+    ],
+)
+def test_wrong_shape_is_rejected_at_registration(obj: object, msg: str) -> None:
+    import sample_plugins
+
+    target = getattr(sample_plugins, obj)() if isinstance(obj, str) else obj
+    with pytest.raises(InvalidScheduler, match=msg):
+        Registry().register(target)
+
+
+def test_module_attr_loading() -> None:
+    s = load_scheduler("sample_plugins:ADMIT_NOTHING")
+    assert s.name == "admit-nothing"
+    cls = load_scheduler("sample_plugins:AdmitNothing")  # a class is instantiated
+    assert cls.name == "admit-nothing"
+
+
+@pytest.mark.parametrize(
+    "spec,msg",
+    [
+        ("no-such-scheduler", "unknown scheduler 'no-such-scheduler'; known: current-fit"),
+        ("no_such_module_xyz:THING", "cannot import scheduler module 'no_such_module_xyz'"),
+        ("sample_plugins:MISSING", "has no attribute 'MISSING'"),
+    ],
+)
+def test_bad_specs_are_one_line(spec: str, msg: str) -> None:
+    with pytest.raises(InvalidArgument, match=msg) as exc:
+        load_scheduler(spec)
+    assert "\n" not in str(exc.value)
+
+
+def test_wrong_shape_plugin_by_spec() -> None:
+    with pytest.raises(InvalidScheduler, match="not a scheduler"):
+        load_scheduler("sample_plugins:WrongArity")
+
+
+def test_entry_point_plugins_are_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package advertising ``kvstab.schedulers`` gets its scheduler registered."""
+    import kvstab.registry as reg_mod
+    from importlib.metadata import EntryPoint
+
+    eps = [EntryPoint(name="nothing", value="sample_plugins:ADMIT_NOTHING", group="kvstab.schedulers")]
+    monkeypatch.setattr(reg_mod, "entry_points", lambda group: eps if group == "kvstab.schedulers" else [])
+    monkeypatch.setattr(reg_mod, "_REGISTRY", None)
+    assert "admit-nothing" in reg_mod.registry().names()
+    bad = [EntryPoint(name="bad", value="sample_plugins:WrongArity", group="kvstab.schedulers")]
+    monkeypatch.setattr(reg_mod, "entry_points", lambda group: bad)
+    monkeypatch.setattr(reg_mod, "_REGISTRY", None)
+    with pytest.raises(InvalidScheduler, match="entry point 'bad'"):
+        reg_mod.registry()
+    monkeypatch.setattr(reg_mod, "_REGISTRY", None)
+
+
+def _symbolic_view(k: int, q: int) -> View:
+    import z3
+
+    from kvstab.symbolic import Sym
+
+    def iv(n: str) -> Sym:
+        return Sym(z3.Int(n))
+
+    return View(
+        active=tuple(ActiveEntry(i, iv(f"as{i}"), iv(f"ao{i}"), iv(f"ap{i}"), Sym(z3.Bool(f"aq{i}"))) for i in range(k)),
+        waiting=tuple(WaitingEntry(k + j, iv(f"ws{j}"), iv(f"wo{j}"), Sym(z3.Bool(f"wq{j}"))) for j in range(q)),
+        M=iv("M"),
+        chunk=8,
+    )
+
+
+def test_python_if_on_symbolic_value_is_rejected_with_its_line() -> None:
+    sched = load_scheduler("sample_plugins:BRANCHES")
+    # concretely it runs
+    simulate(sched, ModelParams(M=100, chunk=8), fixed_arrivals([(0, 3, 3)]), 3)
+    with pytest.raises(InvalidScheduler) as exc:
+        sched.decide(_symbolic_view(1, 2), Z3Ops())
+    msg = str(exc.value)
+    assert "sample_plugins.py" in msg and "if w.s < 10" in msg and "ops.ite" in msg
+
+
+@pytest.mark.parametrize("name", builtin_names(include_negative=True))
+def test_builtins_run_symbolically(name: str) -> None:
+    """Every built-in rule is written against ops: it runs on z3 terms."""
+    import z3
+
+    from kvstab.symbolic import Sym
+
+    d = load_scheduler(name).decide(_symbolic_view(3, 2), Z3Ops())
+    assert len(d.admit) == 2 and len(d.preempt) == 3
+    for x in d.admit + d.preempt:
+        assert isinstance(x, (bool, Sym)) and (isinstance(x, bool) or z3.is_bool(x.z))
+
+
+def test_bad_decision_shape_is_rejected() -> None:
+    with pytest.raises(InvalidScheduler, match="decision.admit has 0 entries"):
+        simulate(load_scheduler("sample_plugins:GARBAGE"), ModelParams(M=100, chunk=8), fixed_arrivals([(0, 3, 3)]), 2)
