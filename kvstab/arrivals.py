@@ -47,7 +47,7 @@ class ArrivalPlan:
     def __len__(self) -> int:
         return int(self.slot.size)
 
-    def fit_to(self, params: ModelParams, drop_oversize: bool = False) -> "ArrivalPlan":
+    def fit_to(self, params: ModelParams, drop_oversize: bool = False) -> ArrivalPlan:
         """Check every request can ever be served (peak ``s + o`` fits in ``M``);
         with ``drop_oversize`` remove those that cannot and count them."""
         peak = np.asarray(-(-(self.s + self.o) // params.block) * params.block, dtype=np.int64)

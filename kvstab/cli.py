@@ -15,7 +15,8 @@ import importlib
 import json
 import sys
 import time
-from typing import Any, Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from kvstab.errors import KvstabError
 

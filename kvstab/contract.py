@@ -21,8 +21,9 @@ what makes it correct for both.  See ``docs/scheduler-contract.md``.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from kvstab.errors import InvalidScheduler
 from kvstab.model import first_chunk_tokens, progress_after, tokens_held

@@ -32,7 +32,7 @@ class Estimate:
         """Whether the interval lies strictly on one side of zero."""
         return self.low > 0 or self.high < 0
 
-    def scaled(self, k: float) -> "Estimate":
+    def scaled(self, k: float) -> Estimate:
         """The estimate times a positive constant (e.g. per slot → per second)."""
         return Estimate(self.value * k, self.low * k, self.high * k, self.level)
 

@@ -47,14 +47,17 @@ PAPER_BBAR = 0.0372
 def check_positive_int(name: str, value: object) -> int:
     """Return ``value`` as an ``int`` if it is a positive integer, else raise
     :class:`InvalidArgument` naming ``name`` and the value."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, numbers.Real) and float(value).is_integer() and not isinstance(value, bool):
-            value = int(value)
-        else:
-            raise InvalidArgument(f"{name} must be a positive integer, got {value!r}")
-    if int(value) <= 0:
+    if isinstance(value, bool):
         raise InvalidArgument(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
+    if isinstance(value, numbers.Integral):
+        as_int = int(value)
+    elif isinstance(value, numbers.Real) and float(value).is_integer():
+        as_int = int(float(value))  # 4.0 is the integer 4; 4.5 is not
+    else:
+        raise InvalidArgument(f"{name} must be a positive integer, got {value!r}")
+    if as_int <= 0:
+        raise InvalidArgument(f"{name} must be a positive integer, got {value!r}")
+    return as_int
 
 
 @dataclass(frozen=True, slots=True)

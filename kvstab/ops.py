@@ -11,7 +11,8 @@ an operation here.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Protocol, runtime_checkable
+from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["Ops", "ConcreteOps", "CONCRETE", "IntLike", "BoolLike"]
 

@@ -9,8 +9,9 @@ is a ``module:attr`` naming a scheduler object (or a zero-argument factory).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
 from importlib.metadata import entry_points
-from typing import Any, Iterator
+from typing import Any
 
 from kvstab.contract import Scheduler, check_scheduler_shape
 from kvstab.errors import InvalidArgument, InvalidScheduler

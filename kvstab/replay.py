@@ -163,7 +163,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 1 if out.violation is not None else 0
 
 
-def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``kvstab replay`` to the CLI."""
     from kvstab.cli import nonneg_int, positive_int  # noqa: F401  (shared converters)
 

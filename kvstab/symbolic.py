@@ -14,7 +14,8 @@ from __future__ import annotations
 import linecache
 import os
 import sys
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import z3
 
@@ -74,69 +75,69 @@ class Sym:
         self.z = z
 
     # --- arithmetic
-    def __add__(self, other: Any) -> "Sym":
+    def __add__(self, other: Any) -> Sym:
         return Sym(self.z + unwrap(other))
 
-    def __radd__(self, other: Any) -> "Sym":
+    def __radd__(self, other: Any) -> Sym:
         return Sym(unwrap(other) + self.z)
 
-    def __sub__(self, other: Any) -> "Sym":
+    def __sub__(self, other: Any) -> Sym:
         return Sym(self.z - unwrap(other))
 
-    def __rsub__(self, other: Any) -> "Sym":
+    def __rsub__(self, other: Any) -> Sym:
         return Sym(unwrap(other) - self.z)
 
-    def __mul__(self, other: Any) -> "Sym":
+    def __mul__(self, other: Any) -> Sym:
         return Sym(self.z * unwrap(other))
 
-    def __rmul__(self, other: Any) -> "Sym":
+    def __rmul__(self, other: Any) -> Sym:
         return Sym(unwrap(other) * self.z)
 
-    def __floordiv__(self, other: Any) -> "Sym":
+    def __floordiv__(self, other: Any) -> Sym:
         return Sym(self.z / unwrap(other))  # z3 Int division; floor for positive divisors
 
-    def __rfloordiv__(self, other: Any) -> "Sym":
+    def __rfloordiv__(self, other: Any) -> Sym:
         return Sym(unwrap(other) / self.z)
 
-    def __mod__(self, other: Any) -> "Sym":
+    def __mod__(self, other: Any) -> Sym:
         return Sym(self.z % unwrap(other))
 
-    def __neg__(self) -> "Sym":
+    def __neg__(self) -> Sym:
         return Sym(-self.z)
 
     # --- comparisons build terms
-    def __lt__(self, other: Any) -> "Sym":
+    def __lt__(self, other: Any) -> Sym:
         return Sym(self.z < unwrap(other))
 
-    def __le__(self, other: Any) -> "Sym":
+    def __le__(self, other: Any) -> Sym:
         return Sym(self.z <= unwrap(other))
 
-    def __gt__(self, other: Any) -> "Sym":
+    def __gt__(self, other: Any) -> Sym:
         return Sym(self.z > unwrap(other))
 
-    def __ge__(self, other: Any) -> "Sym":
+    def __ge__(self, other: Any) -> Sym:
         return Sym(self.z >= unwrap(other))
 
-    def __eq__(self, other: Any) -> "Sym":  # type: ignore[override]
+    def __eq__(self, other: Any) -> Sym:  # type: ignore[override]
         return Sym(self.z == unwrap(other))
 
-    def __ne__(self, other: Any) -> "Sym":  # type: ignore[override]
+    def __ne__(self, other: Any) -> Sym:  # type: ignore[override]
         return Sym(self.z != unwrap(other))
 
     __hash__ = None  # type: ignore[assignment]
 
     # --- logic with & | ~ on truth values
-    def __and__(self, other: Any) -> "Sym":
+    def __and__(self, other: Any) -> Sym:
         return Sym(z3.And(self.z, unwrap(other)))
 
     __rand__ = __and__
 
-    def __or__(self, other: Any) -> "Sym":
+    def __or__(self, other: Any) -> Sym:
         return Sym(z3.Or(self.z, unwrap(other)))
 
     __ror__ = __or__
 
-    def __invert__(self) -> "Sym":
+    def __invert__(self) -> Sym:
         return Sym(z3.Not(self.z))
 
     # --- everything that would need a concrete value is a rule error

@@ -231,7 +231,7 @@ class Workload:
         return self.s is not None
 
     @staticmethod
-    def joint(s: npt.ArrayLike, o: npt.ArrayLike, name: str = "") -> "Workload":
+    def joint(s: npt.ArrayLike, o: npt.ArrayLike, name: str = "") -> Workload:
         """The joint empirical law of paired observations."""
         return Workload(joint_s=np.asarray(s, dtype=np.int64), joint_o=np.asarray(o, dtype=np.int64), name=name)
 
@@ -256,12 +256,18 @@ class Workload:
     @property
     def max_s(self) -> int:
         """``ess sup s``."""
-        return self.s.max if self.s is not None else int(np.max(self.joint_s))
+        if self.s is not None:
+            return self.s.max
+        assert self.joint_s is not None
+        return int(np.max(self.joint_s))
 
     @property
     def max_o(self) -> int:
         """``ess sup o``."""
-        return self.o.max if self.o is not None else int(np.max(self.joint_o))
+        if self.o is not None:
+            return self.o.max
+        assert self.joint_o is not None
+        return int(np.max(self.joint_o))
 
     def describe(self) -> str:
         """A readable spec of the workload."""

@@ -77,8 +77,9 @@ def test_wrong_shape_plugin_by_spec() -> None:
 
 def test_entry_point_plugins_are_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
     """A package advertising ``kvstab.schedulers`` gets its scheduler registered."""
-    import kvstab.registry as reg_mod
     from importlib.metadata import EntryPoint
+
+    import kvstab.registry as reg_mod
 
     eps = [EntryPoint(name="nothing", value="sample_plugins:ADMIT_NOTHING", group="kvstab.schedulers")]
     monkeypatch.setattr(reg_mod, "entry_points", lambda group: eps if group == "kvstab.schedulers" else [])

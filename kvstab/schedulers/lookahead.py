@@ -33,7 +33,7 @@ class Projection:
     present: BoolLike
 
     @staticmethod
-    def of(view: View, s: IntLike, o: IntLike, p: IntLike, present: BoolLike, ops: Ops) -> "Projection":
+    def of(view: View, s: IntLike, o: IntLike, p: IntLike, present: BoolLike, ops: Ops) -> Projection:
         """Project a request with prompt ``s``, output ``o`` and progress ``p``."""
         rp = ops.ceil_div(ops.max(s - p, 0), view.chunk)  # prefill slots left
         f = rp + s + o - ops.max(p, s)  # + decode slots left
