@@ -241,9 +241,11 @@ class Engine:
             r.preemptions += 1
         # admission (from the queue head window, in queue order)
         admitted = [r for r, a in zip(heads, decision.admit) if a]
-        admitted_ids = {r.rid for r in admitted}
         if admitted:
-            self.waiting = deque(r for r in self.waiting if r.rid not in admitted_ids)
+            # admissions come from the head window only: pop it, push back the rest
+            for _ in heads:
+                self.waiting.popleft()
+            self.waiting.extendleft(reversed([r for r, a in zip(heads, decision.admit) if not a]))
         victim_ids = {r.rid for r in victims}
         kept = [r for r in actives if r.rid not in victim_ids]
         if victims:
