@@ -119,15 +119,16 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from kvstab.metrics import queue_slope, throughput, utilisation
     from kvstab.registry import load_scheduler
     from kvstab.simulator import simulate
-    from kvstab.theory import expected_g, mu
+    from kvstab.theory import stability_report
     from kvstab.traces import load_trace
     from kvstab.workload import parse_workload
 
     params = _params(args)
     scheduler = load_scheduler(args.scheduler)
     workload = parse_workload(args.workload)
-    mu_formula = mu(workload, params, args.bbar)
-    delta = workload.max_total / params.M
+    theory = stability_report(workload, params, args.bbar)
+    mu_formula = theory.mu_per_s
+    delta = theory.delta  # uses the block-rounded peak, what a request really needs
     if args.trace_arrivals:
         trace = load_trace(args.trace_arrivals)
         plan = trace_arrivals(trace, args.bbar, args.time_scale)
@@ -176,11 +177,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         "preemptions": int(res.preempted.sum()),
         "preemptions_per_completion": int(res.preempted.sum()) / completed if completed else None,
         "wasted_area_fraction": float(res.wasted.sum() / max(1, res.memory.sum())),
-        "E_g_tokens_slots": expected_g(workload, params),
+        "E_g_tokens_slots": theory.E_g,
         "mu_formula_per_s": mu_formula,
         "mu_formula_per_slot": mu_formula * args.bbar,
         "delta": delta,
-        "mu_1_minus_delta_per_s": mu_formula * (1 - delta) if delta < 1 else None,
+        "mu_1_minus_delta_per_s": theory.guarantee_per_s,
         "measured_over_mu": (thr.value / args.bbar) / mu_formula,
         "wall_s": wall,
     }

@@ -1,0 +1,190 @@
+"""``kvstab mu`` and ``kvstab derive``: the theory's numbers and its derivation document.
+
+``kvstab mu`` prints ``E[g]``, ``μ``, ``δ``, ``μ(1 − δ)``, the reserve limit and
+(with ``--lambda``) the replicas for a load, for a workload spec or a trace
+file.  When ``δ ≥ 1`` it prints the numbers that still mean something, says
+plainly that the stability guarantee is empty, and exits with status 1.
+
+``kvstab derive`` writes the derivation document (``--out``, default stdout);
+``--pdf`` compiles it with ``pdflatex``.  Give any of ``--workload``, ``--M``,
+``--chunk``, ``--bbar``, ``--block``, ``--g`` (or ``--numbers``) to append the
+quantities instantiated for that setting; flags left out take the paper's values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from kvstab.cli import add_model_arguments, positive_float
+
+__all__ = ["register"]
+
+_MODEL_FLAGS = ("workload", "M", "chunk", "bbar", "block", "g")
+
+
+def _utilisation(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number in (0, 1]") from None
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"target utilisation ρ must be in (0, 1], got {text}")
+    return v
+
+
+def _workload(args: argparse.Namespace) -> Any:
+    from kvstab.errors import InvalidArgument
+    from kvstab.workload import Workload, parse_workload
+
+    trace = getattr(args, "trace", None)
+    if trace is not None:
+        if args.workload is not None:
+            raise InvalidArgument(f"give either --workload or --trace, not both (got --workload {args.workload!r})")
+        from kvstab.traces import load_trace
+
+        tr = load_trace(trace)
+        return Workload.joint(tr.s, tr.o, name=f"trace({trace})")
+    return parse_workload(args.workload if args.workload is not None else "paper-1:1")
+
+
+def _params(args: argparse.Namespace) -> Any:
+    from kvstab.model import ModelParams
+
+    return ModelParams(M=args.M, chunk=args.chunk, block=args.block, g=args.g)
+
+
+def _cmd_mu(args: argparse.Namespace) -> int:
+    from kvstab.theory.report import EMPTY_GUARANTEE, stability_report
+
+    t0 = time.perf_counter()
+    workload = _workload(args)
+    t_load = time.perf_counter() - t0
+    params = _params(args)
+    t1 = time.perf_counter()
+    rep = stability_report(workload, params, args.bbar, lam=args.lam, rho=args.rho)
+    t_mu = time.perf_counter() - t1
+    if args.json:
+        out = rep.as_dict()
+        out["timing_s"] = {"load": t_load, "compute": t_mu}
+        print(json.dumps(out, indent=2))
+    else:
+        _print_mu(rep, args.derivation)
+    if rep.guarantee_empty:
+        sys.stderr.write(f"kvstab mu: {EMPTY_GUARANTEE}\n")
+        return 1
+    return 0
+
+
+def _print_mu(rep: Any, derivation: bool) -> None:
+    m = rep.moments
+    lines = [
+        f"kvstab mu: {rep.workload}, M={rep.M}, ŝ={rep.chunk}, B={rep.block}, b̄={rep.bbar_s} s, {rep.g_convention} g",
+    ]
+    if derivation:
+        conv = (
+            "ŝ(E[n²] − E[n])/2 + E[s] + E[s·o] + (E[o] + E[o²])/2"
+            if rep.g_convention == "exact"
+            else "(E[s] + E[s²]/ŝ)/2 + E[s·o] + (E[o] + E[o²])/2"
+        )
+        lines += [
+            f"  E[s] = {m.Es:.6g}, E[s²] = {m.Es2:.6g}, E[o] = {m.Eo:.6g}, E[o²] = {m.Eo2:.6g}",
+            f"  E[s·o] = {m.Eso:.6g} (Cov = {m.cov:.6g}, corr = {m.corr():.3f}), E[n] = {m.En:.6g}, E[n²] = {m.En2:.6g}",
+            f"  E[g] = {conv}" + ("  (B = 1)" if rep.block == 1 else "  + block rounding (exact sum, B > 1)"),
+        ]
+    lines += [
+        f"E[g]            = {rep.E_g:.6g} token-slots",
+        f"μ = M/(b̄·E[g])  = {rep.mu_per_s:.6g} req/s  ({rep.mu_per_slot:.6g} req/slot)",
+        f"δ = S/M         = {rep.delta:.6g}  (S = ess sup(s+o) = {rep.ess_sup_total})",
+    ]
+    if rep.guarantee_per_s is None:
+        lines.append("μ(1−δ)          = none: the stability guarantee is empty (δ ≥ 1)")
+    else:
+        lines.append(f"μ(1−δ)          = {rep.guarantee_per_s:.6g} req/s  (stable below this)")
+    lines.append(f"reserve limit   = {rep.reserve_limit_per_s:.6g} req/s  (M/(b̄·E[peak·(n+o)]))")
+    if rep.lam_per_s is not None:
+        lines.append(f"replicas        = {rep.replicas} for λ = {rep.lam_per_s:g} req/s at ρ = {rep.rho:g}  (⌈λ/(ρμ)⌉)")
+        gr = rep.guarantee_replicas
+        lines.append(f"guaranteed      = {gr if gr is not None else 'none (δ ≥ 1)'} replicas  (⌈λ/(μ(1−δ))⌉)")
+    print("\n".join(lines))
+
+
+def _cmd_derive(args: argparse.Namespace) -> int:
+    from kvstab.errors import InvalidArgument
+    from kvstab.model import PAPER_BBAR, PAPER_CHUNK, PAPER_M
+    from kvstab.theory.document import Instance, compile_pdf, derivation_tex
+
+    instance = None
+    if args.numbers or any(getattr(args, f) is not None for f in _MODEL_FLAGS) or args.trace is not None:
+        # the workload's default is applied in _workload (it must stay None beside --trace)
+        defaults = {
+            "M": PAPER_M,
+            "chunk": PAPER_CHUNK,
+            "bbar": PAPER_BBAR,
+            "block": 1,
+            "g": "exact",
+        }
+        for f, v in defaults.items():
+            if getattr(args, f) is None:
+                setattr(args, f, v)
+        instance = Instance(_workload(args), _params(args), args.bbar, args.lam, args.rho)
+    if args.pdf and args.out is None:
+        raise InvalidArgument("--pdf needs --out PATH.tex (the PDF is written beside it)")
+    text = derivation_tex(instance)
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        with open(args.out, "w", encoding="ascii") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise InvalidArgument(f"--out {args.out!r}: cannot write ({exc.strerror})") from None
+    print(f"wrote {args.out}")
+    if args.pdf:
+        print(f"wrote {compile_pdf(args.out)}")
+    return 0
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", metavar="PATH", default=None, help="a trace file: the joint law of its (s, o) rows")
+    p.add_argument(
+        "--lambda", dest="lam", type=positive_float, default=None, help="arrival rate λ (req/s) to provision for"
+    )
+    p.add_argument("--rho", type=_utilisation, default=1.0, help="target utilisation ρ in (0, 1] (default 1)")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``mu`` and ``derive`` to the ``kvstab`` command line."""
+    mu = subparsers.add_parser(
+        "mu",
+        help="μ, δ, μ(1−δ), the reserve limit and replicas for a workload or a trace",
+        description="Print E[g], μ = M/(b̄·E[g]), δ = ess sup(s+o)/M, μ(1−δ), the reserve policy's limit and, "
+        "with --lambda, the replicas for that load.",
+        epilog="Exit status: 0; 1 when δ ≥ 1 (the stability guarantee is empty: the numbers are printed, "
+        "with one line on stderr saying so); 2 on invalid input.",
+    )
+    add_model_arguments(mu)
+    # None marks "not given", so that --trace and --workload can be told apart
+    mu.set_defaults(workload=None)
+    _add_common(mu)
+    mu.add_argument("--derivation", action="store_true", help="also print the moments and the E[g] formula used")
+    mu.add_argument("--json", action="store_true", help="machine-readable output")
+    mu.set_defaults(func=_cmd_mu)
+
+    de = subparsers.add_parser(
+        "derive",
+        help="write the LaTeX derivation document",
+        description="Write the derivation document. Any of --workload/--M/--chunk/--bbar/--block/--g/--trace "
+        "(or --numbers) appends the quantities for that setting; flags left out take the paper's values.",
+    )
+    add_model_arguments(de)
+    # None marks "not given", so that the document is instantiated only on request
+    de.set_defaults(**{f: None for f in _MODEL_FLAGS})
+    _add_common(de)
+    de.add_argument("--numbers", action="store_true", help="instantiate with the paper's 1:1 setting")
+    de.add_argument("--out", metavar="PATH", default=None, help="write the .tex here (default: stdout)")
+    de.add_argument("--pdf", action="store_true", help="also compile it with pdflatex (needs --out)")
+    de.set_defaults(func=_cmd_derive)

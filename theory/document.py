@@ -1,0 +1,412 @@
+"""The derivation document: a self-contained ``.tex`` file assembled from the
+sympy derivations of this package.
+
+Every formula in the document is printed from the expression the code uses
+(:mod:`kvstab.theory.g`, :mod:`~kvstab.theory.moments`,
+:mod:`~kvstab.theory.stability`, :mod:`~kvstab.theory.provisioning`,
+:mod:`~kvstab.theory.wait`) by :func:`kvstab.theory.latex.latex`; every claim is
+re-checked by sympy while the document is written and printed with its
+verdict.  With a workload and a server it also instantiates the quantities:
+the moment formula evaluated on the workload's moments, next to the numeric
+code's value, so a reader sees the two agree.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import sympy as sp
+
+from kvstab.errors import KvstabError
+from kvstab.model import ModelParams
+from kvstab.theory import g as G
+from kvstab.theory import moments as Mo
+from kvstab.theory import provisioning as P
+from kvstab.theory import stability as St
+from kvstab.theory import wait as Wt
+from kvstab.theory.area import expected_g
+from kvstab.theory.claims import Claim
+from kvstab.theory.latex import latex, tex_text
+from kvstab.theory.report import EMPTY_GUARANTEE, StabilityReport, stability_report
+from kvstab.theory.symbols import (
+    Eg,
+    En,
+    En2,
+    Eo,
+    Eo2,
+    Es,
+    Es2,
+    Eso,
+    M,
+    N,
+    a,
+    a_o,
+    b,
+    b_o,
+    bbar,
+    shat,
+)
+from kvstab.workload import Uniform, Workload
+
+__all__ = ["CLAIM_GROUPS", "all_claims", "Instance", "derivation_tex", "compile_pdf"]
+
+#: the claims of each part of the theory, in the document's order
+CLAIM_GROUPS: dict[str, Callable[[], list[Claim]]] = {
+    "g": G.g_claims,
+    "E[g]": Mo.moment_claims,
+    "stability": St.stability_claims,
+    "provisioning": P.provisioning_claims,
+    "WAIT": Wt.wait_claims,
+}
+
+
+def all_claims() -> list[Claim]:
+    """Every claim the theory rests on."""
+    return [c for group in CLAIM_GROUPS.values() for c in group()]
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A workload and a server to instantiate the document with."""
+
+    workload: Workload
+    params: ModelParams
+    bbar: float
+    lam: float | None = None
+    rho: float = 1.0
+
+
+def _eq(lhs: str, rhs: sp.Basic | str, rel: str = "=") -> str:
+    body = f"{lhs} {rel} {rhs if isinstance(rhs, str) else latex(rhs)}"
+    # shrink a closed form wider than the line to fit it, never enlarge one
+    return (
+        "\\[\n\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}"
+        f"{{$\\displaystyle {body}$}}\n\\]\n"
+    )
+
+
+def _claims_table(claims: list[Claim]) -> str:
+    rows = []
+    for c in claims:
+        verdict = "proved" if c.holds() else "\\textbf{NOT proved}"
+        premise = f" \\emph{{(premise: {tex_text(c.premise)})}}" if c.premise else ""
+        rows.append(f"  \\item {tex_text(c.name)}{premise} --- {verdict}.")
+    return "\\begin{itemize}\n" + "\n".join(rows) + "\n\\end{itemize}\n"
+
+
+def _fmt(v: float | int | None, digits: int = 6) -> str:
+    if v is None:
+        return "---"
+    if isinstance(v, int):
+        return f"{v:,}".replace(",", "{,}")
+    return f"{v:.{digits}g}"
+
+
+def _numbers(inst: Instance) -> str:
+    rep: StabilityReport = stability_report(inst.workload, inst.params, inst.bbar, inst.lam, inst.rho)
+    m = rep.moments
+    # the moment formula of the document, evaluated on this workload's moments
+    vals = {Es: m.Es, Es2: m.Es2, Eo: m.Eo, Eo2: m.Eo2, Eso: m.Eso, En: m.En, En2: m.En2, shat: inst.params.chunk}
+    formula_eg = float(Mo.eg_moments(inst.params.g).subs(vals)) if inst.params.block == 1 else None
+    formula_mu = float(St.mu_expr().subs({M: inst.params.M, bbar: inst.bbar, Eg: rep.E_g}))
+    # the paper's continuous form, for comparison (defined for B = 1 only)
+    cont_eg = expected_g(inst.workload, replace(inst.params, g="continuous")) if inst.params.block == 1 else None
+    # the U(a, b) closed form, when the workload is two independent uniforms
+    uniform_eg = None
+    w = inst.workload
+    if inst.params.block == 1 and isinstance(w.s, Uniform) and isinstance(w.o, Uniform):
+        closed = Mo.eg_uniform(inst.params.g).subs(
+            {a: w.s.a, b: w.s.b, a_o: w.o.a, b_o: w.o.b, shat: inst.params.chunk}
+        )
+        uniform_eg = float(closed)
+    out = [
+        "\\section{The numbers for this workload}\n",
+        f"Workload \\texttt{{{tex_text(rep.workload)}}}; $M = {_fmt(rep.M)}$ tokens, "
+        f"$\\hat{{s}} = {rep.chunk}$, $B = {rep.block}$, $\\bar{{b}} = {_fmt(rep.bbar_s)}$\\,s, "
+        f"convention: {rep.g_convention} $g$.\n",
+        "\\begin{center}\\begin{tabular}{lr}\n\\hline\nquantity & value \\\\\n\\hline\n",
+        f"$\\mathbb{{E}}[s]$, $\\mathbb{{E}}[s^{{2}}]$ & {_fmt(m.Es)}, {_fmt(m.Es2)} \\\\\n",
+        f"$\\mathbb{{E}}[o]$, $\\mathbb{{E}}[o^{{2}}]$ & {_fmt(m.Eo)}, {_fmt(m.Eo2)} \\\\\n",
+        f"$\\mathbb{{E}}[s o]$, $\\operatorname{{Cov}}(s, o)$, correlation & {_fmt(m.Eso)}, {_fmt(m.cov)}, {_fmt(m.corr(), 3)} \\\\\n",
+        f"$\\mathbb{{E}}[n]$, $\\mathbb{{E}}[n^{{2}}]$ & {_fmt(m.En)}, {_fmt(m.En2)} \\\\\n",
+        f"$\\mathbb{{E}}[g]$ (numeric code) & {_fmt(rep.E_g, 10)} \\\\\n",
+    ]
+    if formula_eg is not None:
+        out.append(f"$\\mathbb{{E}}[g]$ (moment formula above) & {_fmt(formula_eg, 10)} \\\\\n")
+    if uniform_eg is not None:
+        out.append(f"$\\mathbb{{E}}[g]$ ($U(a, b)$ closed form above) & {_fmt(uniform_eg, 10)} \\\\\n")
+    if cont_eg is not None and inst.params.g == "exact":
+        out.append(
+            f"$\\mathbb{{E}}[g_{{\\mathrm{{cont}}}}]$ (paper's form), relative gap & {_fmt(cont_eg, 10)}, "
+            f"{_fmt((rep.E_g - cont_eg) / rep.E_g, 3)} \\\\\n"
+        )
+    out += [
+        f"$\\mu\\bar{{b}} = M/\\mathbb{{E}}[g]$ (requests per slot) & {_fmt(rep.mu_per_slot)} \\\\\n",
+        f"$\\mu = M/(\\bar{{b}}\\,\\mathbb{{E}}[g])$ (requests/s) & {_fmt(rep.mu_per_s)} \\\\\n",
+        f"$\\mu$ from the symbolic formula & {_fmt(formula_mu)} \\\\\n",
+        f"$S = \\operatorname{{ess\\,sup}}(s + o)$ & {_fmt(rep.ess_sup_total)} \\\\\n",
+        f"$\\delta = S/M$ & {_fmt(rep.delta)} \\\\\n",
+        f"$\\mu(1 - \\delta)$ (requests/s) & {_fmt(rep.guarantee_per_s) if rep.guarantee_per_s is not None else 'none'} \\\\\n",
+        f"reserve limit (requests/s) & {_fmt(rep.reserve_limit_per_s)} \\\\\n",
+    ]
+    if rep.lam_per_s is not None:
+        out += [
+            f"replicas for $\\lambda = {_fmt(rep.lam_per_s)}$, $\\rho = {_fmt(rep.rho)}$ & {_fmt(rep.replicas)} \\\\\n",
+            f"replicas that guarantee stability & {_fmt(rep.guarantee_replicas) if rep.guarantee_replicas else 'none'} \\\\\n",
+        ]
+    out.append("\\hline\n\\end{tabular}\\end{center}\n")
+    if rep.guarantee_empty:
+        out.append(f"\\textbf{{Note:}} {tex_text(EMPTY_GUARANTEE)}.\n")
+    return "".join(out)
+
+
+_PREAMBLE = r"""\documentclass[11pt]{article}
+\usepackage{amsmath,amssymb,amsthm}
+\usepackage{graphicx}
+\usepackage[margin=2.5cm]{geometry}
+\newtheorem{theorem}{Theorem}
+\newtheorem{lemma}{Lemma}
+\title{Stability of LLM inference under KV-cache limits:\\ the derivations of \texttt{kvstab.theory}}
+\author{generated by \texttt{kvstab derive}}
+\date{}
+\begin{document}
+\maketitle
+"""
+
+
+def derivation_tex(instance: Instance | None = None) -> str:
+    """The derivation document as a string (pure ASCII; compiles with ``pdflatex``)."""
+    lo_w, hi_w = G.block_tail_bounds(N)
+    lo_g, hi_g = G.g_blocks_bounds()
+    mo1, mo2 = Mo.geometric_moments()
+    us1, us2 = Mo.uniform_moments(a, b)
+    cc1, cc2 = Mo.chunk_count_sums()
+    crit = St.critical_rates()
+    fl = St.foster_lyapunov()
+    sens = St.sensitivities("continuous")
+    mix, _, _ = P.mixture_mu_expr(2)
+    parts = [_PREAMBLE]
+    parts.append(r"""\section{Definitions}
+Time is slotted; one slot is one engine iteration of $\bar{b}$ seconds. A request has prompt length
+$s \geq 1$ and output length $o \geq 1$, drawn i.i.d.\ from a law $p(s, o)$. Prefill runs in
+$n = \lceil s/\hat{s} \rceil$ chunks of $\hat{s}$ tokens; after chunk $c$ the request holds
+$\min(c\hat{s}, s)$ tokens, after decode step $j$ it holds $s + j$. Each slot charges what a request holds
+after the slot's work, and the memory in use never exceeds $M$ tokens. The \emph{lifetime memory area}
+is the sum of what a request holds over its $n + o$ slots:
+""")
+    parts.append(_eq("g(s, o)", G.defining_sum()))
+    parts.append(r"""\section{The lifetime area $g$ and its closed forms}
+\begin{lemma}[split of the prefill sum]
+Write $s = (n - 1)\hat{s} + r$ with $1 \leq r \leq \hat{s}$. Chunks $c \leq n - 1$ hold $c\hat{s} < s$
+and chunk $n$ holds $s$, since $n\hat{s} \geq s$. Hence
+""")
+    parts.append(_eq(r"\sum_{c=1}^{n} \min(c \hat{s}, s)", G.prefill_area_exact()))
+    parts.append(r"""\end{lemma}
+The decode steps add $\sum_{j=1}^{o} (s + j)$, closed by sympy:
+""")
+    parts.append(_eq(r"\sum_{j=1}^{o} (s + j)", G.decode_area()))
+    parts.append("The \\emph{exact} form, valid for every $s$:\n")
+    parts.append(_eq("g_{\\mathrm{exact}}", G.g_exact_expr()))
+    parts.append(
+        "When $\\hat{s} \\mid s$ every chunk, the last included, holds $c\\hat{s}$ and $n = s/\\hat{s}$; "
+        "this gives the paper's \\emph{continuous} form:\n"
+    )
+    parts.append(_eq("g_{\\mathrm{cont}}", G.g_continuous_expr()))
+    parts.append("The two differ by (with $s = (n-1)\\hat{s} + r$):\n")
+    parts.append(_eq("g_{\\mathrm{exact}} - g_{\\mathrm{cont}}", G.continuous_gap()))
+    parts.append(
+        "which vanishes exactly when $r = \\hat{s}$ (i.e.\\ $\\hat{s} \\mid s$), is never negative, and is bounded by\n"
+    )
+    parts.append(_eq("0 \\leq g_{\\mathrm{exact}} - g_{\\mathrm{cont}}", G.continuous_gap_bound(), "\\leq"))
+    parts.append(
+        "so the continuous form under-counts the area by less than one slot's worth of the prompt, $s$.\n\n"
+        "Without chunking ($\\hat{s} \\geq s$, $n = 1$) the exact form is\n"
+    )
+    parts.append(_eq("g", G.g_wait_expr()))
+    parts.append(r"""\subsection*{Block-granular allocation}
+vLLM allocates KV memory in blocks of $B$ tokens, so a holding of $x$ tokens costs $B\lceil x/B\rceil$.
+Summing over $x = 1, \dots, N$ with $N = qB + L$, $0 \leq L < B$ (block $k$ costs $kB$ for each of its $B$ tokens):
+""")
+    parts.append(_eq("F(N) = \\sum_{x=1}^{N} B \\left\\lceil \\frac{x}{B} \\right\\rceil", G.block_prefix()))
+    parts.append(r"""The last prefill chunk and the decode steps hold $o + 1$ consecutive counts $s, s+1, \dots, s+o$,
+so the exact block-granular area is
+\[
+g_B(s, o) = \sum_{c=1}^{n-1} B\left\lceil \frac{c\hat{s}}{B} \right\rceil + F(s + o) - F(s - 1),
+\]
+which is what the numeric code evaluates (vectorised). The rounding waste of $N = qB + L$ consecutive counts lies between
+""")
+    parts.append(_eq("W_{\\min}", lo_w))
+    parts.append("and\n")
+    parts.append(_eq("W_{\\max}", hi_w))
+    parts.append(
+        "both attained by some residue of the first count. With $B \\mid \\hat{s}$ (vLLM: $\\hat{s} = 512$, $B = 16$) "
+        "the full chunks hold whole blocks, and with $L = (o + 1) \\bmod B$:\n"
+    )
+    parts.append(_eq("g_B(s, o)", lo_g, "\\geq") + "and\n" + _eq("g_B(s, o)", hi_g, "\\leq"))
+    parts.append(_claims_table(G.g_claims()))
+
+    parts.append(r"""\section{The expected area $\mathbb{E}[g]$}
+The only cross term of $g$ is $s o$, so by linearity (exact form, in the moments of $s$, $o$ and $n$):
+""")
+    parts.append(_eq("\\mathbb{E}[g]", Mo.eg_moments("exact")))
+    parts.append(
+        "and for the continuous form, in $\\mathbb{E}[s], \\mathbb{E}[s^2], \\mathbb{E}[o], \\mathbb{E}[o^2], \\mathbb{E}[so]$ alone:\n"
+    )
+    parts.append(_eq("\\mathbb{E}[g_{\\mathrm{cont}}]", Mo.eg_moments("continuous")))
+    parts.append(
+        "With the covariance explicit, $\\mathbb{E}[so] = \\mathbb{E}[s]\\mathbb{E}[o] + \\operatorname{Cov}(s, o)$:\n"
+    )
+    parts.append(_eq("\\mathbb{E}[g]", Mo.eg_covariance("exact")))
+    parts.append(
+        "so a positive correlation of prompt and output lengths raises $\\mathbb{E}[g]$ one for one.\n\n"
+        "\\paragraph{Discrete uniform $U(a, b)$.} By summation:\n"
+    )
+    parts.append(_eq("\\mathbb{E}[X]", us1) + _eq("\\mathbb{E}[X^{2}]", us2))
+    parts.append("For the exact form the chunk counts of $x = 1, \\dots, N$, $N = q\\hat{s} + L$, sum to\n")
+    parts.append(_eq("\\sum_{x=1}^{N} n(x)", cc1) + _eq("\\sum_{x=1}^{N} n(x)^{2}", cc2))
+    parts.append(
+        "and $\\mathbb{E}[n]$, $\\mathbb{E}[n^2]$ under $U(a, b)$ are differences of these at $b$ and $a - 1$.\n\n"
+        "\\paragraph{Fixed lengths.} $\\mathbb{E}[g] = g(s, o)$.\n\n"
+        "\\paragraph{Geometric output} $o \\sim \\mathrm{Geom}(p)$ conditioned on $o \\leq K$:\n"
+    )
+    parts.append(_eq("\\mathbb{E}[o]", mo1) + _eq("\\mathbb{E}[o^{2}]", mo2))
+    parts.append("\\paragraph{Correlated uniforms} with correlation coefficient $\\varrho$ (continuous form):\n")
+    parts.append(_eq("\\mathbb{E}[g]", Mo.eg_correlated_uniform("continuous")))
+    parts.append("\\paragraph{Empirical joint laws} (a trace's rows) are averaged numerically, row by row.\n")
+    parts.append(_claims_table(Mo.moment_claims()))
+
+    parts.append(r"""\section{Service rate $\mu$ and the constant $\delta$}
+""")
+    parts.append(
+        _eq("\\mu", St.mu_expr()) + _eq("\\delta", St.delta_expr()) + _eq("\\mu(1 - \\delta)", St.guarantee_expr())
+    )
+    parts.append(
+        "with $S = \\operatorname{ess\\,sup}(s + o)$. The reserve policy holds each request's peak for all its slots; its limit is\n"
+    )
+    parts.append(_eq("\\lambda_{\\mathrm{reserve}}", St.reserve_limit_expr()))
+    parts.append(
+        "\\paragraph{Sensitivities} (continuous form): $\\partial\\mu/\\partial M$, $\\partial\\mu/\\partial\\hat{s}$, "
+        "$\\partial\\mu/\\partial\\bar{b}$, $\\partial\\mu/\\partial\\operatorname{Cov}(s, o)$ and the elasticities:\n"
+    )
+    for key, sym in (
+        ("d_mu_d_M", "M"),
+        ("d_mu_d_shat", "\\hat{s}"),
+        ("d_mu_d_bbar", "\\bar{b}"),
+        ("d_mu_d_cov", "\\operatorname{Cov}(s, o)"),
+    ):
+        parts.append(_eq(f"\\frac{{\\partial \\mu}}{{\\partial {sym}}}", sens[key]))
+    for key, sym in (("elasticity_M", "M"), ("elasticity_shat", "\\hat{s}"), ("elasticity_bbar", "\\bar{b}")):
+        parts.append(_eq(f"\\varepsilon_{{{sym}}}", sens[key]))
+
+    parts.append(r"""\section{The two theorems and the drift argument}
+Let $V(t)$ be the remaining memory area of all requests in the system: the full $g$ of a waiting request,
+the unserved part $g - A$ of an active one ($A$ = area served so far). In one slot each request changes $V$ as follows
+(charged $m$ = what it holds after the slot's work; a preempted request does no work and its served area $A$ is wasted):
+""")
+    parts.append(_claims_table(St.lyapunov_cases()))
+    parts.append(
+        r"""Summing over the requests gives the per-slot identity
+\[
+V' = V + \sum_{\text{arrivals}} g - \text{used} + \text{wasted}.
+\]
+With Poisson arrivals of rate $\lambda$ per second, $\mathbb{E}[\sum_{\text{arrivals}} g] = \lambda\bar{b}\,\mathbb{E}[g]$ per slot.
+\begin{theorem}[instability]
+A slot uses at most $M$, so under any policy $\mathbb{E}[\Delta V] \geq """
+        + latex(St.drift_lower())
+        + r"""$; $V$ (and the queue) grows without bound when
+"""
+        + f"$\\lambda > {latex(crit['instability'])} = \\mu$."
+        + r"""
+\end{theorem}
+\begin{theorem}[stability]
+A work-conserving, non-preempting policy with a long queue uses more than $M - S$ in every slot (otherwise the head
+would fit), so $\mathbb{E}[\Delta V] \leq """
+        + latex(St.drift_upper())
+        + r"""$. Foster--Lyapunov: outside the finite set of
+short queues $\mathbb{E}[\Delta V] \leq -\varepsilon$ with
+"""
+        + f"$\\varepsilon = {latex(fl['epsilon'])}$, and $\\varepsilon > 0$ exactly when ${latex(fl['region'])}$, "
+        + r"""
+i.e.\ $\lambda < """
+        + latex(crit["stability"])
+        + r""" = \mu(1 - \delta)$; the chain is then positive recurrent.
+\end{theorem}
+"""
+    )
+    parts.append(_claims_table([c for c in St.stability_claims() if c not in St.lyapunov_cases()]))
+
+    parts.append(r"""\section{Provisioning}
+Data-parallel replicas for load $\lambda$ at target utilisation $\rho \in (0, 1]$, and the number that meets the
+stability theorem's condition:
+""")
+    parts.append(
+        _eq("N(\\lambda, \\rho)", P.replicas_expr()) + _eq("N_{\\mathrm{guarantee}}", P.guarantee_replicas_expr())
+    )
+    parts.append(
+        "A tensor-parallel group of $t$ GPUs with $H$ bytes each for weights and KV, weights $W$ and $\\kappa$ KV bytes per token "
+        "is one worker with\n"
+    )
+    parts.append(_eq("M_t", P.tp_capacity_expr()))
+    parts.append(
+        "and its own measured $\\bar{b}_t$; the group count is $N$ computed with $M_t$, $\\bar{b}_t$, and the GPU count is $tN$.\n\n"
+        "\\paragraph{Piecewise-stationary mixtures.} If phase $k$ brings a fraction $w_k$ of the requests, the memory-area balance "
+        "$\\lambda\\bar{b}\\sum_k w_k\\mathbb{E}_k[g] = M$ at saturation gives\n"
+    )
+    parts.append(_eq("\\mu_{\\mathrm{mix}}", mix))
+    parts.append(
+        "(a request-weighted harmonic mean of the phases' $\\mu_k$), assuming one $\\bar{b}$ for all phases, "
+        "no area wasted at phase changes, and phases long enough for the balance to hold.\n"
+    )
+    parts.append(_claims_table(P.provisioning_claims()))
+
+    parts.append(r"""\section{Cross-check with the WAIT fluid model}
+Ao, Luo, Simchi-Levi and Wang (arXiv 2504.11320) prefill a prompt in one iteration, so a request of type $(l, l')$ has
+$g(l, l') = (l' + 1)(l + l'/2)$; an iteration with $C$ tokens in memory takes $d_0 + d_1 C$ seconds, and their fluid
+region is $\Lambda = \sum_t \lambda_t g(l_t, l'_t) \leq C/(d_0 + d_1 C)$. At saturation $C = M$ and
+$\bar{b} = d_0 + d_1 M$, and the region is exactly $\lambda < \mu$:
+""")
+    parts.append(_claims_table(Wt.wait_claims()))
+    if instance is not None:
+        parts.append(_numbers(instance))
+    parts.append("\\end{document}\n")
+    text = "".join(parts)
+    # pdflatex without extra packages reads ASCII only; fail here, not in TeX
+    bad = sorted({ch for ch in text if ord(ch) > 127})
+    if bad:
+        raise KvstabError(
+            f"the derivation document has non-ASCII characters {bad!r}; extend kvstab.theory.latex.tex_text"
+        )
+    return text
+
+
+def compile_pdf(tex_path: str, timeout_s: float = 120.0) -> str:
+    """Compile ``tex_path`` with ``pdflatex`` into a PDF beside it; returns the PDF's path.
+
+    Raises :class:`KvstabError` when ``pdflatex`` is absent or the compile fails
+    (with the first TeX error line).
+    """
+    exe = shutil.which("pdflatex")
+    if exe is None:
+        raise KvstabError("pdflatex not found; install TeX (Debian: texlive-latex-base) or omit --pdf")
+    out_dir = os.path.dirname(os.path.abspath(tex_path))
+    with tempfile.TemporaryDirectory() as work:
+        proc = subprocess.run(
+            [exe, "-interaction=nonstopmode", "-halt-on-error", f"-output-directory={work}", os.path.abspath(tex_path)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=work,
+        )
+        name = os.path.splitext(os.path.basename(tex_path))[0] + ".pdf"
+        built = os.path.join(work, name)
+        if proc.returncode != 0 or not os.path.isfile(built):
+            err = next((ln for ln in proc.stdout.splitlines() if ln.startswith("!")), f"exit status {proc.returncode}")
+            raise KvstabError(f"pdflatex failed on {tex_path}: {err}")
+        dest = os.path.join(out_dir, name)
+        shutil.copyfile(built, dest)
+    return dest
