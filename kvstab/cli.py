@@ -23,7 +23,7 @@ from kvstab.errors import KvstabError
 __all__ = ["main", "build_parser", "add_model_arguments", "positive_float", "positive_int"]
 
 #: modules that add sub-commands (each defines ``register(subparsers)``)
-COMMAND_MODULES = ("kvstab.replay", "kvstab.theory.cli", "kvstab.proofs.cli", "kvstab.empirical.cli")
+COMMAND_MODULES = ("kvstab.replay", "kvstab.audit", "kvstab.theory.cli", "kvstab.proofs.cli", "kvstab.empirical.cli")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,231 @@
+"""Hypothesis strategies for adversarial workloads (public, for users' own tests).
+
+The property suite (``props/``) draws its inputs from here, and so can a user
+auditing a scheduler in their own test tree::
+
+    from hypothesis import given
+    from kvstab.strategies import arrivals, model_params
+
+    @given(params=model_params(), data=st.data())
+    def test_mine(params, data):
+        plan = data.draw(arrivals(params))
+        ...
+
+Plain uniform draws almost never hit the cases where schedulers break, so
+every strategy here mixes in the adversarial corners on purpose:
+
+* ``s + o`` equal to or just below ``M`` (one request fills the server);
+* ``s`` one above or below a multiple of ``ŝ`` (a partial last chunk);
+* ``s = 1`` and ``o = 1``;
+* bimodal and heavy-tailed lengths, strongly correlated ``s`` and ``o``;
+* bursts of simultaneous arrivals and empty gaps between them.
+
+Each corner is a separate branch of ``st.one_of`` and the simplest branch
+comes first, so a failing example shrinks toward small, plain requests.
+Names follow Hypothesis: plural nouns, ``min_value``/``max_value``,
+``min_size``/``max_size``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from kvstab.arrivals import ArrivalPlan
+from kvstab.errors import InvalidArgument
+from kvstab.model import ModelParams, Request
+from kvstab.workload import Fixed, Geometric, Uniform, Workload
+
+__all__ = ["model_params", "request_lengths", "workloads", "arrivals", "scenarios", "largest_total"]
+
+
+def largest_total(params: ModelParams) -> int:
+    """The largest ``s + o`` whose block-rounded peak still fits in ``M``."""
+    return (params.M // params.block) * params.block
+
+
+def model_params(
+    *,
+    min_M: int = 8,
+    max_M: int = 256,
+    max_chunk: int = 64,
+    blocks: tuple[int, ...] = (1, 1, 2, 4, 16),
+    max_num_seqs: bool = False,
+) -> st.SearchStrategy[ModelParams]:
+    """Servers with small ``M`` (so that a few requests fill them) and chunks
+    that rarely divide the prompt lengths.
+
+    ``blocks`` lists the allocation granularities to draw from (1 is listed
+    twice so that the block-free model is drawn most often); a block larger
+    than ``M/2`` is skipped.  ``max_num_seqs=True`` also draws running caps.
+    """
+    if min_M < 2 or max_M < min_M:
+        raise InvalidArgument(f"model_params needs 2 <= min_M <= max_M, got min_M={min_M}, max_M={max_M}")
+
+    @st.composite
+    def build(draw: st.DrawFn) -> ModelParams:
+        M = draw(st.integers(min_M, max_M))
+        # chunk = M is the "no chunked prefill" server: a whole prompt in one slot
+        chunk = draw(st.one_of(st.integers(1, max(1, min(max_chunk, M))), st.just(M)))
+        block = draw(st.sampled_from([b for b in blocks if 2 * b <= M] or [1]))
+        seqs = draw(st.none() | st.integers(1, 8)) if max_num_seqs else None
+        return ModelParams(M=M, chunk=chunk, block=block, max_num_seqs=seqs)
+
+    return build()
+
+
+def request_lengths(
+    params: ModelParams,
+    *,
+    min_value: int = 1,
+    max_value: int | None = None,
+) -> st.SearchStrategy[Request]:
+    """Single requests ``(s, o)`` with ``min_value ≤ s, o`` and peak
+    ``s + o ≤ max_value`` (default: the largest peak that fits in ``M``).
+
+    The draw mixes plain uniform lengths with the corners listed in the module
+    docstring: ``o = 1``, ``s = 1``, ``s = k·ŝ ± 1``, ``s + o`` at or just below
+    the maximum, and strongly correlated or heavy-tailed pairs.
+    """
+    top = largest_total(params) if max_value is None else int(max_value)
+    if top > largest_total(params):
+        raise InvalidArgument(
+            f"request_lengths: max_value={top} exceeds what fits in M={params.M} (block {params.block})"
+        )
+    if min_value < 1 or 2 * min_value > top:
+        raise InvalidArgument(f"request_lengths needs 1 <= 2*min_value <= max_value, got {min_value}, {top}")
+    lo, chunk = int(min_value), params.chunk
+
+    def pair(s: int, o: int) -> Request:
+        # clamp into the box [lo, top - lo] x [lo, top - s] so every branch is valid
+        s = min(max(s, lo), top - lo)
+        o = min(max(o, lo), top - s)
+        return Request(s, o)
+
+    plain = st.builds(pair, st.integers(lo, top - lo), st.integers(lo, top - lo))
+    tiny = st.builds(pair, st.just(lo), st.integers(lo, top - lo)) | st.builds(
+        pair, st.integers(lo, top - lo), st.just(lo)
+    )
+    # a prompt one token off a chunk boundary: the last chunk is partial (or one token)
+    off_chunk = st.builds(
+        lambda k, d, o: pair(k * chunk + d, o),
+        st.integers(1, max(1, top // chunk)),
+        st.sampled_from([-1, 1]),
+        st.integers(lo, top),
+    )
+    # one request fills (or nearly fills) the whole server, its prompt alone included
+    near_full = st.builds(
+        lambda s, slack: pair(s, top - slack - s),
+        st.one_of(st.integers(lo, top - lo), st.just(top - lo)),
+        st.integers(0, 2),
+    )
+    # strongly correlated: o proportional to s (both long or both short)
+    correlated = st.builds(
+        lambda s, r: pair(s, max(lo, int(s * r))),
+        st.integers(lo, max(lo, top // 2)),
+        st.sampled_from([0.5, 1.0, 2.0]),
+    )
+    # heavy tail: lengths ~ 2^U, most short, a few near the top
+    heavy = st.builds(
+        lambda e1, e2: pair(int(2 ** e1), int(2 ** e2)),
+        st.floats(0, np.log2(max(2, top)), allow_nan=False),
+        st.floats(0, np.log2(max(2, top)), allow_nan=False),
+    )
+    return st.one_of(plain, tiny, off_chunk, near_full, correlated, heavy)
+
+
+def workloads(
+    params: ModelParams,
+    *,
+    min_value: int = 1,
+    max_value: int | None = None,
+    max_size: int = 64,
+) -> st.SearchStrategy[Workload]:
+    """Length laws :class:`~kvstab.workload.Workload` whose support fits in ``M``
+    (peak ``s + o ≤ max_value``).
+
+    Independent marginals (uniform, constant, truncated geometric: a heavy
+    right tail), and joint empirical laws of up to ``max_size`` rows drawn from
+    :func:`request_lengths` — which is how bimodal and strongly correlated
+    ``(s, o)`` laws arise.
+    """
+    top = largest_total(params) if max_value is None else int(max_value)
+    half = max(min_value, top // 2)
+
+    def marginal() -> st.SearchStrategy[Uniform | Fixed | Geometric]:
+        uni = st.tuples(st.integers(min_value, half), st.integers(min_value, half)).map(
+            lambda ab: Uniform(min(ab), max(ab))
+        )
+        const = st.integers(min_value, half).map(Fixed)
+        geo = st.floats(0.02, 0.9).map(lambda p: Geometric(p, half)) if min_value == 1 else const
+        return st.one_of(uni, const, geo)
+
+    independent = st.builds(lambda s, o: Workload(s=s, o=o), marginal(), marginal())
+    joint = st.lists(
+        request_lengths(params, min_value=min_value, max_value=top), min_size=1, max_size=max_size
+    ).map(lambda rs: Workload.joint([r.s for r in rs], [r.o for r in rs], name="drawn-joint"))
+    # bimodal: two request kinds (e.g. short chat and long documents) mixed
+    bimodal = st.tuples(
+        request_lengths(params, min_value=min_value, max_value=top),
+        request_lengths(params, min_value=min_value, max_value=top),
+        st.integers(1, 9),
+    ).map(
+        lambda t: Workload.joint(
+            [t[0].s] * t[2] + [t[1].s] * (10 - t[2]), [t[0].o] * t[2] + [t[1].o] * (10 - t[2]), name="bimodal"
+        )
+    )
+    return st.one_of(independent, bimodal, joint)
+
+
+def arrivals(
+    params: ModelParams,
+    *,
+    min_size: int = 1,
+    max_size: int = 8,
+    max_gap: int = 40,
+    lengths: st.SearchStrategy[Request] | None = None,
+) -> st.SearchStrategy[ArrivalPlan]:
+    """Arrival plans of ``min_size``–``max_size`` requests.
+
+    Each request arrives ``gap`` slots after the previous one; a gap of 0 puts
+    it in the same slot (a burst) and gaps up to ``max_gap`` leave the server
+    empty for a while.  Gaps shrink toward 0 (everything in slot 0) and lengths
+    toward small requests, so a counterexample shrinks to a short burst.
+    ``lengths`` overrides the per-request strategy (default
+    :func:`request_lengths`).
+    """
+    if min_size < 0 or max_size < min_size:
+        raise InvalidArgument(f"arrivals needs 0 <= min_size <= max_size, got {min_size}, {max_size}")
+    reqs = lengths if lengths is not None else request_lengths(params)
+    gap = st.one_of(st.just(0), st.integers(0, 3), st.integers(0, max(0, max_gap)))
+    return st.lists(st.tuples(gap, reqs), min_size=min_size, max_size=max_size).map(_plan)
+
+
+def _plan(rows: list[tuple[int, Request]]) -> ArrivalPlan:
+    slot = np.cumsum([g for g, _ in rows], dtype=np.int64) if rows else np.zeros(0, dtype=np.int64)
+    return ArrivalPlan(
+        np.asarray(slot, dtype=np.int64),
+        np.asarray([r.s for _, r in rows], dtype=np.int64),
+        np.asarray([r.o for _, r in rows], dtype=np.int64),
+    )
+
+
+def scenarios(
+    *,
+    min_M: int = 8,
+    max_M: int = 256,
+    min_size: int = 1,
+    max_size: int = 8,
+    max_gap: int = 40,
+    max_num_seqs: bool = False,
+) -> st.SearchStrategy[tuple[ModelParams, ArrivalPlan]]:
+    """A server from :func:`model_params` and an arrival plan from
+    :func:`arrivals` that fits it: the input of one audited run."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> tuple[ModelParams, ArrivalPlan]:
+        params = draw(model_params(min_M=min_M, max_M=max_M, max_num_seqs=max_num_seqs))
+        plan = draw(arrivals(params, min_size=min_size, max_size=max_size, max_gap=max_gap))
+        return params, plan
+
+    return build()

@@ -1,0 +1,21 @@
+"""Deliberately broken schedulers for the mutation check (``tests/test_mutation.py``).
+
+Each module defines ``SCHEDULER``: a small variant of a built-in rule, written
+against :class:`kvstab.ops.Ops` like the built-ins, with one realistic bug.  It
+declares the built-in's attributes (``fcfs``, ``work_conserving``, ``margin``…)
+as a buggy port would, so the property suite holds it to those claims.
+:data:`MUTANTS` lists the modules; ``MUTANT_DOC`` says what each breaks.
+Audit one by hand with ``PYTHONPATH=tests pytest props/ --scheduler mutants.NAME:SCHEDULER``.
+"""
+
+MUTANTS: tuple[str, ...] = (
+    "chunk_off_by_one",
+    "ignores_first_chunk",
+    "wrong_victim",
+    "release_early",
+    "idles_with_fit",
+    "one_per_slot",
+    "skips_blocked_head",
+    "half_chunk",
+    "preempts_all",
+)
