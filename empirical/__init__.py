@@ -1,1 +1,52 @@
-"""``kvstab.empirical``: cross-checks against vLLM and batch-time calibration (optional extra)."""
+"""``kvstab.empirical``: cross-checks against vLLM's real v1 scheduler and batch-time calibration.
+
+Optional extra: vLLM is imported only by :mod:`kvstab.empirical.vllm_driver`,
+and only when a replay on vLLM is asked for (``scripts/install-vllm.sh``).
+Names are loaded on first use, so that ``kvstab --help`` stays cheap.
+
+Start reading at :mod:`kvstab.empirical.replay`; ``docs/empirical.md`` explains
+the mapping between vLLM's semantics and kvstab's model.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "ReplayConfig",
+    "StepLog",
+    "replay_model",
+    "replay_vllm",
+    "VllmEngine",
+    "saturated_rate",
+    "queue_growth",
+    "bbar_estimates",
+    "decompose_gap",
+    "load_profile",
+    "fit_batch_time",
+    "BatchTimeModel",
+    "VllmUnavailable",
+]
+
+_WHERE = {
+    "ReplayConfig": "replay",
+    "StepLog": "replay",
+    "replay_model": "replay",
+    "replay_vllm": "replay",
+    "VllmEngine": "semantics",
+    "saturated_rate": "estimators",
+    "queue_growth": "estimators",
+    "bbar_estimates": "estimators",
+    "decompose_gap": "decompose",
+    "load_profile": "batchtime",
+    "fit_batch_time": "batchtime",
+    "BatchTimeModel": "batchtime",
+    "VllmUnavailable": "vllm_driver",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"kvstab.empirical.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'kvstab.empirical' has no attribute {name!r}")

@@ -25,6 +25,7 @@ _BUILTINS = (
     "kvstab.schedulers.reserve",
     "kvstab.schedulers.lookahead",
     "kvstab.schedulers.no_preempt",
+    "kvstab.schedulers.vllm_v1",
 )
 
 

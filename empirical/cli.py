@@ -1,0 +1,90 @@
+"""``kvstab empirical …``: the vLLM cross-check report and the batch-time fit."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register"]
+
+#: ``shared/data`` beside the checkout (CI lays a copy of shared/ beside the clone).
+_DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def _data_dir(arg: str | None) -> str:
+    from kvstab.errors import InvalidArgument
+
+    d = Path(arg) if arg else _DEFAULT_DATA
+    if not d.is_dir():
+        raise InvalidArgument(f"data folder {d} not found; pass --data PATH (the shared/data folder)")
+    return str(d)
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from kvstab.empirical.batchtime import load_profile
+    from kvstab.empirical.compare import compare, default_cases
+    from kvstab.empirical.vllm_driver import VllmUnavailable, load_vllm
+
+    if not args.no_vllm:
+        try:
+            load_vllm()  # a missing vLLM is one line before any work
+        except VllmUnavailable as exc:
+            raise VllmUnavailable(f"{exc}, or pass --no-vllm for kvstab's model alone") from None
+    data = _data_dir(args.data) if (args.cases in ("all", "traces") or not args.no_profile) else None
+    cases = default_cases(data, args.cases)
+    profile = None if args.no_profile else load_profile(os.path.join(str(data), "profiles", "a100-llama-3-8b"))
+    say = (lambda msg: print(f"kvstab empirical compare: {msg}", file=sys.stderr)) if not args.quiet else None
+    report = compare(
+        cases,
+        args.out,
+        steps=args.steps,
+        small_steps=args.small_steps,
+        seed=args.seed,
+        load=args.load,
+        warmup=args.warmup,
+        use_vllm=not args.no_vllm,
+        profile=profile,
+        plots=not args.no_plots,
+        plot_steps=args.plot_steps,
+        progress=say,
+    )
+    print(report.markdown())
+    print(f"wrote {args.out}/compare.md, compare.csv, compare.tex" + (", queue.png, kv.png" if report.plots else ""))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``kvstab empirical`` and its sub-commands."""
+    from kvstab.cli import fraction, positive_float, positive_int
+
+    p = subparsers.add_parser(
+        "empirical",
+        help="cross-check μ against vLLM 0.33.0's own scheduler; batch-time calibration",
+        description="Cross-checks against vLLM's real v1 scheduler (needs scripts/install-vllm.sh).",
+    )
+    sub = p.add_subparsers(dest="empirical_command", required=True, metavar="COMMAND")
+    c = sub.add_parser(
+        "compare",
+        help="μ from the paper's formula, kvstab's vllm-v1 model and vLLM's scheduler, with the gap decomposition",
+        description=(
+            "Replay overloaded Poisson plans on vLLM's scheduler and on kvstab's vllm-v1 model for the paper's "
+            "workloads (M = 131000 and 16384) and the real traces; write compare.md/.csv/.tex and PNG plots."
+        ),
+    )
+    c.add_argument("--out", default="empirical-report", help="output folder (default empirical-report)")
+    c.add_argument("--cases", choices=("all", "paper", "small", "traces"), default="all", help="which cases (default all)")
+    c.add_argument("--steps", type=positive_int, default=16_000, help="steps per run at M = 131000 (default 16000)")
+    c.add_argument("--small-steps", type=positive_int, default=24_000, help="steps per run at M = 16384 (default 24000)")
+    c.add_argument("--plot-steps", type=positive_int, default=6_000, help="steps of the plotted runs (default 6000)")
+    c.add_argument("--load", type=positive_float, default=1.3, help="arrival rate as a multiple of μ_paper (default 1.3)")
+    c.add_argument("--warmup", type=fraction, default=0.25, help="warm-up fraction excluded (default 0.25)")
+    c.add_argument("--seed", type=int, default=0, help="seed of the arrival plans (default 0)")
+    c.add_argument("--data", default=None, help="the shared/data folder (default: ../shared/data beside the checkout)")
+    c.add_argument("--no-vllm", action="store_true", help="model only (no vLLM column)")
+    c.add_argument("--no-profile", action="store_true", help="skip the A100 profile (b̄, requests/s, batch-time fit)")
+    c.add_argument("--no-plots", action="store_true", help="write no PNG plots")
+    c.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    c.set_defaults(func=_cmd_compare, command="empirical compare")

@@ -1,0 +1,441 @@
+"""``kvstab empirical compare``: the paper's formula, kvstab's ``vllm-v1`` model and vLLM's scheduler.
+
+For each case (a workload and a capacity ``M``) one overloaded Poisson plan is
+drawn and replayed on vLLM's own scheduler and on kvstab's model; the report
+gives ``μ`` per step from the paper's formula, from the model and measured on
+vLLM, the gaps, the decomposition of the formula's gap
+(:mod:`kvstab.empirical.decompose`), the recomputed tokens per completion,
+and ``b̄`` and ``μ`` in requests/s on an A100 from the profile
+(:mod:`kvstab.empirical.batchtime`).  Output: Markdown, CSV, LaTeX, PNG.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from kvstab.arrivals import ArrivalPlan, poisson_arrivals
+from kvstab.errors import InvalidArgument
+from kvstab.metrics import Estimate
+from kvstab.model import PAPER_CHUNK, PAPER_M, ModelParams
+from kvstab.theory.area import expected_g
+from kvstab.traces import load_trace
+from kvstab.workload import PAPER_WORKLOADS, Workload
+
+from kvstab.empirical.batchtime import A100Profile, BatchTimeModel, FitReport, fit_batch_time
+from kvstab.empirical.decompose import TERMS, GapDecomposition, decompose_gap
+from kvstab.empirical.estimators import (
+    bbar_estimates,
+    queue_growth,
+    relative_gap,
+    saturated_rate,
+    saturated_rate_per_second,
+    window,
+)
+from kvstab.empirical.replay import ReplayConfig, StepLog, replay_model, replay_vllm
+
+__all__ = ["Case", "CaseResult", "default_cases", "run_case", "Report", "compare", "SMALL_M", "TRACE_FILES"]
+
+#: The small capacity of the issue: about a dozen paper-workload requests fit.
+SMALL_M = 16_384
+TRACE_FILES = {
+    "azure-conv": "AzureLLMInferenceTrace_conv.csv",
+    "azure-code": "AzureLLMInferenceTrace_code.csv",
+    "sharegpt": "sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
+    "arxiv": "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One comparison: a length law (or two, for the mixed trace: first half, second half) and ``M``."""
+
+    name: str
+    M: int
+    first: Workload
+    second: Workload | None = None  # the mixed workload switches to this law half-way
+
+    def expected_g(self, chunk: int) -> float:
+        """The paper's ``E[g]`` (continuous form) of the law, the two halves averaged when mixed."""
+        p = ModelParams(M=self.M, chunk=chunk, g="continuous")
+        g1 = expected_g(self.first, p)
+        return g1 if self.second is None else 0.5 * (g1 + expected_g(self.second, p))
+
+    def plan(self, steps: int, rate: float, seed: int) -> ArrivalPlan:
+        """Poisson(``rate``) arrivals per step for ``steps`` steps."""
+        if self.second is None:
+            return poisson_arrivals(self.first, rate, 1.0, steps, seed=seed)
+        half = steps // 2
+        a = poisson_arrivals(self.first, rate, 1.0, half, seed=seed)
+        b = poisson_arrivals(self.second, rate, 1.0, steps - half, seed=seed + 1)
+        return ArrivalPlan(np.concatenate([a.slot, b.slot + half]), np.concatenate([a.s, b.s]), np.concatenate([a.o, b.o]))
+
+
+def default_cases(data_dir: str | None, which: str = "all") -> list[Case]:
+    """The issue's cases: paper workloads at ``M = 131000`` and ``16384``, and the traces at ``131000``."""
+    paper = [(n.removeprefix("paper-"), PAPER_WORKLOADS[n]) for n in ("paper-1:1", "paper-2:1", "paper-1:2")]
+    cases: list[Case] = []
+    for M, tag in ((PAPER_M, ""), (SMALL_M, "@16k")):
+        if which in ("all", "paper" if M == PAPER_M else "small"):
+            cases += [Case(f"P/D {n}{tag}", M, w) for n, w in paper]
+            cases.append(Case(f"mixed{tag}", M, PAPER_WORKLOADS["paper-2:1"], PAPER_WORKLOADS["paper-1:2"]))
+    if which in ("all", "traces"):
+        if data_dir is None:
+            raise InvalidArgument("the trace cases need the data folder (--data PATH to shared/data)")
+        for name, f in TRACE_FILES.items():
+            tr = load_trace(os.path.join(data_dir, "traces", f))
+            cases.append(Case(name, PAPER_M, Workload.joint(tr.s, tr.o, name=name)))
+    if not cases:
+        raise InvalidArgument(f"unknown case set {which!r}; valid: all, paper, small, traces")
+    return cases
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CaseResult:
+    """Everything the report says about one case."""
+
+    case: Case
+    config: ReplayConfig
+    steps: int
+    mu_paper: float  # per step, the paper's formula
+    model: StepLog
+    vllm: StepLog | None
+    mu_model: Estimate
+    mu_vllm: Estimate | None
+    difference: str | None  # first step where the model departs from vLLM (None: identical)
+    slope: Estimate
+    decomposition: GapDecomposition
+    dropped: int
+
+    @property
+    def measured(self) -> StepLog:
+        """vLLM's log when it ran, else the model's."""
+        return self.vllm if self.vllm is not None else self.model
+
+    @property
+    def mu_measured(self) -> Estimate:
+        """vLLM's rate when it ran, else the model's."""
+        return self.mu_vllm if self.mu_vllm is not None else self.mu_model
+
+
+def run_case(
+    case: Case,
+    steps: int,
+    *,
+    load: float = 1.3,
+    seed: int = 0,
+    warmup: float = 0.25,
+    use_vllm: bool = True,
+    budget: int = PAPER_CHUNK,
+    max_num_seqs: int = 256,
+    block: int = 16,
+) -> CaseResult:
+    """Replay one overloaded plan (rate ``load × μ_paper``) on vLLM and on the model."""
+    if not load > 1:
+        raise InvalidArgument(f"a saturated-rate run needs load > 1 (arrivals above μ), got {load}")
+    cfg = ReplayConfig.for_capacity(case.M, block, max_num_batched_tokens=budget, max_num_seqs=max_num_seqs)
+    Eg = case.expected_g(budget)
+    mu_paper = case.M / Eg
+    plan = case.plan(steps, load * mu_paper, seed)
+    before = len(plan)
+    plan = plan.fit_to(ModelParams(M=cfg.M, chunk=budget, block=block), drop_oversize=True)
+    model = replay_model(plan, cfg, steps)
+    vlog = replay_vllm(plan, cfg, steps) if use_vllm else None
+    measured = vlog if vlog is not None else model
+    return CaseResult(
+        case=case,
+        config=cfg,
+        steps=steps,
+        mu_paper=mu_paper,
+        model=model,
+        vllm=vlog,
+        mu_model=saturated_rate(model, warmup),
+        mu_vllm=saturated_rate(vlog, warmup) if vlog is not None else None,
+        difference=vlog.first_difference(model) if vlog is not None else None,
+        slope=queue_growth(measured, warmup),
+        decomposition=decompose_gap(measured, case.M, Eg, warmup),
+        dropped=before - len(plan),
+    )
+
+
+def _per_completion(log: StepLog, values: np.ndarray, warmup: float) -> float:
+    w = window(log, warmup)
+    c = int(log.completed[w].sum())
+    return float(values[w].sum()) / c if c else float("nan")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Report:
+    """The comparison over all cases, with the batch-time fit and the A100 predictions."""
+
+    results: list[CaseResult]
+    profile: A100Profile | None
+    fit: BatchTimeModel | None
+    fit_report: FitReport | None
+    warmup: float
+    plots: list[str] = field(default_factory=list)
+
+    # --- the tables, as rows of strings
+    def main_rows(self) -> list[list[str]]:
+        """μ per step and the gaps, one row per case."""
+        rows = []
+        for r in self.results:
+            m, v = r.mu_model, r.mu_vllm
+            meas = r.mu_measured.value
+            rows.append(
+                [
+                    r.case.name,
+                    str(r.config.M),
+                    f"{r.mu_paper:.5f}",
+                    f"{m.value:.5f} ± {(m.high - m.low) / 2:.5f}",
+                    "n/a" if v is None else f"{v.value:.5f} ± {(v.high - v.low) / 2:.5f}",
+                    f"{100 * relative_gap(r.mu_paper, meas):+.2f}",
+                    "n/a" if v is None else f"{100 * relative_gap(m.value, v.value):+.2f}",
+                    "n/a" if r.vllm is None else ("yes" if r.difference is None else "no"),
+                    f"{_per_completion(r.measured, r.measured.preempted, self.warmup):.3f}",
+                    f"{_per_completion(r.measured, r.measured.recomputed, self.warmup):.1f}",
+                    f"{_per_completion(r.model, r.model.recomputed, self.warmup):.1f}",
+                    f"{r.slope.value:+.4f}",
+                ]
+            )
+        return rows
+
+    MAIN_HEADER = [
+        "case",
+        "M (tokens)",
+        "μ paper (/step)",
+        "μ vllm-v1 model (/step)",
+        "μ vLLM (/step)",
+        "gap paper→vLLM %",
+        "gap model→vLLM %",
+        "step-identical",
+        "preemptions /completion",
+        "recomputed tok /completion (vLLM)",
+        "recomputed tok /completion (model)",
+        "queue slope (/step)",
+    ]
+
+    def decomposition_rows(self) -> list[list[str]]:
+        """One row per term, one column per case (log points, %)."""
+        labels = [label for _, label in TERMS] + ["residual", "total: ln(μ_paper / μ_measured)"]
+        cols = [dict(r.decomposition.rows()) for r in self.results]
+        return [[label] + [f"{c[label]:+.2f}" for c in cols] for label in labels]
+
+    def a100_rows(self) -> list[list[str]]:
+        """b̄ and μ in requests/s on an A100 by the profile (kernel time only)."""
+        if self.profile is None:
+            return []
+        rows = []
+        for r in self.results:
+            log = r.measured
+            w = window(log, self.warmup)
+            t_prof = self.profile.step_times(log)
+            bb = bbar_estimates(t_prof[w][log.tokens[w] > 0])
+            mu_const = r.mu_paper / bb.median
+            mu_prof = saturated_rate_per_second(log, np.maximum(t_prof, 1e-12), self.warmup)
+            row = [r.case.name, f"{1e3 * bb.median:.2f}", f"{1e3 * bb.trimmed_mean:.2f}", f"{mu_const:.3f}",
+                   f"{mu_prof.value:.3f}"]
+            if self.fit is not None:
+                t_fit = self.fit.times(log)
+                mu_fit = saturated_rate_per_second(log, np.maximum(t_fit, 1e-12), self.warmup)
+                rec = float(log.recomputed[w].sum())
+                # a recomputed token is a prefill token: charged b per token by the fitted model
+                cost = self.fit.b * rec
+                total = float(t_fit[w].sum())
+                free = float(log.completed[w].sum()) / (total - cost)
+                row += [f"{mu_fit.value:.3f}", f"{100 * cost / total:.2f}", f"{free:.3f}"]
+            else:
+                row += ["n/a", "n/a", "n/a"]
+            rows.append(row)
+        return rows
+
+    A100_HEADER = [
+        "case",
+        "b̄ median (ms)",
+        "b̄ trimmed mean (ms)",
+        "μ paper, constant b̄ (req/s)",
+        "μ measured, profile step times (req/s)",
+        "μ fitted batch-time model (req/s)",
+        "recompute share of time %",
+        "μ if recompute were free (req/s)",
+    ]
+
+    # --- writers
+    def markdown(self) -> str:
+        """The whole report as Markdown."""
+        out = ["# kvstab empirical compare", ""]
+        out.append(
+            "μ per step: the paper's `M / E[g]` (continuous g, chunk 512), kvstab's `vllm-v1` model and vLLM 0.33.0's "
+            "own v1 scheduler, on the same overloaded Poisson plan (load 1.3 × μ_paper); steady-state window after "
+            f"{int(100 * self.warmup)} % warm-up; ± is a 95 % batch-means half-width.  Gaps are (predicted − measured)"
+            " / measured."
+        )
+        out += ["", _md_table(self.MAIN_HEADER, self.main_rows()), ""]
+        for r in self.results:
+            if r.difference is not None:
+                out.append(f"- {r.case.name}: the model departs from vLLM at {r.difference}")
+            if r.dropped:
+                out.append(f"- {r.case.name}: {r.dropped} requests whose peak exceeds M were dropped from the plan")
+        out += ["", "## Decomposition of the paper formula's gap (log points, %)", ""]
+        out.append(
+            "Each term is `100·ln` of a ratio (see `kvstab.empirical.decompose`); the terms and the residual add up to "
+            "the total `100·ln(μ_paper / μ_measured)`. Positive terms make the formula optimistic. The window boundary "
+            "is the finite window's noise (work done before the window for requests completing in it, work in "
+            "progress at its end); longer runs shrink it."
+        )
+        out += ["", _md_table(["term"] + [r.case.name for r in self.results], self.decomposition_rows()), ""]
+        if self.profile is not None:
+            out += ["## A100 / Llama-3-8B: b̄ and μ in requests/s from the profile", ""]
+            out.append(
+                "Step times from the vidur A100 profile (kernel time only: the LM head, sampling and the engine's CPU "
+                "time are not in it, so real steps are longer and real μ lower). The constant-b̄ column is the paper's "
+                "prediction with b̄ = the median profiled step; the fitted column charges every step, recomputed "
+                "prefill tokens included, through the fitted batch-time model."
+            )
+            out += ["", _md_table(self.A100_HEADER, self.a100_rows()), ""]
+            de, pe = self.profile.decode_error, self.profile.prefill_error
+            out.append(
+                f"Profile surrogates (per layer, relative error RMS / max): decode attention {100 * de[0]:.1f} % / "
+                f"{100 * de[1]:.1f} %, prefill attention {100 * pe[0]:.1f} % / {100 * pe[1]:.1f} %."
+            )
+        if self.fit is not None and self.fit_report is not None:
+            f = self.fit_report
+            out += [
+                "",
+                f"Fitted batch-time model (cvxpy, non-negative): `{self.fit.describe()}`; held-out steps: relative RMS "
+                f"error {100 * f.test_rel_rmse:.2f} %, max {100 * f.test_max_rel:.2f} %, error of the summed time "
+                f"{100 * f.test_total_rel:+.3f} % ({f.train_steps} steps fitted, {f.test_steps} held out).",
+            ]
+        if self.plots:
+            out += ["", "## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in self.plots]
+        return "\n".join(out) + "\n"
+
+    def write_csv(self, path: str) -> None:
+        """One row per case: the main table, then every decomposition term (%)."""
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            head = list(self.MAIN_HEADER) + [f"decomp {k} %" for k, _ in TERMS] + ["decomp residual %", "decomp total %"]
+            if self.profile is not None:
+                head += self.A100_HEADER[1:]
+            w.writerow(head)
+            a100 = self.a100_rows()
+            for i, (row, r) in enumerate(zip(self.main_rows(), self.results)):
+                d = r.decomposition
+                extra = [f"{100 * d.terms[k]:.4f}" for k, _ in TERMS] + [f"{100 * d.residual:.4f}", f"{100 * d.gap:.4f}"]
+                w.writerow(row + extra + (a100[i][1:] if a100 else []))
+
+    def latex(self) -> str:
+        """The main and decomposition tables as LaTeX ``tabular`` environments."""
+        parts = [_tex_table(self.MAIN_HEADER, self.main_rows())]
+        parts.append(_tex_table(["term"] + [r.case.name for r in self.results], self.decomposition_rows()))
+        if self.profile is not None:
+            parts.append(_tex_table(self.A100_HEADER, self.a100_rows()))
+        return "\n\n".join(parts) + "\n"
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+_TEX = {"&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "μ": r"$\mu$", "b̄": r"$\bar b$", "→": r"$\to$",
+        "±": r"$\pm$", "−": "-", "·": r"$\cdot$", "⌈": r"$\lceil$", "⌉": r"$\rceil$", "ŝ": r"$\hat s$"}
+
+
+def _tex(text: str) -> str:
+    return "".join(_TEX.get(ch, ch) for ch in text)
+
+
+def _tex_table(header: list[str], rows: list[list[str]]) -> str:
+    cols = "l" + "r" * (len(header) - 1)
+    lines = [rf"\begin{{tabular}}{{{cols}}}", r"\hline", " & ".join(_tex(h) for h in header) + r" \\", r"\hline"]
+    lines += [" & ".join(_tex(c) for c in row) + r" \\" for row in rows]
+    lines += [r"\hline", r"\end{tabular}"]
+    return "\n".join(lines)
+
+
+def plot_queues(out_dir: str, steps: int, seed: int, use_vllm: bool) -> list[str]:
+    """Queue length and KV utilisation over time for P/D 1:1 at ``M = 131000``, at 0.8 μ and 1.2 μ."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InvalidArgument("plots need matplotlib (pip install matplotlib), or pass --no-plots") from None
+    case = Case("P/D 1:1", PAPER_M, PAPER_WORKLOADS["paper-1:1"])
+    cfg = ReplayConfig.for_capacity(PAPER_M, 16)
+    mu = case.M / case.expected_g(PAPER_CHUNK)
+    runs = {}
+    for load in (0.8, 1.2):
+        plan = case.plan(steps, load * mu, seed)
+        runs[load] = replay_vllm(plan, cfg, steps) if use_vllm else replay_model(plan, cfg, steps)
+    src = "vLLM scheduler" if use_vllm else "vllm-v1 model"
+    paths = []
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for load, log in runs.items():
+        ax.plot(log.queue, label=f"λ = {load} μ", lw=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("waiting requests")
+    ax.set_title(f"Queue length, P/D 1:1, M = {PAPER_M} ({src})")
+    ax.legend()
+    fig.tight_layout()
+    paths.append(os.path.join(out_dir, "queue.png"))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for load, log in runs.items():
+        ax.plot(log.memory / cfg.M, label=f"λ = {load} μ", lw=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("KV in use / M")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"KV utilisation, P/D 1:1 ({src})")
+    ax.legend()
+    fig.tight_layout()
+    paths.append(os.path.join(out_dir, "kv.png"))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def compare(
+    cases: list[Case],
+    out_dir: str,
+    *,
+    steps: int,
+    small_steps: int | None = None,
+    seed: int = 0,
+    load: float = 1.3,
+    warmup: float = 0.25,
+    use_vllm: bool = True,
+    profile: A100Profile | None = None,
+    plots: bool = True,
+    plot_steps: int = 6000,
+    progress: Callable[[str], None] | None = None,
+) -> Report:
+    """Run every case, fit the batch-time model on the measured logs, write the report files into ``out_dir``."""
+    os.makedirs(out_dir, exist_ok=True)
+    results = []
+    for c in cases:
+        if progress is not None:
+            progress(f"{c.name} (M={c.M})")
+        n = small_steps if (small_steps is not None and c.M <= SMALL_M) else steps
+        results.append(run_case(c, n, load=load, seed=seed, warmup=warmup, use_vllm=use_vllm))
+    fit = fit_report = None
+    if profile is not None:
+        logs = [r.measured for r in results]
+        fit, fit_report = fit_batch_time(logs, [profile.step_times(g) for g in logs], seed=seed)
+    paths = plot_queues(out_dir, plot_steps, seed, use_vllm) if plots else []
+    report = Report(results, profile, fit, fit_report, warmup, paths)
+    with open(os.path.join(out_dir, "compare.md"), "w", encoding="utf-8") as fh:
+        fh.write(report.markdown())
+    report.write_csv(os.path.join(out_dir, "compare.csv"))
+    with open(os.path.join(out_dir, "compare.tex"), "w", encoding="utf-8") as fh:
+        fh.write(report.latex())
+    return report

@@ -1,0 +1,103 @@
+"""vLLM's request lifecycle in kvstab's reference engine.
+
+kvstab's model and vLLM v1 agree on how a step works (the ``vllm-v1`` rule
+reproduces the scheduling decision) but differ in two points of a request's
+lifecycle, which this module maps exactly:
+
+* **The last prefill step samples output token 1.**  A vLLM request
+  ``(s, o)`` with ``max_tokens = o`` is in service ``n(s) + o − 1`` steps and
+  holds at most ``s + o − 1`` tokens of KV.  kvstab's request ``(s, o′)`` is in
+  service ``n(s) + o′`` slots and holds at most ``s + o′``, so ``o′ = o − 1``;
+  its progress is then vLLM's ``num_computed_tokens`` in every step.  A vLLM
+  request with ``o = 1`` is a kvstab request with no decode unit (``o′ = 0``):
+  it finishes in its last prefill slot.
+* **Recompute keeps the output.**  vLLM frees a preempted request's KV but
+  keeps the tokens it produced; on resumption it recomputes them as part of
+  the prompt (``num_tokens − num_computed_tokens``, chunked like any prefill).
+  A request preempted with progress ``p ≥ s`` has produced ``k = p − s + 1``
+  tokens, so it comes back as ``(s + k, o′ − k) = (p + 1, s + o′ − p − 1)``:
+  same peak ``s + o′``, but its first ``k`` outputs cost one chunked prefill
+  instead of ``k`` decode steps.  Preempted during prefill (``p < s``), it
+  restarts unchanged.
+
+kvstab's :class:`~kvstab.simulator.Engine` restarts a preempted request from
+scratch and accepts only ``o ≥ 1``, so :class:`VllmEngine` adapts it from the
+outside: it snapshots progress before each step and rewrites the victims'
+lengths after it.  This needs no change in the rule and none in the core; a
+core hook (``Engine(..., on_preempt=...)`` and ``o = 0`` requests) would make
+the adaptation unnecessary — see ``docs/empirical.md``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvstab.contract import Scheduler
+from kvstab.errors import InvalidArgument
+from kvstab.model import ModelParams, tokens_held
+from kvstab.simulator import Engine, SlotRecord, _Req
+
+__all__ = ["VllmEngine", "kvstab_lengths", "resumed_lengths"]
+
+
+def kvstab_lengths(s: int, o: int) -> tuple[int, int]:
+    """The kvstab lengths ``(s, o − 1)`` of a vLLM request with prompt ``s`` and
+    ``max_tokens = o`` (``o − 1`` may be 0: the request ends with its prefill)."""
+    if s < 1 or o < 1:
+        raise InvalidArgument(f"a vLLM request needs s >= 1 and o >= 1, got s={s}, o={o}")
+    return s, o - 1
+
+
+def resumed_lengths(s: int, o: int, progress: int) -> tuple[int, int]:
+    """Lengths a kvstab request ``(s, o)`` (already mapped) resumes with after a
+    recompute preemption at ``progress``: unchanged in prefill, else
+    ``(progress + 1, s + o − progress − 1)``."""
+    if progress < s:
+        return s, o
+    return progress + 1, s + o - progress - 1
+
+
+class VllmEngine(Engine):
+    """kvstab's engine with vLLM's request lifecycle (see the module docstring).
+
+    Requests are given in vLLM's terms (``max_tokens = o``); :attr:`vllm_o`
+    keeps them so results can be reported in those terms.
+    """
+
+    def __init__(self, scheduler: Scheduler, params: ModelParams, *, check: bool = True, window: int = 8) -> None:
+        super().__init__(scheduler, params, check=check, window=window)
+        self.vllm_s: list[int] = []
+        self.vllm_o: list[int] = []
+        self.recomputed: list[int] = []  # per request: tokens recomputed after preemptions
+
+    def arrive(self, s: int, o: int) -> int:
+        """A vLLM request with prompt ``s`` and ``max_tokens = o`` arrives now."""
+        for name, v in (("s", s), ("o", o)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise InvalidArgument(f"request length {name} must be an integer >= 1, got {v!r}")
+        ks, ko = kvstab_lengths(int(s), int(o))
+        if tokens_held(ks + ko, self.params.block) > self.params.M:
+            raise InvalidArgument(
+                f"request (s={s}, o={o}) needs {ks + ko} tokens of KV at its peak but M={self.params.M}: "
+                "vLLM could never finish it"
+            )
+        # Built directly rather than through Engine.arrive, which rejects o′ = 0.
+        r = _Req(rid=len(self.requests), s=ks, o=ko, arrival=self.slot)
+        self.requests.append(r)
+        self.waiting.append(r)
+        self._pending_arrivals += 1
+        self.vllm_s.append(int(s))
+        self.vllm_o.append(int(o))
+        self.recomputed.append(0)
+        return r.rid
+
+    def step(self) -> SlotRecord:
+        """One vLLM step; victims come back with their outputs folded into the prompt."""
+        before = {r.rid: r.progress for r in self.active}
+        rec = super().step()
+        for rid in rec.preempted:
+            r = self.requests[rid]
+            p = before[rid]
+            r.s, r.o = resumed_lengths(r.s, r.o, p)
+            self.recomputed[rid] += p  # every token whose KV it threw away is computed again
+        return rec
