@@ -35,7 +35,7 @@ import numpy as np
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams, tokens_held
-from kvstab.simulator import Engine, SlotRecord, _Req
+from kvstab.simulator import Engine, SlotRecord, RequestState
 
 __all__ = ["VllmEngine", "kvstab_lengths", "resumed_lengths"]
 
@@ -82,7 +82,7 @@ class VllmEngine(Engine):
                 "vLLM could never finish it"
             )
         # Built directly rather than through Engine.arrive, which rejects o′ = 0.
-        r = _Req(rid=len(self.requests), s=ks, o=ko, arrival=self.slot)
+        r = RequestState(rid=len(self.requests), s=ks, o=ko, arrival=self.slot)
         self.requests.append(r)
         self.waiting.append(r)
         self._pending_arrivals += 1

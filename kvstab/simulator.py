@@ -33,13 +33,16 @@ from kvstab.errors import InvalidArgument, InvalidScheduler, InvariantViolation
 from kvstab.model import ModelParams, progress_after, tokens_held
 from kvstab.ops import CONCRETE
 
-__all__ = ["Engine", "SimResult", "SlotRecord", "simulate"]
+__all__ = ["Engine", "RequestState", "SimResult", "SlotRecord", "simulate"]
 
 IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(slots=True)
-class _Req:
+class RequestState:
+    """A request's mutable state inside an engine (engines and their subclasses only;
+    schedulers see the frozen :class:`~kvstab.contract.View`)."""
+
     rid: int
     s: int
     o: int
@@ -104,7 +107,7 @@ class SimResult:
         return np.cumsum(self.arrived) - np.cumsum(self.completed)
 
 
-def _ids(reqs: list[_Req], most: int = 12) -> str:
+def _ids(reqs: list[RequestState], most: int = 12) -> str:
     ids = [r.rid for r in reqs]
     shown = ", ".join(str(i) for i in ids[:most])
     return f"[{shown}{', …' if len(ids) > most else ''}] ({len(ids)} in all)"
@@ -132,9 +135,9 @@ class Engine:
         self.check = check
         self.window = max(1, int(window))
         self.slot = 0
-        self.requests: list[_Req] = []
-        self.active: list[_Req] = []  # admission order
-        self.waiting: deque[_Req] = deque()
+        self.requests: list[RequestState] = []
+        self.active: list[RequestState] = []  # admission order
+        self.waiting: deque[RequestState] = deque()
         self.records: list[SlotRecord] = []
         self._pending_arrivals = 0
 
@@ -149,7 +152,7 @@ class Engine:
                 f"request (s={s}, o={o}) needs {int(s) + int(o)} tokens at its peak but M={self.params.M}: "
                 "no scheduler can ever serve it"
             )
-        r = _Req(rid=len(self.requests), s=int(s), o=int(o), arrival=self.slot)
+        r = RequestState(rid=len(self.requests), s=int(s), o=int(o), arrival=self.slot)
         self.requests.append(r)
         self.waiting.append(r)
         self._pending_arrivals += 1
