@@ -120,8 +120,13 @@ class Scheduler(Protocol):
       default audits, expected to fail).
     """
 
-    name: str
-    description: str
+    @property
+    def name(self) -> str:
+        """Registry name (e.g. ``current-fit``)."""
+
+    @property
+    def description(self) -> str:
+        """One line saying what the policy does."""
 
     def decide(self, view: View, ops: Ops) -> Decision:
         """The decision for one slot; pure, and written against ``ops``."""
