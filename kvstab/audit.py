@@ -11,9 +11,17 @@ through an :class:`Auditor`, which keeps a *shadow* account of every request
    once) and, for a scheduler declaring ``fcfs``, first admissions in arrival
    order;
 3. served area of a finished request ``= g(s, o) + wasted`` (``= g`` without
-   preemption), with ``g`` from :mod:`kvstab.theory.area`;
+   preemption), with ``g`` from :mod:`kvstab.theory.area`.  ``g`` is the area
+   under maximal batching (one full unit per slot).  A last attempt that was
+   ever granted less than a unit (a token budget, a grant of 0) follows another
+   path through prefill, whose area may be above or below ``g``; what no path
+   avoids is the last prefill slot (holding ``s``) and one slot per output
+   token (holding ``s + j``), so for it the check is
+   ``served ≥ wasted + B⌈s/B⌉ + Σ_j B⌈(s + j)/B⌉``;
 4. area served in the slot (the shadow's increments) ``= memory ≤ M``;
-5. the slot identity ``V′ = V + Σ_arrivals g − used + wasted``;
+5. the slot identity ``V′ = V + Σ_arrivals g − used + wasted`` (plus, for
+   requests finishing after partial grants, the difference ``served − g`` of
+   their last attempt, which ``V`` — built on ``g`` — cannot foresee);
 6. the drift bound: queue non-empty after the decision ⇒ memory ``≥ M − Δ``
    for the scheduler's declared ``margin`` (``Δ = M − 1``, "something runs",
    if it declares none);
@@ -22,8 +30,10 @@ through an :class:`Auditor`, which keeps a *shadow* account of every request
    requests as running, the rule admits no one more;
 8. liveness: once arrivals stop, everything finishes within
    ``Σ (n(s) + o)`` slots over the unfinished requests (a bound that holds
-   whenever the oldest running request is never preempted and a lone head
-   is always admitted).
+   whenever the oldest running request is never preempted, advances a full
+   unit each slot, and a lone head is always admitted); with a token budget
+   the oldest request advances at least one token a slot, and the bound is
+   ``Σ (s + o)``.
 
 A failure raises :class:`PropertyViolation`, an ``AssertionError`` (so
 Hypothesis shrinks it) whose message names the property, the slot and two
@@ -37,12 +47,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from kvstab.arrivals import ArrivalPlan
 from kvstab.contract import ActiveEntry, Scheduler, View, WaitingEntry
 from kvstab.errors import InvalidArgument, KvstabError
-from kvstab.model import ModelParams, tokens_held
+from kvstab.model import ModelParams, tokens_held, unit_tokens
 from kvstab.ops import CONCRETE
 from kvstab.replay import replay_command
 from kvstab.simulator import Engine, SlotRecord
@@ -125,7 +135,10 @@ def margin_of(scheduler: Scheduler, params: ModelParams, max_s: int, max_o: int)
 
 
 def service_slots(s: int, o: int, params: ModelParams) -> int:
-    """Slots an unpreempted request is in service: ``n(s) + o = ⌈s/ŝ⌉ + o``."""
+    """Slots an unpreempted request needs at most: ``n(s) + o = ⌈s/ŝ⌉ + o`` under
+    maximal batching, ``s + o`` (one token a slot) under a token budget."""
+    if params.token_budget is not None:
+        return s + o
     return -(-s // params.chunk) + o
 
 
@@ -163,6 +176,8 @@ class Auditor:
         self.total_area: list[int] = []  # all area served, wasted attempts included
         self.wasted: list[int] = []
         self.preempted_ever: list[bool] = []
+        #: whether the current attempt was ever granted less than one unit
+        self.partial: list[bool] = []
         self.admitted_ever: list[bool] = []
         self.V = 0  # remaining area at the end of the last slot (this slot's arrivals not included)
         self.arrived_g = 0  # Σ g of this slot's arrivals
@@ -181,6 +196,12 @@ class Auditor:
     def _on(self, prop: int) -> bool:
         return prop in self.select
 
+    def unavoidable_area(self, s: int, o: int) -> int:
+        """Area every path through a request's life serves: its last prefill
+        slot holds ``s`` tokens and each decode slot ``s + j``."""
+        b = self.params.block
+        return int(tokens_held(s, b)) + sum(int(tokens_held(s + j, b)) for j in range(1, o + 1))
+
     # --- inputs
     def arrive(self, s: int, o: int) -> int:
         """A request arrives in the current slot."""
@@ -192,6 +213,7 @@ class Auditor:
         self.total_area.append(0)
         self.wasted.append(0)
         self.preempted_ever.append(False)
+        self.partial.append(False)
         self.admitted_ever.append(False)
         self.arrived_g += g  # enters V in the slot identity of this slot
         self.max_s = max(self.max_s, int(s))
@@ -244,6 +266,13 @@ class Auditor:
             self.wasted[rid] += self.area[rid]
             self.area[rid] = 0
             self.preempted_ever[rid] = True
+            self.partial[rid] = False  # a new attempt starts from progress 0
+        for rid in running:
+            # admitted this slot ⇒ progress was 0 before its first unit
+            before = before_active.get(rid, 0)
+            r = reqs[rid]
+            if r.progress - before < unit_tokens(r.s, before, p.chunk):
+                self.partial[rid] = True
         for rid, h in held.items():
             self.area[rid] += h
             self.total_area[rid] += h
@@ -253,6 +282,10 @@ class Auditor:
                 raise self.fail(4, t, f"area served {memory} differs from the memory the engine charged {rec.memory}")
             if memory > p.M:
                 raise self.fail(4, t, f"area served in one slot {memory} > M={p.M}")
+        excess = 0  # Σ (served − g) of last attempts that ended after partial grants (either sign)
+        for rid in rec.completed:
+            if self.partial[rid]:
+                excess += self.area[rid] - self.g[rid]
         if self._on(3):
             if wasted_now != rec.wasted:
                 raise self.fail(3, t, f"preemptions threw away area {wasted_now}, the engine reports {rec.wasted}")
@@ -261,20 +294,25 @@ class Auditor:
                 ex["3-preempted"] += self.preempted_ever[rid]
                 r = reqs[rid]
                 g, served, wasted = self.g[rid], self.total_area[rid], self.wasted[rid]
-                if served != g + wasted or r.served != served or r.wasted != wasted:
+                partial = self.partial[rid]
+                if partial:
+                    g = self.unavoidable_area(r.s, r.o)
+                area_ok = served >= g + wasted if partial else served == g + wasted
+                if not area_ok or r.served != served or r.wasted != wasted:
                     kind = "preempted" if self.preempted_ever[rid] else "never preempted"
+                    relation = "≥ unavoidable area" if partial else "= g"
                     raise self.fail(
                         3, t, f"request {rid} (s={r.s}, o={r.o}, {kind}) finished with served area {served}, "
-                        f"expected g + wasted = {g} + {wasted} (engine: served {r.served}, wasted {r.wasted})"
+                        f"expected {relation} + wasted = {g} + {wasted} (engine: served {r.served}, wasted {r.wasted})"
                     )
         # Lyapunov function: full g for waiting, the unserved part for active, 0 once finished
         V_after = sum(self.g[rid] for rid in waiting_ids) + sum(self.g[rid] - self.area[rid] for rid in active_ids)
         if self._on(5):
-            expected = self.V + self.arrived_g - rec.memory + rec.wasted
+            expected = self.V + self.arrived_g - rec.memory + rec.wasted + excess
             if V_after != expected:
                 raise self.fail(
-                    5, t, f"V after the slot is {V_after}, but V + Σg(arrivals) − used + wasted = {self.V} + "
-                    f"{self.arrived_g} − {rec.memory} + {rec.wasted} = {expected}"
+                    5, t, f"V after the slot is {V_after}, but V + Σg(arrivals) − used + wasted + excess = {self.V} + "
+                    f"{self.arrived_g} − {rec.memory} + {rec.wasted} + {excess} = {expected}"
                 )
         self.V = V_after
         self.arrived_g = 0
@@ -370,7 +408,7 @@ class Auditor:
                 stuck = [r.rid for r in reqs if r.finish < 0]
                 raise self.fail(
                     8, None, f"requests {stuck[:12]} still unfinished {taken} slots after arrivals stopped; "
-                    f"bound Σ(n(s)+o) = {bound}"
+                    f"bound {'Σ(s+o)' if self.params.token_budget is not None else 'Σ(n(s)+o)'} = {bound}"
                 )
             self.step()
             taken += 1
@@ -417,7 +455,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``kvstab audit`` (the same as ``python -m kvstab.audit``) to the CLI."""
     p = sub.add_parser("audit", help="run a workload through every property check of the audit suite")
     for action in _parser()._actions:
