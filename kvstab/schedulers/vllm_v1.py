@@ -84,12 +84,14 @@ class VllmV1:
 
         grants: list[IntLike] = []
         preempt: list[BoolLike] = []
+        afters: list[IntLike] = []  # post-step memory of each entry, 0 for an empty slot
         prefix: IntLike = 0  # post-step memory of the running list up to here
         for a in view.active:
             ask = ops.ite(ops.lt(a.progress, a.s), ops.min(a.s - a.progress, view.chunk), 1)
             grant = ask if unlimited else ops.min(ask, budget)
             grant = ops.ite(a.present, grant, 0)
             after = ops.ite(a.present, tokens_held(a.progress + grant, view.block, ops), 0)
+            afters.append(after)
             prefix = prefix + after
             victim = ops.and_(a.present, ops.lt(view.M, prefix))
             preempt.append(victim)
@@ -99,10 +101,8 @@ class VllmV1:
             if not unlimited:
                 budget = budget - ops.ite(victim, 0, grant)
         any_preempted = ops.or_(*preempt)
-        kept = ops.sum(
-            ops.ite(v, 0, tokens_held(a.progress + g, view.block, ops))
-            for a, v, g in zip(view.active, preempt, grants)
-        )
+        # masked through `after`: an empty slot (symbolic runs) holds nothing
+        kept = ops.sum(ops.ite(v, 0, after) for v, after in zip(preempt, afters))
 
         def fits(w: WaitingEntry, acc: tuple[IntLike, IntLike]) -> tuple[BoolLike, tuple[IntLike, IntLike]]:
             used, left = acc

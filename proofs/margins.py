@@ -1,0 +1,159 @@
+"""The work-conservation margin ``Δ`` of a policy, established by proofs.
+
+``Δ`` is the smallest number of tokens such that, in every slot where the
+queue is non-empty after the decision, the memory in use is at least
+``M − Δ``.  It is found by a search over ``Δ`` in which every step is a
+solver query: the answer is a **proof** at ``Δ`` (``unsat``: no state of the
+invariant has memory ``< M − Δ`` with a non-empty queue) and a **witness** at
+``Δ − 1`` (``sat``: a decoded state with memory exactly ``M − Δ``), so ``Δ``
+is tight over the invariant's states.  It needs ``M`` and the length bounds
+``max s``, ``max o`` fixed.
+
+``Δ/M`` is the policy's own ``δ``; for a policy without preemption the drift
+argument then certifies stability below ``μ(1 − Δ/M)``.  With recompute
+preemption the slot identity also charges the area a preemption throws away,
+so ``Δ`` certifies only the memory in use, not the useful work (see
+``docs/proofs.md``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import z3
+
+from kvstab.contract import Scheduler
+from kvstab.errors import InvalidArgument
+from kvstab.model import tokens_held
+from kvstab.proofs.encoding import Setting, encode_step, fresh_state
+from kvstab.proofs.invariants import Conjunct, base_conjuncts
+from kvstab.proofs.replaying import decode_slot
+from kvstab.proofs.solver import Budget, solve
+from kvstab.proofs.verdicts import Obligation, Proved, Refuted, SlotState, Unknown, Verdict
+
+__all__ = ["MarginResult", "work_conservation_margin"]
+
+
+@dataclass(frozen=True, slots=True)
+class MarginResult:
+    """``delta`` (tokens) with its proof and tightness witness; ``None`` if undecided."""
+
+    scheduler: str
+    M: int
+    max_s: int
+    max_o: int
+    delta: int | None
+    verdict: Verdict
+    witness: SlotState | None
+    declared: int | None
+    obligations: tuple[Obligation, ...]
+
+    @property
+    def paper_delta_tokens(self) -> int:
+        """The paper's ``δ·M = ess sup(s + o)`` (block-rounded), in tokens."""
+        return int(tokens_held(self.max_s + self.max_o, 1))
+
+    @property
+    def own_delta(self) -> float | None:
+        """``Δ/M``: the policy's own ``δ``."""
+        return None if self.delta is None else self.delta / self.M
+
+
+def work_conservation_margin(
+    scheduler: Scheduler,
+    setting: Setting,
+    K: int,
+    Q: int,
+    max_s: int,
+    max_o: int,
+    *,
+    conjuncts: Sequence[Conjunct] = (),
+    budget: Budget | None = None,
+) -> MarginResult:
+    """Establish ``Δ`` for ``scheduler`` over the states of base ∧ ``conjuncts``."""
+    if setting.M is None:
+        raise InvalidArgument("the margin search needs a fixed M (pass --M)")
+    for n, v in (("max s", max_s), ("max o", max_o)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InvalidArgument(f"{n} must be a positive integer, got {v!r}")
+    if tokens_held(max_s + max_o, setting.block) > setting.M:
+        raise InvalidArgument(f"max s + max o = {max_s + max_o} does not fit in M = {setting.M}")
+    budget = budget or Budget()
+    M = setting.M
+    pre = fresh_state("pre", K, Q)
+    step = encode_step(scheduler, pre, setting, "post")
+    conj = base_conjuncts(step.full_units) + list(conjuncts)
+    bounds = [z3.Implies(e.present, z3.And(e.s <= max_s, e.o <= max_o)) for e in pre.active + pre.waiting]
+    queue_left = z3.Or(*[e.present for e in step.post.waiting])
+    prem = setting.base_constraints() + [c(pre, setting) for c in conj] + step.constraints() + bounds + [queue_left]
+    obs: list[Obligation] = []
+    t0 = time.perf_counter()
+    guard = solve(prem, budget, "margin-premises")
+    obs.append(Obligation("margin: premises satisfiable", _v(guard), time.perf_counter() - t0))
+    declared = _declared(scheduler, setting, max_s, max_o)
+    if guard.status != "sat":
+        return MarginResult(scheduler.name, M, max_s, max_o, None, obs[-1].verdict, None, declared, tuple(obs))
+
+    def below(delta: int) -> tuple[object, float]:
+        t = time.perf_counter()
+        return solve(prem + [step.charged < M - delta], budget, f"margin-{delta}"), time.perf_counter() - t
+
+    # invariant of the search: Δ = hi holds (proved or trivially M); Δ = lo - 1 fails
+    lo, hi = 0, M
+    witness = None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        ans, secs = below(mid)
+        st = ans.status  # type: ignore[attr-defined]
+        if st == "unknown":
+            undecided = Unknown(f"solver: {ans.reason}", ans.smt2)  # type: ignore[attr-defined]
+            obs.append(Obligation("margin", undecided, secs, conjunct=f"memory ≥ M − {mid}"))
+            return MarginResult(scheduler.name, M, max_s, max_o, None, undecided, None, declared, tuple(obs))
+        if st == "unsat":
+            obs.append(Obligation("margin", Proved("unsat"), secs, conjunct=f"memory ≥ M − {mid}"))
+            hi = mid
+        else:
+            obs.append(Obligation("margin", Refuted(None, "a state uses less"), secs, conjunct=f"memory ≥ M − {mid}"))
+            lo = mid + 1
+    delta = hi
+    if delta > 0:
+        # tightness: a state whose memory is exactly M − Δ
+        t = time.perf_counter()
+        ans = solve(prem + [step.charged == M - delta], budget, f"margin-witness-{delta}")
+        if ans.status == "sat" and ans.model is not None:
+            witness = decode_slot(ans.model, step, 0)
+            obs.append(
+                Obligation(
+                    "margin: witness", Proved("sat: tight"), time.perf_counter() - t, conjunct=f"memory = M − {delta}"
+                )
+            )
+        else:
+            no_witness = Unknown(f"no witness at memory = M − {delta} ({ans.status})", ans.smt2)
+            obs.append(Obligation("margin: witness", no_witness, time.perf_counter() - t))
+            return MarginResult(scheduler.name, M, max_s, max_o, delta, no_witness, None, declared, tuple(obs))
+    verdict = Proved(
+        "search over Δ with a proof at Δ and a witness at Δ − 1",
+        setting.assumptions() + (f"K = {K}, Q = {Q}", f"s ≤ {max_s}, o ≤ {max_o}"),
+    )
+    return MarginResult(scheduler.name, M, max_s, max_o, delta, verdict, witness, declared, tuple(obs))
+
+
+def _v(ans: object) -> Verdict:
+    st = ans.status  # type: ignore[attr-defined]
+    if st == "sat":
+        return Proved("premises satisfiable (vacuity guard)")
+    if st == "unsat":
+        return Unknown(
+            "vacuous: no state within the K/Q bounds has a non-empty queue after the decision "
+            "(raise K so that the active requests can fill M)"
+        )
+    return Unknown(f"solver: {ans.reason}", ans.smt2)  # type: ignore[attr-defined]
+
+
+def _declared(scheduler: Scheduler, setting: Setting, max_s: int, max_o: int) -> int | None:
+    fn = getattr(scheduler, "margin", None)
+    if not callable(fn) or setting.M is None:
+        return None
+    return int(fn(setting.params(setting.M), max_s, max_o))

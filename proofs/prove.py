@@ -1,0 +1,170 @@
+"""``prove``: the memory invariant of one scheduler, proved or refuted.
+
+1. 1-induction of the base invariant (well-formed ∧ memory ≤ ``M``) with the
+   user's extra conjuncts;
+2. if that fails and Houdini is on, the menu's candidates are pruned to an
+   inductive set and the strengthened invariant is proved again, in full;
+   (when the first attempt's counterexample to induction breaks the memory
+   goal itself, a short bounded search for a reachable run comes first);
+3. if the invariant is still not proved, bounded model checking from the
+   empty system separates a **reachable** violation (``Refuted``, replayed in
+   the simulator) from a counterexample to induction only (``Unknown``: the
+   invariant may hold but this method cannot show it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kvstab.contract import Scheduler
+from kvstab.proofs.bmc import bmc
+from kvstab.proofs.encoding import Setting, check_bounds
+from kvstab.proofs.induction import check_inductive, houdini
+from kvstab.proofs.invariants import Conjunct, menu
+from kvstab.proofs.solver import Budget
+from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict
+from kvstab.registry import load_scheduler, registry
+
+__all__ = ["ProofReport", "prove", "resolve"]
+
+#: slots of the quick reachability search run before Houdini
+QUICK_BMC = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ProofReport:
+    """Everything ``prove`` did: the verdict, every obligation, the strengthening."""
+
+    scheduler: str
+    spec: str | None
+    K: int
+    Q: int
+    setting: Setting
+    verdict: Verdict
+    obligations: tuple[Obligation, ...]
+    strengthening: tuple[str, ...] = ()
+    houdini_log: tuple[str, ...] = ()
+    seconds: float = 0.0
+    notes: tuple[str, ...] = field(default=())
+
+
+def resolve(scheduler: str | Scheduler) -> tuple[Scheduler, str | None]:
+    """The scheduler object and the spec a replay command can load it by."""
+    if isinstance(scheduler, str):
+        return load_scheduler(scheduler), scheduler
+    name = getattr(scheduler, "name", None)
+    reg = registry()
+    if isinstance(name, str) and name in reg and reg.get(name) is scheduler:
+        return scheduler, name
+    return scheduler, None
+
+
+def prove(
+    scheduler: str | Scheduler,
+    *,
+    K: int = 8,
+    Q: int = 4,
+    bmc_depth: int = 12,
+    setting: Setting | None = None,
+    strengthen: Sequence[Conjunct] = (),
+    use_houdini: bool = True,
+    arrivals_per_slot: int = 2,
+    budget: Budget | None = None,
+) -> ProofReport:
+    """Prove or refute that ``scheduler`` keeps every slot's memory within ``M``."""
+    check_bounds(K, Q)
+    setting = setting or Setting()
+    budget = budget or Budget()
+    sched, spec = resolve(scheduler)
+    t0 = time.perf_counter()
+    obs: list[Obligation] = []
+    hlog: list[str] = []
+
+    first = check_inductive(sched, setting, K, Q, strengthen, budget=budget, spec=spec, fail_fast=use_houdini)
+    obs += first.obligations
+    if isinstance(first.verdict, Proved):
+        return _report(sched, spec, K, Q, setting, first.verdict, obs, [c.name for c in strengthen], hlog, t0)
+
+    verdict: Verdict = first.verdict
+    names = [c.name for c in strengthen]
+    quick = min(bmc_depth, QUICK_BMC)
+    if isinstance(first.verdict, Refuted) and first.verdict.trace is not None:
+        # the memory goal itself has a counterexample to induction: look for a
+        # short reachable run first, before paying for a strengthening search
+        # (small bounds: any run it finds is real, and small runs are cheap)
+        reach, bobs = bmc(
+            sched, setting, min(K, 2), min(Q, 2), quick, arrivals_per_slot=arrivals_per_slot, budget=budget, spec=spec
+        )
+        obs += bobs
+        if isinstance(reach, Refuted):
+            return _report(sched, spec, K, Q, setting, reach, obs, names, hlog, t0)
+    if use_houdini:
+        cands = [c for c in menu() if c.name not in names]
+        # one candidate at a time first (cheap, and what a policy usually needs),
+        # then Houdini over the whole menu
+        survivors = None
+        for group in [[c] for c in cands] + ([cands] if len(cands) > 1 else []):
+            survivors, log = houdini(sched, setting, K, Q, list(strengthen), group, budget=budget)
+            hlog += log
+            if survivors is not None:
+                break
+        if survivors is not None:
+            second = check_inductive(
+                sched,
+                setting,
+                K,
+                Q,
+                list(strengthen) + survivors,
+                budget=budget,
+                spec=spec,
+                method="1-induction, strengthened by Houdini",
+            )
+            obs += second.obligations
+            names += [c.name for c in survivors]
+            if isinstance(second.verdict, Proved):
+                return _report(sched, spec, K, Q, setting, second.verdict, obs, names, hlog, t0)
+            verdict = second.verdict
+
+    reach, bobs = bmc(sched, setting, K, Q, bmc_depth, arrivals_per_slot=arrivals_per_slot, budget=budget, spec=spec)
+    obs += bobs
+    if isinstance(reach, Refuted):
+        final: Verdict = reach
+    elif isinstance(reach, Unknown):
+        final = reach
+    else:
+        why = str(verdict.detail) if isinstance(verdict, Refuted) else str(verdict)
+        smt2 = next((str(o.info["smt2"]) for o in obs if "smt2" in o.info), None)
+        final = Unknown(
+            f"not proved ({why}; no strengthening in the menu) and no violation reachable within "
+            f"{bmc_depth} slots from the empty system",
+            smt2,
+        )
+    return _report(sched, spec, K, Q, setting, final, obs, names, hlog, t0)
+
+
+def _report(
+    sched: Scheduler,
+    spec: str | None,
+    K: int,
+    Q: int,
+    setting: Setting,
+    verdict: Verdict,
+    obs: list[Obligation],
+    names: list[str],
+    hlog: list[str],
+    t0: float,
+) -> ProofReport:
+    return ProofReport(
+        scheduler=sched.name,
+        spec=spec,
+        K=K,
+        Q=Q,
+        setting=setting,
+        verdict=verdict,
+        obligations=tuple(obs),
+        strengthening=tuple(names),
+        houdini_log=tuple(hlog),
+        seconds=time.perf_counter() - t0,
+    )
