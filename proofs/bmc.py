@@ -183,7 +183,7 @@ def k_induction(
     ``(k+1)``-th that passes too.  (Its base case is :func:`bmc` to depth ``k``.)"""
     budget = budget or Budget()
     un = unroll(scheduler, setting, K, Q, arrivals_per_slot, k + 1, empty_start=False)
-    conj = base_conjuncts(True) + list(extra)
+    conj = base_conjuncts(True, setting) + list(extra)
     prem = un.upto(k + 1) + [c(un.start, setting) for c in conj]
     prem += [z3.Not(_violated(un.steps[t], setting)) for t in range(k)]
     obs: list[Obligation] = []

@@ -78,7 +78,7 @@ def _constant(goal: z3.BoolRef) -> ConjunctFn:
 def _frame(scheduler: Scheduler, setting: Setting, K: int, Q: int, extra: Sequence[Conjunct]) -> _Frame:
     pre = fresh_state("pre", K, Q)
     step = encode_step(scheduler, pre, setting, "post")
-    return _Frame(step=step, conjuncts=base_conjuncts(step.full_units) + list(extra), init=fresh_state("init", K, Q))
+    return _Frame(step=step, conjuncts=base_conjuncts(step.full_units, setting) + list(extra), init=fresh_state("init", K, Q))
 
 
 def _init_premises(fr: _Frame, setting: Setting) -> list[z3.BoolRef]:

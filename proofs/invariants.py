@@ -70,12 +70,24 @@ def _release_hints(step: StepTerms, se: Setting) -> list[z3.BoolRef]:
     return [_release_bound(r, a, x, y, se) for r, a, x, y in zip(step.running, step.after, srcs, step.post.active)]
 
 
-def base_conjuncts(aligned: bool) -> list[Conjunct]:
-    """Well-formedness and the memory invariant itself, in its state form."""
-    return [
+def _active_count(st: SymState, se: Setting) -> z3.BoolRef:
+    """Active requests ≤ max_num_seqs (true when no cap is set)."""
+    if se.max_num_seqs is None:
+        return z3.BoolVal(True)
+    return z3.Sum([z3.If(e.present, 1, 0) for e in st.active] + [z3.IntVal(0)]) <= se.max_num_seqs
+
+
+def base_conjuncts(aligned: bool, setting: Setting | None = None) -> list[Conjunct]:
+    """Well-formedness and the memory invariant itself, in its state form; with a
+    ``max_num_seqs`` cap, also the cap on the active requests (the state form of
+    the engine's per-slot check: whoever is active after a slot ran in it)."""
+    out = [
         Conjunct("well-formed", lambda st, se: well_formed(st, se, aligned), "base"),
         Conjunct("memory ≤ M", lambda st, se: memory(st, se) <= se.M_term, "base", _release_lemma, _release_hints),
     ]
+    if setting is not None and setting.max_num_seqs is not None:
+        out.append(Conjunct("active ≤ max_num_seqs", _active_count, "base"))
+    return out
 
 
 # --- the built-in menu of candidate strengthenings

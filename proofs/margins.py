@@ -84,7 +84,7 @@ def work_conservation_margin(
     M = setting.M
     pre = fresh_state("pre", K, Q)
     step = encode_step(scheduler, pre, setting, "post")
-    conj = base_conjuncts(step.full_units) + list(conjuncts)
+    conj = base_conjuncts(step.full_units, setting) + list(conjuncts)
     bounds = [z3.Implies(e.present, z3.And(e.s <= max_s, e.o <= max_o)) for e in pre.active + pre.waiting]
     queue_left = z3.Or(*[e.present for e in step.post.waiting])
     prem = setting.base_constraints() + [c(pre, setting) for c in conj] + step.constraints() + bounds + [queue_left]

@@ -27,3 +27,12 @@ def test_vllm_v1_is_proved_under_a_token_budget(setting: Setting, budget: Budget
     rep = prove("vllm-v1", K=3, Q=2, bmc_depth=2, setting=budgeted, budget=budget)
     assert isinstance(rep.verdict, Proved), rep.verdict
     assert any("token budget" in a for a in rep.verdict.assumptions)
+
+
+def test_vllm_v1_is_proved_with_a_running_cap(setting: Setting, budget: Budget) -> None:
+    """With ``max_num_seqs`` the base invariant carries the cap on active requests
+    (else a state with more active requests than the cap is a spurious CTI)."""
+    capped = dataclasses.replace(setting, token_budget=512, max_num_seqs=2)
+    rep = prove("vllm-v1", K=3, Q=2, bmc_depth=2, setting=capped, budget=budget)
+    assert isinstance(rep.verdict, Proved), rep.verdict
+    assert any("max_num_seqs = 2" in a for a in rep.verdict.assumptions)
