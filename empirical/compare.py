@@ -13,20 +13,13 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from kvstab.arrivals import ArrivalPlan, poisson_arrivals
-from kvstab.errors import InvalidArgument
-from kvstab.metrics import Estimate
-from kvstab.model import PAPER_CHUNK, PAPER_M, ModelParams
-from kvstab.theory.area import expected_g
-from kvstab.traces import load_trace
-from kvstab.workload import PAPER_WORKLOADS, Workload
-
 from kvstab.empirical.batchtime import A100Profile, BatchTimeModel, FitReport, fit_batch_time
 from kvstab.empirical.decompose import TERMS, GapDecomposition, decompose_gap
 from kvstab.empirical.estimators import (
@@ -38,6 +31,12 @@ from kvstab.empirical.estimators import (
     window,
 )
 from kvstab.empirical.replay import ReplayConfig, StepLog, replay_model, replay_vllm
+from kvstab.errors import InvalidArgument
+from kvstab.metrics import Estimate
+from kvstab.model import PAPER_CHUNK, PAPER_M, ModelParams
+from kvstab.theory.area import expected_g
+from kvstab.traces import load_trace
+from kvstab.workload import PAPER_WORKLOADS, Workload
 
 __all__ = ["Case", "CaseResult", "default_cases", "run_case", "Report", "compare", "SMALL_M", "TRACE_FILES"]
 

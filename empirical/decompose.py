@@ -40,10 +40,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvstab.empirical.replay import StepLog
 from kvstab.errors import InvalidArgument
 from kvstab.theory.area import g_blocks, g_continuous, g_exact
-
-from kvstab.empirical.replay import StepLog
 
 __all__ = ["GapDecomposition", "decompose_gap", "TERMS"]
 

@@ -16,18 +16,18 @@ comes afterwards, from a batch-time model applied to each step's composition
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from kvstab.arrivals import ArrivalPlan
+from kvstab.empirical.semantics import VllmEngine
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams, check_positive_int
 from kvstab.simulator import SimResult
-
-from kvstab.empirical.semantics import VllmEngine
 
 __all__ = ["ReplayConfig", "StepLog", "replay_model", "replay_vllm", "check_plan", "composition"]
 
@@ -63,7 +63,7 @@ class ReplayConfig:
             raise InvalidArgument(f"num_blocks must be >= 2 (one is vLLM's reserved null block), got {self.num_blocks}")
 
     @classmethod
-    def for_capacity(cls, M: int, block_size: int = DEFAULT_BLOCK, **kw: int | None) -> "ReplayConfig":
+    def for_capacity(cls, M: int, block_size: int = DEFAULT_BLOCK, **kw: int | None) -> ReplayConfig:
         """The pool whose usable capacity is the largest multiple of ``B`` not above ``M`` tokens."""
         M = check_positive_int("M", M)
         block_size = check_positive_int("block size", block_size)
@@ -175,7 +175,7 @@ class StepLog:
         """Requests waiting or running at the end of each step."""
         return np.cumsum(self.arrived) - np.cumsum(self.completed)
 
-    def step_times(self, cost: "Callable[[StepLog], FloatArray] | float") -> FloatArray:
+    def step_times(self, cost: Callable[[StepLog], FloatArray] | float) -> FloatArray:
         """Seconds of each step: a constant ``b̄`` or a batch-time model
         (anything with ``times(log)``, e.g. :class:`~kvstab.empirical.batchtime.BatchTimeModel`)."""
         if isinstance(cost, (int, float)):
@@ -210,7 +210,7 @@ class StepLog:
             request_wasted=self.request_wasted,
         )
 
-    def first_difference(self, other: "StepLog") -> str | None:
+    def first_difference(self, other: StepLog) -> str | None:
         """Where ``other`` first departs from this log (a step-level or request-level field), or ``None``."""
         n = min(self.steps, other.steps)
         if self.steps != other.steps:

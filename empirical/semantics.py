@@ -35,7 +35,7 @@ import numpy as np
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams, tokens_held
-from kvstab.simulator import Engine, SlotRecord, RequestState
+from kvstab.simulator import Engine, RequestState, SlotRecord
 
 __all__ = ["VllmEngine", "kvstab_lengths", "resumed_lengths"]
 

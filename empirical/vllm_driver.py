@@ -30,13 +30,13 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 from kvstab.arrivals import ArrivalPlan
-from kvstab.errors import InvalidArgument, KvstabError
-
 from kvstab.empirical.replay import composition
+from kvstab.errors import InvalidArgument, KvstabError
 
 __all__ = ["VllmUnavailable", "VllmRejected", "VllmDriver", "load_vllm", "VLLM_VERSION", "INSTALL_HINT", "LLAMA3_8B"]
 

@@ -19,7 +19,6 @@ this without the packing loss.)
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from kvstab.arrivals import fixed_arrivals, poisson_arrivals
 from kvstab.audit import margin_of

@@ -6,6 +6,8 @@
 # usage: scripts/typecheck.sh [PYTHON]   (PYTHON must have mypy installed)
 set -euo pipefail
 PY="${1:-python3}"
+# a relative interpreter path must survive the cd below
+case "$PY" in */*) PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")" ;; esac
 root="$(cd "$(dirname "$0")/.." && pwd)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

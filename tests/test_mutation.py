@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
+from mutants import MUTANTS
 
 from kvstab.audit import PROPERTIES, PropertyViolation, audit_plan
 from kvstab.audit import main as audit_main
 from kvstab.strategies import scenarios
-from mutants import MUTANTS
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kvstab.theory import lifetime_area
 
 from kvstab.arrivals import fixed_arrivals, poisson_arrivals
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import ModelParams
 from kvstab.registry import builtin_names, load_scheduler
 from kvstab.simulator import Engine, simulate
+from kvstab.theory import lifetime_area
 from kvstab.workload import Uniform, Workload
 
 BUILTINS = builtin_names()  # the negative control is excluded

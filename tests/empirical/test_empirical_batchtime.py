@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 from kvstab.arrivals import poisson_arrivals
-from kvstab.errors import InvalidArgument
-from kvstab.workload import parse_workload
-
 from kvstab.empirical.batchtime import BatchTimeModel, fit_batch_time, load_profile
 from kvstab.empirical.replay import ReplayConfig, StepLog, replay_model
+from kvstab.errors import InvalidArgument
+from kvstab.workload import parse_workload
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,8 @@ import z3
 
 from kvstab.arrivals import fixed_arrivals
 from kvstab.contract import ActiveEntry, View, WaitingEntry
+from kvstab.empirical.replay import ReplayConfig, replay_model
+from kvstab.empirical.semantics import VllmEngine, kvstab_lengths, resumed_lengths
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
 from kvstab.ops import CONCRETE
@@ -21,9 +23,6 @@ from kvstab.registry import load_scheduler
 from kvstab.schedulers.vllm_v1 import SCHEDULER
 from kvstab.simulator import simulate
 from kvstab.symbolic import Z3Ops, unwrap
-
-from kvstab.empirical.replay import ReplayConfig, replay_model
-from kvstab.empirical.semantics import VllmEngine, kvstab_lengths, resumed_lengths
 
 
 def view(active, waiting, M, chunk=512, block=1, budget=None, seqs=None) -> View:
@@ -129,7 +128,7 @@ def test_rule_runs_symbolically_and_agrees_with_the_concrete_run() -> None:
         for (s, o, pr), (cs, co) in zip(w, wai):
             subst += [(s, z3.IntVal(cs)), (o, z3.IntVal(co)), (pr, z3.BoolVal(True))]
 
-        def val(x: object) -> object:
+        def val(x: object, subst: list = subst) -> object:  # this iteration's substitution
             e = z3.simplify(z3.substitute(unwrap(x), *subst))
             return z3.is_true(e) if z3.is_bool(e) else e.as_long()
 

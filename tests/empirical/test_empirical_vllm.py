@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals, poisson_arrivals
+from kvstab.empirical.replay import ReplayConfig, StepLog, replay_model, replay_vllm
+from kvstab.empirical.vllm_driver import VllmRejected, VllmUnavailable, load_vllm
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
 from kvstab.traces import load_trace
 from kvstab.workload import Workload, parse_workload
-
-from kvstab.empirical.replay import ReplayConfig, StepLog, replay_model, replay_vllm
-from kvstab.empirical.vllm_driver import VllmRejected, VllmUnavailable, load_vllm
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -81,9 +80,8 @@ def test_the_small_servers_exercise_every_mechanism() -> None:
 
 @pytest.mark.parametrize("workload", ["paper-1:1", "paper-2:1", "paper-1:2"])
 def test_paper_workloads_small_M_match(workload: str) -> None:
-    from kvstab.theory.area import expected_g, mu_per_slot
-
     from kvstab.empirical.decompose import decompose_gap
+    from kvstab.theory.area import expected_g, mu_per_slot
 
     w = parse_workload(workload)
     cfg = ReplayConfig.for_capacity(16_384, 16, max_num_batched_tokens=512, max_num_seqs=256)

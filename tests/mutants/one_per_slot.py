@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvstab.contract import Decision, View, WaitingEntry
+from kvstab.contract import Decision, View
 from kvstab.model import ModelParams
 from kvstab.ops import Ops
 from kvstab.schedulers.lookahead import Lookahead
