@@ -21,11 +21,9 @@ lifecycle, which this module maps exactly:
   restarts unchanged.
 
 kvstab's :class:`~kvstab.simulator.Engine` restarts a preempted request from
-scratch and accepts only ``o ≥ 1``, so :class:`VllmEngine` adapts it from the
-outside: it snapshots progress before each step and rewrites the victims'
-lengths after it.  This needs no change in the rule and none in the core; a
-core hook (``Engine(..., on_preempt=...)`` and ``o = 0`` requests) would make
-the adaptation unnecessary — see ``docs/empirical.md``.
+scratch and accepts only ``o ≥ 1``; :class:`VllmEngine` changes both through
+the engine's extension points (``min_output`` and ``on_preempt``), with no
+change to the rule.
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ import numpy as np
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams, tokens_held
-from kvstab.simulator import Engine, RequestState, SlotRecord
+from kvstab.simulator import Engine, RequestState
 
 __all__ = ["VllmEngine", "kvstab_lengths", "resumed_lengths"]
 
@@ -61,8 +59,13 @@ class VllmEngine(Engine):
     """kvstab's engine with vLLM's request lifecycle (see the module docstring).
 
     Requests are given in vLLM's terms (``max_tokens = o``); :attr:`vllm_o`
-    keeps them so results can be reported in those terms.
+    keeps them so results can be reported in those terms.  The lifecycle
+    enters through the engine's two extension points: :attr:`min_output`
+    (a request may have no decode unit) and :meth:`on_preempt` (a victim keeps
+    its outputs as prompt).
     """
+
+    min_output = 0
 
     def __init__(self, scheduler: Scheduler, params: ModelParams, *, check: bool = True, window: int = 8) -> None:
         super().__init__(scheduler, params, check=check, window=window)
@@ -81,23 +84,13 @@ class VllmEngine(Engine):
                 f"request (s={s}, o={o}) needs {ks + ko} tokens of KV at its peak but M={self.params.M}: "
                 "vLLM could never finish it"
             )
-        # Built directly rather than through Engine.arrive, which rejects o′ = 0.
-        r = RequestState(rid=len(self.requests), s=ks, o=ko, arrival=self.slot)
-        self.requests.append(r)
-        self.waiting.append(r)
-        self._pending_arrivals += 1
+        rid = super().arrive(ks, ko)
         self.vllm_s.append(int(s))
         self.vllm_o.append(int(o))
         self.recomputed.append(0)
-        return r.rid
+        return rid
 
-    def step(self) -> SlotRecord:
-        """One vLLM step; victims come back with their outputs folded into the prompt."""
-        before = {r.rid: r.progress for r in self.active}
-        rec = super().step()
-        for rid in rec.preempted:
-            r = self.requests[rid]
-            p = before[rid]
-            r.s, r.o = resumed_lengths(r.s, r.o, p)
-            self.recomputed[rid] += p  # every token whose KV it threw away is computed again
-        return rec
+    def on_preempt(self, r: RequestState) -> None:
+        """The victim comes back with its outputs folded into the prompt."""
+        self.recomputed[r.rid] += r.progress  # every token whose KV it throws away is computed again
+        r.s, r.o = resumed_lengths(r.s, r.o, r.progress)

@@ -122,6 +122,11 @@ class Engine:
     the queue as it could possibly admit.
     """
 
+    #: the least output length a request may have; an engine with another
+    #: request lifecycle may lower it (vLLM samples the first output token in
+    #: the last prefill step, so ``max_tokens = 1`` is no decode unit at all)
+    min_output: int = 1
+
     def __init__(
         self,
         scheduler: Scheduler,
@@ -144,9 +149,9 @@ class Engine:
     # --- inputs
     def arrive(self, s: int, o: int) -> int:
         """A request arrives in the current slot (before its decision); returns its id."""
-        for name, v in (("s", s), ("o", o)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise InvalidArgument(f"request length {name} must be an integer >= 1, got {v!r}")
+        for name, v, least in (("s", s, 1), ("o", o, self.min_output)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
+                raise InvalidArgument(f"request length {name} must be an integer >= {least}, got {v!r}")
         if tokens_held(int(s) + int(o), self.params.block) > self.params.M:
             raise InvalidArgument(
                 f"request (s={s}, o={o}) needs {int(s) + int(o)} tokens at its peak but M={self.params.M}: "
@@ -184,6 +189,12 @@ class Engine:
             self.arrive(s, o)
         # a loaded state is not an arrival of this slot
         self._pending_arrivals = len(waiting)
+
+    def on_preempt(self, r: RequestState) -> None:
+        """Called for each victim of a preemption while it still has its
+        progress, just before that progress is lost.  The reference model
+        restarts the request from scratch (nothing to do); an engine with
+        another lifecycle may change the request's lengths here."""
 
     # --- the view
     def view(self, window: int | None = None) -> View:
@@ -237,6 +248,7 @@ class Engine:
         victims = [r for r, v in zip(actives, decision.preempt) if v]
         wasted = 0
         for r in victims:
+            self.on_preempt(r)
             wasted += r.attempt_area
             r.wasted += r.attempt_area
             r.attempt_area = 0
