@@ -159,3 +159,29 @@ def test_throughput_never_exceeds_memory_bound(name: str) -> None:
     res = simulate(load_scheduler(name), params, poisson_arrivals(w, 40.0, 0.0372, 1500, seed=1), 1500)
     assert res.memory.max() <= params.M
     assert res.completed.sum() > 0
+
+
+def test_engine_extension_points() -> None:
+    """``on_preempt`` sees a victim's progress before it is lost and may change
+    its lengths; ``min_output`` admits requests without a decode unit."""
+    seen: list[tuple[int, int]] = []
+
+    class KeepsOutputs(Engine):
+        min_output = 0
+
+        def on_preempt(self, r) -> None:  # type: ignore[no-untyped-def]
+            seen.append((r.rid, r.progress))
+            r.s, r.o = r.s + 1, r.o - 1  # a made-up lifecycle: one output moves into the prompt
+
+    eng = KeepsOutputs(load_scheduler("current-fit"), ModelParams(M=20, chunk=4))
+    eng.arrive(4, 8)
+    eng.arrive(4, 8)
+    eng.arrive(3, 0)  # no decode unit: finishes with its prefill
+    for _ in range(40):
+        eng.step()
+    assert seen and all(p > 0 for _, p in seen)
+    victim = eng.requests[seen[0][0]]
+    assert (victim.s, victim.o) == (5, 7) and victim.finish >= 0
+    assert eng.requests[2].finish >= 0
+    with pytest.raises(InvalidArgument, match="o must be an integer >= 1"):
+        Engine(load_scheduler("current-fit"), ModelParams(M=20, chunk=4)).arrive(3, 0)
