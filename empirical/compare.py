@@ -419,7 +419,10 @@ def compare(
     progress: Callable[[str], None] | None = None,
 ) -> Report:
     """Run every case, fit the batch-time model on the measured logs, write the report files into ``out_dir``."""
-    os.makedirs(out_dir, exist_ok=True)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as exc:  # checked before any case runs, so no work is lost
+        raise InvalidArgument(f"--out {os.fspath(out_dir)!r}: cannot create the report folder ({exc.strerror})") from None
     results = []
     for c in cases:
         if progress is not None:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from kvstab.errors import KvstabError
+from kvstab.errors import InvalidArgument, KvstabError
 
 __all__ = ["main", "build_parser", "add_model_arguments", "positive_float", "positive_int"]
 
@@ -114,6 +114,35 @@ class _ProgressBar:
             self.bar.stop()
 
 
+def policy_guarantee(scheduler: Any, params: Any, workload: Any, mu_per_s: float) -> tuple[float | None, str]:
+    """The arrival rate below which *this* scheduler is certified stable, and why
+    (or ``None`` and why not).
+
+    The drift argument gives ``μ(1 − Δ/M)`` for a policy that does not preempt
+    and keeps memory at least ``M − Δ`` busy whenever requests wait (its margin
+    ``Δ``).  It certifies nothing for a policy that preempts (the wasted area
+    enters the drift), under a running cap or token budget (they can leave
+    memory idle), or for a policy whose declared margin is trivial.
+    """
+    name = getattr(scheduler, "name", "the scheduler")
+    if getattr(scheduler, "negative_control", False):
+        return None, f"none: {name} is a negative control (it breaks the memory invariant)"
+    if getattr(scheduler, "preempts", False):
+        return None, f"none certified for {name}: it preempts, and the wasted area enters the drift"
+    if params.max_num_seqs is not None or params.token_budget is not None:
+        return None, "none certified: a running cap or token budget can leave memory idle while requests wait"
+    margin = getattr(scheduler, "margin", None)
+    if margin is None:
+        return None, f"none certified: {name} declares no margin Δ (kvstab prove --margin establishes one)"
+    delta_tokens = int(margin(params, workload.max_s, workload.max_o))
+    if delta_tokens >= params.M - 1:
+        return None, (
+            f"none certified: {name}'s margin is Δ = {delta_tokens} (it admits on future memory, so little "
+            "memory may be busy while requests wait)"
+        )
+    return mu_per_s * (1 - delta_tokens / params.M), f"μ(1 − Δ/M) with {name}'s margin Δ = {delta_tokens}"
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from kvstab.arrivals import poisson_arrivals, trace_arrivals
     from kvstab.metrics import queue_slope, throughput, utilisation
@@ -129,6 +158,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     theory = stability_report(workload, params, args.bbar)
     mu_formula = theory.mu_per_s
     delta = theory.delta  # uses the block-rounded peak, what a request really needs
+    if workload_min_peak(workload, params) > params.M:
+        raise InvalidArgument(
+            f"no request of workload {workload.describe()!r} fits in M={params.M} (the smallest needs "
+            f"{workload_min_peak(workload, params)} tokens at its peak); raise --M"
+        )
+    certified, certified_why = policy_guarantee(scheduler, params, workload, mu_formula)
     if args.trace_arrivals:
         trace = load_trace(args.trace_arrivals)
         plan = trace_arrivals(trace, args.bbar, args.time_scale)
@@ -182,6 +217,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         "mu_formula_per_slot": mu_formula * args.bbar,
         "delta": delta,
         "mu_1_minus_delta_per_s": theory.guarantee_per_s,
+        "policy_certified_rate_per_s": certified,
+        "policy_certified_rate_basis": certified_why,
         "measured_over_mu": (thr.value / args.bbar) / mu_formula,
         "wall_s": wall,
     }
@@ -215,9 +252,15 @@ def _print_simulate(o: dict[str, Any]) -> None:
     t.add_row("throughput (req/slot)", f"{o['throughput_per_slot']:.5f}  [{lo:.5f}, {hi:.5f}]", f"μ·b̄ = {o['mu_formula_per_slot']:.5f}")
     t.add_row("arrival rate λ (req/s)", f"{o['arrival_rate_per_s']:.4f}", f"λ/μ = {o['offered_load_lambda_over_mu']:.3f}")
     md = o["mu_1_minus_delta_per_s"]
-    t.add_row("stability guarantee μ(1−δ)", "", f"{md:.4f}  (δ = {o['delta']:.4f})" if md is not None else f"none: δ = {o['delta']:.3f} ≥ 1")
+    t.add_row(
+        "paper's μ(1−δ)",
+        "",
+        f"{md:.4f}  (δ = {o['delta']:.4f})" if md is not None else f"none: δ = {o['delta']:.3f} ≥ 1",
+    )
+    cr = o["policy_certified_rate_per_s"]
+    t.add_row("certified stable below", "", f"{cr:.4f}" if cr is not None else "none")
     lo, hi = o["queue_growth_per_slot_ci95"]
-    t.add_row("queue growth (req/slot)", f"{o['queue_growth_per_slot']:+.5f}  [{lo:+.5f}, {hi:+.5f}]", "> 0 iff λ > μ")
+    t.add_row("queue growth (req/slot)", f"{o['queue_growth_per_slot']:+.5f}  [{lo:+.5f}, {hi:+.5f}]", "> 0 if λ > μ")
     t.add_row("in system at end", str(o["in_system_at_end"]), "")
     t.add_row("memory utilisation", f"{o['memory_utilisation']:.4f}", "")
     ppc = o["preemptions_per_completion"]
@@ -227,7 +270,19 @@ def _print_simulate(o: dict[str, Any]) -> None:
     if o["dropped_oversize"]:
         t.add_row("dropped (s+o > M)", str(o["dropped_oversize"]), "")
     c.print(t)
+    c.print(f"certified rate: {o['policy_certified_rate_basis']}")
     c.print(f"measured / μ = {o['measured_over_mu']:.4f}   ({o['wall_s']:.1f} s wall)")
+
+
+def workload_min_peak(workload: Any, params: Any) -> int:
+    """The smallest peak memory ``B⌈(s + o)/B⌉`` a request of ``workload`` can need."""
+    from kvstab.model import tokens_held
+
+    if workload.s is not None and workload.o is not None:
+        least = workload.s.min + workload.o.min
+    else:
+        least = int((workload.joint_s + workload.joint_o).min())
+    return int(tokens_held(least, params.block))
 
 
 def _cmd_schedulers(args: argparse.Namespace) -> int:

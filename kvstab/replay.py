@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 from dataclasses import dataclass
 
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals
@@ -24,10 +25,12 @@ __all__ = ["ReplayOutcome", "replay", "replay_command", "parse_requests", "parse
 
 @dataclass(frozen=True, slots=True)
 class ReplayOutcome:
-    """What a replay did: the slot records and the violation it hit, if any."""
+    """What a replay did: the slot records, the violation it hit (if any), and
+    how many requests had not arrived or not finished when it stopped."""
 
     records: tuple[SlotRecord, ...]
     violation: InvariantViolation | None
+    pending: int = 0
 
 
 def _triples(text: str, arity: int, what: str) -> list[tuple[int, ...]]:
@@ -77,19 +80,25 @@ def replay(
     if active or waiting:
         eng.load_state(list(active or []), list(waiting or []))
     i, n, t = 0, len(plan), 0
-    limit = slots if slots is not None else max_slots
+    steps = 0  # slots actually simulated; idle gaps are skipped for free
     try:
-        while t < limit:
+        while steps < max_slots and (slots is None or t < slots):
+            if eng.idle and i < n and int(plan.slot[i]) > t:
+                t = int(plan.slot[i]) if slots is None else min(int(plan.slot[i]), slots)
+                eng.skip_to(t)  # nothing happens in an idle gap
+                continue
             while i < n and int(plan.slot[i]) == t:
                 eng.arrive(int(plan.s[i]), int(plan.o[i]))
                 i += 1
             eng.step()
             t += 1
+            steps += 1
             if slots is None and i >= n and eng.idle:
                 break
     except InvariantViolation as exc:
         return ReplayOutcome(tuple(eng.records), exc)
-    return ReplayOutcome(tuple(eng.records), None)
+    unfinished = sum(1 for r in eng.requests if r.finish < 0)
+    return ReplayOutcome(tuple(eng.records), None, pending=(n - i) + unfinished if slots is None else 0)
 
 
 def replay_command(
@@ -145,6 +154,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                     ],
                     "violation": str(out.violation) if out.violation else None,
                     "violation_slot": out.violation.slot if out.violation else None,
+                    "pending": out.pending,
                 },
                 indent=2,
             )
@@ -158,9 +168,16 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             )
         if out.violation is not None:
             print(f"VIOLATION reproduced: {out.violation}")
+        elif out.pending:
+            print(f"stopped after {len(out.records)} simulated slots: {out.pending} request(s) not yet arrived or unfinished")
         else:
             print("no invariant violation")
-    return 1 if out.violation is not None else 0
+    if out.violation is not None:
+        return 1
+    if out.pending:
+        sys.stderr.write(f"kvstab replay: error: the replay stopped with {out.pending} request(s) not run to the end\n")
+        return 2
+    return 0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -119,3 +119,53 @@ def test_console_script_never_prints_a_traceback() -> None:
     assert proc.stderr.strip() == (
         "kvstab simulate: error: U(a, b) needs a <= b, got a=5, b=1"
     )
+
+
+def test_far_arrivals_are_skipped_not_simulated(capsys: pytest.CaptureFixture[str]) -> None:
+    """An idle gap of 10^11 slots costs nothing in replay and audit."""
+    far = "--requests=99999999999:1:1"
+    rc, out, _ = run(["replay", "--scheduler", "current-fit", "--M", "10", "--chunk", "4", far], capsys)
+    assert rc == 0 and "no invariant violation" in out and "100000000000" in out
+    rc, out, _ = run(["audit", "--scheduler", "current-fit", "--M", "10", "--chunk", "4", far], capsys)
+    assert rc == 0 and "all properties hold" in out
+
+
+def test_replay_that_cannot_finish_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvstab.model import ModelParams
+    from kvstab.replay import parse_requests, replay
+
+    out = replay("current-fit", ModelParams(M=20, chunk=4), parse_requests("0:4:8,0:4:8"), max_slots=3)
+    assert out.violation is None and out.pending == 2
+
+
+def test_simulate_workload_that_never_fits(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = run(["simulate", "--M", "1", "--slots", "10"], capsys)
+    assert rc == 2 and "no request of workload 'paper-1:1' fits in M=1" in err
+
+
+def test_simulate_says_what_rate_is_certified(capsys: pytest.CaptureFixture[str]) -> None:
+    """The paper's μ(1−δ) is not printed as this scheduler's guarantee when its premise fails."""
+    for sched, certified in (("current-fit", False), ("reserve", False), ("current-fit", False)):
+        rc, out, _ = run(["simulate", *SMALL, "--scheduler", sched, "--json"], capsys)
+        d = json.loads(out)
+        assert (d["policy_certified_rate_per_s"] is not None) == certified
+        assert d["policy_certified_rate_basis"].startswith("none certified")
+    from kvstab.cli import policy_guarantee
+    from kvstab.model import ModelParams
+    from kvstab.registry import load_scheduler
+    from kvstab.workload import parse_workload
+
+    rate, why = policy_guarantee(load_scheduler("current-fit-no-preempt"), ModelParams(), parse_workload("paper-1:1"), 3.0)
+    assert rate is None and "negative control" in why
+
+    class Margined:
+        """A non-preempting policy that declares a real margin."""
+
+        name = "margined"
+        preempts = False
+
+        def margin(self, params: ModelParams, max_s: int, max_o: int) -> int:
+            return 511
+
+    rate, why = policy_guarantee(Margined(), ModelParams(), parse_workload("paper-1:1"), 3.0)
+    assert rate == pytest.approx(3.0 * (1 - 511 / 131000)) and "Δ = 511" in why

@@ -152,11 +152,12 @@ def test_load_state_replays_from_a_given_state() -> None:
 
 
 @pytest.mark.parametrize("name", BUILTINS)
-def test_throughput_never_exceeds_memory_bound(name: str) -> None:
-    """Per slot, area served (memory used) ≤ M — the instability lemma, on a busy run."""
+def test_area_served_per_slot_never_exceeds_M(name: str) -> None:
+    """Per slot, area served (memory used) ≤ M — the instability lemma, on a busy
+    run, checked on the records (the engine's own check is off here)."""
     params = ModelParams(M=3000, chunk=64)
     w = Workload(s=Uniform(1, 300), o=Uniform(1, 200))
-    res = simulate(load_scheduler(name), params, poisson_arrivals(w, 40.0, 0.0372, 1500, seed=1), 1500)
+    res = simulate(load_scheduler(name), params, poisson_arrivals(w, 40.0, 0.0372, 1500, seed=1), 1500, check=False)
     assert res.memory.max() <= params.M
     assert res.completed.sum() > 0
 

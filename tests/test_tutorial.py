@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -47,6 +48,14 @@ def test_tutorial_command(cmd: str, status: int, capsys: pytest.CaptureFixture[s
         )
         rc, out = run.returncode, run.stdout
     assert rc == status, out[-3000:]
+    if argv[:2] == ["kvstab", "simulate"]:
+        # what the page says of this run, checked on the run itself
+        main([*argv[1:], "--json"])
+        d = json.loads(capsys.readouterr().out)
+        lo, hi = d["queue_growth_per_slot_ci95"]
+        tlo, thi = d["throughput_per_s_ci95"]
+        assert lo > 0 and tlo <= d["mu_formula_per_s"] <= thi and d["memory_utilisation"] > 0.98
+        assert d["policy_certified_rate_per_s"] is None
     if argv[:2] == ["kvstab", "mu"]:
         # the numbers the page quotes (closed forms, not a seeded run)
         assert "3.26217 req/s" in out and "3.18248 req/s" in out and "0.0244275" in out

@@ -103,7 +103,10 @@ def _print_mu(rep: Any, derivation: bool) -> None:
     if rep.guarantee_per_s is None:
         lines.append("μ(1−δ)          = none: the stability guarantee is empty (δ ≥ 1)")
     else:
-        lines.append(f"μ(1−δ)          = {rep.guarantee_per_s:.6g} req/s  (stable below this)")
+        lines.append(
+            f"μ(1−δ)          = {rep.guarantee_per_s:.6g} req/s  (stable below this for a policy that never leaves a "
+            "fitting head waiting and does not preempt; kvstab prove --margin gives a scheduler's own)"
+        )
     lines.append(f"reserve limit   = {rep.reserve_limit_per_s:.6g} req/s  (M/(b̄·E[peak·(n+o)]))")
     if rep.lam_per_s is not None:
         lines.append(f"replicas        = {rep.replicas} for λ = {rep.lam_per_s:g} req/s at ρ = {rep.rho:g}  (⌈λ/(ρμ)⌉)")

@@ -22,8 +22,8 @@ __all__ = ["StabilityReport", "stability_report", "EMPTY_GUARANTEE"]
 
 #: the plain statement printed when δ ≥ 1
 EMPTY_GUARANTEE = (
-    "the stability guarantee is empty: a single request can need all of M (δ = ess sup(s + o)/M ≥ 1), "
-    "so no arrival rate is guaranteed stable"
+    "the stability guarantee is empty: a single request can need all of M or more (δ = ess sup(s + o)/M ≥ 1; "
+    "a request with s + o > M is never served), so no arrival rate is guaranteed stable"
 )
 
 

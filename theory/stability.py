@@ -4,14 +4,23 @@
   the guaranteed rate ``μ(1 − δ) = (M − S)/(b̄·E[g])``.
 * The reserve policy's limit ``M / (b̄·E[(s + o)(n(s) + o)])``.
 * The Lyapunov function ``V`` = remaining memory area of all requests in the
-  system.  :func:`lyapunov_cases` proves the per-slot identity
-  ``V′ = V + Σ_arrivals g − used + wasted`` request by request (a sum of
-  per-request identities is the identity for any finite set of requests).
+  system.  :func:`lyapunov_cases` writes the per-slot identity
+  ``V′ = V + Σ_arrivals g − used + wasted`` request by request, one case per
+  event (a sum of per-request identities is the identity for any finite set
+  of requests).  The arithmetic of each case is immediate; its content is the
+  charging conventions it takes as premises, which are checked against the
+  simulator (property 5 of the audit, ``tests/theory/test_theory_lyapunov_sim.py``)
+  and for the z3 encoding by ``kvstab.proofs.lemmas``.
 * Drift: ``E[ΔV] = λ·b̄·E[g] − E[used] + E[wasted]``.  A slot uses at most
-  ``M`` (so ``E[ΔV] ≥ λb̄E[g] − M``: instability above ``μ``), and a
-  work-conserving, non-preempting policy with a long queue uses more than
-  ``M − S`` (else the head would fit), so ``E[ΔV] ≤ λb̄E[g] − M(1 − δ)``.
-  Solving each bound for ``λ`` gives the critical rates.
+  ``M`` (so ``E[ΔV] ≥ λb̄E[g] − M``: instability above ``μ``, for any policy).
+  The upper bound needs a policy that, without preempting, never leaves the
+  queue head waiting while its first chunk would fit in current memory
+  (``current-fit`` admission without its preemptions): with a long queue it
+  then uses more than ``M − S``, so ``E[ΔV] ≤ λb̄E[g] − M(1 − δ)``.  Policies
+  that judge admission on *future* memory (``reserve``, ``lookahead``) do not
+  satisfy that premise — their own margin ``Δ`` (``kvstab prove --margin``)
+  can be far above ``S`` — and for policies that preempt, the wasted area
+  enters the drift too.  Solving each bound for ``λ`` gives the critical rates.
 """
 
 from __future__ import annotations
@@ -69,6 +78,11 @@ def reserve_limit_expr() -> sp.Expr:
 def lyapunov_cases() -> list[Claim]:
     """``ΔV`` of one request in one slot equals its share of
     ``Σ_arrivals g − used + wasted``, for each thing that can happen to it.
+
+    Each case is bookkeeping under the conventions below (sympy checks the
+    arithmetic; there is little of it): what carries weight is that the
+    simulator and the z3 encoding follow the conventions, which property 5 of
+    the audit and ``kvstab.proofs.lemmas`` check.
 
     Conventions (the simulator's): a request is charged ``m``, what it holds
     after the slot's work; a preempted request does no work and is charged
