@@ -36,7 +36,15 @@ from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams, Request
 from kvstab.workload import Fixed, Geometric, Uniform, Workload
 
-__all__ = ["model_params", "request_lengths", "workloads", "arrivals", "scenarios", "largest_total"]
+__all__ = [
+    "model_params",
+    "request_lengths",
+    "workloads",
+    "arrivals",
+    "scenarios",
+    "saturated_scenarios",
+    "largest_total",
+]
 
 
 def largest_total(params: ModelParams) -> int:
@@ -227,5 +235,43 @@ def scenarios(
         params = draw(model_params(min_M=min_M, max_M=max_M, max_num_seqs=max_num_seqs))
         plan = draw(arrivals(params, min_size=min_size, max_size=max_size, max_gap=max_gap))
         return params, plan
+
+    return build()
+
+
+def saturated_scenarios(
+    *,
+    min_M: int = 64,
+    max_M: int = 512,
+    max_per_slot: int = 6,
+    max_slots: int = 10,
+) -> st.SearchStrategy[tuple[ModelParams, ArrivalPlan]]:
+    """A server kept busy by many small requests: peaks at most ``M/8``,
+    ``2 … max_per_slot`` arrivals in each of ``3 … max_slots`` consecutive slots.
+
+    Only on such a workload is a margin ``Δ`` of one peak small against ``M``,
+    so that the drift bound (property 6) sees memory left idle while requests
+    wait; with a few large requests a policy can hide idleness inside ``Δ``
+    (a policy that stops admitting at ``3M/4`` passed every other draw).
+    No running cap is drawn: a cap voids the margin.
+    """
+    if min_M < 16 or max_M < min_M:
+        raise InvalidArgument(f"saturated_scenarios needs 16 <= min_M <= max_M, got {min_M}, {max_M}")
+
+    @st.composite
+    def build(draw: st.DrawFn) -> tuple[ModelParams, ArrivalPlan]:
+        params = draw(model_params(min_M=min_M, max_M=max_M, blocks=(1, 1, 2, 4)))
+        small = max(2, largest_total(params) // 8)
+        per_slot = draw(st.integers(2, max(2, max_per_slot)))
+        slots = draw(st.integers(3, max(3, max_slots)))
+        reqs = draw(
+            st.lists(
+                request_lengths(params, max_value=small),
+                min_size=per_slot * slots,
+                max_size=per_slot * slots,
+            )
+        )
+        rows = [(0 if i % per_slot else (1 if i else 0), r) for i, r in enumerate(reqs)]
+        return params, _plan(rows)
 
     return build()

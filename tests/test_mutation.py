@@ -43,7 +43,11 @@ EXPECTED: dict[str, set[int]] = {
     "skips_blocked_head": {2},
     "half_chunk": {3, 5, 8},
     "preempts_all": {6, 8},
+    "idles_at_three_quarters": {6},
 }
+#: requests a shrunk counterexample may keep: most bugs show with a few, but
+#: memory idling at 3M/4 needs enough small requests to fill more than that
+MAX_REQUESTS: dict[str, int] = {"idles_at_three_quarters": 12}
 assert set(EXPECTED) == set(MUTANTS)
 
 
@@ -70,7 +74,7 @@ def test_mutant_is_caught(name: str, capsys: pytest.CaptureFixture[str], record_
     exc = audit_mutant(name)
     assert exc.prop in EXPECTED[name], f"{name} caught by an unexpected property: {exc}"
     record_property("caught_by", f"property {exc.prop} ({PROPERTIES[exc.prop]})")
-    assert len(exc.requests) <= 4, f"{name}: counterexample not shrunk: {exc}"
+    assert len(exc.requests) <= MAX_REQUESTS.get(name, 4), f"{name}: counterexample not shrunk: {exc}"
     # the one-line command reproduces the same property violation
     argv = shlex.split(exc.audit)
     capsys.readouterr()

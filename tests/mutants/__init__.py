@@ -18,4 +18,5 @@ MUTANTS: tuple[str, ...] = (
     "skips_blocked_head",
     "half_chunk",
     "preempts_all",
+    "idles_at_three_quarters",
 )
