@@ -107,7 +107,10 @@ def _print_mu(rep: Any, derivation: bool) -> None:
             f"μ(1−δ)          = {rep.guarantee_per_s:.6g} req/s  (stable below this for a policy that never leaves a "
             "fitting head waiting and does not preempt; kvstab prove --margin gives a scheduler's own)"
         )
-    lines.append(f"reserve limit   = {rep.reserve_limit_per_s:.6g} req/s  (M/(b̄·E[peak·(n+o)]))")
+    if rep.delta > 1:
+        lines.append("reserve limit   = undefined: requests with s + o > M can never be served")
+    else:
+        lines.append(f"reserve limit   = {rep.reserve_limit_per_s:.6g} req/s  (M/(b̄·E[peak·(n+o)]))")
     if rep.lam_per_s is not None:
         lines.append(f"replicas        = {rep.replicas} for λ = {rep.lam_per_s:g} req/s at ρ = {rep.rho:g}  (⌈λ/(ρμ)⌉)")
         gr = rep.guarantee_replicas
