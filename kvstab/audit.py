@@ -54,7 +54,7 @@ from kvstab.contract import ActiveEntry, Scheduler, View, WaitingEntry
 from kvstab.errors import InvalidArgument, KvstabError
 from kvstab.model import ModelParams, tokens_held, unit_tokens
 from kvstab.ops import CONCRETE
-from kvstab.replay import replay_command
+from kvstab.replay import add_workload_arguments, replay_command
 from kvstab.simulator import Engine, SlotRecord
 from kvstab.theory.area import lifetime_area
 
@@ -447,22 +447,14 @@ def _parser() -> argparse.ArgumentParser:
         prog="kvstab audit",
         description="run a workload through every property check of the audit suite (the same flags as kvstab replay)",
     )
-    p.add_argument("--scheduler", required=True, help="registered name or module:attr")
-    p.add_argument("--M", type=int, required=True, help="KV capacity in tokens")
-    p.add_argument("--chunk", type=int, required=True, help="prefill chunk ŝ")
-    p.add_argument("--block", type=int, default=1, help="KV block size B")
-    p.add_argument("--max-num-seqs", type=int, default=None)
-    p.add_argument("--token-budget", type=int, default=None)
-    p.add_argument("--requests", default="", help="arrivals as SLOT:S:O,SLOT:S:O,…")
+    add_workload_arguments(p)
     return p
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``kvstab audit`` (the same as ``python -m kvstab.audit``) to the CLI."""
     p = sub.add_parser("audit", help="run a workload through every property check of the audit suite")
-    for action in _parser()._actions:
-        if action.dest != "help":
-            p._add_action(action)
+    add_workload_arguments(p)
     p.set_defaults(func=_run)
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "used_now",
     "used_next",
     "fcfs_admit",
+    "preempt_newest",
     "check_decision_shape",
 ]
 
@@ -159,6 +160,27 @@ def used_now(view: View, ops: Ops) -> IntLike:
 def used_next(view: View, ops: Ops) -> IntLike:
     """Memory the active requests will hold after one full unit each."""
     return ops.sum(held_next(view, a, ops) for a in view.active)
+
+
+def preempt_newest(view: View, ops: Ops) -> tuple[tuple[BoolLike, ...], IntLike]:
+    """Recompute preemption as vLLM v1 does it, written against ``ops``.
+
+    vLLM walks the running list oldest first and preempts from the tail until
+    the current request's blocks fit; because memory only grows, the survivors
+    are the longest prefix (in admission order) whose post-slot memory fits in
+    ``M``.  Returns the preempt flags (one per active entry) and the post-slot
+    memory of the survivors.
+    """
+    prefix: IntLike = 0
+    preempt: list[BoolLike] = []
+    kept: IntLike = 0
+    for a in view.active:
+        nxt = held_next(view, a, ops)
+        prefix = prefix + nxt
+        victim = ops.and_(a.present, ops.lt(view.M, prefix))
+        preempt.append(victim)
+        kept = kept + ops.ite(victim, 0, nxt)
+    return tuple(preempt), kept
 
 
 def fcfs_admit(

@@ -20,7 +20,7 @@ from kvstab.model import ModelParams
 from kvstab.registry import load_scheduler
 from kvstab.simulator import Engine, SlotRecord
 
-__all__ = ["ReplayOutcome", "replay", "replay_command", "parse_requests", "parse_state"]
+__all__ = ["ReplayOutcome", "replay", "replay_command", "parse_requests", "parse_state", "add_workload_arguments"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,11 +180,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``kvstab replay`` to the CLI."""
-    from kvstab.cli import nonneg_int, positive_int  # noqa: F401  (shared converters)
+def add_workload_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags that name a concrete run (scheduler, server, arrivals), shared by
+    ``kvstab replay`` and ``kvstab audit`` so their commands are interchangeable."""
+    from kvstab.cli import positive_int
 
-    p = sub.add_parser("replay", help="replay a concrete workload in the reference simulator, slot by slot")
     p.add_argument("--scheduler", required=True, help="registered name or module:attr")
     p.add_argument("--M", type=positive_int, required=True, help="KV capacity in tokens")
     p.add_argument("--chunk", type=positive_int, required=True, help="prefill chunk ŝ")
@@ -192,6 +192,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-num-seqs", type=positive_int, default=None)
     p.add_argument("--token-budget", type=positive_int, default=None)
     p.add_argument("--requests", default="", help="arrivals as SLOT:S:O,SLOT:S:O,…")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``kvstab replay`` to the CLI."""
+    from kvstab.cli import positive_int
+
+    p = sub.add_parser("replay", help="replay a concrete workload in the reference simulator, slot by slot")
+    add_workload_arguments(p)
     p.add_argument("--active", default="", help="starting active requests as S:O:PROGRESS,… (admission order)")
     p.add_argument("--waiting", default="", help="starting queue as S:O,… (queue order)")
     p.add_argument("--slots", type=positive_int, default=None, help="stop after this many slots (default: drain)")

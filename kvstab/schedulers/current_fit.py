@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvstab.contract import Decision, View, WaitingEntry, fcfs_admit, held_first, held_next
+from kvstab.contract import Decision, View, WaitingEntry, fcfs_admit, held_first, preempt_newest
 from kvstab.model import ModelParams, tokens_held
 from kvstab.ops import BoolLike, IntLike, Ops
 
@@ -50,15 +50,7 @@ class CurrentFit:
 
     def decide(self, view: View, ops: Ops) -> Decision:
         """Preempt the suffix (newest admissions) that does not fit; admit only if none was preempted."""
-        prefix: IntLike = 0
-        preempt: list[BoolLike] = []
-        kept: IntLike = 0
-        for a in view.active:
-            nxt = held_next(view, a, ops)
-            prefix = prefix + nxt
-            victim = ops.and_(a.present, ops.lt(view.M, prefix))
-            preempt.append(victim)
-            kept = kept + ops.ite(victim, 0, nxt)
+        preempt, kept = preempt_newest(view, ops)
         any_preempted = ops.or_(*preempt)
 
         def fits(w: WaitingEntry, acc: IntLike) -> tuple[BoolLike, IntLike]:
@@ -66,7 +58,7 @@ class CurrentFit:
             return ops.le(after, view.M), after
 
         admit = fcfs_admit(view, ops, fits, kept, allowed=ops.not_(any_preempted))
-        return Decision(admit=admit, preempt=tuple(preempt))
+        return Decision(admit=admit, preempt=preempt)
 
 
 SCHEDULER = CurrentFit()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvstab.contract import Decision, View, WaitingEntry, fcfs_admit, held_next
+from kvstab.contract import Decision, View, WaitingEntry, fcfs_admit, preempt_newest
 from kvstab.model import first_chunk_tokens, tokens_held
 from kvstab.ops import BoolLike, IntLike, Ops
 from mutants._base import CurrentFitClaims
@@ -20,15 +20,7 @@ class ChunkOffByOne(CurrentFitClaims):
     description: str = "current-fit with the first chunk counted one token short"
 
     def decide(self, view: View, ops: Ops) -> Decision:
-        prefix: IntLike = 0
-        preempt: list[BoolLike] = []
-        kept: IntLike = 0
-        for a in view.active:
-            nxt = held_next(view, a, ops)
-            prefix = prefix + nxt
-            victim = ops.and_(a.present, ops.lt(view.M, prefix))
-            preempt.append(victim)
-            kept = kept + ops.ite(victim, 0, nxt)
+        preempt, kept = preempt_newest(view, ops)
 
         def fits(w: WaitingEntry, acc: IntLike) -> tuple[BoolLike, IntLike]:
             first = tokens_held(first_chunk_tokens(w.s, view.chunk, ops) - 1, view.block, ops)  # BUG: − 1
@@ -36,7 +28,7 @@ class ChunkOffByOne(CurrentFitClaims):
             return ops.le(after, view.M), after
 
         admit = fcfs_admit(view, ops, fits, kept, allowed=ops.not_(ops.or_(*preempt)))
-        return Decision(admit=admit, preempt=tuple(preempt))
+        return Decision(admit=admit, preempt=preempt)
 
 
 SCHEDULER = ChunkOffByOne()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvstab.contract import Decision, View, WaitingEntry, fcfs_admit, held_first, held_next
+from kvstab.contract import Decision, View, WaitingEntry, fcfs_admit, held_first, preempt_newest
 from kvstab.ops import BoolLike, IntLike, Ops
 from mutants._base import CurrentFitClaims
 
@@ -23,15 +23,7 @@ class IdlesAtThreeQuarters(CurrentFitClaims):
     description: str = "current fit, but admits only up to 3M/4 while anything runs"
 
     def decide(self, view: View, ops: Ops) -> Decision:
-        prefix: IntLike = 0
-        preempt: list[BoolLike] = []
-        kept: IntLike = 0
-        for a in view.active:
-            nxt = held_next(view, a, ops)
-            prefix = prefix + nxt
-            victim = ops.and_(a.present, ops.lt(view.M, prefix))
-            preempt.append(victim)
-            kept = kept + ops.ite(victim, 0, nxt)
+        preempt, kept = preempt_newest(view, ops)
         busy = ops.lt(0, ops.count(a.present for a in view.active))
         limit = ops.ite(busy, ops.div(view.M * 3, 4), view.M)  # BUG: a quarter of M kept idle
 
@@ -40,7 +32,7 @@ class IdlesAtThreeQuarters(CurrentFitClaims):
             return ops.le(after, limit), after
 
         admit = fcfs_admit(view, ops, fits, kept, allowed=ops.not_(ops.or_(*preempt)))
-        return Decision(admit=admit, preempt=tuple(preempt))
+        return Decision(admit=admit, preempt=preempt)
 
 
 SCHEDULER = IdlesAtThreeQuarters()
