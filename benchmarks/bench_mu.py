@@ -4,7 +4,7 @@ Usage::
 
     python benchmarks/bench_mu.py [PATH] [--rows 30000] [--block 1] [--repeat 20]
 
-PATH defaults to the ShareGPT length trace under ``../shared/data/traces/``;
+PATH defaults to the ShareGPT length trace shipped in ``kvstab/data/traces/``;
 without it, a synthetic 30,000-row trace (heavy-tailed, correlated lengths) is
 written to a temporary file so the benchmark always measures the same path:
 ``load_trace`` → ``Workload.joint`` → :func:`kvstab.theory.stability_report`.
@@ -24,20 +24,13 @@ import time
 
 import numpy as np
 
+from kvstab.data import trace_path
 from kvstab.model import ModelParams
 from kvstab.theory import mu, stability_report
 from kvstab.traces import load_trace
 from kvstab.workload import Workload
 
-DEFAULT = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)),
-    "..",
-    "..",
-    "shared",
-    "data",
-    "traces",
-    "sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
-)
+DEFAULT = str(trace_path("sharegpt"))
 
 
 def _synthetic(rows: int, path: str) -> None:

@@ -1,6 +1,6 @@
 """Batch time: an A100 / Llama-3-8B profile as a step-time oracle, and a fitted linear model.
 
-The profile (``../shared/data/profiles/a100-llama-3-8b/``, from microsoft/vidur,
+The profile (``kvstab/data/profiles/a100-llama-3-8b/``, from microsoft/vidur,
 MIT) gives per-layer GPU kernel times.  :class:`A100Profile` turns it into the
 time of one step of a given composition:
 

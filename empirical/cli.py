@@ -5,22 +5,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 __all__ = ["register"]
 
-#: ``shared/data`` beside the checkout (CI lays a copy of shared/ beside the clone).
-_DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
 def _data_dir(arg: str | None) -> str:
-    from kvstab.errors import InvalidArgument
+    """The data folder: ``--data``, else ``$KVSTAB_DATA``, else the copy shipped with kvstab."""
+    from kvstab.data import data_dir
 
-    d = Path(arg) if arg else _DEFAULT_DATA
-    if not d.is_dir():
-        raise InvalidArgument(f"data folder {d} not found; pass --data PATH (the shared/data folder)")
-    return str(d)
+    return str(data_dir(arg))
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -82,7 +75,7 @@ def register(subparsers: Any) -> None:
     c.add_argument("--load", type=positive_float, default=1.3, help="arrival rate as a multiple of μ_paper (default 1.3)")
     c.add_argument("--warmup", type=fraction, default=0.25, help="warm-up fraction excluded (default 0.25)")
     c.add_argument("--seed", type=int, default=0, help="seed of the arrival plans (default 0)")
-    c.add_argument("--data", default=None, help="the shared/data folder (default: ../shared/data beside the checkout)")
+    c.add_argument("--data", default=None, help="data folder with traces/ and profiles/ (default: $KVSTAB_DATA, else the data shipped with kvstab)")
     c.add_argument("--no-vllm", action="store_true", help="model only (no vLLM column)")
     c.add_argument("--no-profile", action="store_true", help="skip the A100 profile (b̄, requests/s, batch-time fit)")
     c.add_argument("--no-plots", action="store_true", help="write no PNG plots")

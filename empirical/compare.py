@@ -85,7 +85,7 @@ def default_cases(data_dir: str | None, which: str = "all") -> list[Case]:
             cases.append(Case(f"mixed{tag}", M, PAPER_WORKLOADS["paper-2:1"], PAPER_WORKLOADS["paper-1:2"]))
     if which in ("all", "traces"):
         if data_dir is None:
-            raise InvalidArgument("the trace cases need the data folder (--data PATH to shared/data)")
+            raise InvalidArgument("the trace cases need the data folder (--data PATH, or the data shipped with kvstab)")
         for name, f in TRACE_FILES.items():
             tr = load_trace(os.path.join(data_dir, "traces", f))
             cases.append(Case(name, PAPER_M, Workload.joint(tr.s, tr.o, name=name)))

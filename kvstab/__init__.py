@@ -6,7 +6,7 @@ sub-packages ``kvstab.theory``, ``kvstab.proofs`` and ``kvstab.empirical``
 build on it.  Start reading at ``docs/ARCHITECTURE.md``.
 """
 
-from kvstab.contract import ActiveEntry, Decision, Scheduler, View, WaitingEntry
+from kvstab.contract import ActiveEntry, Decision, Scheduler, Traits, View, WaitingEntry, traits_of
 from kvstab.errors import InvalidArgument, InvalidScheduler, InvariantViolation, KvstabError, TraceError
 from kvstab.model import ModelParams, Request, tokens_held
 from kvstab.ops import CONCRETE, Ops
@@ -30,10 +30,12 @@ __all__ = [
     "Scheduler",
     "SimResult",
     "TraceError",
+    "Traits",
     "View",
     "WaitingEntry",
     "load_scheduler",
     "register",
     "simulate",
     "tokens_held",
+    "traits_of",
 ]

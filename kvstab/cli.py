@@ -23,7 +23,7 @@ from kvstab.errors import InvalidArgument, KvstabError
 __all__ = ["main", "build_parser", "add_model_arguments", "positive_float", "positive_int"]
 
 #: modules that add sub-commands (each defines ``register(subparsers)``)
-COMMAND_MODULES = ("kvstab.replay", "kvstab.audit", "kvstab.theory.cli", "kvstab.proofs.cli", "kvstab.empirical.cli")
+COMMAND_MODULES = ("kvstab.replay", "kvstab.checks", "kvstab.theory.cli", "kvstab.proofs.cli", "kvstab.empirical.cli")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -114,41 +114,13 @@ class _ProgressBar:
             self.bar.stop()
 
 
-def policy_guarantee(scheduler: Any, params: Any, workload: Any, mu_per_s: float) -> tuple[float | None, str]:
-    """The arrival rate below which *this* scheduler is certified stable, and why
-    (or ``None`` and why not).
-
-    The drift argument gives ``μ(1 − Δ/M)`` for a policy that does not preempt
-    and keeps memory at least ``M − Δ`` busy whenever requests wait (its margin
-    ``Δ``).  It certifies nothing for a policy that preempts (the wasted area
-    enters the drift), under a running cap or token budget (they can leave
-    memory idle), or for a policy whose declared margin is trivial.
-    """
-    name = getattr(scheduler, "name", "the scheduler")
-    if getattr(scheduler, "negative_control", False):
-        return None, f"none: {name} is a negative control (it breaks the memory invariant)"
-    if getattr(scheduler, "preempts", False):
-        return None, f"none certified for {name}: it preempts, and the wasted area enters the drift"
-    if params.max_num_seqs is not None or params.token_budget is not None:
-        return None, "none certified: a running cap or token budget can leave memory idle while requests wait"
-    margin = getattr(scheduler, "margin", None)
-    if margin is None:
-        return None, f"none certified: {name} declares no margin Δ (kvstab prove --margin establishes one)"
-    delta_tokens = int(margin(params, workload.max_s, workload.max_o))
-    if delta_tokens >= params.M - 1:
-        return None, (
-            f"none certified: {name}'s margin is Δ = {delta_tokens} (it admits on future memory, so little "
-            "memory may be busy while requests wait)"
-        )
-    return mu_per_s * (1 - delta_tokens / params.M), f"μ(1 − Δ/M) with {name}'s margin Δ = {delta_tokens}"
-
-
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from kvstab.arrivals import poisson_arrivals, trace_arrivals
     from kvstab.metrics import queue_slope, throughput, utilisation
     from kvstab.registry import load_scheduler
     from kvstab.simulator import simulate
     from kvstab.theory import stability_report
+    from kvstab.theory.certified import policy_guarantee
     from kvstab.traces import load_trace
     from kvstab.workload import parse_workload
 
@@ -286,13 +258,12 @@ def workload_min_peak(workload: Any, params: Any) -> int:
 
 
 def _cmd_schedulers(args: argparse.Namespace) -> int:
+    from kvstab.contract import traits_of
     from kvstab.registry import registry
 
     rows = []
     for s in registry():
-        tags = [t for t in ("fcfs", "clairvoyant", "preempts", "work_conserving") if getattr(s, t, False)]
-        if getattr(s, "negative_control", False):
-            tags.append("negative-control")
+        tags = traits_of(s).tags()
         rows.append({"name": s.name, "description": s.description, "tags": tags})
     if args.json:
         print(json.dumps(rows, indent=2))

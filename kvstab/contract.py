@@ -20,9 +20,10 @@ what makes it correct for both.  See ``docs/scheduler-contract.md``.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
 from kvstab.errors import InvalidScheduler
@@ -35,6 +36,8 @@ __all__ = [
     "View",
     "Decision",
     "Scheduler",
+    "Traits",
+    "traits_of",
     "DecideFn",
     "held_now",
     "held_next",
@@ -104,21 +107,89 @@ class Decision:
 DecideFn = Callable[[View, Ops], Decision]
 
 
+@dataclass(frozen=True, slots=True)
+class Traits:
+    """What a scheduler claims about itself; kvstab checks each claim it can.
+
+    Declared once, as ``traits = Traits(...)`` on the scheduler.  A misspelled
+    trait is a ``TypeError`` where it is written, and the registry rejects a
+    scheduler that sets a trait-like attribute outside ``traits`` (a flat
+    ``work_conserving = True`` would otherwise be silently ignored).
+    """
+
+    fcfs: bool = field(default=False, metadata={"help": "first admissions follow arrival order"})
+    work_conserving: bool = field(
+        default=False, metadata={"help": "never leaves a request waiting that its own admission test would accept"}
+    )
+    clairvoyant: bool = field(
+        default=True, metadata={"help": "reads output lengths o (False: the rule is never shown o)"}
+    )
+    preempts: bool = field(default=False, metadata={"help": "may preempt running requests"})
+    negative_control: bool = field(
+        default=False, metadata={"help": "deliberately broken (excluded from default audits, expected to fail)"}
+    )
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, bool):
+                raise InvalidScheduler(f"trait {f.name} must be True or False, got {v!r}")
+
+    def tags(self) -> list[str]:
+        """The traits that hold, as short tags (for listings)."""
+        names = ("fcfs", "clairvoyant", "preempts", "work_conserving", "negative_control")
+        return [n.replace("_", "-") if n == "negative_control" else n for n in names if getattr(self, n)]
+
+
+TRAIT_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Traits))
+
+#: a scheduler that declares nothing: may read ``o``, claims no order, no conservation, no preemption
+NO_TRAITS = Traits()
+
+
+def traits_of(scheduler: object) -> Traits:
+    """The :class:`Traits` a scheduler declares (``Traits()`` if it declares none).
+
+    Raises :class:`InvalidScheduler` when ``traits`` is not a ``Traits``, or
+    when a trait is set as a plain attribute (``fcfs = True``) or a near miss
+    of one (``work_conservng``), which would otherwise be ignored.
+    """
+    who = getattr(scheduler, "name", type(scheduler).__name__)
+    declared = getattr(scheduler, "traits", NO_TRAITS)
+    if not isinstance(declared, Traits):
+        raise InvalidScheduler(
+            f"scheduler {who!r}: traits must be a kvstab.Traits(...), got {type(declared).__name__}"
+        )
+    for attr in dir(scheduler):
+        if attr.startswith("_") or attr == "traits":
+            continue
+        close = difflib.get_close_matches(attr, TRAIT_NAMES, n=1, cutoff=0.8)
+        if not close:
+            continue
+        try:
+            value = getattr(scheduler, attr)
+        except Exception:  # a property that fails is not a trait declaration
+            continue
+        if isinstance(value, bool):
+            hint = "" if attr == close[0] else f" (did you mean {close[0]!r}?)"
+            raise InvalidScheduler(
+                f"scheduler {who!r}: {attr} = {value} is a plain attribute{hint}; declare traits as "
+                f"traits = Traits({close[0]}={value}, ...) — known traits: {', '.join(TRAIT_NAMES)}"
+            )
+    return declared
+
+
 @runtime_checkable
 class Scheduler(Protocol):
     """A scheduler: a name, a one-line description, and a pure decision rule.
 
     Optional attributes the rest of kvstab reads when present:
 
-    * ``fcfs: bool`` — first admissions follow arrival order (props checks it);
-    * ``work_conserving: bool`` — the rule never leaves a request waiting that
-      its own admission test would accept;
-    * ``clairvoyant: bool`` — the rule reads output lengths ``o``;
-    * ``preempts: bool`` — the rule may preempt;
+    * ``traits: Traits`` — what the rule claims (FCFS, work conservation,
+      clairvoyance, preemption, negative control); see :class:`Traits` and
+      :func:`traits_of`;
     * ``margin(params, max_s, max_o) -> int`` — a declared
-      work-conservation margin ``Δ`` (tokens) for props until a proof gives one;
-    * ``negative_control: bool`` — a deliberately broken policy (excluded from
-      default audits, expected to fail).
+      work-conservation margin ``Δ`` (tokens) for props until a proof gives one.
     """
 
     @property
@@ -249,6 +320,10 @@ def check_scheduler_shape(obj: Any) -> str | None:
         val = getattr(obj, attr, None)
         if not isinstance(val, str) or not val.strip():
             return f"it needs a non-empty string attribute {attr!r}"
+    try:
+        traits_of(obj)
+    except InvalidScheduler as exc:
+        return str(exc).split(": ", 1)[-1]
     decide = getattr(obj, "decide", None)
     if not callable(decide):
         return "it needs a method decide(view, ops) -> Decision"

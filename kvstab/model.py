@@ -3,7 +3,7 @@
 Everything that needs to know how many KV tokens a request holds — the
 simulator, the z3 encoding, the property tests, the closed forms' brute-force
 checks — calls :func:`tokens_held` and :func:`progress_after`.  Nothing else in
-the project re-derives them (see ``../shared/MODEL.md``, "Lifecycle and
+the project re-derives them (see ``docs/MODEL.md``, "Lifecycle and
 memory").
 
 Progress is counted in tokens processed: ``0 ≤ p ≤ s + o``.  While ``p < s``
@@ -14,12 +14,12 @@ releases its memory at the end of that slot.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from kvstab.errors import InvalidArgument
 from kvstab.ops import CONCRETE, BoolLike, IntLike, Ops
+from kvstab.validation import MAX_TOKENS, positive_int
 
 __all__ = [
     "Request",
@@ -45,19 +45,10 @@ PAPER_BBAR = 0.0372
 
 
 def check_positive_int(name: str, value: object) -> int:
-    """Return ``value`` as an ``int`` if it is a positive integer, else raise
-    :class:`InvalidArgument` naming ``name`` and the value."""
-    if isinstance(value, bool):
-        raise InvalidArgument(f"{name} must be a positive integer, got {value!r}")
-    if isinstance(value, numbers.Integral):
-        as_int = int(value)
-    elif isinstance(value, numbers.Real) and float(value).is_integer():
-        as_int = int(float(value))  # 4.0 is the integer 4; 4.5 is not
-    else:
-        raise InvalidArgument(f"{name} must be a positive integer, got {value!r}")
-    if as_int <= 0:
-        raise InvalidArgument(f"{name} must be a positive integer, got {value!r}")
-    return as_int
+    """Return ``value`` as an ``int`` if it is a positive integer (at most
+    :data:`kvstab.validation.MAX_TOKENS`), else raise :class:`InvalidArgument`
+    naming ``name`` and the value (see :mod:`kvstab.validation`)."""
+    return positive_int(name, value, maximum=MAX_TOKENS)
 
 
 @dataclass(frozen=True, slots=True)

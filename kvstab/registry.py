@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from importlib.metadata import entry_points
 from typing import Any
 
-from kvstab.contract import Scheduler, check_scheduler_shape
+from kvstab.contract import Scheduler, check_scheduler_shape, traits_of
 from kvstab.errors import InvalidArgument, InvalidScheduler
 
 __all__ = ["Registry", "REGISTRY", "get_scheduler", "load_scheduler", "register", "builtin_names"]
@@ -135,7 +135,7 @@ get_scheduler = load_scheduler
 
 def builtin_names(include_negative: bool = False) -> list[str]:
     """Names of registered schedulers; negative controls only if asked."""
-    return [s.name for s in registry() if include_negative or not getattr(s, "negative_control", False)]
+    return [s.name for s in registry() if include_negative or not traits_of(s).negative_control]
 
 
 REGISTRY = registry

@@ -182,7 +182,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     """The flags that name a concrete run (scheduler, server, arrivals), shared by
-    ``kvstab replay`` and ``kvstab audit`` so their commands are interchangeable."""
+    ``kvstab replay`` and ``kvstab check`` so their commands are interchangeable."""
     from kvstab.cli import positive_int
 
     p.add_argument("--scheduler", required=True, help="registered name or module:attr")

@@ -1,6 +1,6 @@
 """The reference simulator: a readable discrete-time slot loop.
 
-It is the executable definition of the model in ``../shared/MODEL.md``:
+It is the executable definition of the model in ``docs/MODEL.md``:
 everything else (the z3 encoding, the property suite, the vLLM cross-check) is
 checked against it.  It favours clarity over speed.
 

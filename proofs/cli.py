@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kvstab.contract import traits_of
 from kvstab.errors import InvalidArgument
 
 __all__ = ["register"]
@@ -131,7 +132,7 @@ def _cmd_prove(args: argparse.Namespace) -> int:
             )
             if marg.delta is not None:
                 factor = 1 - marg.delta / marg.M
-                if getattr(sched, "preempts", False):
+                if traits_of(sched).preempts:
                     print(
                         f"  certifies memory in use ≥ M − Δ while requests wait; with recompute preemption the "
                         f"wasted area also enters the drift, so μ(1 − Δ/M) = {factor:.4f}·μ is not certified"

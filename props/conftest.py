@@ -4,7 +4,7 @@ The ``--scheduler`` option, the ``audited_scheduler`` parametrisation and the
 Hypothesis profiles come from kvstab's pytest plugin (``kvstab.pytest_plugin``,
 entry point ``pytest11``), so that ``pytest props/ --scheduler mod:attr``
 works from any directory; the property checks themselves live in
-``kvstab.audit`` and the input strategies in ``kvstab.strategies``.
+``kvstab.checks`` and the input strategies in ``kvstab.strategies``.
 """
 
 from __future__ import annotations

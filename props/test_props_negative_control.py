@@ -12,9 +12,10 @@ import shlex
 import pytest
 from hypothesis import given, settings
 
-from kvstab.audit import PropertyViolation, audit_plan
-from kvstab.audit import main as audit_main
+from kvstab.checks import PropertyViolation, audit_plan
+from kvstab.checks import main as audit_main
 from kvstab.cli import main as cli_main
+from kvstab.contract import traits_of
 from kvstab.pytest_plugin import Budget, audit_targets
 from kvstab.registry import builtin_names, load_scheduler
 from kvstab.replay import parse_requests, replay
@@ -25,7 +26,7 @@ NEGATIVE = "current-fit-no-preempt"
 
 def test_negative_control_is_excluded_from_the_default_audit() -> None:
     sched = load_scheduler(NEGATIVE)
-    assert getattr(sched, "negative_control", False) is True
+    assert traits_of(sched).negative_control is True
     default = [t.spec for t in audit_targets([])]
     assert NEGATIVE not in default
     assert sorted(default) == sorted(builtin_names(include_negative=False))
@@ -69,6 +70,6 @@ def test_negative_control_fails_small_and_replayable(props_budget: Budget, capsy
 
     # the audit command names the same property
     argv = shlex.split(exc.audit)
-    assert argv[:3] == ["python", "-m", "kvstab.audit"]
+    assert argv[:3] == ["python", "-m", "kvstab.checks"]
     assert audit_main(argv[3:]) == 1
     assert "property 1 (memory invariant)" in capsys.readouterr().out

@@ -2,7 +2,7 @@
 
 Each test draws a server and an arrival plan (``kvstab.strategies.scenarios``),
 runs it through the reference engine to the end and drains it, checking one
-property after every slot (``kvstab.audit``).  A failure is shrunk by
+property after every slot (``kvstab.checks``).  A failure is shrunk by
 Hypothesis to a minimal workload, and its message carries one-line replay
 commands.  After the examples, a vacuity guard checks that the property's
 premise actually held somewhere (a drift bound never tested with a queue is
@@ -16,7 +16,8 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 
-from kvstab.audit import PROPERTIES, audit_plan
+from kvstab.checks import PROPERTIES, audit_plan
+from kvstab.contract import traits_of
 from kvstab.pytest_plugin import AuditTarget, Budget
 from kvstab.strategies import saturated_scenarios, scenarios
 
@@ -50,15 +51,11 @@ def run_property(target: AuditTarget, prop: int, b: Budget) -> Counter[int | str
 @pytest.mark.parametrize("prop", sorted(SLUGS), ids=[f"p{k}-{v}" for k, v in sorted(SLUGS.items())])
 def test_property(audited_scheduler: AuditTarget, prop: int, props_budget: Budget) -> None:
     sched = audited_scheduler.scheduler
-    if prop == 7 and not getattr(sched, "work_conserving", False):
-        # nothing to check, but the scheduler must say so rather than stay silent
-        assert getattr(sched, "work_conserving", None) is False, (
-            f"{audited_scheduler.spec}: declare work_conserving = True or False"
-        )
-        return
+    if prop == 7 and not traits_of(sched).work_conserving:
+        return  # the rule declares Traits(work_conserving=False): property 7 claims nothing of it
     exercised = run_property(audited_scheduler, prop, props_budget)
     assert exercised[prop] > 0, f"vacuous: the premise of property {prop} never held on the drawn workloads"
-    if prop == 3 and getattr(sched, "preempts", False):
+    if prop == 3 and traits_of(sched).preempts:
         assert exercised["3-preempted"] > 0, "vacuous: no preempted request finished, g + wasted untested"
 
 

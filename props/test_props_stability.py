@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from kvstab.arrivals import fixed_arrivals, poisson_arrivals
-from kvstab.audit import margin_of
+from kvstab.checks import margin_of
+from kvstab.contract import traits_of
 from kvstab.metrics import Estimate, queue_slope, throughput
 from kvstab.model import ModelParams, tokens_held
 from kvstab.pytest_plugin import AuditTarget, Budget
@@ -125,7 +126,7 @@ def test_p10_saturated_throughput(audited_scheduler: AuditTarget, props_budget: 
     window = slice(int(res.slots * WARMUP), res.slots)
     waste = float(res.wasted[window].mean())
     delta = margin_of(audited_scheduler.scheduler, p, WORKLOAD.max_s, WORKLOAD.max_o)
-    if getattr(audited_scheduler.scheduler, "work_conserving", False):
+    if traits_of(audited_scheduler.scheduler).work_conserving:
         if delta < p.M - 1:
             floor = (p.M - delta - waste) / expected_g(WORKLOAD, p)  # μ(1 − δ) − measured waste
             how = f"(M − Δ − waste)/E[g] with Δ = {delta}, waste {waste:.1f}/slot"

@@ -6,13 +6,12 @@ from pathlib import Path
 
 import pytest
 
-#: ``shared/`` lies beside the checkout (as in CI: a copy of shared/ beside the clone)
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+from kvstab.data import data_dir as _shipped_data_dir
 
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    """``../shared/data``; a missing folder is an error, not a skip."""
-    d = SHARED / "data"
-    assert d.is_dir(), f"shared data folder not found at {d}; CI lays shared/ beside the clone"
+    """The data kvstab ships (``kvstab/data``, or ``$KVSTAB_DATA``)."""
+    d = _shipped_data_dir()
+    assert (d / "traces").is_dir(), f"kvstab's data folder {d} has no traces/"
     return d

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvstab.cli import main
+from kvstab.contract import Traits
 
 SMALL = ["--M", "4000", "--chunk", "64", "--workload", "s=U(1,300),o=U(1,200)", "--slots", "1500", "--no-progress"]
 
@@ -126,7 +127,7 @@ def test_far_arrivals_are_skipped_not_simulated(capsys: pytest.CaptureFixture[st
     far = "--requests=99999999999:1:1"
     rc, out, _ = run(["replay", "--scheduler", "current-fit", "--M", "10", "--chunk", "4", far], capsys)
     assert rc == 0 and "no invariant violation" in out and "100000000000" in out
-    rc, out, _ = run(["audit", "--scheduler", "current-fit", "--M", "10", "--chunk", "4", far], capsys)
+    rc, out, _ = run(["check", "--scheduler", "current-fit", "--M", "10", "--chunk", "4", far], capsys)
     assert rc == 0 and "all properties hold" in out
 
 
@@ -150,9 +151,9 @@ def test_simulate_says_what_rate_is_certified(capsys: pytest.CaptureFixture[str]
         d = json.loads(out)
         assert (d["policy_certified_rate_per_s"] is not None) == certified
         assert d["policy_certified_rate_basis"].startswith("none certified")
-    from kvstab.cli import policy_guarantee
     from kvstab.model import ModelParams
     from kvstab.registry import load_scheduler
+    from kvstab.theory.certified import policy_guarantee
     from kvstab.workload import parse_workload
 
     rate, why = policy_guarantee(load_scheduler("current-fit-no-preempt"), ModelParams(), parse_workload("paper-1:1"), 3.0)
@@ -162,7 +163,7 @@ def test_simulate_says_what_rate_is_certified(capsys: pytest.CaptureFixture[str]
         """A non-preempting policy that declares a real margin."""
 
         name = "margined"
-        preempts = False
+        traits = Traits(preempts=False)
 
         def margin(self, params: ModelParams, max_s: int, max_o: int) -> int:
             return 511

@@ -1,9 +1,9 @@
 """The mutation check: the property audit must catch every broken scheduler.
 
 Each mutant in ``tests/mutants/`` is a small, realistic bug in a built-in
-rule.  For each one the full audit of ``kvstab.audit`` (every property) runs
+rule.  For each one the full audit of ``kvstab.checks`` (every property) runs
 under Hypothesis on the same strategies as ``props/``; it must fail, shrink to
-a handful of requests, and its printed ``python -m kvstab.audit`` command must
+a handful of requests, and its printed ``python -m kvstab.checks`` command must
 reproduce the same property.  The table of which property caught which mutant
 is printed (``pytest -s``) and written to the test report.
 
@@ -24,8 +24,8 @@ import pytest
 from hypothesis import given, settings
 from mutants import MUTANTS
 
-from kvstab.audit import PROPERTIES, PropertyViolation, audit_plan
-from kvstab.audit import main as audit_main
+from kvstab.checks import PROPERTIES, PropertyViolation, audit_plan
+from kvstab.checks import main as audit_main
 from kvstab.strategies import scenarios
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,4 +94,4 @@ def test_plugin_audits_a_mutant_from_the_command_line(tmp_path: Path) -> None:
     run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-2000:]
     assert "property 7 (work conservation) violated" in run.stdout
-    assert "python -m kvstab.audit --scheduler mutants.one_per_slot:SCHEDULER" in run.stdout
+    assert "python -m kvstab.checks --scheduler mutants.one_per_slot:SCHEDULER" in run.stdout

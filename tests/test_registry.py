@@ -135,3 +135,29 @@ def test_builtins_run_symbolically(name: str) -> None:
 def test_bad_decision_shape_is_rejected() -> None:
     with pytest.raises(InvalidScheduler, match="decision.admit has 0 entries"):
         simulate(load_scheduler("sample_plugins:GARBAGE"), ModelParams(M=100, chunk=8), fixed_arrivals([(0, 3, 3)]), 2)
+
+
+def test_traits_are_declared_once_and_misspellings_are_refused() -> None:
+    from dataclasses import dataclass
+
+    from kvstab.contract import Decision, Traits, traits_of
+    from kvstab.errors import InvalidScheduler
+    from kvstab.ops import Ops
+    from kvstab.registry import Registry
+
+    @dataclass(frozen=True)
+    class Flat:
+        name: str = "flat"
+        description: str = "declares a trait as a plain attribute"
+        work_conservng: bool = True  # misspelled, and outside traits
+
+        def decide(self, view: View, ops: Ops) -> Decision:
+            return Decision(admit=tuple(False for _ in view.waiting), preempt=tuple(False for _ in view.active))
+
+    with pytest.raises(InvalidScheduler, match="did you mean 'work_conserving'"):
+        Registry().register(Flat())
+    with pytest.raises(TypeError):
+        Traits(work_conservng=True)  # type: ignore[call-arg]
+    with pytest.raises(InvalidScheduler, match="True or False"):
+        Traits(fcfs=1)  # type: ignore[arg-type]
+    assert traits_of(load_scheduler("current-fit")) == Traits(fcfs=True, work_conserving=True, clairvoyant=False, preempts=True)

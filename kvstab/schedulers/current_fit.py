@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvstab.contract import Decision, View, WaitingEntry, fcfs_admit, held_first, preempt_newest
+from kvstab.contract import Decision, Traits, View, WaitingEntry, fcfs_admit, held_first, preempt_newest
 from kvstab.model import ModelParams, tokens_held
 from kvstab.ops import BoolLike, IntLike, Ops
 
@@ -30,10 +30,7 @@ class CurrentFit:
 
     name: str = "current-fit"
     description: str = "FCFS; admit while post-slot memory + first chunk fits; recompute-preempt newest on overflow (vLLM v1)"
-    fcfs: bool = True
-    work_conserving: bool = True
-    clairvoyant: bool = False
-    preempts: bool = True
+    traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=False, preempts=True)
 
     def margin(self, params: ModelParams, max_s: int, max_o: int) -> int:
         """Declared work-conservation margin ``Δ`` (tokens): whenever the queue

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvstab.contract import Decision, View, WaitingEntry, fcfs_admit
+from kvstab.contract import Decision, Traits, View, WaitingEntry, fcfs_admit
 from kvstab.model import ModelParams, tokens_held
 from kvstab.ops import BoolLike, IntLike, Ops
 
@@ -56,10 +56,7 @@ class Lookahead:
 
     name: str = "lookahead"
     description: str = "FCFS, clairvoyant; admit while projected memory stays within M at every future slot; never preempts"
-    fcfs: bool = True
-    work_conserving: bool = True
-    clairvoyant: bool = True
-    preempts: bool = False
+    traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=True, preempts=False)
 
     def margin(self, params: ModelParams, max_s: int, max_o: int) -> int:
         """Declared margin ``Δ = M − 1``: only that some request runs while the

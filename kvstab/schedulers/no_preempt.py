@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvstab.contract import Decision, View, WaitingEntry, fcfs_admit, held_first, used_next
+from kvstab.contract import Decision, Traits, View, WaitingEntry, fcfs_admit, held_first, used_next
 from kvstab.model import ModelParams, tokens_held
 from kvstab.ops import BoolLike, IntLike, Ops
 
@@ -26,11 +26,7 @@ class CurrentFitNoPreempt:
 
     name: str = "current-fit-no-preempt"
     description: str = "NEGATIVE CONTROL: admit by current fit, never preempt; must be caught overflowing M"
-    fcfs: bool = True
-    work_conserving: bool = True
-    clairvoyant: bool = False
-    preempts: bool = False
-    negative_control: bool = True
+    traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=False, preempts=False, negative_control=True)
 
     def margin(self, params: ModelParams, max_s: int, max_o: int) -> int:
         """Declared margin ``Δ``: a refused head's first chunk did not fit,

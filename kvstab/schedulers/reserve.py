@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvstab.contract import ActiveEntry, Decision, View, WaitingEntry, fcfs_admit
+from kvstab.contract import ActiveEntry, Decision, Traits, View, WaitingEntry, fcfs_admit
 from kvstab.model import ModelParams, tokens_held
 from kvstab.ops import BoolLike, IntLike, Ops
 
@@ -29,10 +29,7 @@ class Reserve:
 
     name: str = "reserve"
     description: str = "FCFS, clairvoyant; admit while the peaks s+o of all admitted requests fit in M; never preempts"
-    fcfs: bool = True
-    work_conserving: bool = True
-    clairvoyant: bool = True
-    preempts: bool = False
+    traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=True, preempts=False)
 
     def margin(self, params: ModelParams, max_s: int, max_o: int) -> int:
         """Declared margin ``Δ = M − 1``: only that some request runs while the

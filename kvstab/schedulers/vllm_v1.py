@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvstab.contract import Decision, View, WaitingEntry, fcfs_admit
+from kvstab.contract import Decision, Traits, View, WaitingEntry, fcfs_admit
 from kvstab.model import ModelParams, tokens_held
 from kvstab.ops import BoolLike, IntLike, Ops
 
@@ -59,10 +59,8 @@ class VllmV1:
         "vLLM 0.33 v1: running first under one token budget, chunked prefill, recompute-preempt newest, "
         "no admission after a preemption, admit only if the whole prompt fits"
     )
-    fcfs: bool = True
-    work_conserving: bool = False  # the full-prompt check and the token budget can leave memory idle
-    clairvoyant: bool = False
-    preempts: bool = True
+    # the full-prompt check and the token budget can leave memory idle
+    traits: Traits = Traits(fcfs=True, work_conserving=False, clairvoyant=False, preempts=True)
 
     def margin(self, params: ModelParams, max_s: int, max_o: int) -> int:
         """Declared work-conservation margin ``Δ`` (tokens).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kvstab.contract import Traits
 from kvstab.model import ModelParams
 from kvstab.schedulers.current_fit import CurrentFit
 
@@ -10,10 +11,7 @@ class CurrentFitClaims:
     """The claims of ``current-fit`` (FCFS, work-conserving, preempting, its
     margin ``Δ``), which a buggy port of it would still make."""
 
-    fcfs: bool = True
-    work_conserving: bool = True
-    clairvoyant: bool = False
-    preempts: bool = True
+    traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=False, preempts=True)
 
     def margin(self, params: ModelParams, max_s: int, max_o: int) -> int:
         """``current-fit``'s declared margin."""

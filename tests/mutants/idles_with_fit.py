@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvstab.contract import Decision, View, WaitingEntry, fcfs_admit
+from kvstab.contract import Decision, Traits, View, WaitingEntry, fcfs_admit
 from kvstab.model import tokens_held
 from kvstab.ops import BoolLike, IntLike, Ops
 from mutants._base import CurrentFitClaims
@@ -20,7 +20,7 @@ from mutants._base import CurrentFitClaims
 class IdlesWithFit(CurrentFitClaims):
     name: str = "mutant-idles-with-fit"
     description: str = "admits only when nothing is running (idles while a request would fit)"
-    preempts: bool = False
+    traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=True, preempts=False)
 
     def decide(self, view: View, ops: Ops) -> Decision:
         empty = ops.eq(ops.count(a.present for a in view.active), 0)

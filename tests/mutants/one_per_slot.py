@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvstab.contract import Decision, View
+from kvstab.contract import Decision, Traits, View
 from kvstab.model import ModelParams
 from kvstab.ops import Ops
 from kvstab.schedulers.lookahead import Lookahead
@@ -20,10 +20,7 @@ from kvstab.schedulers.lookahead import Lookahead
 class OnePerSlot:
     name: str = "mutant-one-per-slot"
     description: str = "lookahead that only ever considers the queue head"
-    fcfs: bool = True
-    work_conserving: bool = True
-    clairvoyant: bool = True
-    preempts: bool = False
+    traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=True, preempts=False)
 
     def margin(self, params: ModelParams, max_s: int, max_o: int) -> int:
         """Look-ahead's declared margin."""

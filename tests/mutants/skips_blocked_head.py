@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvstab.contract import Decision, View
+from kvstab.contract import Decision, Traits, View
 from kvstab.model import ModelParams
 from kvstab.ops import BoolLike, IntLike, Ops
 from kvstab.schedulers.reserve import Reserve, peak
@@ -18,10 +18,7 @@ from kvstab.schedulers.reserve import Reserve, peak
 class SkipsBlockedHead:
     name: str = "mutant-skips-blocked-head"
     description: str = "reserve with first-fit admission (skips a blocked head) claiming FCFS"
-    fcfs: bool = True
-    work_conserving: bool = True
-    clairvoyant: bool = True
-    preempts: bool = False
+    traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=True, preempts=False)
 
     def margin(self, params: ModelParams, max_s: int, max_o: int) -> int:
         """Reserve's declared margin."""

@@ -181,7 +181,7 @@ def test_how_to_commands_in_docs_run(
     assert len(lines) >= 4
     monkeypatch.chdir(tmp_path)
     for line in lines:
-        argv = shlex.split(line.replace("../shared/data", str(data_dir)))[1:]
+        argv = shlex.split(line.replace("kvstab/data", str(data_dir)))[1:]
         if "--pdf" in argv and shutil.which("pdflatex") is None:
             continue
         code, _, err = run(capsys, *argv)

@@ -1,7 +1,7 @@
 """The per-run property checks of the audit suite, written once.
 
 ``props/`` (the Hypothesis suite), its stateful machine, the mutation test and
-``python -m kvstab.audit`` all drive the reference :class:`~kvstab.simulator.Engine`
+``python -m kvstab.checks`` all drive the reference :class:`~kvstab.simulator.Engine`
 through an :class:`Auditor`, which keeps a *shadow* account of every request
 (its state, the area it has been served, the remaining-area Lyapunov function
 ``V``) and checks after every slot:
@@ -38,7 +38,7 @@ through an :class:`Auditor`, which keeps a *shadow* account of every request
 A failure raises :class:`PropertyViolation`, an ``AssertionError`` (so
 Hypothesis shrinks it) whose message names the property, the slot and two
 one-line commands that replay the workload: ``kvstab replay`` (the simulator,
-slot by slot; it stops at a memory violation) and ``python -m kvstab.audit``
+slot by slot; it stops at a memory violation) and ``python -m kvstab.checks``
 (the same workload through every check here).
 """
 
@@ -50,7 +50,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from kvstab.arrivals import ArrivalPlan
-from kvstab.contract import ActiveEntry, Scheduler, View, WaitingEntry
+from kvstab.contract import ActiveEntry, Scheduler, View, WaitingEntry, traits_of
 from kvstab.errors import InvalidArgument, KvstabError
 from kvstab.model import ModelParams, tokens_held, unit_tokens
 from kvstab.ops import CONCRETE
@@ -119,10 +119,10 @@ class PropertyViolation(AssertionError):
 
 
 def audit_command(scheduler: str, params: ModelParams, requests: list[tuple[int, int, int]]) -> str:
-    """``python -m kvstab.audit …``: the workload through every check of this module."""
+    """``python -m kvstab.checks …``: the workload through every check of this module."""
     cmd = replay_command(scheduler, params, requests)
     assert cmd.startswith("kvstab replay ")
-    return "python -m kvstab.audit " + cmd[len("kvstab replay ") :]
+    return "python -m kvstab.checks " + cmd[len("kvstab replay ") :]
 
 
 def margin_of(scheduler: Scheduler, params: ModelParams, max_s: int, max_o: int) -> int:
@@ -239,7 +239,7 @@ class Auditor:
             ex[2] += 1
         if self._on(2):
             self._check_conservation(rec, before_active, before_waiting, active_ids, waiting_ids)
-        if self._on(2) and getattr(self.scheduler, "fcfs", False):
+        if self._on(2) and traits_of(self.scheduler).fcfs:
             for rid in rec.admitted:
                 self.admitted_ever[rid] = True
             first = [i for i, a in enumerate(self.admitted_ever) if a]
@@ -326,7 +326,7 @@ class Auditor:
                     6, t, f"{rec.queue} request(s) left waiting while memory is {rec.memory} < M − Δ = "
                     f"{p.M} − {delta} = {p.M - delta}"
                 )
-        if self._on(7) and getattr(self.scheduler, "work_conserving", False) and not rec.preempted:
+        if self._on(7) and traits_of(self.scheduler).work_conserving and not rec.preempted:
             self._check_work_conservation(rec, before_active, waiting_ids)
         return rec
 
@@ -444,7 +444,7 @@ def audit_plan(
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="kvstab audit",
+        prog="kvstab check",
         description="run a workload through every property check of the audit suite (the same flags as kvstab replay)",
     )
     add_workload_arguments(p)
@@ -452,8 +452,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``kvstab audit`` (the same as ``python -m kvstab.audit``) to the CLI."""
-    p = sub.add_parser("audit", help="run a workload through every property check of the audit suite")
+    """Add ``kvstab check`` (the same as ``python -m kvstab.checks``) to the CLI."""
+    p = sub.add_parser("check", help="run a workload through every property check of the audit suite")
     add_workload_arguments(p)
     p.set_defaults(func=_run)
 
@@ -479,7 +479,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"VIOLATION reproduced: {exc}")
         return 1
     except KvstabError as exc:
-        print(f"python -m kvstab.audit: error: {exc}", file=sys.stderr)
+        print(f"python -m kvstab.checks: error: {exc}", file=sys.stderr)
         return 2
     print(f"all properties hold: {len(plan)} request(s), all finished by slot {aud.engine.slot - 1}")
     return 0

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvstab.arrivals import fixed_arrivals
-from kvstab.audit import audit_plan
+from kvstab.checks import audit_plan
 from kvstab.model import ModelParams
 from kvstab.registry import load_scheduler
 

@@ -1,0 +1,128 @@
+"""Command-line flags every command shares, declared once.
+
+The server flags are derived from :class:`~kvstab.model.ModelParams`: its
+fields' ``help`` metadata is the help text, its defaults are the defaults, and
+:mod:`kvstab.validation` checks every value — so ``simulate``, ``check``,
+``replay``, ``prove``, ``mu`` and the rest take the same flags with the same
+meaning.  A command that fixes a value differently (``prove`` leaves ``M``
+symbolic by default) says so through ``defaults``.
+
+This module is part of the command-line floor: library code never imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import MISSING, fields
+from typing import Any
+
+from kvstab import validation as v
+from kvstab.errors import InvalidArgument
+from kvstab.model import PAPER_BBAR, ModelParams
+
+__all__ = [
+    "SERVER_FLAGS",
+    "arg_type",
+    "add_server_arguments",
+    "server_params",
+    "positive_int",
+    "nonneg_int",
+    "positive_float",
+    "fraction",
+    "unit_fraction",
+    "seed",
+    "slots",
+    "rate",
+]
+
+
+def arg_type(check: Callable[..., Any], what: str, **bounds: Any) -> Callable[[str], Any]:
+    """An argparse ``type=`` from a :mod:`kvstab.validation` check: the check's
+    one-line message becomes argparse's error (exit 2, no traceback)."""
+
+    def conv(text: str) -> Any:
+        try:
+            return check(what, text, **bounds)
+        except InvalidArgument as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    conv.__name__ = what  # argparse names the type in some messages
+    return conv
+
+
+positive_int = arg_type(v.positive_int, "a positive integer")
+nonneg_int = arg_type(v.nonneg_int, "a non-negative integer")
+positive_float = arg_type(v.positive_float, "a positive number")
+fraction = arg_type(v.fraction, "a fraction in [0, 1)")
+unit_fraction = arg_type(v.unit_fraction, "a number in (0, 1]")
+seed = arg_type(v.nonneg_int, "the seed", maximum=v.MAX_SEED)
+slots = arg_type(v.positive_int, "the number of slots", maximum=v.MAX_SLOTS)
+rate = arg_type(v.positive_float, "the arrival rate", maximum=v.MAX_RATE)
+
+#: flag name, ModelParams field, argparse type of each server flag
+SERVER_FLAGS: dict[str, tuple[str, Callable[[str], Any] | None]] = {
+    "--M": ("M", arg_type(v.positive_int, "M (KV capacity in tokens)", maximum=v.MAX_TOKENS)),
+    "--chunk": ("chunk", arg_type(v.positive_int, "the chunk ŝ", maximum=v.MAX_TOKENS)),
+    "--block": ("block", arg_type(v.positive_int, "the block size B", maximum=v.MAX_TOKENS)),
+    "--g": ("g", None),
+    "--token-budget": ("token_budget", arg_type(v.positive_int, "the token budget", maximum=v.MAX_TOKENS)),
+    "--max-num-seqs": ("max_num_seqs", arg_type(v.positive_int, "max_num_seqs", maximum=v.MAX_COUNT)),
+}
+
+
+def add_server_arguments(
+    p: argparse.ArgumentParser,
+    *,
+    defaults: Mapping[str, Any] | None = None,
+    required: Iterable[str] = (),
+    omit: Iterable[str] = (),
+    bbar: bool = True,
+) -> None:
+    """Add the server flags (``--M --chunk --block --g --token-budget
+    --max-num-seqs``, and ``--bbar`` unless ``bbar=False``) to ``p``.
+
+    ``defaults`` overrides a field's default by field name (e.g. ``{"M": None}``
+    for a symbolic ``M``); ``required`` names fields that must be given;
+    ``omit`` names fields the command does not take.
+    """
+    overrides = dict(defaults or {})
+    need = set(required)
+    skip = set(omit)
+    by_name = {f.name: f for f in fields(ModelParams)}
+    for flag, (field_name, kind) in SERVER_FLAGS.items():
+        if field_name in skip:
+            continue
+        f = by_name[field_name]
+        default = overrides.get(field_name, f.default if f.default is not MISSING else None)
+        help_text = str(f.metadata.get("help", ""))
+        kwargs: dict[str, Any] = {"dest": field_name, "help": help_text}
+        if field_name == "g":
+            kwargs["choices"] = ("exact", "continuous")
+        else:
+            kwargs["type"] = kind
+        if field_name in need:
+            kwargs["required"] = True
+        else:
+            kwargs["default"] = default
+            kwargs["help"] = f"{help_text} (default {default})"
+        p.add_argument(flag, **kwargs)
+    if bbar:
+        default_bbar = overrides.get("bbar", PAPER_BBAR)
+        p.add_argument(
+            "--bbar",
+            type=arg_type(v.positive_float, "the batch time b̄", maximum=3600.0),
+            default=default_bbar,
+            help=f"batch time b̄ in seconds per slot (default {default_bbar})",
+        )
+
+
+def server_params(args: argparse.Namespace, **override: Any) -> ModelParams:
+    """The :class:`ModelParams` the parsed server flags describe (fields a
+    command omitted keep ModelParams' defaults; ``override`` wins)."""
+    kw: dict[str, Any] = {}
+    for _flag, (field_name, _kind) in SERVER_FLAGS.items():
+        if hasattr(args, field_name):
+            kw[field_name] = getattr(args, field_name)
+    kw.update(override)
+    return ModelParams(**kw)
