@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvstab.errors import InvalidArgument
-from kvstab.model import ModelParams, tokens_held
+from kvstab.model import ModelParams
 from kvstab.traces import Trace
 from kvstab.workload import Workload
 
@@ -50,14 +50,17 @@ class ArrivalPlan:
     def fit_to(self, params: ModelParams, drop_oversize: bool = False) -> ArrivalPlan:
         """Check every request can ever be served (peak ``s + o`` fits in ``M``);
         with ``drop_oversize`` remove those that cannot and count them."""
-        peak = np.asarray(-(-(self.s + self.o) // params.block) * params.block, dtype=np.int64)
-        bad = peak > params.M
+        totals = self.s + self.o
+        # one question per distinct total, asked of the model's own rule
+        distinct = np.unique(totals)
+        too_big = distinct[[not params.fits_total(int(x)) for x in distinct]]
+        bad = np.isin(totals, too_big)
         if not bad.any():
             return self
         if not drop_oversize:
             i = int(np.argmax(bad))
             raise InvalidArgument(
-                f"request {i} (s={int(self.s[i])}, o={int(self.o[i])}) needs {int(peak[i])} tokens at its peak "
+                f"request {i} (s={int(self.s[i])}, o={int(self.o[i])}) needs {params.peak(int(totals[i]))} tokens at its peak "
                 f"but M={params.M}: no scheduler can ever serve it (pass --drop-oversize to drop such requests)"
             )
         keep = ~bad
@@ -67,7 +70,7 @@ class ArrivalPlan:
         """Largest peak memory of any request (for reports)."""
         if not len(self):
             return 0
-        return int(max(tokens_held(int(x), params.block) for x in (self.s + self.o)))
+        return params.peak(int((self.s + self.o).max()))
 
 
 def _check_rate(rate: float, bbar: float, slots: int) -> None:

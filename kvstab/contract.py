@@ -23,8 +23,8 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from kvstab.errors import InvalidScheduler
 from kvstab.model import first_chunk_tokens, progress_after, tokens_held
@@ -47,6 +47,8 @@ __all__ = [
     "fcfs_admit",
     "preempt_newest",
     "check_decision_shape",
+    "HiddenOutput",
+    "visible_view",
 ]
 
 
@@ -177,6 +179,74 @@ def traits_of(scheduler: object) -> Traits:
                 f"traits = Traits({close[0]}={value}, ...) — known traits: {', '.join(TRAIT_NAMES)}"
             )
     return declared
+
+
+class HiddenOutput(int):
+    """What a non-clairvoyant rule sees in place of an output length ``o``.
+
+    A rule whose traits declare ``clairvoyant=False`` is never shown ``o``
+    (:func:`visible_view`): the true length is not in its view at all, so no
+    rule can learn it.  Any use of the placeholder — arithmetic, comparison,
+    ``bool``, ``int``, indexing, formatting, or coercion into a z3 term —
+    raises :class:`InvalidScheduler` naming the scheduler, so a rule that
+    declares the wrong trait is caught the first time it reads ``o``.
+
+    It subclasses ``int`` (value 0) so that z3's coercion of a Python integer,
+    which calls ``str`` on it, reaches :meth:`__str__` and raises too.
+    """
+
+    who: str
+    rid: object
+
+    def __new__(cls, who: str, rid: object) -> HiddenOutput:
+        obj = super().__new__(cls, 0)
+        obj.who = who
+        obj.rid = rid
+        return obj
+
+    def _read(self, *_: object) -> NoReturn:
+        raise InvalidScheduler(
+            f"scheduler {self.who!r} declares clairvoyant=False but read the output length o of request "
+            f"{self.rid!r}; a non-clairvoyant rule is never shown o (declare traits = Traits(clairvoyant=True, ...) "
+            "if the rule needs it)"
+        )
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _read
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _read
+    __divmod__ = __rdivmod__ = __pow__ = __rpow__ = __lshift__ = __rshift__ = _read
+    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = _read
+    __neg__ = __pos__ = __abs__ = __invert__ = _read
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _read  # type: ignore[assignment]
+    __bool__ = __int__ = __index__ = __float__ = __complex__ = _read  # type: ignore[assignment]
+    __round__ = __trunc__ = __floor__ = __ceil__ = __format__ = __str__ = _read  # type: ignore[assignment]
+
+    def __hash__(self) -> int:
+        return id(self)  # hashing an entry reveals nothing about o
+
+    def __repr__(self) -> str:
+        return "<o hidden: not clairvoyant>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (HiddenOutput, (self.who, self.rid))
+
+
+def visible_view(view: View, traits: Traits, who: str = "the scheduler") -> View:
+    """The view a rule with ``traits`` may see: ``view`` itself for a
+    clairvoyant rule; otherwise a copy whose every entry's ``o`` is a
+    :class:`HiddenOutput` that raises :class:`InvalidScheduler` on any use.
+
+    Only ``o`` is replaced and no other value is inspected, so it works
+    unchanged on views whose values are z3 terms (``kvstab.symbolic.Sym``):
+    the simulator, the fast engine and the z3 encoding all call it before
+    ``decide``.  ``who`` names the scheduler in the error (its spec).
+    """
+    if traits.clairvoyant:
+        return view
+    return replace(
+        view,
+        active=tuple(replace(a, o=HiddenOutput(who, a.rid)) for a in view.active),
+        waiting=tuple(replace(w, o=HiddenOutput(who, w.rid)) for w in view.waiting),
+    )
 
 
 @runtime_checkable

@@ -34,6 +34,9 @@ __all__ = [
     "seed",
     "slots",
     "rate",
+    "window",
+    "decide_timeout",
+    "add_run_arguments",
 ]
 
 
@@ -126,3 +129,42 @@ def server_params(args: argparse.Namespace, **override: Any) -> ModelParams:
             kw[field_name] = getattr(args, field_name)
     kw.update(override)
     return ModelParams(**kw)
+
+
+#: the queue-head window (a count of requests)
+window = arg_type(v.positive_int, "the queue window", maximum=v.MAX_COUNT)
+#: a per-decision wall-clock limit in seconds
+decide_timeout = arg_type(v.positive_float, "the decide timeout", maximum=86_400.0)
+
+
+def add_run_arguments(
+    p: argparse.ArgumentParser, *, scheduler_default: str | None = None, timeout: bool = True
+) -> None:
+    """The flags that say how a scheduler is run, shared by every command that
+    runs one: ``--scheduler`` (required unless ``scheduler_default``),
+    ``--window`` (the queue-head window the engine shows the rule first) and
+    ``--decide-timeout`` (a wall-clock limit on each call of ``decide``)."""
+    from kvstab.simulator import DEFAULT_WINDOW
+
+    if scheduler_default is None:
+        p.add_argument("--scheduler", required=True, help="registered name or module:attr")
+    else:
+        p.add_argument(
+            "--scheduler", default=scheduler_default, help=f"registered name or module:attr (default {scheduler_default})"
+        )
+    p.add_argument(
+        "--window",
+        type=window,
+        default=DEFAULT_WINDOW,
+        help=f"queue-head window shown to the rule first; it doubles while the rule admits all it sees "
+        f"(default {DEFAULT_WINDOW})",
+    )
+    if not timeout:
+        return
+    p.add_argument(
+        "--decide-timeout",
+        type=decide_timeout,
+        default=None,
+        metavar="S",
+        help="fail if one call of the scheduler's decide takes longer than S seconds (default: no limit)",
+    )

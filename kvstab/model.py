@@ -100,9 +100,17 @@ class ModelParams:
         if self.block > self.M:
             raise InvalidArgument(f"block size B={self.block} exceeds M={self.M}; need 1 <= B <= M")
 
+    def peak(self, total: int) -> int:
+        """Memory a request with ``s + o = total`` holds in its last slot, ``B⌈total/B⌉``."""
+        return int(tokens_held(int(total), self.block))
+
+    def fits_total(self, total: int) -> bool:
+        """Whether a request with ``s + o = total`` can ever be served (its peak fits in ``M``)."""
+        return self.peak(total) <= self.M
+
     def fits(self, request: Request) -> bool:
         """Whether ``request`` can ever be served: its peak memory fits in ``M``."""
-        return int(tokens_held(request.s + request.o, self.block)) <= self.M
+        return self.fits_total(request.s + request.o)
 
     @staticmethod
     def help() -> dict[str, str]:

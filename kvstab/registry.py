@@ -4,11 +4,19 @@ A plug-in is checked when it is registered, not when it first runs: a wrong
 shape is rejected with a message naming what is wrong.  Third-party packages
 advertise schedulers in the entry-point group ``kvstab.schedulers``; the value
 is a ``module:attr`` naming a scheduler object (or a zero-argument factory).
+A broken or colliding entry point is skipped with a one-line warning on
+stderr, so one bad package cannot disable every command; asking for it by
+name raises its error.
+
+Names are unique: a plug-in loaded by ``module:attr`` whose ``name`` is that
+of a registered scheduler (``current-fit``) is refused unless it *is* that
+scheduler, so no report can pass a plug-in off as a built-in.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Iterator
 from importlib.metadata import entry_points
 from typing import Any
@@ -34,6 +42,8 @@ class Registry:
 
     def __init__(self) -> None:
         self._by_name: dict[str, Scheduler] = {}
+        #: entry points that could not be registered: name -> the one-line reason
+        self.broken: dict[str, str] = {}
 
     def register(self, scheduler: Any) -> Scheduler:
         """Add ``scheduler``; raise :class:`InvalidScheduler` if it has the wrong
@@ -52,6 +62,8 @@ class Registry:
         try:
             return self._by_name[name]
         except KeyError:
+            if name in self.broken:
+                raise InvalidScheduler(self.broken[name]) from None
             raise InvalidArgument(
                 f"unknown scheduler {name!r}; known: {', '.join(sorted(self._by_name))} (or module:attr)"
             ) from None
@@ -99,8 +111,10 @@ def _build_default() -> Registry:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:
             reg.register(_resolve(ep.value))
-        except (InvalidArgument, InvalidScheduler) as exc:
-            raise InvalidScheduler(f"entry point {ep.name!r} in group {ENTRY_POINT_GROUP!r}: {exc}") from None
+        except Exception as exc:  # a third party's bug must not take the built-ins down with it
+            reason = f"scheduler entry point {ep.name!r} ({ep.value}) in group {ENTRY_POINT_GROUP!r}: {exc}"
+            reg.broken[ep.name] = reason
+            sys.stderr.write(f"kvstab: warning: skipped {reason}\n")
     return reg
 
 
@@ -121,12 +135,26 @@ def register(scheduler: Any) -> Scheduler:
 
 
 def load_scheduler(spec: str) -> Scheduler:
-    """A scheduler by registered name or ``module:attr`` (a name wins)."""
+    """A scheduler by registered name or ``module:attr`` (a name wins).
+
+    A ``module:attr`` plug-in may not take the name of a registered scheduler
+    unless it is that scheduler (equal to it): reports name schedulers, and a
+    plug-in called ``current-fit`` must not be mistaken for the built-in.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise InvalidArgument(f"scheduler spec must be a registered name or 'module:attr', got {spec!r}")
     reg = registry()
     if spec in reg:
         return reg.get(spec)
     if ":" in spec:
-        return _resolve(spec)
+        obj = _resolve(spec)
+        name = obj.name
+        if name in reg and reg.get(name) is not obj and reg.get(name) != obj:
+            raise InvalidScheduler(
+                f"{spec!r} calls itself {name!r}, the name of a registered scheduler it is not; "
+                "give the plug-in a name of its own"
+            )
+        return obj
     return reg.get(spec)  # raises with the known names
 
 

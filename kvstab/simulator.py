@@ -20,20 +20,39 @@ One slot ``t``:
 
 from __future__ import annotations
 
+import math
+import signal
+import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from types import FrameType
 
 import numpy as np
 import numpy.typing as npt
 
 from kvstab.arrivals import ArrivalPlan
-from kvstab.contract import ActiveEntry, Decision, Scheduler, View, WaitingEntry, check_decision_shape
-from kvstab.errors import InvalidArgument, InvalidScheduler, InvariantViolation
+from kvstab.contract import (
+    ActiveEntry,
+    Decision,
+    HiddenOutput,
+    Scheduler,
+    View,
+    WaitingEntry,
+    check_decision_shape,
+    traits_of,
+    visible_view,
+)
+from kvstab.errors import InvalidArgument, InvalidScheduler, InvariantViolation, KvstabError
 from kvstab.model import ModelParams, progress_after, tokens_held
 from kvstab.ops import CONCRETE
+from kvstab.validation import MAX_SLOTS, positive_float, positive_int
 
-__all__ = ["Engine", "RequestState", "SimResult", "SlotRecord", "simulate"]
+__all__ = ["Engine", "RequestState", "SimResult", "SlotRecord", "simulate", "DEFAULT_WINDOW", "DecideInterrupted"]
+
+#: the queue-head window an engine shows a rule first (it doubles while the rule admits all it sees)
+DEFAULT_WINDOW = 8
 
 IntArray = npt.NDArray[np.int64]
 
@@ -71,6 +90,7 @@ class SlotRecord:
     tokens: int  # tokens processed this slot
     queue: int  # waiting at the end of the slot
     active_after: int  # active at the end of the slot (after releases)
+    hidden: int = 0  # waiting requests the queue window hid from the rule's final decision
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -100,11 +120,50 @@ class SimResult:
     served: IntArray
     request_wasted: IntArray
     dropped: int = 0
+    #: the initial queue-head window the rule was shown
+    window: int = DEFAULT_WINDOW
+    #: slots in which the window hid waiting requests from the rule's final decision
+    #: (the rule then left requests waiting; a failure should mention it)
+    window_hid_slots: int = 0
 
     @property
     def in_system(self) -> IntArray:
         """Requests in the system (waiting + active) at the end of each slot."""
         return np.cumsum(self.arrived) - np.cumsum(self.completed)
+
+
+
+class DecideInterrupted(KeyboardInterrupt):
+    """Ctrl-C arrived while a scheduler's ``decide`` was running: the message
+    names the scheduler and the slot (a rule that never returns is the usual cause)."""
+
+
+class _DecideTimeout(Exception):
+    """Raised by the alarm handler inside a ``decide`` that ran past its limit."""
+
+
+@contextmanager
+def _time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`_DecideTimeout` in the main thread after ``seconds`` of wall time.
+
+    ``signal.setitimer`` is the only way to interrupt pure-Python code that
+    never returns without a second process; it works in the main thread only,
+    which is where the command line runs.
+    """
+    if seconds is None:
+        yield
+        return
+
+    def on_alarm(signum: int, frame: FrameType | None) -> None:
+        raise _DecideTimeout
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _ids(reqs: list[RequestState], most: int = 12) -> str:
@@ -113,13 +172,38 @@ def _ids(reqs: list[RequestState], most: int = 12) -> str:
     return f"[{shown}{', …' if len(ids) > most else ''}] ({len(ids)} in all)"
 
 
+def _bad_grant(g: object) -> str | None:
+    """What is wrong with ``g`` as a grant (a non-negative integer), or ``None``."""
+    if isinstance(g, HiddenOutput):
+        g._read()
+    if isinstance(g, (bool, np.bool_)) or not isinstance(g, (int, np.integer)):
+        if isinstance(g, float) and math.isnan(g):
+            return "NaN"
+        return f"{g!r} ({type(g).__name__}), not an integer"
+    if g < 0:
+        return f"{int(g)}, negative"
+    return None
+
+
 class Engine:
     """A steppable reference engine (the simulator and the stateful tests drive it).
 
     ``window`` is the initial number of queue-head entries shown to the rule;
     if the rule admits every one of them and more are waiting, the engine
     doubles the window and asks again, so a head-of-line rule sees as much of
-    the queue as it could possibly admit.
+    the queue as it could possibly admit.  :attr:`window_hid_slots` counts the
+    slots in which the window still hid waiting requests from the rule's
+    final decision (a rule that is not head-of-line may behave differently
+    with a wider window; a failure should say so).
+
+    ``spec`` is how the scheduler is named in every message (its registered
+    name or the ``module:attr`` it was loaded from; default its ``name``).
+    A rule is shown only what its traits allow (:func:`~kvstab.contract.visible_view`).
+    An error inside ``decide``, a decision of the wrong shape or type, a
+    negative or non-integer grant, or (with ``decide_timeout``) a decision that
+    takes longer than that many seconds raises :class:`InvalidScheduler`
+    naming the scheduler and the slot; Ctrl-C during ``decide`` raises
+    :class:`DecideInterrupted` naming them too.
     """
 
     #: the least output length a request may have; an engine with another
@@ -133,17 +217,27 @@ class Engine:
         params: ModelParams,
         *,
         check: bool = True,
-        window: int = 8,
+        window: int = DEFAULT_WINDOW,
+        spec: str | None = None,
+        decide_timeout: float | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.params = params
         self.check = check
-        self.window = max(1, int(window))
+        self.window = positive_int("the queue window", window, maximum=2**31 - 1)
+        self.spec = spec or scheduler.name
+        self.traits = traits_of(scheduler)
+        if decide_timeout is not None:
+            decide_timeout = positive_float("the decide timeout", decide_timeout, maximum=86_400.0)
+            if threading.current_thread() is not threading.main_thread():
+                raise InvalidArgument("a decide timeout needs the main thread (it uses signal.setitimer)")
+        self.decide_timeout = decide_timeout
         self.slot = 0
         self.requests: list[RequestState] = []
         self.active: list[RequestState] = []  # admission order
         self.waiting: deque[RequestState] = deque()
         self.records: list[SlotRecord] = []
+        self.window_hid_slots = 0
         self._pending_arrivals = 0
 
     # --- inputs
@@ -152,10 +246,10 @@ class Engine:
         for name, v, least in (("s", s, 1), ("o", o, self.min_output)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
                 raise InvalidArgument(f"request length {name} must be an integer >= {least}, got {v!r}")
-        if tokens_held(int(s) + int(o), self.params.block) > self.params.M:
+        if not self.params.fits_total(int(s) + int(o)):
             raise InvalidArgument(
-                f"request (s={s}, o={o}) needs {int(s) + int(o)} tokens at its peak but M={self.params.M}: "
-                "no scheduler can ever serve it"
+                f"request (s={s}, o={o}) needs {self.params.peak(int(s) + int(o))} tokens at its peak but "
+                f"M={self.params.M}: no scheduler can ever serve it"
             )
         r = RequestState(rid=len(self.requests), s=int(s), o=int(o), arrival=self.slot)
         self.requests.append(r)
@@ -213,33 +307,69 @@ class Engine:
             n_waiting=len(self.waiting),
         )
 
+    def _ask(self, view: View) -> Decision:
+        """One call of the rule on ``view``, with the plug-in's faults made kvstab's errors."""
+        where = f"scheduler {self.spec!r} in slot {self.slot}"
+        shown = visible_view(view, self.traits, self.spec)
+        try:
+            with _time_limit(self.decide_timeout):
+                decision = self.scheduler.decide(shown, CONCRETE)
+        except _DecideTimeout:
+            raise InvalidScheduler(
+                f"{where}: decide did not return within the {self.decide_timeout:g} s limit (--decide-timeout)"
+            ) from None
+        except KeyboardInterrupt:
+            raise DecideInterrupted(f"interrupted while {where} was deciding (decide had not returned)") from None
+        except InvalidScheduler as exc:
+            raise InvalidScheduler(f"{where}: {exc}") from None
+        except KvstabError:
+            raise
+        except Exception as exc:  # the plug-in's own fault: say so, with its name and the slot
+            raise InvalidScheduler(
+                f"{where}: decide raised {type(exc).__name__}: {exc} (an error in the scheduler, not in kvstab)"
+            ) from exc
+        return self._checked(decision, view, where)
+
+    def _checked(self, decision: object, view: View, where: str) -> Decision:
+        """``decision`` if it has the contract's shape and types, else :class:`InvalidScheduler`."""
+        try:
+            d = check_decision_shape(decision, view, self.spec)
+            for name, vals in (("admit", d.admit), ("preempt", d.preempt)):
+                for v in vals:
+                    if isinstance(v, HiddenOutput):
+                        v._read()
+                    if not isinstance(v, (bool, np.bool_)):
+                        raise InvalidScheduler(f"decision.{name} must hold booleans, got {v!r}")
+            if d.grants is not None:
+                for i, g in enumerate(d.grants):
+                    bad = _bad_grant(g)
+                    if bad is not None:
+                        raise InvalidScheduler(f"decision.grants[{i}] is {bad}; a grant is an integer >= 0 tokens")
+        except InvalidScheduler as exc:
+            msg = str(exc)
+            prefix = f"scheduler {self.spec!r}"
+            raise InvalidScheduler(f"{where}: {msg[len(prefix) :].lstrip(': ') if msg.startswith(prefix) else msg}") from None
+        return d
+
     def decide(self) -> tuple[View, Decision]:
         """Ask the scheduler, widening the queue window while it admits all it sees."""
         w = self.window
         while True:
             view = self.view(w)
-            try:
-                decision = self.scheduler.decide(view, CONCRETE)
-            except InvalidScheduler:
-                raise
-            decision = check_decision_shape(decision, view, self.scheduler.name)
-            for name, vals in (("admit", decision.admit), ("preempt", decision.preempt)):
-                for v in vals:
-                    if not isinstance(v, (bool, np.bool_)):
-                        raise InvalidScheduler(
-                            f"scheduler {self.scheduler.name!r}: decision.{name} must hold booleans, got {v!r}"
-                        )
+            decision = self._ask(view)
             if len(view.waiting) < len(self.waiting) and len(view.waiting) > 0 and all(decision.admit):
                 w *= 2
                 continue
             return view, decision
 
-    # --- one slot
     def step(self) -> SlotRecord:
         """Run one slot; raise :class:`InvariantViolation` if it breaks an invariant."""
         p = self.params
         t = self.slot
         view, decision = self.decide()
+        hidden = len(self.waiting) - len(view.waiting)
+        if hidden:
+            self.window_hid_slots += 1
         actives = list(self.active)
         heads = [self.waiting[i] for i in range(len(view.waiting))]
         grants = decision.grants
@@ -334,6 +464,7 @@ class Engine:
             tokens=tokens,
             queue=len(self.waiting),
             active_after=len(self.active),
+            hidden=hidden,
         )
         self.records.append(rec)
         self._pending_arrivals = 0
@@ -353,6 +484,67 @@ class Engine:
         """No request waiting or active."""
         return not self.active and not self.waiting
 
+    def run(
+        self,
+        plan: ArrivalPlan,
+        slots: int | None = None,
+        *,
+        drain: bool = False,
+        skip_idle: bool = False,
+        on_slot: Callable[[int], None] | None = None,
+        max_slots: int = MAX_SLOTS,
+    ) -> int:
+        """The one run loop: feed ``plan``'s arrivals in their slots, step, record.
+
+        ``plan``'s slots are the engine's own (absolute) slots; a row whose
+        slot has already passed arrives in the current slot.  Without
+        ``drain`` the run stops when the engine reaches slot ``slots``; with
+        ``drain`` once every row has arrived and the system is empty (and not
+        before slot ``slots`` if given).  ``skip_idle`` jumps over slots in
+        which nothing waits, runs or arrives (no record is kept for them);
+        ``on_slot(t)`` is called after each simulated slot.  At most
+        ``max_slots`` slots are stepped.  Returns how many rows of ``plan``
+        were fed: fewer than ``len(plan)``, or a non-idle engine after a
+        drain, means the run stopped at ``max_slots``.
+
+        An :class:`InvariantViolation` (with ``check``) or an
+        :class:`InvalidScheduler` propagates; the records up to it are kept.
+        """
+        if slots is None and not drain:
+            raise InvalidArgument("a run needs a number of slots, or drain=True")
+        arr = plan.slot
+        n = len(plan)
+        i = 0
+        steps = 0
+        while True:
+            t = self.slot
+            if drain:
+                if i >= n and self.idle and (slots is None or t >= slots):
+                    break
+            elif slots is not None and t >= slots:
+                break
+            if steps >= max_slots:
+                break
+            if skip_idle and self.idle and not self._pending_arrivals:
+                nxt = int(arr[i]) if i < n else None
+                if nxt is None:
+                    target = slots
+                elif drain or slots is None:
+                    target = nxt
+                else:
+                    target = min(nxt, slots)
+                if target is not None and target > t:
+                    self.skip_to(target)  # nothing happens in an idle gap
+                    continue
+            while i < n and arr[i] <= t:
+                self.arrive(int(plan.s[i]), int(plan.o[i]))
+                i += 1
+            self.step()
+            steps += 1
+            if on_slot is not None:
+                on_slot(t)
+        return i
+
     def result(self, dropped: int = 0) -> SimResult:
         """The run so far as arrays."""
         recs = self.records
@@ -360,7 +552,7 @@ class Engine:
         req = self.requests
         rcol = lambda f: np.fromiter((f(r) for r in req), dtype=np.int64, count=len(req))  # noqa: E731
         return SimResult(
-            scheduler=self.scheduler.name,
+            scheduler=self.spec,
             params=self.params,
             slots=len(recs),
             arrived=col(lambda r: r.arrived),
@@ -381,6 +573,8 @@ class Engine:
             served=rcol(lambda r: r.served),
             request_wasted=rcol(lambda r: r.wasted),
             dropped=dropped,
+            window=self.window,
+            window_hid_slots=self.window_hid_slots,
         )
 
 
@@ -392,38 +586,26 @@ def simulate(
     *,
     drain: bool = False,
     check: bool = True,
-    window: int = 8,
+    window: int = DEFAULT_WINDOW,
     on_slot: Callable[[int], None] | None = None,
     max_slots: int = 10_000_000,
+    spec: str | None = None,
+    decide_timeout: float | None = None,
 ) -> SimResult:
     """Run ``plan`` through ``scheduler`` for ``slots`` slots (or, with
     ``drain``, until every request has finished, at most ``max_slots``).
 
     Raises :class:`InvariantViolation` at the first slot that breaks the
-    memory invariant (unless ``check=False``).
+    memory invariant (unless ``check=False``); ``spec``, ``window`` and
+    ``decide_timeout`` are :class:`Engine`'s.
     """
     if slots is None and not drain:
         raise InvalidArgument("simulate needs a number of slots, or drain=True")
-    if slots is not None and (isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1):
-        raise InvalidArgument(f"slots must be a positive integer, got {slots!r}")
+    if slots is not None:
+        slots = positive_int("slots", slots, maximum=MAX_SLOTS)
     plan = plan.fit_to(params)
-    eng = Engine(scheduler, params, check=check, window=window)
-    n = len(plan)
-    i = 0
-    t = 0
-    arr_slot = plan.slot
-    while True:
-        if slots is not None and not drain and t >= slots:
-            break
-        if drain and i >= n and eng.idle and (slots is None or t >= slots):
-            break
-        if t >= max_slots:
-            raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
-        while i < n and arr_slot[i] == t:
-            eng.arrive(int(plan.s[i]), int(plan.o[i]))
-            i += 1
-        eng.step()
-        if on_slot is not None:
-            on_slot(t)
-        t += 1
+    eng = Engine(scheduler, params, check=check, window=window, spec=spec, decide_timeout=decide_timeout)
+    fed = eng.run(plan, slots, drain=drain, on_slot=on_slot, max_slots=max_slots)
+    if drain and (fed < len(plan) or not eng.idle):
+        raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
     return eng.result(dropped=plan.dropped)

@@ -254,6 +254,14 @@ class Workload:
         return int((self.joint_s + self.joint_o).max())
 
     @property
+    def min_total(self) -> int:
+        """``ess inf(s + o)``: the least peak memory (before block rounding) a request can need."""
+        if self.s is not None and self.o is not None:
+            return self.s.min + self.o.min
+        assert self.joint_s is not None and self.joint_o is not None
+        return int((self.joint_s + self.joint_o).min())
+
+    @property
     def max_s(self) -> int:
         """``ess sup s``."""
         if self.s is not None:

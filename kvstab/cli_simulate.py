@@ -1,0 +1,283 @@
+"""``kvstab simulate``: run the reference simulator and set its throughput beside ``μ``.
+
+Command-line floor: argparse wiring and printing only; the run is
+:func:`kvstab.simulator.simulate`, the numbers it is compared with come from
+:mod:`kvstab.theory`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from kvstab import flags, validation
+from kvstab.errors import InvalidArgument
+from kvstab.validation import MAX_SLOTS
+
+__all__ = ["register", "run"]
+
+#: slots simulated when neither --slots nor a trace says otherwise
+DEFAULT_SLOTS = 20_000
+
+
+class _ProgressBar:
+    """A progress bar that appears only once a run has taken a second, on a terminal."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total = total
+        self.enabled = enabled and sys.stderr.isatty()
+        self.start = time.perf_counter()
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __call__(self, slot: int) -> None:
+        if not self.enabled or slot % 256:
+            return
+        if self.bar is None:
+            if time.perf_counter() - self.start < 1.0:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(
+                TextColumn("simulating"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} slots"),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("sim", total=self.total)
+        self.bar.update(self.task, completed=slot)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _same_trace(spec: str, path: str) -> bool:
+    """Whether workload ``spec`` is the joint law of the trace at ``path``."""
+    text = spec.strip()
+    if not (text.startswith("trace(") and text.endswith(")")):
+        return False
+    inner = text[len("trace(") : -1].strip()
+    try:
+        return os.path.samefile(inner, path)
+    except OSError:
+        return False
+
+
+def _workload_and_plan(args: argparse.Namespace, params: Any) -> tuple[Any, Any, int, str]:
+    """The workload the theory uses, the arrival plan, the slots to run and a
+    description of the arrivals — refused before any work if they disagree."""
+    from kvstab.arrivals import trace_arrivals
+    from kvstab.traces import load_trace
+    from kvstab.workload import Workload, parse_workload
+
+    if args.trace_arrivals is None:
+        if args.time_scale is not None:
+            raise InvalidArgument("--time-scale scales a trace's arrival times; it needs --trace-arrivals PATH")
+        workload = parse_workload(args.workload if args.workload is not None else "paper-1:1")
+        return workload, None, args.slots if args.slots is not None else DEFAULT_SLOTS, ""
+    path = args.trace_arrivals
+    if args.workload is not None and not _same_trace(args.workload, path):
+        raise InvalidArgument(
+            f"--workload {args.workload!r} is not the law of the trace's own requests, which --trace-arrivals "
+            f"replays: μ, δ and λ/μ would describe other requests; drop --workload (the trace's law is used) "
+            f"or pass --workload 'trace({path})'"
+        )
+    trace = load_trace(path)
+    workload = Workload.joint(trace.s, trace.o, name=f"trace({path})")
+    scale = args.time_scale if args.time_scale is not None else 1.0
+    plan = trace_arrivals(trace, args.bbar, scale)
+    last = int(plan.slot[-1]) if len(plan) else 0
+    if args.slots is None and last + 1 > MAX_SLOTS:
+        raise InvalidArgument(
+            f"trace {path} spans {last + 1} slots of b̄={args.bbar} s (more than {MAX_SLOTS}); pass --slots to "
+            "simulate its beginning, or a smaller --time-scale"
+        )
+    slots = args.slots if args.slots is not None else last + 1
+    return workload, plan, slots, f"trace {path} (time x{scale:g})"
+
+
+def _refuse_oversize(workload: Any, params: Any, drop: bool) -> None:
+    """Refuse at once a workload some (or all) of whose requests can never be served."""
+    if not params.fits_total(workload.min_total):
+        raise InvalidArgument(
+            f"no request of workload {workload.describe()!r} fits in M={params.M} (the smallest needs "
+            f"{params.peak(workload.min_total)} tokens at its peak); raise --M"
+        )
+    if not drop and not params.fits_total(workload.max_total):
+        raise InvalidArgument(
+            f"some requests of workload {workload.describe()!r} need up to {params.peak(workload.max_total)} tokens "
+            f"at their peak but M={params.M}: no scheduler can ever serve them (pass --drop-oversize to drop such "
+            "requests and report how many)"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    """``kvstab simulate``: exit 0 with the table (or JSON) of a run."""
+    from kvstab.arrivals import poisson_arrivals
+    from kvstab.metrics import queue_slope, throughput, utilisation
+    from kvstab.registry import load_scheduler
+    from kvstab.simulator import simulate
+    from kvstab.theory import stability_report
+    from kvstab.theory.certified import policy_guarantee
+
+    params = flags.server_params(args)
+    scheduler = load_scheduler(args.scheduler)
+    workload, trace_plan, slots, source = _workload_and_plan(args, params)
+    _refuse_oversize(workload, params, args.drop_oversize)
+    theory = stability_report(workload, params, args.bbar)
+    mu_formula = theory.mu_per_s
+    delta = theory.delta  # uses the block-rounded peak, what a request really needs
+    certified, certified_why = policy_guarantee(scheduler, params, workload, mu_formula)
+    if trace_plan is None:
+        rate = args.rate if args.rate is not None else args.load * mu_formula
+        plan = poisson_arrivals(workload, rate, args.bbar, slots, seed=args.seed)
+        source = f"Poisson, seed {args.seed}"
+        plan = plan.fit_to(params, drop_oversize=args.drop_oversize)
+    else:
+        plan = trace_plan.fit_to(params, drop_oversize=args.drop_oversize)
+        # λ of what is offered inside the simulated window, not of all the trace's rows
+        inside = int((plan.slot < slots).sum())
+        rate = inside / (slots * args.bbar)
+    bar = _ProgressBar(slots, enabled=not args.json and not args.no_progress)
+    t0 = time.perf_counter()
+    try:
+        res = simulate(
+            scheduler, params, plan, slots, window=args.window, on_slot=bar, spec=args.scheduler,
+            decide_timeout=args.decide_timeout,
+        )
+    finally:
+        bar.close()
+    wall = time.perf_counter() - t0
+    thr = throughput(res, args.warmup)
+    slope = queue_slope(res, args.warmup)
+    completed = int(res.completed.sum())
+    out = {
+        "scheduler": args.scheduler,
+        "workload": workload.describe(),
+        "arrivals": source,
+        "M": params.M,
+        "chunk": params.chunk,
+        "block": params.block,
+        "token_budget": params.token_budget,
+        "max_num_seqs": params.max_num_seqs,
+        "bbar_s": args.bbar,
+        "slots": res.slots,
+        "window": res.window,
+        "window_hid_slots": res.window_hid_slots,
+        "warmup_fraction": args.warmup,
+        "arrival_rate_per_s": rate,
+        "offered_load_lambda_over_mu": rate / mu_formula,
+        "arrived": int(res.arrived.sum()),
+        "completed": completed,
+        "dropped_oversize": plan.dropped,
+        "throughput_per_slot": thr.value,
+        "throughput_per_slot_ci95": [thr.low, thr.high],
+        "throughput_per_s": thr.value / args.bbar,
+        "throughput_per_s_ci95": [thr.low / args.bbar, thr.high / args.bbar],
+        "queue_growth_per_slot": slope.value,
+        "queue_growth_per_slot_ci95": [slope.low, slope.high],
+        "in_system_at_end": int(res.in_system[-1]),
+        "memory_utilisation": utilisation(res, args.warmup),
+        "preemptions": int(res.preempted.sum()),
+        "preemptions_per_completion": int(res.preempted.sum()) / completed if completed else None,
+        "wasted_area_fraction": float(res.wasted.sum() / max(1, res.memory.sum())),
+        "E_g_tokens_slots": theory.E_g,
+        "mu_formula_per_s": mu_formula,
+        "mu_formula_per_slot": mu_formula * args.bbar,
+        "delta": delta,
+        "mu_1_minus_delta_per_s": theory.guarantee_per_s,
+        "policy_certified_rate_per_s": certified,
+        "policy_certified_rate_basis": certified_why,
+        "measured_over_mu": (thr.value / args.bbar) / mu_formula,
+        "wall_s": wall,
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    _print(out)
+    return 0
+
+
+def _print(o: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console(highlight=False)
+    c.print(
+        f"kvstab simulate: {o['scheduler']} on {o['workload']}, M={o['M']}, ŝ={o['chunk']}, B={o['block']}, "
+        f"b̄={o['bbar_s']} s, {o['slots']} slots ({o['arrivals']}), warm-up {o['warmup_fraction']:.0%} excluded"
+    )
+    t = Table(show_header=True, header_style="bold")
+    t.add_column("quantity")
+    t.add_column("measured", justify="right")
+    t.add_column("formula", justify="right")
+    lo, hi = o["throughput_per_s_ci95"]
+    t.add_row(
+        "throughput (req/s)",
+        f"{o['throughput_per_s']:.4f}  [{lo:.4f}, {hi:.4f}]",
+        f"μ = {o['mu_formula_per_s']:.4f}",
+    )
+    lo, hi = o["throughput_per_slot_ci95"]
+    t.add_row("throughput (req/slot)", f"{o['throughput_per_slot']:.5f}  [{lo:.5f}, {hi:.5f}]", f"μ·b̄ = {o['mu_formula_per_slot']:.5f}")
+    t.add_row("arrival rate λ (req/s)", f"{o['arrival_rate_per_s']:.4f}", f"λ/μ = {o['offered_load_lambda_over_mu']:.3f}")
+    md = o["mu_1_minus_delta_per_s"]
+    t.add_row(
+        "paper's μ(1−δ)",
+        "",
+        f"{md:.4f}  (δ = {o['delta']:.4f})" if md is not None else f"none: δ = {o['delta']:.3f} ≥ 1",
+    )
+    cr = o["policy_certified_rate_per_s"]
+    t.add_row("certified stable below", "", f"{cr:.4f}" if cr is not None else "none")
+    lo, hi = o["queue_growth_per_slot_ci95"]
+    t.add_row("queue growth (req/slot)", f"{o['queue_growth_per_slot']:+.5f}  [{lo:+.5f}, {hi:+.5f}]", "> 0 if λ > μ")
+    t.add_row("in system at end", str(o["in_system_at_end"]), "")
+    t.add_row("memory utilisation", f"{o['memory_utilisation']:.4f}", "")
+    ppc = o["preemptions_per_completion"]
+    t.add_row("preemptions", f"{o['preemptions']} ({ppc:.3f} per completion)" if ppc is not None else str(o["preemptions"]), "")
+    t.add_row("wasted area / served area", f"{o['wasted_area_fraction']:.4f}", "")
+    t.add_row("completed / arrived", f"{o['completed']} / {o['arrived']}", "")
+    if o["dropped_oversize"]:
+        t.add_row("dropped (s+o > M)", str(o["dropped_oversize"]), "")
+    if o["window_hid_slots"]:
+        t.add_row("slots the queue window hid requests", f"{o['window_hid_slots']} (window {o['window']})", "")
+    c.print(t)
+    c.print(f"certified rate: {o['policy_certified_rate_basis']}")
+    c.print(f"measured / μ = {o['measured_over_mu']:.4f}   ({o['wall_s']:.1f} s wall)")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``kvstab simulate``."""
+    sim = sub.add_parser("simulate", help="run the reference simulator and compare throughput with μ")
+    flags.add_run_arguments(sim, scheduler_default="current-fit")
+    sim.add_argument(
+        "--workload", default=None,
+        help="workload spec (default paper-1:1: s, o ~ U(10, 1600); with --trace-arrivals, the trace's own law)",
+    )
+    flags.add_server_arguments(sim)
+    rate = sim.add_mutually_exclusive_group()
+    rate.add_argument("--rate", type=flags.rate, default=None, help="arrival rate λ in requests/s")
+    rate.add_argument(
+        "--load", type=flags.arg_type(validation.positive_float, "the load λ/μ", maximum=1e6), default=1.2,
+        help="λ as a multiple of μ (default 1.2: overload, measures the saturated rate)",
+    )
+    rate.add_argument("--trace-arrivals", metavar="PATH", default=None, help="replay a trace's own arrival times and lengths")
+    sim.add_argument(
+        "--time-scale", type=flags.arg_type(validation.positive_float, "the time scale", maximum=1e6), default=None,
+        help="with --trace-arrivals: multiply arrival times (default 1)",
+    )
+    sim.add_argument("--slots", type=flags.slots, default=None, help=f"slots to simulate (default {DEFAULT_SLOTS}, or a trace's span)")
+    sim.add_argument("--seed", type=flags.seed, default=0, help="seed of the arrival generator (default 0)")
+    sim.add_argument("--warmup", type=flags.fraction, default=0.25, help="warm-up fraction excluded from estimates (default 0.25)")
+    sim.add_argument("--drop-oversize", action="store_true", help="drop requests whose s+o exceeds M (and report how many)")
+    sim.add_argument("--json", action="store_true", help="machine-readable output")
+    sim.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sim.set_defaults(func=run)
