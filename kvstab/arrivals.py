@@ -73,6 +73,11 @@ class ArrivalPlan:
         return params.peak(int((self.s + self.o).max()))
 
 
+#: the most requests a Poisson plan may be expected to hold (three int64
+#: arrays of this length are ~1 GB; a larger run is a mistake, not a study)
+MAX_PLANNED = 3 * 10**7
+
+
 def _check_rate(rate: float, bbar: float, slots: int) -> None:
     if not (isinstance(rate, (int, float)) and np.isfinite(rate) and rate > 0):
         raise InvalidArgument(f"arrival rate λ must be > 0 requests/s, got {rate!r}")
@@ -80,6 +85,12 @@ def _check_rate(rate: float, bbar: float, slots: int) -> None:
         raise InvalidArgument(f"batch time b̄ must be > 0 seconds, got {bbar!r}")
     if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1:
         raise InvalidArgument(f"slots must be a positive integer, got {slots!r}")
+    expected = rate * bbar * slots
+    if expected > MAX_PLANNED:
+        raise InvalidArgument(
+            f"λ·b̄·slots = {rate:g}·{bbar:g}·{slots} = {expected:.3g} expected arrivals, more than kvstab plans "
+            f"({MAX_PLANNED:.0e}); lower the rate or the slots"
+        )
 
 
 def poisson_arrivals(

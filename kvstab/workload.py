@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvstab.errors import InvalidArgument
+from kvstab.validation import MAX_TOKENS, positive_int, unit_fraction
 
 __all__ = [
     "LengthDist",
@@ -35,7 +36,12 @@ __all__ = [
     "Workload",
     "parse_workload",
     "PAPER_WORKLOADS",
+    "MAX_SUPPORT",
 ]
+
+#: the most values a parametric law may range over: its support is enumerated
+#: (moments, E[g]), so a law over 10¹² values would exhaust memory, not compute
+MAX_SUPPORT = 10**7
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -63,9 +69,18 @@ class LengthDist(Protocol):
 
 
 def _check_len(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InvalidArgument(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
+    """A length: an integer in ``[1, MAX_TOKENS]`` (:mod:`kvstab.validation`)."""
+    try:
+        return positive_int(name, value, maximum=MAX_TOKENS)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{exc} (a length is an integer >= 1)") from None
+
+
+def _check_span(what: str, count: int) -> None:
+    if count > MAX_SUPPORT:
+        raise InvalidArgument(
+            f"{what} ranges over {count} values; kvstab enumerates a law's support, at most {MAX_SUPPORT} values"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +91,11 @@ class Uniform:
     b: int = field(metadata={"help": "greatest value, >= a"})
 
     def __post_init__(self) -> None:
-        _check_len("U(a, b): a", self.a)
-        _check_len("U(a, b): b", self.b)
+        object.__setattr__(self, "a", _check_len("U(a, b): a", self.a))
+        object.__setattr__(self, "b", _check_len("U(a, b): b", self.b))
         if self.b < self.a:
             raise InvalidArgument(f"U(a, b) needs a <= b, got a={self.a}, b={self.b}")
+        _check_span(f"U({self.a},{self.b})", self.b - self.a + 1)
 
     def sample(self, rng: np.random.Generator, n: int) -> IntArray:
         return rng.integers(self.a, self.b + 1, size=n, dtype=np.int64)
@@ -107,7 +123,7 @@ class Fixed:
     value: int = field(metadata={"help": "the length, >= 1"})
 
     def __post_init__(self) -> None:
-        _check_len("const(v): v", self.value)
+        object.__setattr__(self, "value", _check_len("const(v): v", self.value))
 
     def sample(self, rng: np.random.Generator, n: int) -> IntArray:
         return np.full(n, self.value, dtype=np.int64)
@@ -136,9 +152,9 @@ class Geometric:
     cap: int = field(metadata={"help": "truncation point (ess sup), >= 1"})
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.p, (int, float)) and 0.0 < float(self.p) <= 1.0):
-            raise InvalidArgument(f"geom(p, cap): p must be in (0, 1], got {self.p!r}")
-        _check_len("geom(p, cap): cap", self.cap)
+        object.__setattr__(self, "p", unit_fraction("geom(p, cap): p", self.p))
+        object.__setattr__(self, "cap", _check_len("geom(p, cap): cap", self.cap))
+        _check_span(f"geom({self.p},{self.cap})", self.cap)
 
     def support(self) -> tuple[IntArray, FloatArray]:
         v = np.arange(1, self.cap + 1, dtype=np.int64)
@@ -304,11 +320,11 @@ _VALID = (
 _DIST = re.compile(r"^\s*(U|uniform|const|fixed|geom|geometric|empirical)\s*\(\s*([^)]*)\)\s*$", re.IGNORECASE)
 
 
-def _parse_int(text: str, spec: str) -> int:
+def _parse_int(text: str, spec: str, name: str) -> int:
     try:
-        return int(text.strip())
-    except ValueError:
-        raise InvalidArgument(f"workload {spec!r}: {text.strip()!r} is not an integer; {_VALID}") from None
+        return positive_int(name, text.strip(), maximum=MAX_TOKENS)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"workload {spec!r}: {exc}; {_VALID}") from None
 
 
 def _parse_dist(text: str, spec: str, which: str) -> LengthDist:
@@ -320,19 +336,19 @@ def _parse_dist(text: str, spec: str, which: str) -> LengthDist:
     if kind in ("u", "uniform"):
         if len(parts) != 2:
             raise InvalidArgument(f"workload {spec!r}: U(a,b) takes two integers, got {text!r}")
-        return Uniform(_parse_int(parts[0], spec), _parse_int(parts[1], spec))
+        return Uniform(_parse_int(parts[0], spec, "U(a, b): a"), _parse_int(parts[1], spec, "U(a, b): b"))
     if kind in ("const", "fixed"):
         if len(parts) != 1:
             raise InvalidArgument(f"workload {spec!r}: const(v) takes one integer, got {text!r}")
-        return Fixed(_parse_int(parts[0], spec))
+        return Fixed(_parse_int(parts[0], spec, "const(v): v"))
     if kind in ("geom", "geometric"):
         if len(parts) != 2:
             raise InvalidArgument(f"workload {spec!r}: geom(p,cap) takes a probability and a cap, got {text!r}")
         try:
-            p = float(parts[0])
-        except ValueError:
-            raise InvalidArgument(f"workload {spec!r}: geom p {parts[0]!r} is not a number") from None
-        return Geometric(p, _parse_int(parts[1], spec))
+            p = unit_fraction("geom p", parts[0].strip())
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"workload {spec!r}: {exc}") from None
+        return Geometric(p, _parse_int(parts[1], spec, "geom(p, cap): cap"))
     # empirical(PATH): one column of a trace file
     from kvstab.traces import load_trace
 

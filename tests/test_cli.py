@@ -57,9 +57,9 @@ def test_simulate_trace_arrivals(capsys: pytest.CaptureFixture[str], data_dir: P
 @pytest.mark.parametrize(
     "argv,needle",
     [
-        (["simulate", "--workload", "s=U(0,10),o=U(1,5)"], "a must be an integer >= 1"),
-        (["simulate", "--workload", "s=U(1.5,10),o=U(1,5)"], "not an integer"),
-        (["simulate", "--workload", "s=U(-3,10),o=U(1,5)"], "integer >= 1"),
+        (["simulate", "--workload", "s=U(0,10),o=U(1,5)"], "a must be a positive integer, got '0'"),
+        (["simulate", "--workload", "s=U(1.5,10),o=U(1,5)"], "a must be an integer, got '1.5'"),
+        (["simulate", "--workload", "s=U(-3,10),o=U(1,5)"], "a must be a positive integer, got '-3'"),
         (["simulate", "--workload", "gibberish"], "does not parse"),
         (["simulate", "--M", "1000", "--rate", "100"], "no scheduler can ever serve them (pass --drop-oversize"),
         (["simulate", "--scheduler", "nope"], "unknown scheduler 'nope'; known: current-fit"),
