@@ -319,7 +319,7 @@ class Engine:
                 f"{where}: decide did not return within the {self.decide_timeout:g} s limit (--decide-timeout)"
             ) from None
         except KeyboardInterrupt:
-            raise DecideInterrupted(f"interrupted while {where} was deciding (decide had not returned)") from None
+            raise DecideInterrupted(f"while {where} was deciding (decide had not returned)") from None
         except InvalidScheduler as exc:
             raise InvalidScheduler(f"{where}: {exc}") from None
         except KvstabError:

@@ -75,8 +75,10 @@ def test_wrong_shape_plugin_by_spec() -> None:
         load_scheduler("sample_plugins:WrongArity")
 
 
-def test_entry_point_plugins_are_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A package advertising ``kvstab.schedulers`` gets its scheduler registered."""
+def test_entry_point_plugins_are_loaded(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A package advertising ``kvstab.schedulers`` gets its scheduler registered;
+    a broken or colliding one is skipped with one warning line, the built-ins
+    keep working, and asking for it by name gives its error."""
     from importlib.metadata import EntryPoint
 
     import kvstab.registry as reg_mod
@@ -85,12 +87,29 @@ def test_entry_point_plugins_are_loaded(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(reg_mod, "entry_points", lambda group: eps if group == "kvstab.schedulers" else [])
     monkeypatch.setattr(reg_mod, "_REGISTRY", None)
     assert "admit-nothing" in reg_mod.registry().names()
-    bad = [EntryPoint(name="bad", value="sample_plugins:WrongArity", group="kvstab.schedulers")]
+    bad = [
+        EntryPoint(name="bad", value="sample_plugins:WrongArity", group="kvstab.schedulers"),
+        EntryPoint(name="gone", value="no_such_module_xyz:X", group="kvstab.schedulers"),
+        EntryPoint(name="impostor", value="sample_plugins:IMPOSTOR", group="kvstab.schedulers"),
+    ]
     monkeypatch.setattr(reg_mod, "entry_points", lambda group: bad)
     monkeypatch.setattr(reg_mod, "_REGISTRY", None)
-    with pytest.raises(InvalidScheduler, match="entry point 'bad'"):
-        reg_mod.registry()
+    reg = reg_mod.registry()
+    assert "current-fit" in reg.names() and reg.get("current-fit") is load_scheduler("current-fit")
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and all(line.startswith("kvstab: warning: skipped scheduler entry point") for line in err)
+    assert "'bad'" in err[0] and "'gone'" in err[1] and "'impostor'" in err[2] and "already registered" in err[2]
+    with pytest.raises(InvalidScheduler, match="entry point 'bad'.*decide must take exactly"):
+        load_scheduler("bad")
     monkeypatch.setattr(reg_mod, "_REGISTRY", None)
+
+
+def test_a_plugin_cannot_pass_itself_off_as_a_builtin() -> None:
+    with pytest.raises(InvalidScheduler, match="'sample_plugins:IMPOSTOR' calls itself 'current-fit', the name of a registered"):
+        load_scheduler("sample_plugins:IMPOSTOR")
+    # the built-in itself, by module:attr or a fresh instance of its class, is fine
+    assert load_scheduler("kvstab.schedulers.current_fit:SCHEDULER") is load_scheduler("current-fit")
+    assert load_scheduler("kvstab.schedulers.current_fit:CurrentFit") == load_scheduler("current-fit")
 
 
 def _symbolic_view(k: int, q: int) -> View:
