@@ -170,3 +170,80 @@ def test_simulate_says_what_rate_is_certified(capsys: pytest.CaptureFixture[str]
 
     rate, why = policy_guarantee(Margined(), ModelParams(), parse_workload("paper-1:1"), 3.0)
     assert rate == pytest.approx(3.0 * (1 - 511 / 131000)) and "Δ = 511" in why
+
+
+def _trace(tmp_path: Path, rows: list[tuple[float, int, int]]) -> Path:
+    f = tmp_path / "arrivals.csv"
+    f.write_text("arrival,s,o\n" + "".join(f"{t},{s},{o}\n" for t, s, o in rows))
+    return f
+
+
+def test_trace_arrivals_take_the_workload_from_the_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """μ, δ, λ/μ and measured/μ describe the trace's own requests, not the default paper workload."""
+    from kvstab.model import ModelParams
+    from kvstab.theory import stability_report
+    from kvstab.workload import Workload
+
+    rows = [(0.1 * i, 20 + (i % 7) * 10, 5 + (i % 3)) for i in range(200)]
+    f = _trace(tmp_path, rows)
+    base = ["simulate", "--trace-arrivals", str(f), "--M", "2000", "--chunk", "32", "--json", "--no-progress"]
+    rc, out, err = run(base, capsys)
+    assert rc == 0, err
+    d = json.loads(out)
+    law = Workload.joint([r[1] for r in rows], [r[2] for r in rows])
+    mu = stability_report(law, ModelParams(M=2000, chunk=32), 0.0372).mu_per_s
+    assert d["workload"] == f"trace({f})" and d["mu_formula_per_s"] == pytest.approx(mu)
+    assert d["offered_load_lambda_over_mu"] == pytest.approx(d["arrival_rate_per_s"] / mu)
+    # the same with the trace named as the workload; a different workload is refused
+    rc, out2, _ = run([*base, "--workload", f"trace({f})"], capsys)
+    assert rc == 0 and json.loads(out2)["mu_formula_per_s"] == pytest.approx(mu)
+    rc, _, err = run([*base, "--workload", "paper-1:1"], capsys)
+    assert rc == 2 and "is not the law of the trace's own requests" in err and len(err.splitlines()) == 1
+
+
+def test_trace_arrivals_rate_counts_only_the_simulated_window(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With --slots shorter than the trace, λ is the arrivals inside the window over its length."""
+    bbar = 0.0372
+    rows = [(i * bbar, 10, 3) for i in range(1000)]  # one arrival per slot: λ = 1/b̄
+    f = _trace(tmp_path, rows)
+    rc, out, err = run(
+        ["simulate", "--trace-arrivals", str(f), "--M", "2000", "--chunk", "32", "--slots", "100", "--json", "--no-progress"],
+        capsys,
+    )
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["slots"] == 100 and d["arrived"] == 100
+    assert d["arrival_rate_per_s"] == pytest.approx(1 / bbar, rel=0.02)
+
+
+def test_check_is_a_cli_command_with_replays_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--scheduler", "current-fit-no-preempt", "--M", "20", "--chunk", "4", "--requests", "0:4:8,0:4:8"]
+    rc, out, _ = run(["check", *argv], capsys)
+    assert rc == 1 and "VIOLATION reproduced: property 1" in out
+    rc, out, _ = run(["check", *argv[:1], "current-fit", *argv[2:]], capsys)
+    assert rc == 0 and "all properties hold: 2 request(s)" in out
+
+
+def test_replay_reports_the_window(capsys: pytest.CaptureFixture[str]) -> None:
+    import sys as _sys
+
+    _sys.path.insert(0, str(Path(__file__).parent / "plugins"))
+    reqs = ",".join(f"0:{9 - i % 9}:1" for i in range(12))
+    argv = ["replay", "--scheduler", "sample_plugins:SHORTEST_PROMPT_FIRST", "--M", "100", "--chunk", "16", "--requests", reqs]
+    rc, out, _ = run([*argv, "--window", "2", "--json"], capsys)
+    d = json.loads(out)
+    assert rc == 0 and d["window"] == 2 and d["window_hid_slots"] > 0
+    rc, out, _ = run([*argv, "--window", "2"], capsys)
+    assert "note: the queue window (2) hid waiting requests from the rule in" in out
+    rc, out, _ = run([*argv, "--window", "16", "--json"], capsys)
+    assert json.loads(out)["window_hid_slots"] == 0
+
+
+def test_replay_command_line_carries_a_non_default_window() -> None:
+    from kvstab.model import ModelParams
+    from kvstab.replay import replay_command
+
+    p = ModelParams(M=20, chunk=4)
+    assert "--window" not in replay_command("current-fit", p, [(0, 1, 1)])
+    line = replay_command("current-fit", p, [(0, 1, 1)], window=3, command="check")
+    assert line == "kvstab check --scheduler current-fit --M 20 --chunk 4 --window 3 --requests 0:1:1"
