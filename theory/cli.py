@@ -192,7 +192,7 @@ def _cmd_derive(args: argparse.Namespace) -> int:
         raise KvstabError("pdflatex not found; install TeX (Debian: texlive-latex-base) or omit --pdf")
     if args.out is not None:
         _check_out(args.out)
-    from kvstab.theory.document import Instance, compile_pdf, derivation_tex
+    from kvstab.theory.report import Instance
 
     instance = None
     if args.numbers or any(getattr(args, f) is not None for f in _MODEL_FLAGS) or args.trace is not None:
@@ -202,6 +202,9 @@ def _cmd_derive(args: argparse.Namespace) -> int:
             if getattr(args, f) is None:
                 setattr(args, f, val)
         instance = Instance(_workload(args), _params(args), args.bbar, args.lam, args.rho)
+    # the document imports sympy (about a second): only once every input is known good
+    from kvstab.theory.document import compile_pdf, derivation_tex
+
     text = derivation_tex(instance, fleet_mu=args.replicas_mu)
     if args.out is None:
         sys.stdout.write(text)

@@ -18,12 +18,11 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import sympy as sp
 
 from kvstab.errors import KvstabError
-from kvstab.model import ModelParams
 from kvstab.theory import fleet as F
 from kvstab.theory import g as G
 from kvstab.theory import moments as Mo
@@ -33,7 +32,7 @@ from kvstab.theory import wait as Wt
 from kvstab.theory.area import expected_g
 from kvstab.theory.claims import Claim
 from kvstab.theory.latex import latex, tex_text
-from kvstab.theory.report import EMPTY_GUARANTEE, StabilityReport, stability_report
+from kvstab.theory.report import EMPTY_GUARANTEE, Instance, StabilityReport, stability_report
 from kvstab.theory.symbols import (
     Eg,
     En,
@@ -52,7 +51,7 @@ from kvstab.theory.symbols import (
     bbar,
     shat,
 )
-from kvstab.workload import Uniform, Workload
+from kvstab.workload import Uniform
 
 __all__ = ["CLAIM_GROUPS", "all_claims", "Instance", "derivation_tex", "compile_pdf"]
 
@@ -70,17 +69,6 @@ CLAIM_GROUPS: dict[str, Callable[[], list[Claim]]] = {
 def all_claims() -> list[Claim]:
     """Every claim the theory rests on."""
     return [c for group in CLAIM_GROUPS.values() for c in group()]
-
-
-@dataclass(frozen=True)
-class Instance:
-    """A workload and a server to instantiate the document with."""
-
-    workload: Workload
-    params: ModelParams
-    bbar: float
-    lam: float | None = None
-    rho: float = 1.0
 
 
 def _eq(lhs: str, rhs: sp.Basic | str, rel: str = "=") -> str:

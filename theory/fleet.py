@@ -48,15 +48,17 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import sympy as sp
 
 from kvstab.errors import InvalidArgument
-from kvstab.theory.claims import Claim
-from kvstab.theory.symbols import lam, rho
+
+if TYPE_CHECKING:
+    import sympy as sp
+
+    from kvstab.theory.claims import Claim
 
 __all__ = [
     "fleet_symbols",
@@ -88,6 +90,8 @@ _N = 3
 def fleet_symbols(n: int = _N) -> tuple[tuple[sp.Symbol, ...], tuple[sp.Symbol, ...], tuple[sp.Symbol, ...]]:
     """``(μ_1…μ_n, δ_1…δ_n, p_1…p_n)``: positive rates, ``δ_i ∈ (0, 1)`` read as
     ``δ_i = 1 − u_i`` with a positive ``u_i`` where it matters, positive shares."""
+    import sympy as sp
+
     mus = sp.symbols(f"mu_1:{n + 1}", positive=True)
     deltas = sp.symbols(f"delta_1:{n + 1}", positive=True)
     ps = sp.symbols(f"p_1:{n + 1}", positive=True)
@@ -96,18 +100,24 @@ def fleet_symbols(n: int = _N) -> tuple[tuple[sp.Symbol, ...], tuple[sp.Symbol, 
 
 def ideal_rate_expr(n: int = _N) -> sp.Expr:
     """``Σ μ_i``: above it no size-blind router keeps the fleet stable."""
+    import sympy as sp
+
     mus, _, _ = fleet_symbols(n)
     return sp.Add(*mus)
 
 
 def split_rate_expr(n: int = _N) -> sp.Expr:
     """``min_i μ_i/p_i``: a static split is unstable above it (necessary)."""
+    import sympy as sp
+
     mus, _, ps = fleet_symbols(n)
     return sp.Min(*(m / p for m, p in zip(mus, ps)))
 
 
 def split_guarantee_expr(n: int = _N) -> sp.Expr:
     """``min_i μ_i(1 − δ_i)/p_i``: a random split is stable below it (sufficient)."""
+    import sympy as sp
+
     mus, deltas, ps = fleet_symbols(n)
     return sp.Min(*(m * (1 - d) / p for m, d, p in zip(mus, deltas, ps)))
 
@@ -121,6 +131,8 @@ def optimal_split_expr(n: int = _N) -> tuple[sp.Expr, ...]:
 
 def round_robin_rate_expr(n: int = _N) -> sp.Expr:
     """``N·min_i μ_i``: round-robin's critical rate (``p_i = 1/N``)."""
+    import sympy as sp
+
     mus, _, _ = fleet_symbols(n)
     return n * sp.Min(*mus)
 
@@ -132,15 +144,24 @@ def round_robin_loss_expr(n: int = _N) -> sp.Expr:
 
 def fleet_provisioning_expr(n: int = _N) -> sp.Expr:
     """``Σ μ_i ≥ λ/ρ`` written as the capacity margin ``Σ μ_i − λ/ρ`` (≥ 0 when provisioned)."""
+
+    from kvstab.theory.symbols import lam, rho
+
     return ideal_rate_expr(n) - lam / rho
 
 
 def _slacks(n: int) -> tuple[sp.Symbol, ...]:
+    import sympy as sp
+
     return tuple(sp.symbols(f"u_1:{n + 1}", nonnegative=True))
 
 
 def fleet_claims() -> list[Claim]:
     """The fleet's claims, for sympy to check (see the module docstring)."""
+    import sympy as sp
+
+    from kvstab.theory.claims import Claim
+
     n = _N
     mus, deltas, ps = fleet_symbols(n)
     u = _slacks(n)

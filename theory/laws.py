@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from kvstab.errors import InvalidArgument
 from kvstab.model import tokens_held
+from kvstab.validation import MAX_TOKENS
 from kvstab.workload import Fixed, Geometric, LengthDist, Uniform
 
 __all__ = [
@@ -80,7 +81,14 @@ Law = Run | Points
 
 
 def law_of(dist: LengthDist) -> Law:
-    """A length law as a run (uniform, geometric) or as its support points."""
+    """A length law as a run (uniform, geometric) or as its support points.
+
+    Lengths above :data:`kvstab.validation.MAX_TOKENS` are refused: no KV cache
+    holds them, and float64 sums of their squares would lose the integers."""
+    if int(dist.max) > MAX_TOKENS:
+        raise InvalidArgument(
+            f"workload {dist.describe()}: lengths must be at most {MAX_TOKENS} tokens, got ess sup {dist.max}"
+        )
     if isinstance(dist, Uniform):
         return Run(int(dist.a), int(dist.b) - int(dist.a) + 1, 1.0)
     if isinstance(dist, Geometric):
