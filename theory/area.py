@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +32,7 @@ from kvstab.theory.laws import (
     Law,
     Points,
     Run,
+    block_waste,
     check_block_period,
     chunk_index_residues,
     circular_convolve,
@@ -107,8 +109,7 @@ def _full_chunks(m: IntArr, chunk: int, block: int) -> FloatArr:
 def _chunk_rounding_prefix(chunk: int, block: int, P: int) -> FloatArr:
     """``ψ(i) = Σ_{c=1}^{i} (B⌈cŝ/B⌉ − cŝ)`` for ``i = 0 … P``."""
     c = np.arange(1, P + 1, dtype=np.int64) * chunk
-    waste = (tokens_held(c, block) - c).astype(np.float64)  # type: ignore[operator]
-    return np.concatenate(([0.0], np.cumsum(waste)))
+    return np.concatenate(([0.0], np.cumsum(block_waste(c, block))))
 
 
 def g_blocks(s: npt.ArrayLike, o: npt.ArrayLike, chunk: int, block: int) -> FloatArr:
@@ -141,7 +142,8 @@ def lifetime_area(s: npt.ArrayLike, o: npt.ArrayLike, params: ModelParams) -> Fl
 def peak_tokens(total: npt.ArrayLike, block: int) -> IntArr:
     """Peak memory of a request of ``s + o = total`` tokens: ``B·⌈total/B⌉``
     (the same rounding as :func:`kvstab.model.tokens_held`)."""
-    return np.asarray(tokens_held(np.asarray(total, dtype=np.int64), block), dtype=np.int64)  # type: ignore[arg-type]
+    t = np.asarray(total, dtype=np.int64)
+    return np.asarray(cast(IntArr, tokens_held(cast(Any, t), block)), dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -48,6 +49,8 @@ __all__ = [
     "chunk_index_residues",
     "circular_convolve",
     "check_block_period",
+    "block_waste",
+    "rounding",
 ]
 
 FloatArr = npt.NDArray[np.float64]
@@ -112,7 +115,8 @@ def _power_sums(a: int, length: int, q: float) -> FloatArr:
 @lru_cache(maxsize=256)
 def _power_sums_cached(a: int, length: int, q: float) -> tuple[float, float, float]:
     # one law's sums are asked for several times (its total weight by every residue call)
-    return tuple(float(v) for v in _power_sums_uncached(a, length, q))  # type: ignore[return-value]
+    s0, s1, s2 = _power_sums_uncached(a, length, q)
+    return float(s0), float(s1), float(s2)
 
 
 def _power_sums_uncached(a: int, length: int, q: float) -> FloatArr:
@@ -221,8 +225,8 @@ def residues(law: Law, K: int) -> tuple[FloatArr, FloatArr]:
     if isinstance(law, Points):
         t = law.values % K
         return (
-            np.bincount(t, weights=law.weights, minlength=K),
-            np.bincount(t, weights=law.weights * law.values.astype(np.float64), minlength=K),
+            np.asarray(np.bincount(t, weights=law.weights, minlength=K), dtype=np.float64),
+            np.asarray(np.bincount(t, weights=law.weights * law.values, minlength=K), dtype=np.float64),
         )
     p, m1 = _run_residues(law.a, law.length, law.q, K)
     total = _power_sums(law.a, law.length, law.q)[0]
@@ -234,7 +238,7 @@ def chunk_index_residues(law: Law, chunk: int, P: int) -> FloatArr:
     the last): the law of ``m`` over a run is two end masses around a run with
     ratio ``q^ŝ``."""
     if isinstance(law, Points):
-        return np.bincount(((law.values - 1) // chunk) % P, weights=law.weights, minlength=P)
+        return np.asarray(np.bincount(((law.values - 1) // chunk) % P, weights=law.weights, minlength=P), np.float64)
     a, b, q = law.a, law.a + law.length - 1, law.q
     ma, mb = (a - 1) // chunk, (b - 1) // chunk
     out = np.zeros(P)
@@ -276,7 +280,14 @@ def check_block_period(block: int, chunk: int) -> int:
     return period
 
 
+def block_waste(x: IntArr, block: int) -> FloatArr:
+    """``tokens_held(x, B) − x``: the block rounding waste of holding ``x`` tokens
+    (:func:`kvstab.model.tokens_held` is written for ints and z3 terms; numpy
+    arrays go through it unchanged)."""
+    held = cast(IntArr, tokens_held(cast(Any, x), block))
+    return np.asarray(held - x, dtype=np.float64)
+
+
 def rounding(block: int, upto: int) -> FloatArr:
-    """``tokens_held(x, B) − x`` for ``x = 0 … upto − 1``: the block rounding waste."""
-    x = np.arange(upto, dtype=np.int64)
-    return (tokens_held(x, block) - x).astype(np.float64)  # type: ignore[operator]
+    """:func:`block_waste` of ``x = 0 … upto − 1``."""
+    return block_waste(np.arange(upto, dtype=np.int64), block)

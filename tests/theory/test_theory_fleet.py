@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 import sympy as sp
@@ -97,9 +99,9 @@ def test_replicas_to_add() -> None:
         lambda: F.replicas_to_add(float("inf"), [1.0], 1.0),
     ],
 )
-def test_bad_fleets_are_refused(call: object) -> None:
+def test_bad_fleets_are_refused(call: Callable[[], object]) -> None:
     with pytest.raises(InvalidArgument):
-        call()  # type: ignore[operator]
+        call()
 
 
 def test_report_and_document_section() -> None:

@@ -18,7 +18,7 @@ from kvstab.theory.laws import (
     length_moments,
     residues,
 )
-from kvstab.workload import Fixed, Geometric, Uniform, Workload
+from kvstab.workload import Fixed, Geometric, LengthDist, Uniform, Workload
 
 
 def points(run: Run) -> Points:
@@ -116,8 +116,8 @@ def brute(w: Workload, params: ModelParams) -> tuple[float, float]:
     ids=lambda d: d.describe(),
 )
 @pytest.mark.parametrize("chunk,block", [(512, 16), (37, 16), (1000, 24), (7, 1), (3, 5)])
-def test_long_supports_equal_enumeration(s: object, o: object, chunk: int, block: int) -> None:
-    w = Workload(s=s, o=o)  # type: ignore[arg-type]
+def test_long_supports_equal_enumeration(s: LengthDist, o: LengthDist, chunk: int, block: int) -> None:
+    w = Workload(s=s, o=o)
     params = ModelParams(M=10**7, chunk=chunk, block=block)
     eg, er = brute(w, params)
     assert expected_g(w, params) == pytest.approx(eg, rel=1e-11)
