@@ -17,14 +17,30 @@ dense vectors.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from kvstab.errors import InvalidArgument
-from kvstab.model import ModelParams
+from kvstab.model import ModelParams, tokens_held
 from kvstab.theory import _forms
+from kvstab.theory.laws import (
+    MAX_PERIOD,
+    Law,
+    Points,
+    Run,
+    block_waste,
+    check_block_period,
+    chunk_index_residues,
+    circular_convolve,
+    law_of,
+    length_moments,
+    residues,
+    rounding,
+)
 from kvstab.workload import Workload
 
 __all__ = [
@@ -80,11 +96,20 @@ def _block_prefix(N: IntArr, B: int) -> FloatArr:
     return np.asarray(_forms.block_prefix(N // B, N % B, B), dtype=np.float64)
 
 
-def _full_chunk_table(nmax: int, chunk: int, block: int) -> FloatArr:
-    """``T[m] = Σ_{c=1}^{m} B·⌈c·ŝ/B⌉`` for ``m = 0 … nmax``: what the full chunks
-    of a prompt with ``m + 1`` chunks hold over prefill."""
-    c = np.arange(1, nmax + 1, dtype=np.int64)
-    return np.concatenate(([0.0], np.cumsum(block * (-(-(c * chunk) // block))).astype(np.float64)))
+def _full_chunks(m: IntArr, chunk: int, block: int) -> FloatArr:
+    """``T(m) = Σ_{c=1}^{m} B·⌈c·ŝ/B⌉``: what the ``m`` full chunks of a prompt hold
+    over prefill.  The rounding of ``c·ŝ`` repeats every ``P = B/gcd(B, ŝ)``
+    chunks, so ``T(m) = ŝ·m(m+1)/2 + ⌊m/P⌋·ψ(P) + ψ(m mod P)`` (no table over ``m``)."""
+    P = check_block_period(block, chunk)
+    psi = _chunk_rounding_prefix(chunk, block, P)
+    mf = m.astype(np.float64)
+    return chunk * mf * (mf + 1) / 2 + (m // P).astype(np.float64) * psi[P] + psi[m % P]
+
+
+def _chunk_rounding_prefix(chunk: int, block: int, P: int) -> FloatArr:
+    """``ψ(i) = Σ_{c=1}^{i} (B⌈cŝ/B⌉ − cŝ)`` for ``i = 0 … P``."""
+    c = np.arange(1, P + 1, dtype=np.int64) * chunk
+    return np.concatenate(([0.0], np.cumsum(block_waste(c, block))))
 
 
 def g_blocks(s: npt.ArrayLike, o: npt.ArrayLike, chunk: int, block: int) -> FloatArr:
@@ -98,9 +123,11 @@ def g_blocks(s: npt.ArrayLike, o: npt.ArrayLike, chunk: int, block: int) -> Floa
     s_, o_ = _ints("s", s), _ints("o", o)
     if block == 1:
         return g_exact(s_, o_, chunk)
-    n = _n_chunks(s_, chunk)
-    table = _full_chunk_table(int(n.max()) if n.size else 0, chunk, block)
-    return table[n - 1] + _block_prefix(s_ + o_, block) - _block_prefix(s_ - 1, block)
+    return (
+        _full_chunks(_n_chunks(s_, chunk) - 1, chunk, block)
+        + _block_prefix(s_ + o_, block)
+        - _block_prefix(s_ - 1, block)
+    )
 
 
 def lifetime_area(s: npt.ArrayLike, o: npt.ArrayLike, params: ModelParams) -> FloatArr:
@@ -116,7 +143,7 @@ def peak_tokens(total: npt.ArrayLike, block: int) -> IntArr:
     """Peak memory of a request of ``s + o = total`` tokens: ``B·⌈total/B⌉``
     (the same rounding as :func:`kvstab.model.tokens_held`)."""
     t = np.asarray(total, dtype=np.int64)
-    return block * (-(-t // block))
+    return np.asarray(cast(IntArr, tokens_held(cast(Any, t), block)), dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,25 +171,19 @@ class Moments:
         return 0.0 if vs <= 0 or vo <= 0 else self.cov / float(np.sqrt(vs * vo))
 
 
+def _marginals(workload: Workload) -> tuple[Law, Law]:
+    assert workload.s is not None and workload.o is not None
+    return law_of(workload.s), law_of(workload.o)
+
+
 def workload_moments(workload: Workload, chunk: int) -> Moments:
-    """The moments of ``s``, ``o`` and ``n(s) = ⌈s/ŝ⌉`` under ``workload``."""
+    """The moments of ``s``, ``o`` and ``n(s) = ⌈s/ŝ⌉`` under ``workload``: closed
+    sums for uniform and geometric marginals (:mod:`kvstab.theory.laws`), one
+    pass over the support points or the rows otherwise."""
     if workload.s is not None and workload.o is not None:
-        sv, sp_ = workload.s.support()
-        ov, op = workload.o.support()
-        sf, of = sv.astype(np.float64), ov.astype(np.float64)
-        nf = _n_chunks(sv, chunk).astype(np.float64)
-        Es, Eo = float(sf @ sp_), float(of @ op)
-        return Moments(
-            Es,
-            float(sf**2 @ sp_),
-            Eo,
-            float(of**2 @ op),
-            Es * Eo,
-            float(nf @ sp_),
-            float(nf**2 @ sp_),
-            float((sf * nf) @ sp_),
-            chunk,
-        )
+        ls, lo = _marginals(workload)
+        ms, mo = length_moments(ls, chunk), length_moments(lo, chunk)
+        return Moments(ms.Ex, ms.Ex2, mo.Ex, mo.Ex2, ms.Ex * mo.Ex, ms.En, ms.En2, ms.Exn, chunk)
     assert workload.joint_s is not None and workload.joint_o is not None
     sf = workload.joint_s.astype(np.float64)
     of = workload.joint_o.astype(np.float64)
@@ -180,36 +201,74 @@ def workload_moments(workload: Workload, chunk: int) -> Moments:
     )
 
 
-def _cross(h: FloatArr, wo: FloatArr, ov: IntArr, sv: IntArr) -> FloatArr:
-    """``Σ_o wo(o)·h(s + o)`` for each ``s`` in ``sv`` (``wo`` given on ``ov``):
-    one correlation of dense vectors, never the ``(s, o)`` grid."""
-    dense = np.zeros(int(ov.max()) + 1)
-    np.add.at(dense, ov, wo)
-    full = np.correlate(h, dense, mode="valid")  # full[v] = Σ_m h[v + m]·dense[m]
-    return full[sv]
+def _expected_prefix(EN: float, EN2: float, residue_law: FloatArr, block: int) -> float:
+    """``E[F(N)]`` from ``E[N]``, ``E[N²]`` and the law of ``N mod B``:
+    ``F(N) = N(N+1)/2 + ⌊N/B⌋·w(B) + w(N mod B)`` with ``w(t)`` the rounding
+    waste of the counts ``1 … t``."""
+    waste = np.cumsum(rounding(block, block + 1))  # waste[t] = Σ_{x=1}^{t} (B⌈x/B⌉ − x)
+    Et = float(residue_law @ np.arange(block, dtype=np.float64))
+    return (EN2 + EN) / 2 + (EN - Et) / block * float(waste[block]) + float(residue_law @ waste[:block])
 
 
 def expected_g(workload: Workload, params: ModelParams) -> float:
-    """``E[g(s, o)]`` exactly (no sampling): from the moments for ``B = 1``
-    (the sympy moment formula), by a correlation over the supports for
-    independent marginals with ``B > 1``, by the mean over rows for a joint law."""
+    """``E[g(s, o)]`` exactly (no sampling): from the moments for ``B = 1`` (the
+    sympy moment formula); for ``B > 1`` the block rounding adds sums over the
+    residues ``mod B`` (``O(B)``, never the ``(s, o)`` grid); a joint law is
+    averaged over its rows."""
     if params.g == "continuous" and params.block != 1:
         raise InvalidArgument("the continuous g convention has no block-granular form; use g='exact' with B > 1")
     if workload.joint_s is not None and workload.joint_o is not None:
         return float(lifetime_area(workload.joint_s, workload.joint_o, params).mean())
     m = workload_moments(workload, params.chunk)
-    if params.block == 1:
+    B, chunk = params.block, params.chunk
+    if B == 1:
         f = _forms.eg_exact if params.g == "exact" else _forms.eg_continuous
-        return float(f(m.Es, m.Es2, m.Eo, m.Eo2, m.Eso, m.En, m.En2, params.chunk))
-    assert workload.s is not None and workload.o is not None
-    B = params.block
-    sv, sp_ = workload.s.support()
-    ov, op = workload.o.support()
-    n = _n_chunks(sv, params.chunk)
-    table = _full_chunk_table(int(n.max()), params.chunk, B)
-    F = _block_prefix(np.arange(int(sv.max() + ov.max()) + 1, dtype=np.int64), B)
-    tail = _cross(F, op, ov, sv) - _block_prefix(sv - 1, B)
-    return float((table[n - 1] + tail) @ sp_)
+        return float(f(m.Es, m.Es2, m.Eo, m.Eo2, m.Eso, m.En, m.En2, chunk))
+    # g_B = T(n − 1) + F(s + o) − F(s − 1) (see g_blocks)
+    P = check_block_period(B, chunk)
+    ls, lo = _marginals(workload)
+    ps, _ = residues(ls, B)
+    po, _ = residues(lo, B)
+    psi = _chunk_rounding_prefix(chunk, B, P)
+    pm = chunk_index_residues(ls, chunk, P)
+    Em_mod = float(pm @ np.arange(P, dtype=np.float64))
+    full = chunk * (m.En2 - m.En) / 2 + (m.En - 1 - Em_mod) / P * float(psi[P]) + float(pm @ psi[:P])
+    after = _expected_prefix(m.Es + m.Eo, m.Es2 + 2 * m.Eso + m.Eo2, circular_convolve(ps, po), B)
+    before = _expected_prefix(m.Es - 1, m.Es2 - 2 * m.Es + 1, np.roll(ps, -1), B)
+    return float(full + after - before)
+
+
+#: a run this short is summed point by point (cheaper than its residues mod lcm(B, ŝ))
+_SMALL_RUN = 1 << 16
+
+
+def _points(run: Run) -> Points:
+    x = np.arange(run.length, dtype=np.float64)
+    w = np.power(run.q, x)
+    return Points(run.a + np.arange(run.length, dtype=np.int64), w / w.sum())
+
+
+def _expected_n_times(law: Law, f: FloatArr, chunk: int) -> float:
+    """``E[n(s)·f(s mod B)]`` for a vector ``f`` over the residues ``mod B``."""
+    B = f.size
+    if isinstance(law, Run) and law.length <= _SMALL_RUN:
+        law = _points(law)
+    if isinstance(law, Points):
+        n = _n_chunks(law.values, chunk).astype(np.float64)
+        return float((law.weights * n) @ f[law.values % B])
+    # n = ((s − 1) − ((s − 1) mod ŝ))/ŝ + 1: the part (s − 1) mod ŝ couples with s mod B
+    # through s mod lcm(ŝ, B)
+    L = B * chunk // math.gcd(B, chunk)
+    if L > MAX_PERIOD:
+        raise InvalidArgument(
+            f"the reserve area with B = {B}, ŝ = {chunk} and {law.length} possible lengths needs residues mod "
+            f"lcm(B, ŝ) = {L}, more than {MAX_PERIOD}; use --block 1 or a chunk that B divides"
+        )
+    ps, m1 = residues(law, B)
+    pL, _ = residues(law, L)
+    y = np.arange(L, dtype=np.int64)
+    inner = float(pL @ (((y - 1) % chunk).astype(np.float64) * f[y % B]))
+    return float(f @ (m1 - ps)) / chunk - inner / chunk + float(f @ ps)
 
 
 def expected_reserve_area(workload: Workload, params: ModelParams) -> float:
@@ -219,13 +278,20 @@ def expected_reserve_area(workload: Workload, params: ModelParams) -> float:
     if workload.joint_s is not None and workload.joint_o is not None:
         s_, o_ = workload.joint_s, workload.joint_o
         return float((peak_tokens(s_ + o_, B) * (_n_chunks(s_, chunk) + o_)).astype(np.float64).mean())
-    assert workload.s is not None and workload.o is not None
-    sv, sp_ = workload.s.support()
-    ov, op = workload.o.support()
-    h = peak_tokens(np.arange(int(sv.max() + ov.max()) + 1, dtype=np.int64), B).astype(np.float64)
-    n = _n_chunks(sv, chunk).astype(np.float64)
-    per_s = n * _cross(h, op, ov, sv) + _cross(h, op * ov, ov, sv)
-    return float(per_s @ sp_)
+    m = workload_moments(workload, chunk)
+    # peak = (s + o) + waste(s + o), and s, o are independent
+    base = m.Esn + m.Es * m.Eo + m.En * m.Eo + m.Eo2
+    if B == 1:
+        return base
+    check_block_period(B, chunk)
+    ls, lo = _marginals(workload)
+    ps, _ = residues(ls, B)
+    po, m1o = residues(lo, B)
+    waste = rounding(B, B)
+    with_o = float(waste @ circular_convolve(ps, m1o))
+    # f[r] = E_o[waste((r + o) mod B)], a circular correlation of the waste with o's residues
+    f = circular_convolve(waste, np.roll(po[::-1], 1))
+    return base + with_o + _expected_n_times(ls, f, chunk)
 
 
 def mu_per_slot(workload: Workload, params: ModelParams) -> float:

@@ -3,83 +3,136 @@
 ``kvstab mu`` prints ``E[g]``, ``μ``, ``δ``, ``μ(1 − δ)``, the reserve limit and
 (with ``--lambda``) the replicas for a load, for a workload spec or a trace
 file.  When ``δ ≥ 1`` it prints the numbers that still mean something, says
-plainly that the stability guarantee is empty, and exits with status 1.
+plainly that the stability guarantee is empty, and exits with status 1.  With
+``--replicas-mu`` it also prints the stability region of a fleet of replicas
+with those service rates (:mod:`kvstab.theory.fleet`).
 
 ``kvstab derive`` writes the derivation document (``--out``, default stdout);
 ``--pdf`` compiles it with ``pdflatex``.  Give any of ``--workload``, ``--M``,
 ``--chunk``, ``--bbar``, ``--block``, ``--g`` (or ``--numbers``) to append the
 quantities instantiated for that setting; flags left out take the paper's values.
+
+Both take the server flags of :mod:`kvstab.flags` (declared once, from
+``ModelParams``); every value, path and output is checked before any work
+starts, and a bad one is one line on stderr with exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import shutil
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kvstab.cli import add_model_arguments, positive_float
+from kvstab import validation as v
+from kvstab.errors import InvalidArgument
+from kvstab.flags import add_server_arguments, arg_type, rate, server_params
+from kvstab.model import PAPER_BBAR, PAPER_CHUNK, PAPER_M, ModelParams
+
+if TYPE_CHECKING:
+    from kvstab.theory.fleet import FleetReport
+    from kvstab.theory.report import StabilityReport
+    from kvstab.workload import Workload
 
 __all__ = ["register"]
 
+#: the flags whose presence asks ``derive`` for the numbers section
 _MODEL_FLAGS = ("workload", "M", "chunk", "bbar", "block", "g")
+#: the theory models neither a running cap nor a token budget: ``mu`` does not take them
+_OMIT = ("token_budget", "max_num_seqs")
+#: the most replicas ``--replicas-mu`` takes (a fleet of a million GPUs is no typo's fault)
+_MAX_REPLICAS = 10**6
+
+_utilisation = arg_type(v.unit_fraction, "the target utilisation ρ")
+_service_rate = arg_type(v.positive_float, "a replica's service rate μ_i", maximum=v.MAX_RATE)
 
 
-def _utilisation(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number in (0, 1]") from None
-    if not 0 < v <= 1:
-        raise argparse.ArgumentTypeError(f"target utilisation ρ must be in (0, 1], got {text}")
-    return v
+def _readable_file(path: str, what: str) -> str:
+    """``path`` if it names a readable regular file, else one clear line."""
+    if not os.path.exists(path):
+        raise InvalidArgument(f"{what} {path!r}: no such file")
+    if os.path.isdir(path):
+        raise InvalidArgument(f"{what} {path!r} is a directory; give a trace file (CSV or JSONL)")
+    if not os.path.isfile(path):
+        raise InvalidArgument(f"{what} {path!r} is not a regular file; give a trace file (CSV or JSONL)")
+    if not os.access(path, os.R_OK):
+        raise InvalidArgument(f"{what} {path!r} cannot be read (permission denied)")
+    return path
 
 
-def _workload(args: argparse.Namespace) -> Any:
-    from kvstab.errors import InvalidArgument
+def _check_spec_paths(spec: str) -> None:
+    # the paths inside trace(PATH) and empirical(PATH) get the same checks as --trace
+    for m in re.finditer(r"(trace|empirical)\(([^)]*)\)", spec, re.IGNORECASE):
+        _readable_file(m.group(2).strip(), f"--workload {m.group(1)}(PATH):")
+
+
+def _workload(args: argparse.Namespace) -> Workload:
     from kvstab.workload import Workload, parse_workload
 
-    trace = getattr(args, "trace", None)
-    if trace is not None:
-        if args.workload is not None:
-            raise InvalidArgument(f"give either --workload or --trace, not both (got --workload {args.workload!r})")
-        from kvstab.traces import load_trace
+    trace = args.trace
+    try:
+        if trace is not None:
+            if args.workload is not None:
+                raise InvalidArgument(f"give either --workload or --trace, not both (got --workload {args.workload!r})")
+            from kvstab.traces import load_trace
 
-        tr = load_trace(trace)
-        return Workload.joint(tr.s, tr.o, name=f"trace({trace})")
-    return parse_workload(args.workload if args.workload is not None else "paper-1:1")
+            tr = load_trace(_readable_file(trace, "--trace"))
+            return Workload.joint(tr.s, tr.o, name=f"trace({trace})")
+        spec = args.workload if args.workload is not None else "paper-1:1"
+        _check_spec_paths(spec)
+        return parse_workload(spec)
+    except OSError as exc:  # a file that vanished or became unreadable between the check and the read
+        raise InvalidArgument(f"cannot read {exc.filename!r}: {exc.strerror}") from None
+    except UnicodeError as exc:
+        raise InvalidArgument(f"the trace is not UTF-8 text ({exc})") from None
 
 
-def _params(args: argparse.Namespace) -> Any:
-    from kvstab.model import ModelParams
+def _params(args: argparse.Namespace) -> ModelParams:
+    return server_params(args)
 
-    return ModelParams(M=args.M, chunk=args.chunk, block=args.block, g=args.g)
+
+def _fleet(args: argparse.Namespace, rep: StabilityReport) -> FleetReport | None:
+    if args.replicas_mu is None:
+        return None
+    from kvstab.theory.fleet import fleet_report
+
+    return fleet_report(args.replicas_mu, delta=rep.delta, lam=args.lam)
 
 
 def _cmd_mu(args: argparse.Namespace) -> int:
     from kvstab.theory.report import EMPTY_GUARANTEE, stability_report
 
+    if args.replicas_mu is not None and len(args.replicas_mu) > _MAX_REPLICAS:
+        raise InvalidArgument(f"--replicas-mu takes at most {_MAX_REPLICAS} rates, got {len(args.replicas_mu)}")
     t0 = time.perf_counter()
     workload = _workload(args)
-    t_load = time.perf_counter() - t0
     params = _params(args)
+    t_load = time.perf_counter() - t0
     t1 = time.perf_counter()
     rep = stability_report(workload, params, args.bbar, lam=args.lam, rho=args.rho)
+    fleet = _fleet(args, rep)
     t_mu = time.perf_counter() - t1
     if args.json:
         out = rep.as_dict()
+        if fleet is not None:
+            out["fleet"] = fleet.as_dict()
         out["timing_s"] = {"load": t_load, "compute": t_mu}
         print(json.dumps(out, indent=2))
     else:
         _print_mu(rep, args.derivation)
+        if fleet is not None:
+            print("\n".join(fleet.lines()))
     if rep.guarantee_empty:
         sys.stderr.write(f"kvstab mu: {EMPTY_GUARANTEE}\n")
         return 1
     return 0
 
 
-def _print_mu(rep: Any, derivation: bool) -> None:
+def _print_mu(rep: StabilityReport, derivation: bool) -> None:
     m = rep.moments
     lines = [
         f"kvstab mu: {rep.workload}, M={rep.M}, ŝ={rep.chunk}, B={rep.block}, b̄={rep.bbar_s} s, {rep.g_convention} g",
@@ -118,28 +171,41 @@ def _print_mu(rep: Any, derivation: bool) -> None:
     print("\n".join(lines))
 
 
+def _check_out(path: str) -> None:
+    """Refuse an ``--out`` that cannot be written, before any work."""
+    if os.path.isdir(path):
+        raise InvalidArgument(f"--out {path!r} is a directory; give a file name such as derivation.tex")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise InvalidArgument(f"--out {path!r}: the folder {parent!r} does not exist")
+    if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise InvalidArgument(f"--out {path!r}: cannot write there (permission denied)")
+
+
 def _cmd_derive(args: argparse.Namespace) -> int:
-    from kvstab.errors import InvalidArgument
-    from kvstab.model import PAPER_BBAR, PAPER_CHUNK, PAPER_M
-    from kvstab.theory.document import Instance, compile_pdf, derivation_tex
+    from kvstab.errors import KvstabError
+
+    # everything that can be refused is refused before the derivation (which takes seconds)
+    if args.pdf and args.out is None:
+        raise InvalidArgument("--pdf needs --out PATH.tex (the PDF is written beside it)")
+    if args.pdf and shutil.which("pdflatex") is None:
+        raise KvstabError("pdflatex not found; install TeX (Debian: texlive-latex-base) or omit --pdf")
+    if args.out is not None:
+        _check_out(args.out)
+    from kvstab.theory.report import Instance
 
     instance = None
     if args.numbers or any(getattr(args, f) is not None for f in _MODEL_FLAGS) or args.trace is not None:
         # the workload's default is applied in _workload (it must stay None beside --trace)
-        defaults = {
-            "M": PAPER_M,
-            "chunk": PAPER_CHUNK,
-            "bbar": PAPER_BBAR,
-            "block": 1,
-            "g": "exact",
-        }
-        for f, v in defaults.items():
+        defaults = {"M": PAPER_M, "chunk": PAPER_CHUNK, "bbar": PAPER_BBAR, "block": 1, "g": "exact"}
+        for f, val in defaults.items():
             if getattr(args, f) is None:
-                setattr(args, f, v)
+                setattr(args, f, val)
         instance = Instance(_workload(args), _params(args), args.bbar, args.lam, args.rho)
-    if args.pdf and args.out is None:
-        raise InvalidArgument("--pdf needs --out PATH.tex (the PDF is written beside it)")
-    text = derivation_tex(instance)
+    # the document imports sympy (about a second): only once every input is known good
+    from kvstab.theory.document import compile_pdf, derivation_tex
+
+    text = derivation_tex(instance, fleet_mu=args.replicas_mu)
     if args.out is None:
         sys.stdout.write(text)
         return 0
@@ -155,11 +221,23 @@ def _cmd_derive(args: argparse.Namespace) -> int:
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trace", metavar="PATH", default=None, help="a trace file: the joint law of its (s, o) rows")
     p.add_argument(
-        "--lambda", dest="lam", type=positive_float, default=None, help="arrival rate λ (req/s) to provision for"
+        "--workload",
+        default=None,
+        help="workload spec (default paper-1:1: s, o ~ U(10, 1600)); see kvstab.workload for the forms",
     )
+    p.add_argument("--trace", metavar="PATH", default=None, help="a trace file: the joint law of its (s, o) rows")
+    p.add_argument("--lambda", dest="lam", type=rate, default=None, help="arrival rate λ (req/s) to provision for")
     p.add_argument("--rho", type=_utilisation, default=1.0, help="target utilisation ρ in (0, 1] (default 1)")
+    p.add_argument(
+        "--replicas-mu",
+        metavar="MU",
+        type=_service_rate,
+        nargs="+",
+        default=None,
+        help="service rates μ_i (req/s) of a fleet's replicas: print (derive: typeset) the fleet's stability region, "
+        "the optimal static split and what round-robin loses",
+    )
 
 
 def register(subparsers: Any) -> None:
@@ -172,9 +250,7 @@ def register(subparsers: Any) -> None:
         epilog="Exit status: 0; 1 when δ ≥ 1 (the stability guarantee is empty: the numbers are printed, "
         "with one line on stderr saying so); 2 on invalid input.",
     )
-    add_model_arguments(mu)
-    # None marks "not given", so that --trace and --workload can be told apart
-    mu.set_defaults(workload=None)
+    add_server_arguments(mu, omit=_OMIT)
     _add_common(mu)
     mu.add_argument("--derivation", action="store_true", help="also print the moments and the E[g] formula used")
     mu.add_argument("--json", action="store_true", help="machine-readable output")
@@ -186,9 +262,8 @@ def register(subparsers: Any) -> None:
         description="Write the derivation document. Any of --workload/--M/--chunk/--bbar/--block/--g/--trace "
         "(or --numbers) appends the quantities for that setting; flags left out take the paper's values.",
     )
-    add_model_arguments(de)
     # None marks "not given", so that the document is instantiated only on request
-    de.set_defaults(**{f: None for f in _MODEL_FLAGS})
+    add_server_arguments(de, omit=_OMIT, defaults={f: None for f in _MODEL_FLAGS if f != "workload"})
     _add_common(de)
     de.add_argument("--numbers", action="store_true", help="instantiate with the paper's 1:1 setting")
     de.add_argument("--out", metavar="PATH", default=None, help="write the .tex here (default: stdout)")

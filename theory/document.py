@@ -17,13 +17,13 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import sympy as sp
 
 from kvstab.errors import KvstabError
-from kvstab.model import ModelParams
+from kvstab.theory import fleet as F
 from kvstab.theory import g as G
 from kvstab.theory import moments as Mo
 from kvstab.theory import provisioning as P
@@ -32,7 +32,7 @@ from kvstab.theory import wait as Wt
 from kvstab.theory.area import expected_g
 from kvstab.theory.claims import Claim
 from kvstab.theory.latex import latex, tex_text
-from kvstab.theory.report import EMPTY_GUARANTEE, StabilityReport, stability_report
+from kvstab.theory.report import EMPTY_GUARANTEE, Instance, StabilityReport, stability_report
 from kvstab.theory.symbols import (
     Eg,
     En,
@@ -51,7 +51,7 @@ from kvstab.theory.symbols import (
     bbar,
     shat,
 )
-from kvstab.workload import Uniform, Workload
+from kvstab.workload import Uniform
 
 __all__ = ["CLAIM_GROUPS", "all_claims", "Instance", "derivation_tex", "compile_pdf"]
 
@@ -61,6 +61,7 @@ CLAIM_GROUPS: dict[str, Callable[[], list[Claim]]] = {
     "E[g]": Mo.moment_claims,
     "stability": St.stability_claims,
     "provisioning": P.provisioning_claims,
+    "fleet": F.fleet_claims,
     "WAIT": Wt.wait_claims,
 }
 
@@ -68,17 +69,6 @@ CLAIM_GROUPS: dict[str, Callable[[], list[Claim]]] = {
 def all_claims() -> list[Claim]:
     """Every claim the theory rests on."""
     return [c for group in CLAIM_GROUPS.values() for c in group()]
-
-
-@dataclass(frozen=True)
-class Instance:
-    """A workload and a server to instantiate the document with."""
-
-    workload: Workload
-    params: ModelParams
-    bbar: float
-    lam: float | None = None
-    rho: float = 1.0
 
 
 def _eq(lhs: str, rhs: sp.Basic | str, rel: str = "=") -> str:
@@ -90,12 +80,19 @@ def _eq(lhs: str, rhs: sp.Basic | str, rel: str = "=") -> str:
     )
 
 
+_RELATION = {"==": "=", ">=": "\\geq", ">": ">"}
+
+
 def _claims_table(claims: list[Claim]) -> str:
+    """Each claim with its verdict, and the claim itself as mathematics:
+    ``lhs <relation> rhs`` printed from the expressions sympy checked."""
     rows = []
     for c in claims:
         verdict = "proved" if c.holds() else "\\textbf{NOT proved}"
         premise = f" \\emph{{(premise: {tex_text(c.premise)})}}" if c.premise else ""
-        rows.append(f"  \\item {tex_text(c.name)}{premise} --- {verdict}.")
+        rows.append(
+            f"  \\item {tex_text(c.name)}{premise} --- {verdict}:\n" + _eq(latex(c.lhs), c.rhs, _RELATION[c.relation])
+        )
     return "\\begin{itemize}\n" + "\n".join(rows) + "\n\\end{itemize}\n"
 
 
@@ -126,7 +123,7 @@ def _numbers(inst: Instance) -> str:
         uniform_eg = float(closed)
     out = [
         "\\section{The numbers for this workload}\n",
-        f"Workload \\texttt{{{tex_text(rep.workload)}}}; $M = {_fmt(rep.M)}$ tokens, "
+        f"Workload \\texttt{{{tex_text(rep.workload, strict=False)}}}; $M = {_fmt(rep.M)}$ tokens, "
         f"$\\hat{{s}} = {rep.chunk}$, $B = {rep.block}$, $\\bar{{b}} = {_fmt(rep.bbar_s)}$\\,s, "
         f"convention: {rep.g_convention} $g$.\n",
         "\\begin{center}\\begin{tabular}{lr}\n\\hline\nquantity & value \\\\\n\\hline\n",
@@ -179,18 +176,8 @@ _PREAMBLE = r"""\documentclass[11pt]{article}
 """
 
 
-def derivation_tex(instance: Instance | None = None) -> str:
-    """The derivation document as a string (pure ASCII; compiles with ``pdflatex``)."""
-    lo_w, hi_w = G.block_tail_bounds(N)
-    lo_g, hi_g = G.g_blocks_bounds()
-    mo1, mo2 = Mo.geometric_moments()
-    us1, us2 = Mo.uniform_moments(a, b)
-    cc1, cc2 = Mo.chunk_count_sums()
-    crit = St.critical_rates()
-    fl = St.foster_lyapunov()
-    sens = St.sensitivities("continuous")
-    mix, _, _ = P.mixture_mu_expr(2)
-    parts = [_PREAMBLE]
+def _section_definitions() -> str:
+    parts: list[str] = []
     parts.append(r"""\section{Definitions}
 Time is slotted; one slot is one engine iteration of $\bar{b}$ seconds. A request has prompt length
 $s \geq 1$ and output length $o \geq 1$, drawn i.i.d.\ from a law $p(s, o)$. Prefill runs in
@@ -200,6 +187,13 @@ after the slot's work, and the memory in use never exceeds $M$ tokens. The \emph
 is the sum of what a request holds over its $n + o$ slots:
 """)
     parts.append(_eq("g(s, o)", G.defining_sum()))
+    return "".join(parts)
+
+
+def _section_lifetime_area() -> str:
+    parts: list[str] = []
+    lo_w, hi_w = G.block_tail_bounds(N)
+    lo_g, hi_g = G.g_blocks_bounds()
     parts.append(r"""\section{The lifetime area $g$ and its closed forms}
 \begin{lemma}[split of the prefill sum]
 Write $s = (n - 1)\hat{s} + r$ with $1 \leq r \leq \hat{s}$. Chunks $c \leq n - 1$ hold $c\hat{s} < s$
@@ -249,7 +243,14 @@ which is what the numeric code evaluates (vectorised). The rounding waste of $N 
     )
     parts.append(_eq("g_B(s, o)", lo_g, "\\geq") + "and\n" + _eq("g_B(s, o)", hi_g, "\\leq"))
     parts.append(_claims_table(G.g_claims()))
+    return "".join(parts)
 
+
+def _section_expected_area() -> str:
+    parts: list[str] = []
+    mo1, mo2 = Mo.geometric_moments()
+    us1, us2 = Mo.uniform_moments(a, b)
+    cc1, cc2 = Mo.chunk_count_sums()
     parts.append(r"""\section{The expected area $\mathbb{E}[g]$}
 The only cross term of $g$ is $s o$, so by linearity (exact form, in the moments of $s$, $o$ and $n$):
 """)
@@ -279,7 +280,12 @@ The only cross term of $g$ is $s o$, so by linearity (exact form, in the moments
     parts.append(_eq("\\mathbb{E}[g]", Mo.eg_correlated_uniform("continuous")))
     parts.append("\\paragraph{Empirical joint laws} (a trace's rows) are averaged numerically, row by row.\n")
     parts.append(_claims_table(Mo.moment_claims()))
+    return "".join(parts)
 
+
+def _section_service_rate() -> str:
+    parts: list[str] = []
+    sens = St.sensitivities("continuous")
     parts.append(r"""\section{Service rate $\mu$ and the constant $\delta$}
 """)
     parts.append(
@@ -302,7 +308,13 @@ The only cross term of $g$ is $s o$, so by linearity (exact form, in the moments
         parts.append(_eq(f"\\frac{{\\partial \\mu}}{{\\partial {sym}}}", sens[key]))
     for key, sym in (("elasticity_M", "M"), ("elasticity_shat", "\\hat{s}"), ("elasticity_bbar", "\\bar{b}")):
         parts.append(_eq(f"\\varepsilon_{{{sym}}}", sens[key]))
+    return "".join(parts)
 
+
+def _section_theorems() -> str:
+    parts: list[str] = []
+    crit = St.critical_rates()
+    fl = St.foster_lyapunov()
     parts.append(r"""\section{The two theorems and the drift argument}
 Let $V(t)$ be the remaining memory area of all requests in the system: the full $g$ of a waiting request,
 the unserved part $g - A$ of an active one ($A$ = area served so far). In one slot each request changes $V$ as follows
@@ -339,7 +351,12 @@ i.e.\ $\lambda < """
 """
     )
     parts.append(_claims_table([c for c in St.stability_claims() if c not in St.lyapunov_cases()]))
+    return "".join(parts)
 
+
+def _section_provisioning() -> str:
+    parts: list[str] = []
+    mix, _, _ = P.mixture_mu_expr(2)
     parts.append(r"""\section{Provisioning}
 Data-parallel replicas for load $\lambda$ at target utilisation $\rho \in (0, 1]$, and the number that meets the
 stability theorem's condition:
@@ -363,7 +380,11 @@ stability theorem's condition:
         "no area wasted at phase changes, and phases long enough for the balance to hold.\n"
     )
     parts.append(_claims_table(P.provisioning_claims()))
+    return "".join(parts)
 
+
+def _section_wait() -> str:
+    parts: list[str] = []
     parts.append(r"""\section{Cross-check with the WAIT fluid model}
 Ao, Luo, Simchi-Levi and Wang (arXiv 2504.11320) prefill a prompt in one iteration, so a request of type $(l, l')$ has
 $g(l, l') = (l' + 1)(l + l'/2)$; an iteration with $C$ tokens in memory takes $d_0 + d_1 C$ seconds, and their fluid
@@ -371,10 +392,111 @@ region is $\Lambda = \sum_t \lambda_t g(l_t, l'_t) \leq C/(d_0 + d_1 C)$. At sat
 $\bar{b} = d_0 + d_1 M$, and the region is exactly $\lambda < \mu$:
 """)
     parts.append(_claims_table(Wt.wait_claims()))
+    return "".join(parts)
+
+
+def _section_fleet() -> str:
+    n = 3
+    mus, _, ps = F.fleet_symbols(n)
+    parts = [
+        r"""\section{Fleets: replicas behind a router}
+A fleet is $N$ independent replicas; replica $i$ has its own $M_i$, $\bar{b}_i$, $\hat{s}_i$, $B_i$, hence its own
+$\mu_i$ and $\delta_i$. The router is \emph{size-blind}: it never looks at $s$ or $o$, so every replica sees the
+workload's own law. Replica $i$ receives the long-run rate $\lambda_i$, $\sum_i \lambda_i = \lambda$.
+\begin{theorem}[any router]
+Replica $i$'s instability theorem uses only its mean arrival rate, so it is unstable when $\lambda_i > \mu_i$.
+No size-blind router is stable when
+""",
+        f"$\\lambda > {latex(F.ideal_rate_expr(n))}$ (here $N = {n}$).\n\\end{{theorem}}\n",
+        r"""\begin{theorem}[static random split]
+Sending each request to replica $i$ with probability $p_i$, independently, thins the Poisson stream: replica $i$
+is the single-server model with arrival rate $\lambda p_i$. The split is unstable when $\lambda p_i > \mu_i$ for
+some $i$, i.e.\ above
+""",
+        _eq(r"\lambda^{*}(p)", F.split_rate_expr(n)),
+        "and stable (for replica policies that meet the stability theorem's premise) below\n",
+        _eq(r"\lambda_{\mathrm{guar}}(p)", F.split_guarantee_expr(n)),
+        r"""\end{theorem}
+Weighted round-robin gives each replica the same long-run rate $\lambda p_i$, so the first bound holds for it as
+stated; its second needs the drift argument over one round of the router, taken here as a premise, not proved.
+
+\paragraph{The optimal split} is proportional to the rates,
+""",
+        "".join(_eq(f"p_{{{i + 1}}}", e) for i, e in enumerate(F.optimal_split_expr(n))),
+        "which makes every $\\mu_i/p_i$ equal to $\\sum_j \\mu_j$; no split does better, since\n",
+        _eq(
+            "\\sum_i p_i \\frac{\\mu_i}{p_i}",
+            sp.Add(*(p_ * (m / p_) for m, p_ in zip(mus, ps)), evaluate=False),
+        ),
+        "is a $p$-weighted mean of the ratios, so their minimum is at most $\\sum_i \\mu_i$.\n\n"
+        "\\paragraph{Round-robin} ($p_i = 1/N$) is critical at\n",
+        _eq("\\lambda^{*}_{\\mathrm{RR}}", F.round_robin_rate_expr(n)),
+        "and leaves unused the fraction\n",
+        _eq("1 - \\frac{\\lambda^{*}_{\\mathrm{RR}}}{\\sum_i \\mu_i}", F.round_robin_loss_expr(n)),
+        "of the fleet's capacity (two replicas with $\\mu_1 = 2\\mu_2$: $2\\mu_2$ against $3\\mu_2$).\n\n"
+        "\\paragraph{Provisioning} a heterogeneous fleet at utilisation $\\rho$ with the optimal split needs the "
+        "capacity margin\n",
+        _eq("\\sum_i \\mu_i - \\frac{\\lambda}{\\rho}", F.fleet_provisioning_expr(n), "\\geq 0 \\quad"),
+        "to be non-negative, and $\\sum_i \\mu_i(1 - \\delta_i) > \\lambda$ for the guarantee.\n",
+        _claims_table(F.fleet_claims()),
+    ]
+    return "".join(parts)
+
+
+#: the document's sections, in order
+SECTIONS: tuple[Callable[[], str], ...] = (
+    _section_definitions,
+    _section_lifetime_area,
+    _section_expected_area,
+    _section_service_rate,
+    _section_theorems,
+    _section_provisioning,
+    _section_fleet,
+    _section_wait,
+)
+
+
+def _fleet_numbers(fleet_mu: Sequence[float], inst: Instance | None) -> str:
+    delta = 0.0
+    if inst is not None:
+        delta = stability_report(inst.workload, inst.params, inst.bbar).delta
+    rep = F.fleet_report(list(fleet_mu), delta=delta, lam=None if inst is None else inst.lam)
+
+    def rate(x: float | None) -> str:
+        return "none ($\\delta \\geq 1$)" if x is None else _fmt(x)
+
+    rows = [
+        ("replicas $N$", _fmt(len(rep.mus))),
+        ("$\\mu_i$ (requests/s)", ", ".join(_fmt(m, 4) for m in rep.mus)),
+        ("$\\delta$ on every replica" + ("" if inst is not None else " (not instantiated: 0)"), _fmt(rep.delta)),
+        ("$\\sum_i \\mu_i$ (any router, critical)", rate(rep.ideal_rate)),
+        ("optimal split $p_i \\propto \\mu_i$", ", ".join(_fmt(p_, 4) for p_ in rep.optimal_split)),
+        ("$\\sum_i \\mu_i(1 - \\delta)$ (optimal split, guaranteed)", rate(rep.optimal_guarantee)),
+        ("$N \\min_i \\mu_i$ (round-robin, critical)", rate(rep.round_robin_rate)),
+        ("round-robin, guaranteed", rate(rep.round_robin_guarantee)),
+        ("capacity round-robin leaves unused", _fmt(rep.round_robin_loss, 4)),
+    ]
+    body = "".join(f"{k} & {v} \\\\\n" for k, v in rows)
+    return (
+        "\\section{The numbers for this fleet}\n"
+        "\\begin{center}\\begin{tabular}{lr}\n\\hline\nquantity & value \\\\\n\\hline\n"
+        + body
+        + "\\hline\n\\end{tabular}\\end{center}\n"
+    )
+
+
+def derivation_tex(instance: Instance | None = None, fleet_mu: Sequence[float] | None = None) -> str:
+    """The derivation document as a string (pure ASCII; compiles with ``pdflatex``).
+
+    One function per section; ``instance`` appends the numbers of a workload and
+    a server, ``fleet_mu`` those of a fleet with these service rates.
+    """
+    sections = [section() for section in SECTIONS]
     if instance is not None:
-        parts.append(_numbers(instance))
-    parts.append("\\end{document}\n")
-    text = "".join(parts)
+        sections.append(_numbers(instance))
+    if fleet_mu is not None:
+        sections.append(_fleet_numbers(fleet_mu, instance))
+    text = _PREAMBLE + "".join(sections) + "\\end{document}\n"
     # pdflatex without extra packages reads ASCII only; fail here, not in TeX
     bad = sorted({ch for ch in text if ord(ch) > 127})
     if bad:

@@ -97,6 +97,8 @@ _TEXT = {
     "…": r"\dots{}",
     "⌈": r"$\lceil$",
     "⌉": r"$\rceil$",
+    "∝": r"$\propto$",
+    "⇒": r"$\Rightarrow$",
     "²": r"$^2$",
     "₀": r"$_0$",
     "₁": r"$_1$",
@@ -128,10 +130,15 @@ _SPECIAL = {
 }
 
 
-def tex_text(text: str) -> str:
+def tex_text(text: str, *, strict: bool = True) -> str:
     """Prose (claim names, workload specs, paths) as LaTeX-safe ASCII text.
 
-    Raises ``ValueError`` naming any character it cannot typeset.
+    This is kvstab's one LaTeX escaper (``kvstab.theory.latex.tex_text``): TeX's
+    special characters are escaped and the model's symbols (``μ``, ``ŝ``, ``≤``,
+    …) become their math forms, so the result compiles with plain ``pdflatex``.
+    A character it has no form for raises ``ValueError`` naming it; with
+    ``strict=False`` (for text a user supplied, such as a path) it is written
+    as its code point instead, e.g. ``é`` as ``[U+00E9]``.
     """
     out: list[str] = []
     i = 0
@@ -148,6 +155,8 @@ def tex_text(text: str) -> str:
             out.append(_SPECIAL[ch])
         elif ord(ch) < 128:
             out.append(ch)
+        elif not strict:
+            out.append(f"[U+{ord(ch):04X}]")
         else:
             raise ValueError(f"no LaTeX text form for {ch!r} (U+{ord(ch):04X}) in {text!r}")
         i += 1

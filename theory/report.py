@@ -18,7 +18,7 @@ from kvstab.model import ModelParams
 from kvstab.theory.area import Moments, expected_g, expected_reserve_area, peak_tokens, workload_moments
 from kvstab.workload import Workload
 
-__all__ = ["StabilityReport", "stability_report", "EMPTY_GUARANTEE"]
+__all__ = ["StabilityReport", "stability_report", "Instance", "EMPTY_GUARANTEE"]
 
 #: the plain statement printed when δ ≥ 1
 EMPTY_GUARANTEE = (
@@ -115,3 +115,14 @@ def stability_report(
         replicas=n_rep,
         guarantee_replicas=n_guar,
     )
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A workload and a server to instantiate the derivation document with."""
+
+    workload: Workload
+    params: ModelParams
+    bbar: float
+    lam: float | None = None
+    rho: float = 1.0

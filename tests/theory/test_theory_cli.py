@@ -137,17 +137,17 @@ def test_document_without_numbers_has_no_numbers_section() -> None:
     assert "The numbers for this workload" not in derivation_tex(None)
 
 
-# the one allowed skip: no TeX on a developer's machine; in CI (CI=true, where
-# .ci/run installs texlive-latex-base) a missing pdflatex fails the test instead
-@pytest.mark.skipif(
-    shutil.which("pdflatex") is None and os.environ.get("CI") != "true",
-    reason="pdflatex not installed (Debian: texlive-latex-base; CI installs it)",
-)
-def test_document_compiles(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_document_compiles_or_pdf_is_refused_up_front(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # with TeX (CI installs texlive-latex-base) the document compiles; without it,
+    # `derive --pdf` says so in one line before writing anything
     out = tmp_path / "derivation.tex"
-    code, stdout, _ = run(
-        capsys, "derive", "--workload", "paper-1:1", "--block", "16", "--lambda", "30", "--out", str(out), "--pdf"
-    )
+    argv = ["derive", "--workload", "paper-1:1", "--block", "16", "--lambda", "30", "--out", str(out), "--pdf"]
+    if shutil.which("pdflatex") is None:
+        assert os.environ.get("CI") != "true", "CI must install pdflatex (texlive-latex-base)"
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and "pdflatex not found" in err and err.count("\n") == 1 and not out.exists()
+        return
+    code, stdout, _ = run(capsys, *argv)
     assert code == 0, stdout
     pdf = tmp_path / "derivation.pdf"
     assert pdf.is_file() and pdf.read_bytes()[:5] == b"%PDF-" and os.path.getsize(pdf) > 10_000
