@@ -1,7 +1,7 @@
 """The per-run property checks of the audit suite, written once.
 
 ``props/`` (the Hypothesis suite), its stateful machine, the mutation test and
-``python -m kvstab.checks`` all drive the reference :class:`~kvstab.simulator.Engine`
+``kvstab check`` all drive the reference :class:`~kvstab.simulator.Engine`
 through an :class:`Auditor`, which keeps a *shadow* account of every request
 (its state, the area it has been served, the remaining-area Lyapunov function
 ``V``) and checks after every slot:
@@ -25,9 +25,13 @@ through an :class:`Auditor`, which keeps a *shadow* account of every request
 6. the drift bound: queue non-empty after the decision ⇒ memory ``≥ M − Δ``
    for the scheduler's declared ``margin`` (``Δ = M − 1``, "something runs",
    if it declares none);
-7. work conservation (schedulers declaring ``work_conserving``): the
-   post-decision state is a fixed point of the rule — shown the admitted
-   requests as running, the rule admits no one more;
+7. work conservation (schedulers declaring ``work_conserving``), in slots
+   without preemption: the post-decision state is a fixed point of the rule —
+   shown the admitted requests as running, the rule admits no one more — and,
+   from the engine's state rather than the rule's own accounting, for a
+   clairvoyant rule that never preempts: the queue head is left waiting only
+   if the peaks ``s + o`` of the requests that ran plus its own exceed ``M``
+   (peak reservation is always safe, so a rule that waits for less idles);
 8. liveness: once arrivals stop, everything finishes within
    ``Σ (n(s) + o)`` slots over the unfinished requests (a bound that holds
    whenever the oldest running request is never preempted, advances a full
@@ -38,8 +42,10 @@ through an :class:`Auditor`, which keeps a *shadow* account of every request
 A failure raises :class:`PropertyViolation`, an ``AssertionError`` (so
 Hypothesis shrinks it) whose message names the property, the slot and two
 one-line commands that replay the workload: ``kvstab replay`` (the simulator,
-slot by slot; it stops at a memory violation) and ``python -m kvstab.checks``
-(the same workload through every check here).
+slot by slot; it stops at a memory violation) and ``kvstab check`` (the same
+flags; the workload through the checks here, ``--property N`` naming the ones
+the failing run checked).  kvstab's frames carry ``__tracebackhide__`` so that
+pytest shows the property, the workload and the replay line first.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ import argparse
 import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from kvstab.arrivals import ArrivalPlan
 from kvstab.contract import ActiveEntry, Scheduler, View, WaitingEntry, traits_of
@@ -57,6 +64,12 @@ from kvstab.ops import CONCRETE
 from kvstab.replay import add_workload_arguments, replay_command
 from kvstab.simulator import Engine, SlotRecord
 from kvstab.theory.area import lifetime_area
+from kvstab.validation import MAX_COUNT, positive_int
+
+#: the queue window the engine shows a rule unless told otherwise (``Engine``'s default)
+DEFAULT_WINDOW = 8
+#: the largest window the audit accepts (the engine widens it as needed anyway)
+MAX_WINDOW = MAX_COUNT
 
 __all__ = [
     "PROPERTIES",
@@ -65,6 +78,7 @@ __all__ = [
     "Auditor",
     "audit_plan",
     "audit_command",
+    "DEFAULT_WINDOW",
     "margin_of",
     "service_slots",
     "main",
@@ -88,8 +102,10 @@ class PropertyViolation(AssertionError):
     """A property of :data:`PROPERTIES` failed on a concrete workload.
 
     ``prop`` is its number, ``slot`` the slot it failed in (``None`` for
-    liveness), ``requests`` the workload as ``(slot, s, o)`` rows, and
-    ``replay`` / ``audit`` the one-line commands that reproduce it.
+    liveness), ``requests`` the workload as ``(slot, s, o)`` rows, ``window``
+    the queue window the rule was shown, ``select`` the properties the run
+    checked, and ``replay`` / ``audit`` the one-line commands that reproduce it
+    (``audit`` is ``kvstab check …``, with the same flags as ``kvstab replay``).
     """
 
     def __init__(
@@ -100,6 +116,9 @@ class PropertyViolation(AssertionError):
         detail: str,
         params: ModelParams,
         requests: Sequence[tuple[int, int, int]],
+        *,
+        window: int = DEFAULT_WINDOW,
+        select: Iterable[int] = ALL_PROPERTIES,
     ) -> None:
         self.prop = prop
         self.scheduler = scheduler
@@ -107,22 +126,46 @@ class PropertyViolation(AssertionError):
         self.detail = detail
         self.params = params
         self.requests = tuple(requests)
-        self.replay = replay_command(scheduler, params, list(self.requests))
-        self.audit = audit_command(scheduler, params, list(self.requests))
+        self.window = window
+        self.select = frozenset(select)
+        self.replay = _with_window(replay_command(scheduler, params, list(self.requests)), window)
+        self.audit = audit_command(scheduler, params, list(self.requests), window=window, select=self.select)
         where = f" in slot {slot}" if slot is not None else ""
+        shown = "" if window == DEFAULT_WINDOW else f"; the rule was shown a queue window of {window}"
         super().__init__(
             f"property {prop} ({PROPERTIES[prop]}) violated by scheduler {scheduler!r}{where}: {detail}\n"
-            f"  workload: {len(self.requests)} request(s), (slot, s, o) = {list(self.requests)}\n"
+            f"  workload: {len(self.requests)} request(s), (slot, s, o) = {list(self.requests)}{shown}\n"
             f"  replay:   {self.replay}\n"
             f"  audit:    {self.audit}"
         )
 
 
-def audit_command(scheduler: str, params: ModelParams, requests: list[tuple[int, int, int]]) -> str:
-    """``python -m kvstab.checks …``: the workload through every check of this module."""
+def _with_window(cmd: str, window: int) -> str:
+    """A command with ``--window`` added when the run used another window than the engine's default."""
+    return cmd if window == DEFAULT_WINDOW else f"{cmd} --window {window}"
+
+
+def audit_command(
+    scheduler: str,
+    params: ModelParams,
+    requests: list[tuple[int, int, int]],
+    *,
+    window: int = DEFAULT_WINDOW,
+    select: Iterable[int] = ALL_PROPERTIES,
+) -> str:
+    """``kvstab check …``: the workload through the checks of this module.
+
+    The flags are those of ``kvstab replay``; ``--property N`` names the
+    properties the failing run checked when it checked only some, so that the
+    command reports the same property as the failure it reproduces.
+    """
     cmd = replay_command(scheduler, params, requests)
     assert cmd.startswith("kvstab replay ")
-    return "python -m kvstab.checks " + cmd[len("kvstab replay ") :]
+    line = "kvstab check " + cmd[len("kvstab replay ") :]
+    chosen = frozenset(select)
+    if chosen != ALL_PROPERTIES:
+        line += "".join(f" --property {k}" for k in sorted(chosen))
+    return _with_window(line, window)
 
 
 def margin_of(scheduler: Scheduler, params: ModelParams, max_s: int, max_o: int) -> int:
@@ -142,13 +185,27 @@ def service_slots(s: int, o: int, params: ModelParams) -> int:
     return -(-s // params.chunk) + o
 
 
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    """One slot as the checks see it: the engine's record and its state around it."""
+
+    rec: SlotRecord
+    before_active: dict[int, int]  # rid -> progress before the slot
+    before_waiting: list[int]
+    active_ids: list[int]  # after the slot (releases done)
+    waiting_ids: list[int]
+    running: list[int]  # did work this slot: still active, or completed in it
+    held: dict[int, int]  # tokens each running request holds after its work
+
+
 class Auditor:
     """An :class:`Engine` (run with ``check=False``) plus a shadow account
     checked after every slot; see the module docstring for the properties.
 
     ``select`` restricts the checks to some property numbers; ``spec`` is how
     the scheduler is named in replay commands (a registered name or
-    ``module:attr``; default its ``name``).
+    ``module:attr``; default its ``name``); ``window`` is the queue window the
+    engine shows the rule.
     """
 
     def __init__(
@@ -158,18 +215,20 @@ class Auditor:
         *,
         select: Iterable[int] = ALL_PROPERTIES,
         spec: str | None = None,
-        window: int = 8,
+        window: int = DEFAULT_WINDOW,
     ) -> None:
         if params.g != "exact":
             raise InvalidArgument("the audit compares served area with the exact g; use ModelParams(g='exact')")
         self.scheduler = scheduler
+        self.traits = traits_of(scheduler)
         self.params = params
         self.select = frozenset(select)
         unknown = self.select - ALL_PROPERTIES
         if unknown:
             raise InvalidArgument(f"unknown property numbers {sorted(unknown)}; valid: {sorted(ALL_PROPERTIES)}")
         self.spec = spec or scheduler.name
-        self.engine = Engine(scheduler, params, check=False, window=window)
+        self.window = positive_int("window", window, maximum=MAX_WINDOW)
+        self.engine = Engine(scheduler, params, check=False, window=self.window)
         self.requests: list[tuple[int, int, int]] = []  # (arrival slot, s, o), for replay
         self.g: list[int] = []
         self.area: list[int] = []  # area served in the current attempt
@@ -183,15 +242,21 @@ class Auditor:
         self.arrived_g = 0  # Σ g of this slot's arrivals
         self.max_s = 0
         self.max_o = 0
+        #: set when a drain with property 8 off was stopped far past its bound
+        #: (a livelock is property 8's to report, not the selected property's)
+        self.stalled = False
         #: how often each check's premise held (vacuity guard: a property whose
-        #: premise never held was not tested); keys are property numbers, and
-        #: "3-preempted" for finished requests that had been preempted
+        #: premise never held was not tested); keys are property numbers,
+        #: "3-preempted" for finished requests that had been preempted and
+        #: "7-engine" for the engine-state test of property 7
         self.exercised: Counter[int | str] = Counter()
 
     # --- helpers
     def fail(self, prop: int, slot: int | None, detail: str) -> PropertyViolation:
         """The violation of ``prop`` with this run's workload attached."""
-        return PropertyViolation(prop, self.spec, slot, detail, self.params, self.requests)
+        return PropertyViolation(
+            prop, self.spec, slot, detail, self.params, self.requests, window=self.window, select=self.select
+        )
 
     def _on(self, prop: int) -> bool:
         return prop in self.select
@@ -222,24 +287,93 @@ class Auditor:
 
     # --- one slot
     def step(self) -> SlotRecord:
-        """Run one slot and check every selected per-slot property."""
+        """Run one slot and check every selected per-slot property (one method each)."""
+        __tracebackhide__ = True  # a failure shows the property and the workload, not this loop
         eng, p = self.engine, self.params
         before_active = {r.rid: r.progress for r in eng.active}
         before_waiting = [r.rid for r in eng.waiting]
         rec = eng.step()
-        t = rec.slot
-        reqs = eng.requests
         active_ids = [r.rid for r in eng.active]
-        waiting_ids = [r.rid for r in eng.waiting]
         running = active_ids + list(rec.completed)
+        # memory, recomputed from progress by the one accounting function
+        held = {rid: int(tokens_held(eng.requests[rid].progress, p.block)) for rid in running}
+        slot = _Slot(rec, before_active, before_waiting, active_ids, [r.rid for r in eng.waiting], running, held)
 
-        ex = self.exercised
-        ex[5] += 1
+        self._check_conservation(slot)  # 2
+        self._check_memory(slot)  # 1
+        wasted_now, excess = self._account(slot)
+        self._check_area_per_slot(slot)  # 4
+        self._check_served_area(slot, wasted_now)  # 3
+        self._check_lyapunov(slot, excess)  # 5
+        self._check_drift(slot)  # 6
+        self._check_work_conservation(slot)  # 7
+        return rec
+
+    def _account(self, slot: _Slot) -> tuple[int, int]:
+        """Update the shadow account: preemption throws the attempt's area away,
+        running requests accrue what they hold.  Returns the area wasted in the
+        slot and ``Σ (served − g)`` of last attempts that ended after partial
+        grants (either sign)."""
+        reqs, p = self.engine.requests, self.params
+        wasted_now = 0
+        for rid in slot.rec.preempted:
+            wasted_now += self.area[rid]
+            self.wasted[rid] += self.area[rid]
+            self.area[rid] = 0
+            self.preempted_ever[rid] = True
+            self.partial[rid] = False  # a new attempt starts from progress 0
+        for rid in slot.running:
+            # admitted this slot ⇒ progress was 0 before its first unit
+            before = slot.before_active.get(rid, 0)
+            r = reqs[rid]
+            if r.progress - before < unit_tokens(r.s, before, p.chunk):
+                self.partial[rid] = True
+        for rid, h in slot.held.items():
+            self.area[rid] += h
+            self.total_area[rid] += h
+        excess = sum(self.area[rid] - self.g[rid] for rid in slot.rec.completed if self.partial[rid])
+        return wasted_now, excess
+
+    def _check_memory(self, slot: _Slot) -> None:
+        """Property 1: ``Σ tokens held ≤ M`` over the requests that ran."""
+        __tracebackhide__ = True
+        memory = sum(slot.held.values())
+        if memory:
+            self.exercised[1] += 1
+        if self._on(1) and memory > self.params.M:
+            raise self.fail(1, slot.rec.slot, f"memory {memory} > M={self.params.M} (running requests {sorted(slot.running)})")
+
+    def _check_conservation(self, slot: _Slot) -> None:
+        """Property 2: each request waiting, active or finished exactly once;
+        admissions from the queue, preemptions of active requests, releases at
+        ``s + o``; and first admissions in arrival order for an FCFS rule."""
+        __tracebackhide__ = True
+        rec, reqs = slot.rec, self.engine.requests
+        t = rec.slot
         if rec.admitted:
-            ex[2] += 1
-        if self._on(2):
-            self._check_conservation(rec, before_active, before_waiting, active_ids, waiting_ids)
-        if self._on(2) and traits_of(self.scheduler).fcfs:
+            self.exercised[2] += 1
+        if not self._on(2):
+            return
+        finished = [r.rid for r in reqs if r.finish >= 0]
+        seen = slot.active_ids + slot.waiting_ids + finished
+        if len(seen) != len(set(seen)) or set(seen) != set(range(len(reqs))):
+            dup = sorted({x for x in seen if seen.count(x) > 1})
+            lost = sorted(set(range(len(reqs))) - set(seen))
+            raise self.fail(2, t, f"requests not conserved: duplicated {dup}, lost {lost}")
+        if rec.queue != len(slot.waiting_ids):
+            raise self.fail(2, t, f"record says queue {rec.queue}, the queue holds {len(slot.waiting_ids)}")
+        was_waiting = set(slot.before_waiting)
+        for rid in rec.admitted:
+            if rid not in was_waiting:
+                raise self.fail(2, t, f"request {rid} admitted but it was not waiting")
+        for rid in rec.preempted:
+            if rid not in slot.before_active:
+                raise self.fail(2, t, f"request {rid} preempted but it was not active")
+        for rid in rec.completed:
+            r = reqs[rid]
+            if r.progress != r.s + r.o:
+                raise self.fail(2, t, f"request {rid} released with progress {r.progress} < s + o = {r.s + r.o}")
+        if self.traits.fcfs:
             for rid in rec.admitted:
                 self.admitted_ever[rid] = True
             first = [i for i, a in enumerate(self.admitted_ever) if a]
@@ -250,128 +384,104 @@ class Auditor:
                     f"earlier arrival(s) {skipped[:8]}"
                 )
 
-        # memory, recomputed from progress by the one accounting function
-        held = {rid: int(tokens_held(reqs[rid].progress, p.block)) for rid in running}
-        memory = sum(held.values())
+    def _check_area_per_slot(self, slot: _Slot) -> None:
+        """Property 4: the shadow's area increments equal the memory the engine charged, ``≤ M``."""
+        __tracebackhide__ = True
+        memory, t = sum(slot.held.values()), slot.rec.slot
         if memory:
-            ex[1] += 1
-            ex[4] += 1
-        if self._on(1) and memory > p.M:
-            raise self.fail(1, t, f"memory {memory} > M={p.M} (running requests {sorted(running)})")
+            self.exercised[4] += 1
+        if not self._on(4):
+            return
+        if memory != slot.rec.memory:
+            raise self.fail(4, t, f"area served {memory} differs from the memory the engine charged {slot.rec.memory}")
+        if memory > self.params.M:
+            raise self.fail(4, t, f"area served in one slot {memory} > M={self.params.M}")
 
-        # shadow account: preemption throws the attempt's area away, running requests accrue
-        wasted_now = 0
-        for rid in rec.preempted:
-            wasted_now += self.area[rid]
-            self.wasted[rid] += self.area[rid]
-            self.area[rid] = 0
-            self.preempted_ever[rid] = True
-            self.partial[rid] = False  # a new attempt starts from progress 0
-        for rid in running:
-            # admitted this slot ⇒ progress was 0 before its first unit
-            before = before_active.get(rid, 0)
-            r = reqs[rid]
-            if r.progress - before < unit_tokens(r.s, before, p.chunk):
-                self.partial[rid] = True
-        for rid, h in held.items():
-            self.area[rid] += h
-            self.total_area[rid] += h
-
-        if self._on(4):
-            if memory != rec.memory:
-                raise self.fail(4, t, f"area served {memory} differs from the memory the engine charged {rec.memory}")
-            if memory > p.M:
-                raise self.fail(4, t, f"area served in one slot {memory} > M={p.M}")
-        excess = 0  # Σ (served − g) of last attempts that ended after partial grants (either sign)
+    def _check_served_area(self, slot: _Slot, wasted_now: int) -> None:
+        """Property 3: a finished request was served ``g + wasted`` (``≥`` the
+        unavoidable area + wasted after partial grants)."""
+        __tracebackhide__ = True
+        if not self._on(3):
+            return
+        rec, reqs, t = slot.rec, self.engine.requests, slot.rec.slot
+        if wasted_now != rec.wasted:
+            raise self.fail(3, t, f"preemptions threw away area {wasted_now}, the engine reports {rec.wasted}")
         for rid in rec.completed:
-            if self.partial[rid]:
-                excess += self.area[rid] - self.g[rid]
-        if self._on(3):
-            if wasted_now != rec.wasted:
-                raise self.fail(3, t, f"preemptions threw away area {wasted_now}, the engine reports {rec.wasted}")
-            for rid in rec.completed:
-                ex[3] += 1
-                ex["3-preempted"] += self.preempted_ever[rid]
-                r = reqs[rid]
-                g, served, wasted = self.g[rid], self.total_area[rid], self.wasted[rid]
-                partial = self.partial[rid]
-                if partial:
-                    g = self.unavoidable_area(r.s, r.o)
-                area_ok = served >= g + wasted if partial else served == g + wasted
-                if not area_ok or r.served != served or r.wasted != wasted:
-                    kind = "preempted" if self.preempted_ever[rid] else "never preempted"
-                    relation = "≥ unavoidable area" if partial else "= g"
-                    raise self.fail(
-                        3, t, f"request {rid} (s={r.s}, o={r.o}, {kind}) finished with served area {served}, "
-                        f"expected {relation} + wasted = {g} + {wasted} (engine: served {r.served}, wasted {r.wasted})"
-                    )
-        # Lyapunov function: full g for waiting, the unserved part for active, 0 once finished
-        V_after = sum(self.g[rid] for rid in waiting_ids) + sum(self.g[rid] - self.area[rid] for rid in active_ids)
+            self.exercised[3] += 1
+            self.exercised["3-preempted"] += self.preempted_ever[rid]
+            r = reqs[rid]
+            g, served, wasted = self.g[rid], self.total_area[rid], self.wasted[rid]
+            partial = self.partial[rid]
+            if partial:
+                g = self.unavoidable_area(r.s, r.o)
+            area_ok = served >= g + wasted if partial else served == g + wasted
+            if not area_ok or r.served != served or r.wasted != wasted:
+                kind = "preempted" if self.preempted_ever[rid] else "never preempted"
+                relation = "≥ unavoidable area" if partial else "= g"
+                raise self.fail(
+                    3, t, f"request {rid} (s={r.s}, o={r.o}, {kind}) finished with served area {served}, "
+                    f"expected {relation} + wasted = {g} + {wasted} (engine: served {r.served}, wasted {r.wasted})"
+                )
+
+    def _check_lyapunov(self, slot: _Slot, excess: int) -> None:
+        """Property 5: ``V′ = V + Σ g(arrivals) − used + wasted (+ excess)``; ``V``
+        is the full ``g`` of waiting requests plus the unserved part of active ones."""
+        __tracebackhide__ = True
+        rec = slot.rec
+        self.exercised[5] += 1
+        V_after = sum(self.g[rid] for rid in slot.waiting_ids) + sum(
+            self.g[rid] - self.area[rid] for rid in slot.active_ids
+        )
         if self._on(5):
             expected = self.V + self.arrived_g - rec.memory + rec.wasted + excess
             if V_after != expected:
                 raise self.fail(
-                    5, t, f"V after the slot is {V_after}, but V + Σg(arrivals) − used + wasted + excess = {self.V} + "
-                    f"{self.arrived_g} − {rec.memory} + {rec.wasted} + {excess} = {expected}"
+                    5, rec.slot, f"V after the slot is {V_after}, but V + Σg(arrivals) − used + wasted + excess = "
+                    f"{self.V} + {self.arrived_g} − {rec.memory} + {rec.wasted} + {excess} = {expected}"
                 )
         self.V = V_after
         self.arrived_g = 0
 
-        if rec.queue > 0:
-            ex[6] += 1
-        if self._on(6) and rec.queue > 0:
-            delta = margin_of(self.scheduler, p, self.max_s, self.max_o)
-            if rec.memory < p.M - delta:
-                raise self.fail(
-                    6, t, f"{rec.queue} request(s) left waiting while memory is {rec.memory} < M − Δ = "
-                    f"{p.M} − {delta} = {p.M - delta}"
-                )
-        if self._on(7) and traits_of(self.scheduler).work_conserving and not rec.preempted:
-            self._check_work_conservation(rec, before_active, waiting_ids)
-        return rec
+    def _check_drift(self, slot: _Slot) -> None:
+        """Property 6: queue non-empty after the decision ⇒ memory ``≥ M − Δ``."""
+        __tracebackhide__ = True
+        rec, p = slot.rec, self.params
+        if rec.queue == 0:
+            return
+        self.exercised[6] += 1
+        if not self._on(6):
+            return
+        delta = margin_of(self.scheduler, p, self.max_s, self.max_o)
+        if rec.memory < p.M - delta:
+            raise self.fail(
+                6, rec.slot, f"{rec.queue} request(s) left waiting while memory is {rec.memory} < M − Δ = "
+                f"{p.M} − {delta} = {p.M - delta}"
+            )
 
-    def _check_conservation(
-        self,
-        rec: SlotRecord,
-        before_active: dict[int, int],
-        before_waiting: list[int],
-        active_ids: list[int],
-        waiting_ids: list[int],
-    ) -> None:
-        t, reqs = rec.slot, self.engine.requests
-        finished = [r.rid for r in reqs if r.finish >= 0]
-        seen = active_ids + waiting_ids + finished
-        if len(seen) != len(set(seen)) or set(seen) != set(range(len(reqs))):
-            dup = sorted({x for x in seen if seen.count(x) > 1})
-            lost = sorted(set(range(len(reqs))) - set(seen))
-            raise self.fail(2, t, f"requests not conserved: duplicated {dup}, lost {lost}")
-        if rec.queue != len(waiting_ids):
-            raise self.fail(2, t, f"record says queue {rec.queue}, the queue holds {len(waiting_ids)}")
-        was_waiting = set(before_waiting)
-        for rid in rec.admitted:
-            if rid not in was_waiting:
-                raise self.fail(2, t, f"request {rid} admitted but it was not waiting")
-        for rid in rec.preempted:
-            if rid not in before_active:
-                raise self.fail(2, t, f"request {rid} preempted but it was not active")
-        for rid in rec.completed:
-            r = reqs[rid]
-            if r.progress != r.s + r.o:
-                raise self.fail(2, t, f"request {rid} released with progress {r.progress} < s + o = {r.s + r.o}")
+    def _check_work_conservation(self, slot: _Slot) -> None:
+        """Property 7, for a rule declaring ``work_conserving``, in a slot
+        without preemption that left requests waiting: the rule's own fixed
+        point, and for a clairvoyant rule that never preempts, the engine's
+        state against peak reservation."""
+        __tracebackhide__ = True
+        if not (self._on(7) and self.traits.work_conserving) or slot.rec.preempted or not slot.waiting_ids:
+            return
+        self._check_fixed_point(slot)
+        if self.traits.clairvoyant and not self.traits.preempts:
+            self._check_head_against_peaks(slot)
 
-    def _check_work_conservation(self, rec: SlotRecord, before_active: dict[int, int], waiting_ids: list[int]) -> None:
+    def _check_fixed_point(self, slot: _Slot) -> None:
         """Show the rule the state right after its decision — the admitted
         requests as running with progress 0 — and ask again: a work-conserving
         rule has nothing more to admit."""
-        if not waiting_ids:
-            return
+        __tracebackhide__ = True
         self.exercised[7] += 1
-        reqs, p = self.engine.requests, self.params
-        kept = [rid for rid in before_active if rid not in rec.preempted]
-        active = tuple(ActiveEntry(rid, reqs[rid].s, reqs[rid].o, before_active[rid]) for rid in kept) + tuple(
+        rec, reqs, p = slot.rec, self.engine.requests, self.params
+        kept = [rid for rid in slot.before_active if rid not in rec.preempted]
+        active = tuple(ActiveEntry(rid, reqs[rid].s, reqs[rid].o, slot.before_active[rid]) for rid in kept) + tuple(
             ActiveEntry(rid, reqs[rid].s, reqs[rid].o, 0) for rid in rec.admitted
         )
-        head = waiting_ids[: max(self.engine.window, 1)]
+        head = slot.waiting_ids[: max(self.engine.window, 1)]
         view = View(
             active=active,
             waiting=tuple(WaitingEntry(rid, reqs[rid].s, reqs[rid].o) for rid in head),
@@ -380,7 +490,7 @@ class Auditor:
             block=p.block,
             token_budget=p.token_budget,
             max_num_seqs=p.max_num_seqs,
-            n_waiting=len(waiting_ids),
+            n_waiting=len(slot.waiting_ids),
         )
         again = self.scheduler.decide(view, CONCRETE)
         more = [rid for rid, a in zip(head, again.admit) if a]
@@ -390,21 +500,48 @@ class Auditor:
                 f"this slot's decision (admitted {list(rec.admitted)})"
             )
 
+    def _check_head_against_peaks(self, slot: _Slot) -> None:
+        """From the engine's state, not the rule's accounting: a clairvoyant
+        rule that never preempts stays safe by admitting a request whenever the
+        peaks ``s + o`` of everything that ran this slot and the request's own
+        peak fit in ``M`` (that is ``reserve``; a look-ahead admits more).  So a
+        rule claiming work conservation may leave the queue head waiting only
+        when those peaks exceed ``M`` (or the running cap is reached): a rule
+        that idles part of ``M`` by its own accounting fails here, whatever its
+        declared margin."""
+        __tracebackhide__ = True
+        rec, reqs, p = slot.rec, self.engine.requests, self.params
+        if p.max_num_seqs is not None and len(slot.running) >= p.max_num_seqs:
+            return
+        head = reqs[slot.waiting_ids[0]]
+        reserved = sum(int(tokens_held(reqs[rid].s + reqs[rid].o, p.block)) for rid in slot.running)
+        need = int(tokens_held(head.s + head.o, p.block))
+        self.exercised["7-engine"] += 1
+        if reserved + need <= p.M:
+            raise self.fail(
+                7, rec.slot, f"the queue head, request {head.rid} (s={head.s}, o={head.o}, peak {need}), was left "
+                f"waiting although the peaks of the {len(slot.running)} request(s) that ran sum to {reserved} and "
+                f"{reserved} + {need} ≤ M={p.M}: admitting it could never overflow memory"
+            )
+
     # --- runs
     def drain(self) -> int:
         """Step until the system is empty; property 8 fails if that takes more
         than ``Σ (n(s) + o)`` slots over the unfinished requests.  Returns the
-        slots taken."""
+        slots taken.  With property 8 off, a run far past the bound is stopped
+        (``stalled``): a livelock is property 8's to report."""
+        __tracebackhide__ = True
         reqs = self.engine.requests
         bound = sum(service_slots(r.s, r.o, self.params) for r in reqs if r.finish < 0)
         taken = 0
         if bound:
             self.exercised[8] += 1
-        # with property 8 not selected, still stop a livelock (a run that never
-        # ends checks nothing else), but only far past the bound
         limit = bound if self._on(8) else 20 * bound + 100
         while not self.engine.idle:
             if taken >= limit:
+                if not self._on(8):
+                    self.stalled = True
+                    return taken
                 stuck = [r.rid for r in reqs if r.finish < 0]
                 raise self.fail(
                     8, None, f"requests {stuck[:12]} still unfinished {taken} slots after arrivals stopped; "
@@ -422,10 +559,12 @@ def audit_plan(
     *,
     select: Iterable[int] = ALL_PROPERTIES,
     spec: str | None = None,
+    window: int = DEFAULT_WINDOW,
 ) -> Auditor:
     """Run ``plan`` to the end and drain, checking the selected properties
     after every slot; raise :class:`PropertyViolation` at the first failure."""
-    aud = Auditor(scheduler, params, select=select, spec=spec)
+    __tracebackhide__ = True  # the user sees the property, the workload and the replay line
+    aud = Auditor(scheduler, params, select=select, spec=spec, window=window)
     n = len(plan)
     i = 0
     while i < n:
@@ -448,13 +587,24 @@ def _parser() -> argparse.ArgumentParser:
         description="run a workload through every property check of the audit suite (the same flags as kvstab replay)",
     )
     add_workload_arguments(p)
+    _add_check_arguments(p)
     return p
+
+
+def _add_check_arguments(p: argparse.ArgumentParser) -> None:
+    from kvstab.cli import positive_int as positive
+
+    p.add_argument("--property", type=int, action="append", choices=sorted(ALL_PROPERTIES), default=None,
+                   dest="properties", metavar="N", help="check only property N (repeatable; default: all)")
+    p.add_argument("--window", type=positive, default=DEFAULT_WINDOW,
+                   help=f"queue-head entries shown to the rule (default {DEFAULT_WINDOW})")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``kvstab check`` (the same as ``python -m kvstab.checks``) to the CLI."""
     p = sub.add_parser("check", help="run a workload through every property check of the audit suite")
     add_workload_arguments(p)
+    _add_check_arguments(p)
     p.set_defaults(func=_run)
 
 
@@ -474,7 +624,8 @@ def _run(args: argparse.Namespace) -> int:
         )
         plan = parse_requests(args.requests)
         sched = load_scheduler(args.scheduler)
-        aud = audit_plan(sched, params, plan, spec=args.scheduler)
+        aud = audit_plan(sched, params, plan, spec=args.scheduler, window=args.window,
+                         select=args.properties or ALL_PROPERTIES)
     except PropertyViolation as exc:
         print(f"VIOLATION reproduced: {exc}")
         return 1

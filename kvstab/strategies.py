@@ -18,7 +18,12 @@ every strategy here mixes in the adversarial corners on purpose:
 * ``s`` one above or below a multiple of ``ŝ`` (a partial last chunk);
 * ``s = 1`` and ``o = 1``;
 * bimodal and heavy-tailed lengths, strongly correlated ``s`` and ``o``;
-* bursts of simultaneous arrivals and empty gaps between them.
+* bursts of simultaneous arrivals and empty gaps between them;
+* sets of requests that arrive together and whose block-rounded peaks (or
+  first chunks) sum to exactly ``M`` or one block either side, with several
+  finishing in the same slot (:func:`packed_arrivals`): an admission test off
+  by one token overflows only there;
+* the queue window the engine shows a rule (:func:`windows`).
 
 Each corner is a separate branch of ``st.one_of`` and the simplest branch
 comes first, so a failing example shrinks toward small, plain requests.
@@ -33,7 +38,7 @@ from hypothesis import strategies as st
 
 from kvstab.arrivals import ArrivalPlan
 from kvstab.errors import InvalidArgument
-from kvstab.model import ModelParams, Request
+from kvstab.model import ModelParams, Request, tokens_held
 from kvstab.workload import Fixed, Geometric, Uniform, Workload
 
 __all__ = [
@@ -43,6 +48,8 @@ __all__ = [
     "arrivals",
     "scenarios",
     "saturated_scenarios",
+    "packed_arrivals",
+    "windows",
     "largest_total",
 ]
 
@@ -227,13 +234,18 @@ def scenarios(
     max_gap: int = 40,
     max_num_seqs: bool = False,
 ) -> st.SearchStrategy[tuple[ModelParams, ArrivalPlan]]:
-    """A server from :func:`model_params` and an arrival plan from
-    :func:`arrivals` that fits it: the input of one audited run."""
+    """A server from :func:`model_params` and an arrival plan that fits it —
+    from :func:`arrivals`, or (when ``max_size ≥ 2``) a packed set from
+    :func:`packed_arrivals`: the input of one audited run."""
 
     @st.composite
     def build(draw: st.DrawFn) -> tuple[ModelParams, ArrivalPlan]:
         params = draw(model_params(min_M=min_M, max_M=max_M, max_num_seqs=max_num_seqs))
-        plan = draw(arrivals(params, min_size=min_size, max_size=max_size, max_gap=max_gap))
+        plans = arrivals(params, min_size=min_size, max_size=max_size, max_gap=max_gap)
+        if max_size >= 2:
+            # sets whose totals meet M exactly: rare under independent draws
+            plans = plans | packed_arrivals(params, min_size=max(2, min_size), max_size=min(4, max_size))
+        plan = draw(plans)
         return params, plan
 
     return build()
@@ -275,3 +287,107 @@ def saturated_scenarios(
         return params, _plan(rows)
 
     return build()
+
+
+def windows(*, min_value: int = 1, max_value: int = 8) -> st.SearchStrategy[int]:
+    """Queue windows: how many queue-head entries the engine shows a rule
+    (``Engine(window=…)``).  Shrinks toward ``max_value`` (the engine's default
+    8), so a failure that needs a short window keeps it and says so."""
+    if min_value < 1 or max_value < min_value:
+        raise InvalidArgument(f"windows needs 1 <= min_value <= max_value, got {min_value}, {max_value}")
+    return st.one_of(st.just(max_value), st.integers(min_value, max_value))
+
+
+def packed_arrivals(
+    params: ModelParams,
+    *,
+    min_size: int = 2,
+    max_size: int = 4,
+    max_slot: int = 3,
+) -> st.SearchStrategy[ArrivalPlan]:
+    """``min_size``–``max_size`` requests arriving in one slot whose totals meet
+    ``M``: their block-rounded peaks (``tokens_held(s + o)``), or their
+    block-rounded first chunks, sum to ``M``'s blocks or one block either side
+    (``M ± 1`` tokens without blocks).
+
+    When the arithmetic allows it the requests also finish in the same slot
+    (equal ``n(s) + o``), so that their peaks coincide: a rule whose peak or
+    first chunk is off by one token admits them all and overflows ``M``.
+    """
+    if min_size < 2 or max_size < min_size:
+        raise InvalidArgument(f"packed_arrivals needs 2 <= min_size <= max_size, got {min_size}, {max_size}")
+    top, B, chunk = largest_total(params), params.block, params.chunk
+    blocks_in_M = params.M // B
+
+    @st.composite
+    def build(draw: st.DrawFn) -> ArrivalPlan:
+        target = blocks_in_M + draw(st.sampled_from([0, 1, -1]))
+        by_first_chunk = draw(st.sampled_from([False, False, True]))  # peaks, or first chunks
+        # each part, in blocks: at least 2 tokens (s, o ≥ 1) and at most what fits
+        least = -(-2 // B)
+        most = (top - 1) // B if by_first_chunk else top // B
+        if by_first_chunk:
+            most = min(most, max(least, int(tokens_held(chunk, B)) // B))
+        k = draw(st.integers(min_size, max_size))
+        k = max(1, min(k, target // least))
+        target = min(target, k * most)
+        parts = _split(draw, target, k, least, most)
+        if by_first_chunk:
+            rows = [_with_first_chunk(draw, b * B, params) for b in parts]
+        else:
+            # a peak on a block boundary, or one token past the previous one (the corners of rounding)
+            under = st.sampled_from([0, B - 1]) | st.integers(0, B - 1)
+            rows = _same_finish(draw, [b * B - draw(under) for b in parts], params)
+        slot = draw(st.integers(0, max(0, max_slot)))
+        return ArrivalPlan(
+            np.full(len(rows), slot, dtype=np.int64),
+            np.asarray([r.s for r in rows], dtype=np.int64),
+            np.asarray([r.o for r in rows], dtype=np.int64),
+        )
+
+    return build()
+
+
+def _split(draw: st.DrawFn, total: int, k: int, least: int, most: int) -> list[int]:
+    """``k`` integers in ``[least, most]`` summing to ``total`` (clamped into reach)."""
+    total = min(max(total, k * least), k * most)
+    if draw(st.booleans()):
+        # near-equal parts: k copies of one request (give or take a block) are
+        # the classic set that reaches its peaks together
+        return [total // k + (1 if i < total % k else 0) for i in range(k)]
+    parts = [least] * k
+    left = total - k * least
+    room = most - least
+    for n, i in enumerate(draw(st.permutations(range(k)))):
+        others = (k - 1 - n) * room  # what the parts after this one can still take
+        add = draw(st.integers(max(0, left - others), min(left, room)))
+        parts[i] += add
+        left -= add
+    return parts
+
+
+def _same_finish(draw: st.DrawFn, peaks: list[int], params: ModelParams) -> list[Request]:
+    """Requests with these peaks ``s + o`` that finish in the same slot when
+    admitted together (equal ``n(s) + o``), or with ``s = 1`` when no such split exists."""
+    p = [max(2, min(x, largest_total(params))) for x in peaks]
+    chunk = params.chunk
+    # the common n(s) + o; the largest value leaves the most room (o = L − n(s) ≥ 1)
+    L = draw(st.just(min(p)) | st.integers(2, min(p)))
+    out: list[Request] = []
+    for peak in p:
+        # s − n(s) rises by 0 or 1 per token, so it takes every value from 0 up
+        v = peak - L
+        s = next((c for c in range(1, peak) if c - -(-c // chunk) == v), None)
+        if s is None or peak - s < 1:
+            return [Request(1, x - 1) for x in p]
+        out.append(Request(s, peak - s))
+    return out
+
+
+def _with_first_chunk(draw: st.DrawFn, first: int, params: ModelParams) -> Request:
+    """A request whose first chunk holds ``first`` tokens (block-rounded) and that fits ``M``."""
+    top, chunk, B = largest_total(params), params.chunk, params.block
+    c = max(1, min(first - draw(st.integers(0, B - 1)), chunk, top - 1))
+    s = c if c < chunk else draw(st.integers(c, max(c, top - 1)))
+    o = draw(st.integers(1, max(1, top - s)))
+    return Request(s, o)

@@ -5,7 +5,8 @@ against :class:`kvstab.ops.Ops` like the built-ins, with one realistic bug.  It
 declares the built-in's attributes (``fcfs``, ``work_conserving``, ``margin``…)
 as a buggy port would, so the property suite holds it to those claims.
 :data:`MUTANTS` lists the modules; ``MUTANT_DOC`` says what each breaks.
-Audit one by hand with ``PYTHONPATH=tests pytest props/ --scheduler mutants.NAME:SCHEDULER``.
+Audit one by hand with ``PYTHONPATH=tests pytest props/ --scheduler mutants.NAME:SCHEDULER``
+(or ``pytest --pyargs kvstab.props --scheduler …`` from any directory).
 """
 
 MUTANTS: tuple[str, ...] = (
@@ -19,4 +20,6 @@ MUTANTS: tuple[str, ...] = (
     "half_chunk",
     "preempts_all",
     "idles_at_three_quarters",
+    "reserve_peak_off_by_one",
+    "lookahead_idles",
 )
