@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import z3
 
 from kvstab.contract import Scheduler
+from kvstab.model import tokens_held
 from kvstab.proofs.encoding import (
     Entry,
     Setting,
@@ -31,7 +32,7 @@ from kvstab.proofs.encoding import (
 )
 from kvstab.proofs.invariants import Conjunct, base_conjuncts
 from kvstab.proofs.replaying import decode_int, decode_slot, replay_trace
-from kvstab.proofs.solver import Budget, solve
+from kvstab.proofs.solver import Budget, Status, solve
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict
 
 __all__ = ["Unrolling", "unroll", "bmc", "k_induction"]
@@ -103,6 +104,15 @@ def _violated(step: StepTerms, setting: Setting) -> z3.BoolRef:
     return z3.Or(*[z3.Not(g) for _, g in step.safety(setting)])
 
 
+def _depth_for(setting: Setting, n: int) -> int:
+    """The least depth at which ``n`` requests could hold ``M − ŝ`` tokens (by the bound above)."""
+    assert setting.M is not None
+    d = 1
+    while n * int(tokens_held(d * setting.chunk, setting.block)) < setting.M - setting.chunk:
+        d += 1
+    return d
+
+
 def bmc(
     scheduler: Scheduler,
     setting: Setting,
@@ -124,22 +134,40 @@ def bmc(
     budget = budget or Budget()
     un = unroll(scheduler, setting, K, Q, arrivals_per_slot, depth)
     obs: list[Obligation] = []
+    # relevance guard: a search that can never bring memory within one chunk
+    # of M cannot find an overflow, and its "no violation" would be vacuous.
+    # From the empty system a request has done at most `depth` units, each of
+    # at most ŝ tokens, and at most min(K + Q + A, A·depth) requests exist, so
+    # memory never exceeds that many times B⌈depth·ŝ/B⌉ (a sound upper bound;
+    # a solver query for the exact reachable maximum costs minutes at large M).
+    if setting.M is not None:
+        most = min(K + Q + arrivals_per_slot, arrivals_per_slot * depth) * int(
+            tokens_held(depth * setting.chunk, setting.block)
+        )
+        if most < setting.M - setting.chunk:
+            v0: Verdict = Unknown(
+                f"vacuous bounds: runs of {depth} slots with at most {arrivals_per_slot} arrivals per slot, K = {K} "
+                f"and Q = {Q} hold at most {most} tokens, never within ŝ = {setting.chunk} of M = {setting.M}; "
+                f"raise --bmc to at least {_depth_for(setting, K + Q + arrivals_per_slot)} or drop --M (symbolic M)"
+            )
+            obs.append(Obligation("bmc", v0, 0.0, branch=f"depth {depth}", conjunct="memory pressure reachable"))
+            return v0, obs
     for d in range(1, depth + 1):
         # each depth is its own frame: the unrolled prefix, no violation before
         # slot d-1, a violation in it
         assertions = un.upto(d)
         assertions += [z3.Not(_violated(un.steps[t], setting)) for t in range(d - 1)]
         guard = solve(assertions, budget, f"bmc-{d}-premises")
-        if guard.status != "sat":
+        if guard.status is not Status.SAT:
             v: Verdict = Unknown(
-                "vacuous: no run of this length" if guard.status == "unsat" else f"solver: {guard.reason}", guard.smt2
+                "vacuous: no run of this length" if guard.status is Status.UNSAT else f"solver: {guard.reason}", guard.smt2
             )
             obs.append(Obligation("bmc", v, 0.0, branch=f"depth {d}", conjunct="premises satisfiable"))
             return v, obs
         t0 = time.perf_counter()
         ans = solve(assertions + [_violated(un.steps[d - 1], setting)], budget, f"bmc-{d}")
         secs = time.perf_counter() - t0
-        if ans.status == "sat":
+        if ans.status is Status.SAT:
             m = ans.model
             assert m is not None
             slots = [decode_slot(m, un.steps[t], t, un.arrivals[t]) for t in range(d)]
@@ -149,7 +177,7 @@ def bmc(
             v = Refuted(trace, f"reachable violation in slot {d - 1}")
             obs.append(Obligation("bmc", v, secs, branch=f"depth {d}", conjunct="engine checks"))
             return v, obs
-        if ans.status == "unknown":
+        if ans.status is Status.UNKNOWN:
             v = Unknown(f"solver: {ans.reason}", ans.smt2)
             obs.append(Obligation("bmc", v, secs, branch=f"depth {d}", conjunct="engine checks"))
             return v, obs
@@ -188,16 +216,16 @@ def k_induction(
     prem += [z3.Not(_violated(un.steps[t], setting)) for t in range(k)]
     obs: list[Obligation] = []
     guard = solve(prem, budget, f"kind-{k}-premises")
-    if guard.status != "sat":
-        v: Verdict = Unknown("vacuous premises" if guard.status == "unsat" else f"solver: {guard.reason}", guard.smt2)
+    if guard.status is not Status.SAT:
+        v: Verdict = Unknown("vacuous premises" if guard.status is Status.UNSAT else f"solver: {guard.reason}", guard.smt2)
         obs.append(Obligation(f"{k}-induction", v, 0.0, conjunct="premises satisfiable"))
         return v, obs
     t0 = time.perf_counter()
     ans = solve(prem + [_violated(un.steps[k], setting)], budget, f"kind-{k}")
     secs = time.perf_counter() - t0
-    if ans.status == "unsat":
+    if ans.status is Status.UNSAT:
         v = Proved(f"{k}-induction step")
-    elif ans.status == "sat":
+    elif ans.status is Status.SAT:
         v = Refuted(None, f"not {k}-inductive (the state need not be reachable)")
     else:
         v = Unknown(f"solver: {ans.reason}", ans.smt2)

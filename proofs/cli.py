@@ -1,56 +1,112 @@
 """``kvstab prove``: prove or refute a scheduler's memory invariant.
 
-Prints every obligation with its verdict and time, the final verdict with the
+Prints every obligation with its verdict, the final verdict with the
 assumptions it carries (or the replayed counterexample and the one-line
 ``kvstab replay …`` command), and, with ``--margin``, the work-conservation
-margin ``Δ``.  Exit status: 0 proved, 1 refuted, 3 unknown (2: bad input).
+margin ``Δ``.  Exit status: 0 proved, 1 refuted, 3 unknown, 2 bad input, and
+4 when ``--margin`` proves a margin that contradicts the declared one.
+
+The JSON output is the same, byte for byte, run after run: every wall-clock
+figure sits in its one ``timings`` field.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 from kvstab.contract import traits_of
 from kvstab.errors import InvalidArgument
 
+if TYPE_CHECKING:
+    from kvstab.proofs.margins import MarginResult
+    from kvstab.proofs.prove import ProofReport
+    from kvstab.proofs.verdicts import Verdict
+
 __all__ = ["register"]
 
-EXIT = {"Proved": 0, "Refuted": 1, "Unknown": 3}
+#: exit status of a margin the proof contradicts (declared smaller than proved)
+MARGIN_CONTRADICTED = 4
 
 
-def _verdict_json(v: Any) -> dict[str, Any]:
-    from kvstab.proofs.verdicts import Proved, Refuted
+def _exit_code(v: Verdict) -> int:
+    from kvstab.proofs.verdicts import Proved, Refuted, Unknown
+
+    match v:
+        case Proved():
+            return 0
+        case Refuted():
+            return 1
+        case Unknown():
+            return 3
+    raise AssertionError(f"not a verdict: {v!r}")
+
+
+def _verdict_json(v: Verdict) -> dict[str, Any]:
+    from kvstab.proofs.verdicts import Proved, Refuted, Unknown
 
     out: dict[str, Any] = {"verdict": type(v).__name__}
-    if isinstance(v, Proved):
-        out.update(method=v.method, assumptions=list(v.assumptions))
-    elif isinstance(v, Refuted):
-        out.update(detail=v.detail, trace=v.trace.to_json() if v.trace else None)
-    else:
-        out.update(reason=v.reason, smt2=v.smt2)
+    match v:
+        case Proved():
+            out.update(method=v.method, assumptions=list(v.assumptions))
+        case Refuted():
+            out.update(detail=v.detail, trace=v.trace.to_json() if v.trace else None)
+        case Unknown():
+            out.update(reason=v.reason, smt2=v.smt2)
     return out
 
 
-def _cmd_prove(args: argparse.Namespace) -> int:
-    from kvstab.proofs.encoding import Setting
-    from kvstab.proofs.invariants import load_conjunct
-    from kvstab.proofs.margins import work_conservation_margin
-    from kvstab.proofs.prove import prove
-    from kvstab.proofs.solver import Budget
-    from kvstab.proofs.verdicts import Refuted
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    report: ProofReport
+    margin: MarginResult | None
 
+
+def _check_smt2_dir(text: str) -> Path:
+    """The ``--smt2-dir`` folder, made and checked writable before any solving."""
+    path = Path(text)
+    for parent in [path, *path.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InvalidArgument(f"--smt2-dir {text!r}: {str(parent)!r} is a file, not a folder; give a folder")
+            break
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidArgument(f"--smt2-dir {text!r} cannot be created ({exc.strerror}); give a writable folder") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise InvalidArgument(f"--smt2-dir {text!r} is not writable; give a writable folder")
+    return path
+
+
+def _run(args: argparse.Namespace) -> _Outcome:
+    """Orchestration: validate, prove, and establish the margin."""
+    from kvstab.proofs.encoding import Setting
+    from kvstab.proofs.invariants import MENU, load_conjunct
+    from kvstab.proofs.margins import work_conservation_margin
+    from kvstab.proofs.prove import prove, resolve
+    from kvstab.proofs.solver import Budget
+
+    if args.margin and args.M is None:
+        raise InvalidArgument("--margin needs a fixed --M (and --max-s, --max-o)")
+    smt2_dir = _check_smt2_dir(args.smt2_dir) if args.smt2_dir else None
     setting = Setting(
         M=args.M, chunk=args.chunk, block=args.block, token_budget=args.token_budget, max_num_seqs=args.max_num_seqs
     )
     budget = Budget(
-        rlimit=args.rlimit, seed=args.seed, smt2_dir=Path(args.smt2_dir) if args.smt2_dir else Budget().smt2_dir
+        rlimit=args.rlimit,
+        seed=args.seed,
+        timeout_ms=int(args.timeout * 1000),
+        smt2_dir=smt2_dir or Budget().smt2_dir,
+        keep_all=smt2_dir is not None,
     )
     extra = [load_conjunct(s) for s in args.strengthen]
-    if args.margin and args.M is None:
-        raise InvalidArgument("--margin needs a fixed --M (and --max-s, --max-o)")
+    sched, _ = resolve(args.scheduler)
     rep = prove(
         args.scheduler,
         K=args.K,
@@ -61,16 +117,12 @@ def _cmd_prove(args: argparse.Namespace) -> int:
         use_houdini=not args.no_houdini,
         arrivals_per_slot=args.arrivals,
         budget=budget,
+        unbounded=args.unbounded,
     )
     marg = None
-    sched = None
     if args.margin:
-        from kvstab.proofs.invariants import MENU
-        from kvstab.proofs.prove import resolve
-
         # the margin is established over the states of the invariant just proved
         used = [MENU[n] for n in rep.strengthening if n in MENU] + [c for c in extra if c.name not in MENU]
-        sched, _ = resolve(args.scheduler)
         marg = work_conservation_margin(
             sched,
             setting,
@@ -81,88 +133,142 @@ def _cmd_prove(args: argparse.Namespace) -> int:
             conjuncts=used,
             budget=budget,
         )
-    if args.json:
-        out: dict[str, Any] = {
-            "scheduler": rep.scheduler,
-            "K": rep.K,
-            "Q": rep.Q,
-            "seconds": rep.seconds,
-            "strengthening": list(rep.strengthening),
-            "houdini": list(rep.houdini_log),
-            "obligations": [
-                {"check": o.label(), "seconds": o.seconds, **_verdict_json(o.verdict)} for o in rep.obligations
-            ],
-            **_verdict_json(rep.verdict),
+    return _Outcome(rep, marg)
+
+
+def _certified(args: argparse.Namespace, marg: MarginResult) -> tuple[float | None, str]:
+    """The rate ``kvstab.theory.certified.policy_guarantee`` certifies with the *proved* Δ (as a fraction of μ)."""
+    from kvstab.proofs.prove import resolve
+    from kvstab.theory.certified import policy_guarantee
+
+    sched, _ = resolve(args.scheduler)
+    proved = SimpleNamespace(
+        name=sched.name, traits=traits_of(sched), margin=lambda params, max_s, max_o: marg.delta
+    )
+    params = marg_params(args)
+    return policy_guarantee(proved, params, SimpleNamespace(max_s=marg.max_s, max_o=marg.max_o), 1.0)
+
+
+def marg_params(args: argparse.Namespace) -> Any:
+    """The concrete server parameters of a ``--margin`` run."""
+    from kvstab.flags import server_params
+
+    return server_params(args)
+
+
+def _margin_contradicted(marg: MarginResult | None) -> bool:
+    """A declared margin smaller than the proved one claims more than is true."""
+    return marg is not None and marg.delta is not None and marg.declared is not None and marg.declared < marg.delta
+
+
+def _json(args: argparse.Namespace, out: _Outcome) -> str:
+    rep, marg = out.report, out.margin
+    doc: dict[str, Any] = {
+        "scheduler": rep.scheduler,
+        "K": rep.K,
+        "Q": rep.Q,
+        "unbounded": rep.unbounded,
+        "notes": list(rep.notes),
+        "strengthening": list(rep.strengthening),
+        "houdini": list(rep.houdini_log),
+        "obligations": [{"check": o.label(), **_verdict_json(o.verdict)} for o in rep.obligations],
+        **_verdict_json(rep.verdict),
+    }
+    if marg is not None:
+        doc["margin"] = {
+            "delta": marg.delta,
+            "delta_over_M": marg.own_delta,
+            "one_minus_delta_over_M": None if marg.own_delta is None else 1 - marg.own_delta,
+            "declared": marg.declared,
+            "contradicts_declared": _margin_contradicted(marg),
+            "paper_delta_times_M": marg.paper_delta_tokens,
+            "M": marg.M,
+            "max_s": marg.max_s,
+            "max_o": marg.max_o,
+            **_verdict_json(marg.verdict),
         }
-        if marg is not None:
-            out["margin"] = {
-                "delta": marg.delta,
-                "delta_over_M": marg.own_delta,
-                "one_minus_delta_over_M": None if marg.own_delta is None else 1 - marg.own_delta,
-                "declared": marg.declared,
-                "paper_delta_times_M": marg.paper_delta_tokens,
-                "M": marg.M,
-                "max_s": marg.max_s,
-                "max_o": marg.max_o,
-                **_verdict_json(marg.verdict),
-            }
-        print(json.dumps(out, indent=2))
-    else:
-        print(
-            f"kvstab prove: {rep.scheduler}, K={rep.K} active, Q={rep.Q} queued, "
-            f"M={'symbolic' if setting.M is None else setting.M}, ŝ={setting.chunk}, B={setting.block}"
+    # wall-clock figures vary run to run: all of them, and only them, here
+    doc["timings"] = {
+        "total_s": rep.seconds,
+        "obligations_s": [o.seconds for o in rep.obligations],
+        "margin_s": None if marg is None else [o.seconds for o in marg.obligations],
+    }
+    return json.dumps(doc, indent=2, ensure_ascii=False)
+
+
+def _text(args: argparse.Namespace, out: _Outcome) -> str:
+    from kvstab.proofs.verdicts import Proved, Refuted, Unknown
+
+    rep, marg = out.report, out.margin
+    se = rep.setting
+    bounds = "any number of requests" if rep.unbounded else f"K={rep.K} active, Q={rep.Q} queued"
+    lines = [
+        f"kvstab prove: {rep.scheduler}, {bounds}, "
+        f"M={'symbolic' if se.M is None else se.M}, ŝ={se.chunk}, B={se.block}"
+    ]
+    lines += [f"  {o.seconds:7.2f}s  {str(o.verdict):<48} {o.label()}" for o in rep.obligations]
+    lines += [f"  houdini: {line}" for line in rep.houdini_log]
+    lines += [f"  note: {n}" for n in rep.notes]
+    v = rep.verdict
+    lines.append(f"verdict: {v}  ({rep.seconds:.1f} s)")
+    match v:
+        case Proved():
+            lines += [f"  assuming {a}" for a in v.assumptions]
+        case Refuted() if v.trace is not None:
+            lines.append(v.trace.describe())
+        case Unknown() if v.smt2:
+            lines.append(f"  query kept at {v.smt2}")
+    if marg is not None:
+        d = "undecided" if marg.delta is None else f"{marg.delta} tokens (Δ/M = {marg.own_delta:.4f})"
+        lines.append(
+            f"margin Δ: {d}; declared {marg.declared}; paper δ·M = ess sup(s+o) = {marg.paper_delta_tokens}  "
+            f"[{marg.verdict}]"
         )
-        for o in rep.obligations:
-            print(f"  {o.seconds:7.2f}s  {str(o.verdict):<48} {o.label()}")
-        for line in rep.houdini_log:
-            print(f"  houdini: {line}")
-        print(f"verdict: {rep.verdict}  ({rep.seconds:.1f} s)")
-        v = rep.verdict
-        if hasattr(v, "assumptions"):
-            for a in v.assumptions:  # type: ignore[attr-defined]
-                print(f"  assuming {a}")
-        if isinstance(v, Refuted) and v.trace is not None:
-            print(v.trace.describe())
-        if hasattr(v, "smt2") and v.smt2:  # type: ignore[attr-defined]
-            print(f"  query kept at {v.smt2}")  # type: ignore[attr-defined]
-        if marg is not None:
-            d = "undecided" if marg.delta is None else f"{marg.delta} tokens (Δ/M = {marg.own_delta:.4f})"
-            print(
-                f"margin Δ: {d}; declared {marg.declared}; paper δ·M = ess sup(s+o) = {marg.paper_delta_tokens}  [{marg.verdict}]"
+        if marg.delta is not None:
+            rate, why = _certified(args, marg)
+            lines.append(f"  certified: {why}" if rate is None else f"  certified stability region: λ < {rate:.4f}·μ ({why})")
+        if _margin_contradicted(marg):
+            lines.append(
+                f"  FAILED: the declared margin {marg.declared} is smaller than the proved Δ = {marg.delta}; "
+                "the scheduler's margin() claims more than is true"
             )
-            if marg.delta is not None:
-                factor = 1 - marg.delta / marg.M
-                if traits_of(sched).preempts:
-                    print(
-                        f"  certifies memory in use ≥ M − Δ while requests wait; with recompute preemption the "
-                        f"wasted area also enters the drift, so μ(1 − Δ/M) = {factor:.4f}·μ is not certified"
-                    )
-                else:
-                    print(f"  certified stability region: λ < μ(1 − Δ/M) = {factor:.4f}·μ")
-            if marg.witness is not None:
-                w = marg.witness
-                print(f"  tight: active {list(w.active)} waiting {list(w.waiting)} -> memory {w.memory}")
-    code = EXIT[type(rep.verdict).__name__]
-    if marg is not None and code == 0 and marg.delta is None:
-        code = 3
+        if marg.witness is not None:
+            w = marg.witness
+            lines.append(f"  tight: active {list(w.active)} waiting {list(w.waiting)} -> memory {w.memory}")
+    return "\n".join(lines)
+
+
+def _cmd_prove(args: argparse.Namespace) -> int:
+    out = _run(args)
+    print(_json(args, out) if args.json else _text(args, out))
+    code = _exit_code(out.report.verdict)
+    if out.margin is not None and code == 0:
+        if out.margin.delta is None:
+            code = 3
+        elif _margin_contradicted(out.margin):
+            code = MARGIN_CONTRADICTED
     return code
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``kvstab prove`` to the CLI."""
-    from kvstab.cli import nonneg_int, positive_int
+    from kvstab import validation as v
+    from kvstab.flags import add_server_arguments, arg_type, nonneg_int, positive_float, positive_int
+    from kvstab.proofs.solver import MAX_RLIMIT
 
     p = sub.add_parser("prove", help="prove (z3) or refute a scheduler's per-slot memory invariant")
     p.add_argument("--scheduler", required=True, help="registered name or module:attr")
-    p.add_argument("--K", type=positive_int, default=8, help="active-request slots (default 8)")
-    p.add_argument("--Q", type=positive_int, default=4, help="queued-request slots the rule sees (default 4)")
-    p.add_argument("--bmc", type=positive_int, default=12, help="bounded-model-checking depth in slots (default 12)")
-    p.add_argument("--arrivals", type=positive_int, default=2, help="arrivals per slot in BMC (default 2)")
-    p.add_argument("--M", type=positive_int, default=None, help="fix M (default: symbolic, any M)")
-    p.add_argument("--chunk", type=positive_int, default=512, help="prefill chunk ŝ, fixed (default 512)")
-    p.add_argument("--block", type=positive_int, default=1, help="KV block size B, fixed (default 1)")
-    p.add_argument("--token-budget", type=positive_int, default=None, help="tokens per slot (vLLM max_num_batched_tokens)")
-    p.add_argument("--max-num-seqs", type=positive_int, default=None, help="cap on running requests")
+    p.add_argument(
+        "--unbounded",
+        action="store_true",
+        help="prove for any number of requests (prefix-fold rules); other rules get the bounded proof and a note",
+    )
+    bound = arg_type(v.positive_int, "a bound", maximum=64)
+    p.add_argument("--K", type=bound, default=8, help="active-request slots (default 8)")
+    p.add_argument("--Q", type=bound, default=4, help="queued-request slots the rule sees (default 4)")
+    p.add_argument("--bmc", type=bound, default=12, help="bounded-model-checking depth in slots (default 12)")
+    p.add_argument("--arrivals", type=bound, default=2, help="arrivals per slot in BMC (default 2)")
+    add_server_arguments(p, defaults={"M": None}, omit=("g",), bbar=False)
     p.add_argument(
         "--strengthen",
         action="append",
@@ -174,10 +280,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--margin", action="store_true", help="also establish the work-conservation margin Δ (needs --M)")
     p.add_argument("--max-s", type=positive_int, default=16, help="prompt-length bound for --margin (default 16)")
     p.add_argument("--max-o", type=positive_int, default=8, help="output-length bound for --margin (default 8)")
-    p.add_argument("--margin-K", type=positive_int, default=None, help="K for the margin search (default --K)")
-    p.add_argument("--margin-Q", type=positive_int, default=None, help="Q for the margin search (default --Q)")
-    p.add_argument("--rlimit", type=positive_int, default=200_000_000, help="z3 resource limit per query")
+    p.add_argument("--margin-K", type=bound, default=None, help="K for the margin search (default --K)")
+    p.add_argument("--margin-Q", type=bound, default=None, help="Q for the margin search (default --Q)")
+    p.add_argument(
+        "--rlimit",
+        type=arg_type(v.positive_int, "--rlimit", maximum=MAX_RLIMIT),
+        default=200_000_000,
+        help=f"z3 resource limit per query (deterministic; at most {MAX_RLIMIT})",
+    )
+    p.add_argument("--timeout", type=positive_float, default=300.0, help="wall-clock budget per query, seconds")
     p.add_argument("--seed", type=nonneg_int, default=0, help="z3 random seed (default 0)")
-    p.add_argument("--smt2-dir", default=None, help="where undecided queries are saved")
+    p.add_argument("--smt2-dir", default=None, help="keep every obligation here as SMT-LIB (certificates)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_prove)

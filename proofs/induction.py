@@ -29,11 +29,11 @@ from dataclasses import dataclass
 import z3
 
 from kvstab.contract import Scheduler
-from kvstab.proofs.encoding import Setting, StepTerms, SymState, encode_step, fresh_state, well_formed
+from kvstab.proofs.encoding import Setting, StepTerms, SymState, encode_step, fresh_state, memory, well_formed
 from kvstab.proofs.invariants import Conjunct, ConjunctFn, base_conjuncts
 from kvstab.proofs.replaying import decode_int, decode_slot, replay_trace
-from kvstab.proofs.solver import Answer, Budget, save_query, solve
-from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict, passed
+from kvstab.proofs.solver import Answer, Budget, Status, save_query, solve
+from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Trace, Unknown, Verdict, passed
 
 __all__ = ["InductionResult", "check_inductive", "houdini", "bounds_assumptions"]
 
@@ -107,7 +107,7 @@ def prove_lemmas(conjuncts: Sequence[Conjunct], setting: Setting, budget: Budget
         if z3.is_app_of(lem, z3.Z3_OP_IMPLIES):
             guard, secs = _timed(f"lemma-{c.name}-premises", [lem.arg(0)], budget)
             obs.append(_guard_obligation("lemma: premises satisfiable", guard, secs, branch=c.name))
-            if guard.status != "sat":  # type: ignore[attr-defined]
+            if guard.status is not Status.SAT:
                 continue
         ans, secs = _timed(f"lemma-{c.name}", [z3.Not(lem)], budget)
         obs.append(Obligation("lemma", _verdict(ans, "lemma is false"), secs, conjunct=f"{c.name}: its lemma"))
@@ -120,12 +120,12 @@ def _guard(name: str, prem: list[z3.BoolRef], small: list[z3.BoolRef], budget: B
     is much cheaper to find; only when there is none is ``prem`` checked alone."""
     t0 = time.perf_counter()
     ans = solve(prem + small, budget, name + "-small")
-    if ans.status != "sat":
+    if ans.status is not Status.SAT:
         ans = solve(prem, budget, name)
     return ans, time.perf_counter() - t0
 
 
-def _timed(name: str, assertions: list[z3.BoolRef], budget: Budget) -> tuple[object, float]:
+def _timed(name: str, assertions: list[z3.BoolRef], budget: Budget) -> tuple[Answer, float]:
     t0 = time.perf_counter()
     ans = solve(assertions, budget, name)
     return ans, time.perf_counter() - t0
@@ -159,7 +159,7 @@ def check_inductive(
     guard, secs = _timed("init-premises", prem, budget)
     obs.append(_guard_obligation("init: premises satisfiable", guard, secs))
     for c in fr.conjuncts:
-        if guard.status != "sat":  # type: ignore[attr-defined]
+        if guard.status is not Status.SAT:
             obs.append(Obligation("init", _vacuous(guard), 0.0, conjunct=c.name))
             continue
         ans, secs = _timed(f"init-{c.name}", prem + [z3.Not(c(fr.init, setting))], budget)
@@ -167,6 +167,10 @@ def check_inductive(
 
     # consecution, per branch and per goal
     prem = _step_premises(fr, setting, fr.conjuncts)
+    relevant = _relevance(fr, setting, prem, K, Q, budget)
+    obs.append(relevant)
+    if not passed(relevant.verdict):
+        return _result(obs, fr, setting, K, Q, extra, method)
     safety_hints = [h for c in fr.conjuncts if c.hints_for_safety for h in _hints(c, fr, setting)]
     goals: list[tuple[str, z3.BoolRef, bool, list[z3.BoolRef]]] = [
         (n, g, n.startswith("memory"), safety_hints) for n, g in fr.step.safety(setting)
@@ -187,17 +191,17 @@ def check_inductive(
         guard, secs = _guard(f"step-{bname}-premises", prem + [bcond], _small_model(fr), budget)
         obs.append(_guard_obligation("step: premises satisfiable", guard, secs, branch=bname))
         for gname, goal, is_mem, hints in goals:
-            if guard.status != "sat":  # type: ignore[attr-defined]
+            if guard.status is not Status.SAT:
                 obs.append(Obligation("step", _vacuous(guard), 0.0, branch=bname, conjunct=gname))
                 continue
             query = prem + hints + [bcond, z3.Not(goal)]
             ans, secs = _timed(f"step-{bname}-{gname}", query, budget)
             info: dict[str, object] = {}
-            if ans.status == "sat":  # type: ignore[attr-defined]
+            if ans.status is Status.SAT:
                 # kept so that an Unknown overall verdict can point at the failing query
                 info["smt2"] = save_query(query, budget, f"cti-{bname}-{gname}", "sat: counterexample to induction")
-            if ans.status == "sat" and is_mem:  # type: ignore[attr-defined]
-                v: Verdict = Refuted(_cti(scheduler, spec, setting, fr.step, ans.model), "counterexample to induction")  # type: ignore[attr-defined]
+            if ans.status is Status.SAT and is_mem:
+                v: Verdict = Refuted(_cti(scheduler, spec, setting, fr.step, ans.model), "counterexample to induction")
             else:
                 v = _verdict(ans, f"{gname} not preserved (counterexample to induction)")
             obs.append(Obligation("step", v, secs, branch=bname, conjunct=gname, info=info))
@@ -206,6 +210,28 @@ def check_inductive(
         if fail_fast and not passed(obs[-1].verdict):
             return _result(obs, fr, setting, K, Q, extra, method)
     return _result(obs, fr, setting, K, Q, extra, method)
+
+
+def _relevance(fr: _Frame, setting: Setting, prem: list[z3.BoolRef], K: int, Q: int, budget: Budget) -> Obligation:
+    """The relevance guard: some state the premises cover has memory within one
+    chunk of ``M``.  If none has, the bounds make every ``unsat`` below vacuous
+    where it matters (e.g. ``K = 8`` requests cannot fill ``M = 131000``)."""
+    t0 = time.perf_counter()
+    near = memory(fr.step.pre, setting) >= setting.M_term - setting.chunk
+    ans = solve(prem + [near], budget, "relevance")
+    secs = time.perf_counter() - t0
+    match ans.status:
+        case Status.SAT:
+            v: Verdict = Proved("memory pressure reachable within the bounds (relevance guard)")
+        case Status.UNSAT:
+            v = Unknown(
+                f"vacuous bounds: no state with at most K = {K} active and Q = {Q} queued requests has memory within "
+                f"ŝ = {setting.chunk} of M = {setting.M}; raise --K, or prove with a symbolic M (drop --M) or "
+                "--unbounded"
+            )
+        case _:
+            v = Unknown(f"relevance guard undecided: {ans.reason}", ans.smt2)
+    return Obligation("relevance", v, secs, conjunct="a state with memory ≥ M − ŝ satisfies the premises")
 
 
 def _well_formed_any_decision(setting: Setting, K: int, Q: int, budget: Budget) -> list[Obligation]:
@@ -218,7 +244,7 @@ def _well_formed_any_decision(setting: Setting, K: int, Q: int, budget: Budget) 
     prem = setting.base_constraints() + [well_formed(pre, setting, True)] + step.constraints()
     guard, secs = _timed("wf-any-premises", prem, budget)
     obs = [_guard_obligation("step: premises satisfiable", guard, secs, branch="every decision")]
-    if guard.status != "sat":  # type: ignore[attr-defined]
+    if guard.status is not Status.SAT:
         return obs + [Obligation("step", _vacuous(guard), 0.0, branch="every decision", conjunct="well-formed′")]
     ans, secs = _timed("wf-any", prem + [z3.Not(well_formed(step.post, setting, True))], budget)
     return obs + [
@@ -241,33 +267,34 @@ def _result(
     return InductionResult(first.verdict, tuple(obs), names)
 
 
-def _guard_obligation(name: str, ans: object, secs: float, branch: str = "") -> Obligation:
-    st = ans.status  # type: ignore[attr-defined]
-    if st == "sat":
+def _guard_obligation(name: str, ans: Answer, secs: float, branch: str = "") -> Obligation:
+    st = ans.status
+    if st is Status.SAT:
         v: Verdict = Proved("premises satisfiable (vacuity guard)")
-    elif st == "unsat":
+    elif st is Status.UNSAT:
         v = Unknown("vacuous: the premises are unsatisfiable, so no state is covered")
     else:
-        v = Unknown(f"solver: {ans.reason}", ans.smt2)  # type: ignore[attr-defined]
+        v = Unknown(f"solver: {ans.reason}", ans.smt2)
     return Obligation(name, v, secs, branch=branch)
 
 
-def _vacuous(guard: object) -> Unknown:
-    if guard.status == "unsat":  # type: ignore[attr-defined]
+def _vacuous(guard: Answer) -> Unknown:
+    if guard.status is Status.UNSAT:
         return Unknown("vacuous premises: not checked")
-    return Unknown(f"premises undecided: {guard.reason}", guard.smt2)  # type: ignore[attr-defined]
+    return Unknown(f"premises undecided: {guard.reason}", guard.smt2)
 
 
-def _verdict(ans: object, refuted: str) -> Verdict:
-    st = ans.status  # type: ignore[attr-defined]
-    if st == "unsat":
+def _verdict(ans: Answer, refuted: str) -> Verdict:
+    st = ans.status
+    if st is Status.UNSAT:
         return Proved("unsat")
-    if st == "sat":
+    if st is Status.SAT:
         return Refuted(None, refuted)
-    return Unknown(f"solver: {ans.reason}", ans.smt2)  # type: ignore[attr-defined]
+    return Unknown(f"solver: {ans.reason}", ans.smt2)
 
 
-def _cti(scheduler: Scheduler, spec: str | None, setting: Setting, step: StepTerms, m: z3.ModelRef):  # type: ignore[no-untyped-def]
+def _cti(scheduler: Scheduler, spec: str | None, setting: Setting, step: StepTerms, m: z3.ModelRef | None) -> Trace:
+    assert m is not None, "a sat answer carries its model"
     slot = decode_slot(m, step, 0)
     M = decode_int(m, setting.M_term)
     return replay_trace(
@@ -316,15 +343,15 @@ def houdini(
     init_prem = _init_premises(fr, setting)
     for c in list(cur):
         ans = solve(init_prem + [z3.Not(c(fr.init, setting))], budget, f"houdini-init-{c.name}")
-        if ans.status != "unsat":
+        if ans.status is not Status.UNSAT:
             cur.remove(c)
-            log.append(f"dropped {c.name!r}: not implied by Init ({ans.status})")
+            log.append(f"dropped {c.name!r}: not implied by Init ({ans.status.value})")
     while True:
         everything = req + cur
         prem = _step_premises(fr, setting, everything)
         guard, _ = _guard("houdini-premises", prem, _small_model(fr), budget)
-        if guard.status != "sat":
-            log.append(f"premises {guard.status}: vacuous or undecided")
+        if guard.status is not Status.SAT:
+            log.append(f"premises {guard.status.value}: vacuous or undecided")
             return None, log
         dropped = False
         safety_hints = [h for c in everything if c.hints_for_safety for h in _hints(c, fr, setting)]
@@ -345,16 +372,16 @@ def houdini(
             # a counterexample among states with one active and one queued
             # request is cheap to find and as good as any (it is a real CTI)
             ans = solve(prem + hints + small + [z3.Not(goal)], budget, f"houdini-small-{c.name}")
-            if ans.status != "sat":
+            if ans.status is not Status.SAT:
                 ans = solve(prem + hints + [z3.Not(goal)], budget, f"houdini-{c.name}")
-            if ans.status == "unsat":
+            if ans.status is Status.UNSAT:
                 continue
             if c in cur:
                 cur.remove(c)
-                log.append(f"dropped {c.name!r}: not preserved ({ans.status})")
+                log.append(f"dropped {c.name!r}: not preserved ({ans.status.value})")
                 dropped = True
                 break  # re-check everyone under the weaker premises
-            log.append(f"required {c.name!r} not preserved with the remaining candidates ({ans.status})")
+            log.append(f"required {c.name!r} not preserved with the remaining candidates ({ans.status.value})")
             return None, log
         if not dropped:
             log.append(f"inductive: {', '.join(c.name for c in cur) or '(no candidate needed)'}")

@@ -34,7 +34,7 @@ from kvstab.contract import Decision, View
 from kvstab.model import progress_after, tokens_held
 from kvstab.ops import Ops
 from kvstab.proofs.encoding import OPS, Entry, Setting, StepTerms, SymState, encode_step, fresh_state, well_formed
-from kvstab.proofs.solver import Budget, solve
+from kvstab.proofs.solver import Budget, Status, solve
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict, passed
 from kvstab.symbolic import Sym, unwrap
 
@@ -68,14 +68,14 @@ def _frame(name: str, prem: list[z3.BoolRef], goal: z3.BoolRef, budget: Budget, 
     t0 = time.perf_counter()
     g = solve(prem, budget, f"{name}-premises")
     t1 = time.perf_counter()
-    if g.status != "sat":
-        v: Verdict = Unknown("vacuous premises" if g.status == "unsat" else f"solver: {g.reason}", g.smt2)
+    if g.status is not Status.SAT:
+        v: Verdict = Unknown("vacuous premises" if g.status is Status.UNSAT else f"solver: {g.reason}", g.smt2)
         return [Obligation(name, v, t1 - t0, conjunct=conj)]
     a = solve(prem + [z3.Not(goal)], budget, name)
     secs = time.perf_counter() - t1
-    if a.status == "unsat":
+    if a.status is Status.UNSAT:
         v = Proved("unsat")
-    elif a.status == "sat":
+    elif a.status is Status.SAT:
         v = Refuted(None, f"{conj} is false")
     else:
         v = Unknown(f"solver: {a.reason}", a.smt2)

@@ -30,7 +30,7 @@ from kvstab.model import tokens_held
 from kvstab.proofs.encoding import Setting, encode_step, fresh_state
 from kvstab.proofs.invariants import Conjunct, base_conjuncts
 from kvstab.proofs.replaying import decode_slot
-from kvstab.proofs.solver import Budget, solve
+from kvstab.proofs.solver import Answer, Budget, Status, solve
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, SlotState, Unknown, Verdict
 
 __all__ = ["MarginResult", "work_conservation_margin"]
@@ -93,10 +93,10 @@ def work_conservation_margin(
     guard = solve(prem, budget, "margin-premises")
     obs.append(Obligation("margin: premises satisfiable", _v(guard), time.perf_counter() - t0))
     declared = _declared(scheduler, setting, max_s, max_o)
-    if guard.status != "sat":
+    if guard.status is not Status.SAT:
         return MarginResult(scheduler.name, M, max_s, max_o, None, obs[-1].verdict, None, declared, tuple(obs))
 
-    def below(delta: int) -> tuple[object, float]:
+    def below(delta: int) -> tuple[Answer, float]:
         t = time.perf_counter()
         return solve(prem + [step.charged < M - delta], budget, f"margin-{delta}"), time.perf_counter() - t
 
@@ -106,12 +106,12 @@ def work_conservation_margin(
     while lo < hi:
         mid = (lo + hi) // 2
         ans, secs = below(mid)
-        st = ans.status  # type: ignore[attr-defined]
-        if st == "unknown":
-            undecided = Unknown(f"solver: {ans.reason}", ans.smt2)  # type: ignore[attr-defined]
+        st = ans.status
+        if st is Status.UNKNOWN:
+            undecided = Unknown(f"solver: {ans.reason}", ans.smt2)
             obs.append(Obligation("margin", undecided, secs, conjunct=f"memory ≥ M − {mid}"))
             return MarginResult(scheduler.name, M, max_s, max_o, None, undecided, None, declared, tuple(obs))
-        if st == "unsat":
+        if st is Status.UNSAT:
             obs.append(Obligation("margin", Proved("unsat"), secs, conjunct=f"memory ≥ M − {mid}"))
             hi = mid
         else:
@@ -122,7 +122,7 @@ def work_conservation_margin(
         # tightness: a state whose memory is exactly M − Δ
         t = time.perf_counter()
         ans = solve(prem + [step.charged == M - delta], budget, f"margin-witness-{delta}")
-        if ans.status == "sat" and ans.model is not None:
+        if ans.status is Status.SAT and ans.model is not None:
             witness = decode_slot(ans.model, step, 0)
             obs.append(
                 Obligation(
@@ -130,7 +130,7 @@ def work_conservation_margin(
                 )
             )
         else:
-            no_witness = Unknown(f"no witness at memory = M − {delta} ({ans.status})", ans.smt2)
+            no_witness = Unknown(f"no witness at memory = M − {delta} ({ans.status.value})", ans.smt2)
             obs.append(Obligation("margin: witness", no_witness, time.perf_counter() - t))
             return MarginResult(scheduler.name, M, max_s, max_o, delta, no_witness, None, declared, tuple(obs))
     verdict = Proved(
@@ -140,16 +140,16 @@ def work_conservation_margin(
     return MarginResult(scheduler.name, M, max_s, max_o, delta, verdict, witness, declared, tuple(obs))
 
 
-def _v(ans: object) -> Verdict:
-    st = ans.status  # type: ignore[attr-defined]
-    if st == "sat":
+def _v(ans: Answer) -> Verdict:
+    st = ans.status
+    if st is Status.SAT:
         return Proved("premises satisfiable (vacuity guard)")
-    if st == "unsat":
+    if st is Status.UNSAT:
         return Unknown(
             "vacuous: no state within the K/Q bounds has a non-empty queue after the decision "
             "(raise K so that the active requests can fill M)"
         )
-    return Unknown(f"solver: {ans.reason}", ans.smt2)  # type: ignore[attr-defined]
+    return Unknown(f"solver: {ans.reason}", ans.smt2)
 
 
 def _declared(scheduler: Scheduler, setting: Setting, max_s: int, max_o: int) -> int | None:

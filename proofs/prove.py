@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from kvstab.proofs.encoding import Setting, check_bounds
 from kvstab.proofs.induction import check_inductive, houdini
 from kvstab.proofs.invariants import Conjunct, menu
 from kvstab.proofs.solver import Budget
+from kvstab.proofs.unbounded import prove_unbounded
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict
 from kvstab.registry import load_scheduler, registry
 
@@ -48,6 +50,8 @@ class ProofReport:
     houdini_log: tuple[str, ...] = ()
     seconds: float = 0.0
     notes: tuple[str, ...] = field(default=())
+    #: the verdict holds for every number of active and queued requests
+    unbounded: bool = False
 
 
 def resolve(scheduler: str | Scheduler) -> tuple[Scheduler, str | None]:
@@ -72,8 +76,15 @@ def prove(
     use_houdini: bool = True,
     arrivals_per_slot: int = 2,
     budget: Budget | None = None,
+    unbounded: bool = False,
 ) -> ProofReport:
-    """Prove or refute that ``scheduler`` keeps every slot's memory within ``M``."""
+    """Prove or refute that ``scheduler`` keeps every slot's memory within ``M``.
+
+    With ``unbounded``, the prefix-fold theorem (:mod:`kvstab.proofs.unbounded`)
+    is tried first: for a rule in its class it proves the invariant for every
+    number of requests.  A rule outside the class (or whose per-request
+    obligations fail) gets the bounded flow, and the report's ``notes`` say so.
+    """
     check_bounds(K, Q)
     setting = setting or Setting()
     budget = budget or Budget()
@@ -81,6 +92,36 @@ def prove(
     t0 = time.perf_counter()
     obs: list[Obligation] = []
     hlog: list[str] = []
+    notes: list[str] = []
+    if unbounded:
+        ub = prove_unbounded(sched, setting, budget)
+        obs += ub.obligations
+        if isinstance(ub.verdict, Proved) and not strengthen:
+            return _report(sched, spec, K, Q, setting, ub.verdict, obs, [], hlog, t0, notes, unbounded=True)
+        why = ub.verdict.reason if isinstance(ub.verdict, Unknown) else str(ub.verdict)
+        if strengthen:
+            why = "user strengthenings are proved by the bounded flow"
+        notes.append(f"not proved for every number of requests ({why}); the verdict below is bounded by K and Q")
+    rep = _bounded(sched, spec, K, Q, bmc_depth, setting, strengthen, use_houdini, arrivals_per_slot, budget, obs, hlog, t0)
+    return dataclasses.replace(rep, notes=tuple(notes) + rep.notes)
+
+
+def _bounded(
+    sched: Scheduler,
+    spec: str | None,
+    K: int,
+    Q: int,
+    bmc_depth: int,
+    setting: Setting,
+    strengthen: Sequence[Conjunct],
+    use_houdini: bool,
+    arrivals_per_slot: int,
+    budget: Budget,
+    obs: list[Obligation],
+    hlog: list[str],
+    t0: float,
+) -> ProofReport:
+    """The bounded flow: 1-induction, quick BMC, Houdini, BMC."""
 
     first = check_inductive(sched, setting, K, Q, strengthen, budget=budget, spec=spec, fail_fast=use_houdini)
     obs += first.obligations
@@ -155,6 +196,9 @@ def _report(
     names: list[str],
     hlog: list[str],
     t0: float,
+    notes: Sequence[str] = (),
+    *,
+    unbounded: bool = False,
 ) -> ProofReport:
     return ProofReport(
         scheduler=sched.name,
@@ -167,4 +211,6 @@ def _report(
         strengthening=tuple(names),
         houdini_log=tuple(hlog),
         seconds=time.perf_counter() - t0,
+        notes=tuple(notes),
+        unbounded=unbounded,
     )

@@ -1,23 +1,48 @@
-"""Fresh solver frames with a deterministic budget.
+"""One solver query in one fresh frame, with a deterministic budget, a wall-clock
+budget, and Ctrl-C that is honoured.
 
 Every query runs in its own :class:`z3.Solver` with a fixed random seed and a
 resource limit (``rlimit``, deterministic across machines) as the budget; a
-wall-clock timeout is only a backstop.  A query that comes back ``unknown`` is
-written to an ``.smt2`` file so that it can be rerun or sent to another solver.
+wall-clock budget per query is the backstop.  z3 does not look at Python's
+signals while it is inside C, so the check runs in a worker thread while the
+calling thread waits: at the wall-clock budget, or on Ctrl-C
+(``KeyboardInterrupt`` in the waiting thread), the waiting thread calls
+``ctx.interrupt()`` and z3 stops within milliseconds.  A query that comes back
+``unknown`` is written to an ``.smt2`` file so that it can be rerun or sent to
+another solver.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import re
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import z3
 
-__all__ = ["Budget", "Answer", "solve", "save_query"]
+from kvstab.errors import InvalidArgument, KvstabError
+
+__all__ = ["Budget", "Answer", "Status", "Interrupted", "solve", "save_query", "to_smt2", "MAX_RLIMIT"]
+
+#: z3 keeps ``rlimit`` in an unsigned 32-bit parameter: larger values wrap
+MAX_RLIMIT = 2**32 - 1
+
+
+class Status(enum.Enum):
+    """What the solver said."""
+
+    SAT = "sat"
+    UNSAT = "unsat"
+    UNKNOWN = "unknown"
+
+
+class Interrupted(KvstabError):
+    """Ctrl-C while the solver ran (the query it stopped is named)."""
 
 
 def _default_dir() -> Path:
@@ -30,16 +55,23 @@ class Budget:
 
     rlimit: int = field(default=200_000_000, metadata={"help": "z3 resource limit per query (deterministic budget)"})
     seed: int = field(default=0, metadata={"help": "z3 random seed (fixed: solving is deterministic)"})
-    timeout_ms: int = field(default=300_000, metadata={"help": "wall-clock backstop per query, milliseconds"})
+    timeout_ms: int = field(default=300_000, metadata={"help": "wall-clock budget per query, milliseconds"})
     smt2_dir: Path = field(default_factory=_default_dir, metadata={"help": "where Unknown queries are saved"})
+    #: keep every query (not only the undecided ones) as SMT-LIB under ``smt2_dir``
+    keep_all: bool = field(default=False, metadata={"help": "save every obligation as .smt2 (certificates)"})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rlimit, bool) or not isinstance(self.rlimit, int) or not 1 <= self.rlimit <= MAX_RLIMIT:
+            raise InvalidArgument(f"rlimit must be an integer in [1, {MAX_RLIMIT}] (z3's limit), got {self.rlimit!r}")
+        if isinstance(self.timeout_ms, bool) or not isinstance(self.timeout_ms, int) or self.timeout_ms < 1:
+            raise InvalidArgument(f"timeout_ms must be a positive integer, got {self.timeout_ms!r}")
 
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """``status`` is ``"sat"``, ``"unsat"`` or ``"unknown"``; ``model`` on sat,
-    ``smt2`` (the saved query) and ``reason`` on unknown."""
+    """``status``; ``model`` on sat, ``smt2`` (the saved query) and ``reason`` on unknown."""
 
-    status: str
+    status: Status
     model: z3.ModelRef | None = None
     smt2: str | None = None
     reason: str = ""
@@ -49,6 +81,37 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[:80] or "query"
 
 
+def _check(s: z3.Solver, name: str, wall_s: float) -> tuple[z3.CheckSatResult | None, bool]:
+    """``s.check()`` in a worker thread; the caller's thread honours Ctrl-C and
+    the wall-clock budget by interrupting z3.  Returns (result, timed_out)."""
+    box: list[z3.CheckSatResult | BaseException] = []
+
+    def work() -> None:
+        try:
+            box.append(s.check())
+        except BaseException as exc:  # z3 raises Z3Exception when interrupted in some versions
+            box.append(exc)
+
+    th = threading.Thread(target=work, name=f"z3:{name}", daemon=True)
+    th.start()
+    try:
+        th.join(wall_s)
+        timed_out = th.is_alive()
+        if timed_out:
+            s.ctx.interrupt()
+            th.join()
+    except KeyboardInterrupt:
+        s.ctx.interrupt()
+        th.join()
+        raise Interrupted(f"interrupted (Ctrl-C) while solving {name!r}; no verdict") from None
+    res = box[0] if box else None
+    if isinstance(res, BaseException):
+        if timed_out:
+            return None, True
+        raise res
+    return res, timed_out
+
+
 def solve(assertions: Sequence[z3.BoolRef], budget: Budget, name: str) -> Answer:
     """Check ``assertions`` in a fresh solver frame under ``budget``."""
     s = z3.Solver()
@@ -56,20 +119,28 @@ def solve(assertions: Sequence[z3.BoolRef], budget: Budget, name: str) -> Answer
     s.set("rlimit", budget.rlimit)
     s.set("timeout", budget.timeout_ms)
     s.add(*assertions)
-    r = s.check()
+    if budget.keep_all:
+        save_query(assertions, budget, name, "certificate: expected unsat unless the verdict says otherwise")
+    r, timed_out = _check(s, name, budget.timeout_ms / 1000 + 1.0)
     if r == z3.sat:
-        return Answer("sat", model=s.model())
+        return Answer(Status.SAT, model=s.model())
     if r == z3.unsat:
-        return Answer("unsat")
-    reason = s.reason_unknown() or "unknown"
-    return Answer("unknown", smt2=save_query(assertions, budget, name, f"z3 said unknown: {reason}"), reason=reason)
+        return Answer(Status.UNSAT)
+    reason = "wall-clock budget" if timed_out else (s.reason_unknown() or "unknown")
+    smt2 = save_query(assertions, budget, name, f"z3 said unknown: {reason}")
+    return Answer(Status.UNKNOWN, smt2=smt2, reason=reason)
+
+
+def to_smt2(assertions: Sequence[z3.BoolRef]) -> str:
+    """The SMT-LIB text of ``assertions`` (with ``(check-sat)``)."""
+    s = z3.Solver()
+    s.add(*assertions)
+    return s.to_smt2()
 
 
 def save_query(assertions: Sequence[z3.BoolRef], budget: Budget, name: str, note: str) -> str:
     """Write ``assertions`` as an ``.smt2`` file under ``budget.smt2_dir``; return its path."""
-    s = z3.Solver()
-    s.add(*assertions)
-    text = s.to_smt2()
+    text = to_smt2(assertions)
     budget.smt2_dir.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     path = budget.smt2_dir / f"{_slug(name)}-{digest}.smt2"

@@ -1,0 +1,31 @@
+"""Plug-ins whose claims the proofs must refute (each one line away from a built-in)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvstab.contract import Decision, Traits, View, WaitingEntry, fcfs_admit, held_first, preempt_newest, used_now
+from kvstab.ops import BoolLike, IntLike, Ops
+
+
+@dataclass(frozen=True, slots=True)
+class AdmitsOnHeldNow:
+    """current-fit that admits against the memory held *before* this slot's growth."""
+
+    name: str = "admits-on-held-now"
+    description: str = "current-fit, but admission is judged on memory held before the slot's growth"
+    traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=False, preempts=True)
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        preempt, _kept = preempt_newest(view, ops)
+        any_preempted = ops.or_(*preempt)
+
+        def fits(w: WaitingEntry, acc: IntLike) -> tuple[BoolLike, IntLike]:
+            after = acc + held_first(view, w, ops)
+            return ops.le(after, view.M), after
+
+        admit = fcfs_admit(view, ops, fits, used_now(view, ops), allowed=ops.not_(any_preempted))  # BUG
+        return Decision(admit=admit, preempt=preempt)
+
+
+ADMITS_ON_HELD_NOW = AdmitsOnHeldNow()
