@@ -29,14 +29,17 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from kvstab.arrivals import ArrivalPlan, poisson_arrivals
+from kvstab.contract import Decision, Traits, View, WaitingEntry, fcfs_admit, held_first, preempt_newest
 from kvstab.data import trace_path
 from kvstab.engine import run
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import PAPER_BBAR, ModelParams
+from kvstab.ops import BoolLike, IntLike, Ops
 from kvstab.registry import builtin_names, load_scheduler
 from kvstab.simulator import SimResult
 from kvstab.theory import mu
@@ -127,7 +130,7 @@ def section_plugin(requests: int) -> None:
     from kvstab.engine.plugin import plugin_path
 
     header(f"plugin: an outside rule on the plug-in path vs the reference engine ({requests} requests, paper 1:1)")
-    sched = load_scheduler("kvstab.engine.examples:OUTSIDE_CURRENT_FIT")
+    sched = OutsideCurrentFit()
     params = ModelParams()
     plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, requests)
     T = horizon(plan)
@@ -142,6 +145,26 @@ def section_plugin(requests: int) -> None:
     same = _first_difference(ref.result, fast.result)
     print(f"{T} slots: {fast.engine} {tf:.2f} s, reference {tr:.2f} s, speed-up {tr / tf:.1f}×; "
           f"{'identical' if same is None else 'DIFFER: ' + same}")
+
+
+@dataclass(frozen=True, slots=True)
+class OutsideCurrentFit:
+    """A plug-in as an outside author writes one: current-fit's rule, in a class kvstab
+    does not know (so it has no compiled fast path of its own)."""
+
+    name: str = "outside-current-fit"
+    description: str = "current-fit's rule written outside kvstab (a plug-in)"
+    traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=False, preempts=True)
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        """Preempt the newest that do not fit; admit by current fit only if nothing was preempted."""
+        preempt, kept = preempt_newest(view, ops)
+
+        def fits(w: WaitingEntry, acc: IntLike) -> tuple[BoolLike, IntLike]:
+            after = acc + held_first(view, w, ops)
+            return ops.le(after, view.M), after
+
+        return Decision(admit=fcfs_admit(view, ops, fits, kept, allowed=ops.not_(ops.or_(*preempt))), preempt=preempt)
 
 
 def section_scaling(sizes: list[int], capacities: list[int]) -> None:

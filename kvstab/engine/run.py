@@ -41,6 +41,10 @@ EngineChoice = Literal["auto", "fast", "reference"]
 #: bar and little memory when streaming, large enough that the call overhead vanishes
 BATCH = 1 << 16
 
+#: the shortest run on which ``engine="auto"`` takes the plug-in path (measured in
+#: benchmarks/bench_engine.py: tracing a few hundred view shapes costs about a second)
+PLUGIN_MIN_SLOTS = 20_000
+
 _RULES: dict[type, int] = {
     CurrentFit: K.CURRENT_FIT,
     CurrentFitNoPreempt: K.NO_PREEMPT,
@@ -189,7 +193,7 @@ def run(
         raise InvalidArgument(f"slots must be a positive integer, got {slots!r}")
     if slots is not None and slots > MAX_SLOTS:
         raise InvalidArgument(f"slots must be at most {MAX_SLOTS}, got {slots}")
-    from kvstab.engine.plugin import plugin_path
+    from kvstab.engine.plugin import Untraceable, plugin_path
 
     pol = fast_rule(scheduler)
     start = time.perf_counter()
@@ -200,13 +204,23 @@ def run(
         )
         return Run("fast", summary, result, time.perf_counter() - start, "compiled fast path of a built-in rule")
     why = "no compiled fast path for this scheduler"
-    if engine != "reference":
+    long_run = drain or (slots is not None and slots >= PLUGIN_MIN_SLOTS)
+    if engine == "auto" and not long_run:
+        why += f"; the plug-in path pays off only from {PLUGIN_MIN_SLOTS} slots (tracing costs ~10 ms per view shape)"
+    elif engine != "reference":
         path, why = plugin_path(scheduler, lifecycle)
         if path is not None:
-            res = path.simulate(params, plan, slots, drain=drain, check=check, window=window, max_slots=max_slots,
-                                progress=progress)
-            summ = StreamStats.of_result(res, slots is not None and not drain, warmup, batches)
-            return Run("fast-plugin", summ, res if record else None, time.perf_counter() - start, why)
+            try:
+                res = path.simulate(
+                    params, plan, slots, drain=drain, check=check, window=window, max_slots=max_slots,
+                    progress=progress,
+                )  # fmt: skip
+            except Untraceable as exc:
+                # met a view shape the rule cannot be traced on: nothing is lost, run the reference engine
+                path, why = None, f"the rule cannot be traced ({exc}); ran the reference engine"
+            else:
+                summ = StreamStats.of_result(res, slots is not None and not drain, warmup, batches)
+                return Run("fast-plugin", summ, res if record else None, time.perf_counter() - start, why)
     if engine == "fast":
         raise InvalidArgument(f"scheduler {scheduler.name!r} has no fast path ({why}); use engine='reference'")
     if lifecycle == "vllm":
