@@ -1,0 +1,279 @@
+"""The fast engine: speed targets, the scaling table, and the differential checks it must pass.
+
+    python benchmarks/bench_engine.py                 # everything (minutes on a shared 2-core machine)
+    python benchmarks/bench_engine.py --only targets  # one section: targets | vllm | plugin | scaling | check | python
+
+Sections (issue 11; no timed tests — figures are printed here):
+
+* ``targets``  10⁶ requests of paper 1:1 at λ = 1.2·μ, M = 131000, each built-in (the
+  negative control with ``check=False``, so that it runs the whole horizon) and
+  ``vllm-v1`` with vLLM's lifecycle; streamed (no per-slot arrays); target ≤ 10 s each.
+* ``vllm``     the vLLM-matched model (fast) vs vLLM 0.33's own scheduler and vs the
+  reference model on one plan: steps/s, and step-for-step identity (check (c)).
+* ``plugin``   a plug-in rule (current-fit's rule in an outside class) on the plug-in path vs
+  the reference engine on the same run: speed-up (target ≥ 10×) and identity.
+* ``scaling``  10⁴/10⁵/10⁶ requests × M = 16k/131k/1M (current-fit): seconds and ns per request.
+* ``check``    fast vs reference engine, every SimResult array, on the paper's three workloads
+  and the four shipped traces, every built-in, ≥ 10⁵ slots (check (b)).
+* ``python``   the same compiled loop run as plain Python (numba disabled): why numba.
+
+Each section prints the machine load (``uptime``) when it starts; pin to one core
+with ``taskset -c 1 python benchmarks/bench_engine.py`` to measure one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvstab.arrivals import ArrivalPlan, poisson_arrivals
+from kvstab.contract import Decision, Traits, View, WaitingEntry, fcfs_admit, held_first, preempt_newest
+from kvstab.data import trace_path
+from kvstab.engine import run
+from kvstab.errors import InvalidArgument, InvariantViolation
+from kvstab.model import PAPER_BBAR, ModelParams
+from kvstab.ops import BoolLike, IntLike, Ops
+from kvstab.registry import builtin_names, load_scheduler
+from kvstab.simulator import SimResult
+from kvstab.theory import mu
+from kvstab.workload import PAPER_WORKLOADS, Workload, parse_workload
+
+FIELDS = (
+    "arrived admitted preempted completed running memory wasted tokens queue "
+    "s o arrival first_admit finish preemptions served request_wasted"
+).split()
+
+
+def load() -> str:
+    """The machine load now (``uptime``'s load averages)."""
+    return os.getloadavg().__repr__()
+
+
+def header(title: str) -> None:
+    print(f"\n== {title}   (load averages {load()}, pid {os.getpid()})", flush=True)
+
+
+def plan_for(w: Workload, params: ModelParams, requests: int, load_factor: float = 1.2, seed: int = 0) -> ArrivalPlan:
+    """Poisson arrivals at ``load_factor``·μ for about ``requests`` requests."""
+    rate = load_factor * mu(w, params, PAPER_BBAR)
+    slots = max(1, int(round(requests / (rate * PAPER_BBAR))))
+    return poisson_arrivals(w, rate, PAPER_BBAR, slots, seed=seed).fit_to(params, drop_oversize=True)
+
+
+def horizon(plan: ArrivalPlan) -> int:
+    return int(plan.slot[-1]) + 1 if len(plan) else 1
+
+
+def section_targets(requests: int) -> None:
+    header(f"targets: {requests:.0e} requests, paper 1:1, λ = 1.2·μ, M = 131000 (target ≤ 10 s each)")
+    params = ModelParams()
+    plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, requests)
+    T = horizon(plan)
+    print(f"{len(plan)} requests over {T} slots")
+    print(f"{'rule':<52}{'wall s':>8}{'CPU s':>8}{'slots/s':>11}{'completed':>11}{'preempt':>9}  throughput/slot [95% CI]")
+    cases = [(n, "kvstab") for n in builtin_names(include_negative=True)] + [("vllm-v1", "vllm")]
+    for name, life in cases:
+        # the negative control overflows M at once; check=False lets it run the whole horizon
+        check = name != "current-fit-no-preempt"
+        run(load_scheduler(name), params, plan, 10, lifecycle=life, record=False)  # compile / load the cache
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = run(load_scheduler(name), params, plan, T, lifecycle=life, record=False, check=check)  # type: ignore[arg-type]
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        s = out.summary
+        thr = s.throughput
+        ci = f"{thr.value:.4f} [{thr.low:.4f}, {thr.high:.4f}]" if thr else "-"
+        label = f"{name} ({life} lifecycle{'' if check else ', check=False'})"
+        print(f"{label:<52}{wall:>8.2f}{cpu:>8.2f}{T / cpu:>11.0f}{s.completed:>11}{s.preemptions:>9}  {ci}", flush=True)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS of this process so far: {rss:.0f} MB (target < 1 GB for 10⁶ requests)")
+
+
+def section_vllm(steps: int) -> None:
+    from kvstab.empirical.replay import ReplayConfig, replay_vllm
+    from kvstab.empirical.replay import replay_model as reference_model
+    from kvstab.empirical.vllm_driver import VllmUnavailable, load_vllm
+    from kvstab.engine import replay_model as fast_model
+    from kvstab.theory.area import expected_g
+
+    header(f"vllm: the vLLM-matched model on one plan, {steps} steps (target ≥ 1000× vLLM's steps/s)")
+    w = parse_workload("paper-1:1")
+    cfg = ReplayConfig.for_capacity(131_000, 16, max_num_batched_tokens=512, max_num_seqs=256)
+    rate = cfg.M / expected_g(w, ModelParams(M=cfg.M, chunk=512, g="continuous"))
+    plan = poisson_arrivals(w, 1.3 * rate, 1.0, steps, seed=0)
+    fast_model(plan, cfg, 10)  # compile / load the cache
+    fast = fast_model(plan, cfg, steps)
+    print(f"fast model       {fast.wall_s:8.3f} s  {steps / fast.wall_s:12.0f} steps/s", flush=True)
+    ref = reference_model(plan, cfg, steps)
+    diff = ref.first_difference(fast)
+    print(f"reference model  {ref.wall_s:8.3f} s  {steps / ref.wall_s:12.0f} steps/s   "
+          f"fast vs reference: {'identical, step for step' if diff is None else 'DIFFER: ' + diff}", flush=True)
+    try:
+        load_vllm()
+        real = replay_vllm(plan, cfg, steps)
+    except VllmUnavailable as exc:
+        print(f"vllm: not installed ({exc}); install with scripts/install-vllm.sh .venv/bin/python")
+        return
+    diff = real.first_difference(fast)
+    print(f"vLLM scheduler   {real.wall_s:8.3f} s  {steps / real.wall_s:12.0f} steps/s   "
+          f"fast vs vLLM: {'identical, step for step' if diff is None else 'DIFFER: ' + diff}")
+    print(f"fast model / vLLM speed ratio: {real.wall_s / fast.wall_s:.0f}×")
+
+
+def section_plugin(requests: int) -> None:
+    from kvstab.engine.plugin import plugin_path
+
+    header(f"plugin: an outside rule on the plug-in path vs the reference engine ({requests} requests, paper 1:1)")
+    sched = OutsideCurrentFit()
+    params = ModelParams()
+    plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, requests)
+    T = horizon(plan)
+    path, why = plugin_path(sched, "kvstab")
+    print(f"plug-in path: {'yes' if path else 'no'} ({why})")
+    t0 = time.perf_counter()
+    fast = run(sched, params, plan, T)
+    tf = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ref = run(sched, params, plan, T, engine="reference")
+    tr = time.perf_counter() - t0
+    same = _first_difference(ref.result, fast.result)
+    print(f"{T} slots: {fast.engine} {tf:.2f} s, reference {tr:.2f} s, speed-up {tr / tf:.1f}×; "
+          f"{'identical' if same is None else 'DIFFER: ' + same}")
+
+
+@dataclass(frozen=True, slots=True)
+class OutsideCurrentFit:
+    """A plug-in as an outside author writes one: current-fit's rule, in a class kvstab
+    does not know (so it has no compiled fast path of its own)."""
+
+    name: str = "outside-current-fit"
+    description: str = "current-fit's rule written outside kvstab (a plug-in)"
+    traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=False, preempts=True)
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        """Preempt the newest that do not fit; admit by current fit only if nothing was preempted."""
+        preempt, kept = preempt_newest(view, ops)
+
+        def fits(w: WaitingEntry, acc: IntLike) -> tuple[BoolLike, IntLike]:
+            after = acc + held_first(view, w, ops)
+            return ops.le(after, view.M), after
+
+        return Decision(admit=fcfs_admit(view, ops, fits, kept, allowed=ops.not_(ops.or_(*preempt))), preempt=preempt)
+
+
+def section_scaling(sizes: list[int], capacities: list[int]) -> None:
+    header("scaling: current-fit, paper 1:1, λ = 1.2·μ; seconds (ns per request)")
+    print(f"{'requests':>10}" + "".join(f"{'M=' + str(M):>22}" for M in capacities))
+    for n in sizes:
+        row = f"{n:>10}"
+        for M in capacities:
+            params = ModelParams(M=M)
+            plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, n)
+            t0 = time.perf_counter()
+            run(load_scheduler("current-fit"), params, plan, horizon(plan), record=False)
+            wall = time.perf_counter() - t0
+            row += f"{wall:>12.2f} ({wall / max(len(plan), 1) * 1e9:>6.0f} ns)"
+        print(row, flush=True)
+
+
+def _first_difference(a: SimResult | None, b: SimResult | None) -> str | None:
+    assert a is not None and b is not None
+    if a.slots != b.slots:
+        return f"slots {a.slots} vs {b.slots}"
+    for f in FIELDS:
+        x, y = getattr(a, f), getattr(b, f)
+        if x.shape != y.shape:
+            return f"{f}: {x.size} vs {y.size} entries"
+        bad = np.flatnonzero(x != y)
+        if bad.size:
+            return f"{f}[{int(bad[0])}]: reference {int(x[bad[0]])}, fast {int(y[bad[0]])}"
+    return None
+
+
+def section_check(slots: int, M: int) -> None:
+    header(f"check (b): fast vs reference engine, {slots} slots each, M = {M}, λ = 1.2·μ, every built-in")
+    sources = {k: v for k, v in PAPER_WORKLOADS.items()}
+    for name in ("azure-conv", "azure-code", "sharegpt", "arxiv"):
+        sources[name] = parse_workload(f"trace({trace_path(name)})")
+    params = ModelParams(M=M)
+    bad = 0
+    for wname, w in sources.items():
+        rate = 1.2 * mu(w, params, PAPER_BBAR)
+        plan = poisson_arrivals(w, rate, PAPER_BBAR, slots, seed=1).fit_to(params, drop_oversize=True)
+        cases = [(n, "kvstab") for n in builtin_names(include_negative=True)] + [("vllm-v1", "vllm")]
+        for rule, life in cases:
+            outs: list[object] = []
+            t0 = time.perf_counter()
+            for engine in ("fast", "reference"):
+                try:
+                    outs.append(run(load_scheduler(rule), params, plan, slots, engine=engine, lifecycle=life).result)  # type: ignore[arg-type]
+                except InvariantViolation as exc:
+                    outs.append(("violation", exc.slot, exc.requests))
+                except InvalidArgument as exc:
+                    outs.append(("refused", str(exc)))
+            wall = time.perf_counter() - t0
+            if isinstance(outs[0], SimResult) and isinstance(outs[1], SimResult):
+                diff = _first_difference(outs[1], outs[0])
+                what = f"{int(outs[0].completed.sum())} completed, {int(outs[0].preemptions.sum())} preemptions"
+            else:
+                diff = None if outs[0] == outs[1] else f"{outs[1]} vs {outs[0]}"
+                what = str(outs[0])[:60]
+            bad += diff is not None
+            verdict = "identical" if diff is None else "DIFFER: " + diff
+            print(f"{wname:<11}{rule + ' (' + life + ')':<34}{len(plan):>7} req  {wall:7.1f} s  {verdict}; {what}",
+                  flush=True)
+    print(f"check (b): {'all identical' if bad == 0 else f'{bad} case(s) differ'}")
+
+
+def section_python(slots: int) -> None:
+    header(f"python: the compiled loop vs the same loop as plain Python ({slots} slots, current-fit, M = 131000)")
+    code = (
+        "import time;from kvstab.engine import run;from kvstab.registry import load_scheduler;"
+        "from kvstab.model import ModelParams, PAPER_BBAR;from kvstab.arrivals import poisson_arrivals;"
+        "from kvstab.workload import PAPER_WORKLOADS;from kvstab.theory import mu;"
+        "w=PAPER_WORKLOADS['paper-1:1'];p=ModelParams();"
+        f"pl=poisson_arrivals(w,1.2*mu(w,p,PAPER_BBAR),PAPER_BBAR,{slots},seed=0);"
+        "run(load_scheduler('current-fit'),p,pl,10);t=time.perf_counter();"
+        f"run(load_scheduler('current-fit'),p,pl,{slots});print(time.perf_counter()-t)"
+    )
+    for label, env in (("numba", {}), ("plain Python (NUMBA_DISABLE_JIT=1)", {"NUMBA_DISABLE_JIT": "1"})):
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env})
+        wall = float(res.stdout.strip() or "nan")
+        print(f"{label:<36}{wall:8.2f} s  {slots / wall:10.0f} slots/s", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=["targets", "vllm", "plugin", "scaling", "check", "python"], action="append")
+    ap.add_argument("--requests", type=int, default=1_000_000, help="requests for the targets section")
+    ap.add_argument("--vllm-steps", type=int, default=4000)
+    ap.add_argument("--plugin-requests", type=int, default=3000)
+    ap.add_argument("--check-slots", type=int, default=100_000)
+    ap.add_argument("--check-M", type=int, default=16_000)
+    ap.add_argument("--scaling", default="10000,100000,1000000", help="request counts of the scaling table")
+    args = ap.parse_args()
+    todo = args.only or ["python", "targets", "vllm", "plugin", "scaling", "check"]
+    print(f"bench_engine: {' '.join(todo)}; CPU affinity {sorted(os.sched_getaffinity(0))}")
+    for name in todo:
+        if name == "targets":
+            section_targets(args.requests)
+        elif name == "vllm":
+            section_vllm(args.vllm_steps)
+        elif name == "plugin":
+            section_plugin(args.plugin_requests)
+        elif name == "scaling":
+            section_scaling([int(x) for x in args.scaling.split(",")], [16_000, 131_000, 1_000_000])
+        elif name == "check":
+            section_check(args.check_slots, args.check_M)
+        elif name == "python":
+            section_python(20_000)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,346 @@
+"""The fast engine's entry points: :func:`run`, :func:`simulate` and :func:`replay_model`.
+
+:func:`run` is the one entry point: it picks the compiled fast path when the
+scheduler is a built-in (exactly the built-in class — a subclass may change
+``decide``), otherwise the plug-in path of :mod:`kvstab.engine.plugin`, or the
+reference engine when neither is safe; the returned :class:`Run` says which
+engine ran.  :func:`simulate` is a drop-in for :func:`kvstab.simulator.simulate`
+(same arguments, same :class:`~kvstab.simulator.SimResult`, same
+:class:`~kvstab.errors.InvariantViolation`), and :func:`replay_model` for
+:func:`kvstab.empirical.replay.replay_model` (same :class:`StepLog`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from kvstab.arrivals import ArrivalPlan
+from kvstab.contract import Scheduler
+from kvstab.engine import _kernel as K
+from kvstab.engine.stream import StreamStats, Summary
+from kvstab.errors import InvalidArgument, InvariantViolation
+from kvstab.model import ModelParams
+from kvstab.schedulers import CurrentFit, CurrentFitNoPreempt, Lookahead, Reserve, VllmV1
+from kvstab.simulator import SimResult
+from kvstab.simulator import simulate as reference_simulate
+from kvstab.validation import MAX_SLOTS
+
+__all__ = ["Run", "run", "simulate", "fast_rule", "Lifecycle", "EngineChoice", "BATCH"]
+
+IntArray = npt.NDArray[np.int64]
+Lifecycle = Literal["kvstab", "vllm"]
+EngineChoice = Literal["auto", "fast", "reference"]
+
+#: slots per call of the compiled loop: small enough for a responsive progress
+#: bar and little memory when streaming, large enough that the call overhead vanishes
+BATCH = 1 << 16
+
+#: the shortest run on which ``engine="auto"`` takes the plug-in path (measured in
+#: benchmarks/bench_engine.py: tracing a few hundred view shapes costs about a second)
+PLUGIN_MIN_SLOTS = 20_000
+
+_RULES: dict[type, int] = {
+    CurrentFit: K.CURRENT_FIT,
+    CurrentFitNoPreempt: K.NO_PREEMPT,
+    Reserve: K.RESERVE,
+    Lookahead: K.LOOKAHEAD,
+    VllmV1: K.VLLM_V1,
+}
+
+
+def fast_rule(scheduler: object) -> int | None:
+    """The compiled rule code for ``scheduler``, or ``None`` if it has no compiled
+    fast path.  Only the built-in classes themselves qualify: they are frozen
+    dataclasses, so their instances cannot carry another ``decide``."""
+    return _RULES.get(type(scheduler))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Run:
+    """One run of :func:`run`: which engine ran, the summary, and (when recorded)
+    the full :class:`~kvstab.simulator.SimResult`."""
+
+    engine: str = field(metadata={"help": "'fast' (compiled built-in), 'fast-plugin' or 'reference'"})
+    summary: Summary = field(metadata={"help": "streamed statistics: batch means, utilisation, waste, latency"})
+    result: SimResult | None = field(default=None, metadata={"help": "per-slot arrays (record=True only)"})
+    wall_s: float = field(default=0.0, metadata={"help": "wall-clock seconds of the run"})
+    reason: str = field(default="", metadata={"help": "why this engine was chosen"})
+
+
+class _State:
+    """The flat arrays the compiled loop works on (one run)."""
+
+    def __init__(self, plan: ArrivalPlan) -> None:
+        n = len(plan)
+        self.pslot = np.ascontiguousarray(plan.slot, dtype=np.int64)
+        self.ps = np.ascontiguousarray(plan.s, dtype=np.int64)
+        self.po = np.ascontiguousarray(plan.o, dtype=np.int64)
+        z = lambda: np.zeros(n, dtype=np.int64)  # noqa: E731
+        self.s, self.o, self.prog, self.att, self.served, self.wasted = z(), z(), z(), z(), z(), z()
+        self.npre, self.recomp, self.ta, self.fslot, self.tf, self.grant = z(), z(), z(), z(), z(), z()
+        self.first = np.full(n, -1, dtype=np.int64)
+        self.fin = np.full(n, -1, dtype=np.int64)
+        self.qbuf = np.zeros(n + 1, dtype=np.int64)
+        self.act = np.zeros(n + 1, dtype=np.int64)
+        self.st = np.zeros(K.ST_SIZE, dtype=np.int64)
+
+    @property
+    def t(self) -> int:
+        return int(self.st[K.ST_T])
+
+    @property
+    def arrived(self) -> int:
+        return int(self.st[K.ST_I])
+
+    def active(self) -> IntArray:
+        """Ids of the active requests, admission order."""
+        return self.act[: int(self.st[K.ST_NA])].copy()
+
+    def step(
+        self, pol: int, life: int, params: ModelParams, check: bool, comp: bool, t_end: int, drain: bool,
+        drain_min: int, out: IntArray,
+    ) -> int:
+        return int(
+            K.run_slots(
+                pol, life, params.M, params.chunk, params.block,
+                -1 if params.token_budget is None else params.token_budget,
+                -1 if params.max_num_seqs is None else params.max_num_seqs,
+                check, comp, t_end, drain, drain_min, self.t,
+                self.pslot, self.ps, self.po, self.s, self.o, self.prog, self.att, self.served, self.wasted,
+                self.npre, self.first, self.fin, self.recomp, self.ta, self.fslot, self.tf, self.grant,
+                self.qbuf, self.act, self.st, out,
+            )
+        )  # fmt: skip
+
+
+def _violation(state: _State, scheduler: str, params: ModelParams) -> InvariantViolation:
+    """The reference engine's exception for the violation the compiled loop stopped at."""
+    kind, t, value = (int(state.st[k]) for k in (K.ST_VKIND, K.ST_VSLOT, K.ST_VVALUE))
+    running = tuple(int(r) for r in state.active())
+    ids = ", ".join(str(r) for r in running[:12])
+    shown = f"[{ids}{', …' if len(running) > 12 else ''}] ({len(running)} in all)"
+    if kind == K.V_MEMORY:
+        msg = f"slot {t}: scheduler {scheduler!r} uses {value} tokens of KV memory, M={params.M} (active requests {shown})"
+    elif kind == K.V_SEQS:
+        msg = f"slot {t}: {value} running requests exceed max_num_seqs={params.max_num_seqs}"
+    else:
+        msg = f"slot {t}: {value} tokens processed exceed the token budget {params.token_budget}"
+    memory = value if kind == K.V_MEMORY else -1
+    return InvariantViolation(msg, slot=t, memory=memory, capacity=params.M, requests=running)
+
+
+def _check_plan(plan: ArrivalPlan, params: ModelParams, lifecycle: Lifecycle) -> ArrivalPlan:
+    """The reference engine's admission checks on arrival, for the whole plan at once."""
+    if lifecycle == "kvstab":
+        return plan.fit_to(params)
+    # vLLM's lifecycle: (s, o) is the kvstab request (s, o - 1), peak s + o - 1
+    peak = -(-(plan.s + plan.o - 1) // params.block) * params.block
+    bad = np.flatnonzero(peak > params.M)
+    if bad.size:
+        i = int(bad[0])
+        raise InvalidArgument(
+            f"request {i} (s={int(plan.s[i])}, o={int(plan.o[i])}) needs {int(peak[i])} tokens of KV at its peak "
+            f"but M={params.M}: vLLM could never finish it"
+        )
+    return plan
+
+
+def run(
+    scheduler: Scheduler,
+    params: ModelParams,
+    plan: ArrivalPlan,
+    slots: int | None = None,
+    *,
+    drain: bool = False,
+    check: bool = True,
+    window: int = 8,
+    lifecycle: Lifecycle = "kvstab",
+    record: bool = True,
+    engine: EngineChoice = "auto",
+    progress: Callable[[int, int | None], None] | None = None,
+    max_slots: int = 10_000_000,
+    warmup: float = 0.25,
+    batches: int = 20,
+) -> Run:
+    """Run ``plan`` through ``scheduler`` like :func:`kvstab.simulator.simulate`
+    (``slots`` slots, or with ``drain`` until every request has finished) on the
+    fastest engine that is exact for it.
+
+    ``engine``: ``"auto"`` (compiled built-in, else the plug-in path, else the
+    reference engine), ``"fast"`` (refuse if there is no fast path) or
+    ``"reference"``.  ``lifecycle="vllm"`` applies vLLM's request lifecycle
+    (requests in vLLM's terms, ``o = max_tokens``; see
+    :mod:`kvstab.empirical.semantics`).  ``record=False`` keeps no per-slot
+    arrays: the :class:`Summary` is computed while the run streams (a fixed
+    horizon then keeps O(batches) numbers; a drained run keeps three compact
+    series).  ``progress(slot, total)`` is called after every batch of slots.
+    Raises :class:`InvariantViolation` like the reference engine (unless
+    ``check=False``).
+    """
+    if engine not in ("auto", "fast", "reference"):
+        raise InvalidArgument(f"engine must be 'auto', 'fast' or 'reference', got {engine!r}")
+    if lifecycle not in ("kvstab", "vllm"):
+        raise InvalidArgument(f"lifecycle must be 'kvstab' or 'vllm', got {lifecycle!r}")
+    if slots is None and not drain:
+        raise InvalidArgument("run needs a number of slots, or drain=True")
+    if slots is not None and (isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1):
+        raise InvalidArgument(f"slots must be a positive integer, got {slots!r}")
+    if slots is not None and slots > MAX_SLOTS:
+        raise InvalidArgument(f"slots must be at most {MAX_SLOTS}, got {slots}")
+    from kvstab.engine.plugin import Untraceable, plugin_path
+
+    pol = fast_rule(scheduler)
+    start = time.perf_counter()
+    if engine != "reference" and pol is not None:
+        summary, result = _run_fast(
+            pol, scheduler.name, params, plan, slots, drain, check, lifecycle, record, progress, max_slots,
+            warmup, batches,
+        )
+        return Run("fast", summary, result, time.perf_counter() - start, "compiled fast path of a built-in rule")
+    why = "no compiled fast path for this scheduler"
+    long_run = drain or (slots is not None and slots >= PLUGIN_MIN_SLOTS)
+    if engine == "auto" and not long_run:
+        why += f"; the plug-in path pays off only from {PLUGIN_MIN_SLOTS} slots (tracing costs ~10 ms per view shape)"
+    elif engine != "reference":
+        path, why = plugin_path(scheduler, lifecycle)
+        if path is not None:
+            try:
+                res = path.simulate(
+                    params, plan, slots, drain=drain, check=check, window=window, max_slots=max_slots,
+                    progress=progress,
+                )  # fmt: skip
+            except Untraceable as exc:
+                # met a view shape the rule cannot be traced on: nothing is lost, run the reference engine
+                path, why = None, f"the rule cannot be traced ({exc}); ran the reference engine"
+            else:
+                summ = StreamStats.of_result(res, slots is not None and not drain, warmup, batches)
+                return Run("fast-plugin", summ, res if record else None, time.perf_counter() - start, why)
+    if engine == "fast":
+        raise InvalidArgument(f"scheduler {scheduler.name!r} has no fast path ({why}); use engine='reference'")
+    if lifecycle == "vllm":
+        res = _reference_vllm(scheduler, params, plan, slots, drain, check, window, max_slots)
+    else:
+        on_slot = None if progress is None else (lambda t: progress(t + 1, slots) if (t + 1) % 4096 == 0 else None)
+        res = reference_simulate(scheduler, params, plan, slots, drain=drain, check=check, window=window,
+                                 on_slot=on_slot, max_slots=max_slots)
+    summ = StreamStats.of_result(res, slots is not None and not drain, warmup, batches)
+    return Run("reference", summ, res if record else None, time.perf_counter() - start, why)
+
+
+def _reference_vllm(
+    scheduler: Scheduler, params: ModelParams, plan: ArrivalPlan, slots: int | None, drain: bool, check: bool,
+    window: int, max_slots: int,
+) -> SimResult:
+    """The reference engine with vLLM's lifecycle, driven like ``simulate``."""
+    from kvstab.empirical.semantics import VllmEngine
+
+    plan = _check_plan(plan, params, "vllm")
+    eng = VllmEngine(scheduler, params, check=check, window=window)
+    i, n, t = 0, len(plan), 0
+    while True:
+        if slots is not None and not drain and t >= slots:
+            break
+        if drain and i >= n and eng.idle and (slots is None or t >= slots):
+            break
+        if t >= max_slots:
+            raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
+        while i < n and plan.slot[i] == t:
+            eng.arrive(int(plan.s[i]), int(plan.o[i]))
+            i += 1
+        eng.step()
+        t += 1
+    return eng.result(dropped=plan.dropped)
+
+
+def _run_fast(
+    pol: int, name: str, params: ModelParams, plan: ArrivalPlan, slots: int | None, drain: bool, check: bool,
+    lifecycle: Lifecycle, record: bool, progress: Callable[[int, int | None], None] | None, max_slots: int,
+    warmup: float, batches: int,
+) -> tuple[Summary, SimResult | None]:
+    plan = _check_plan(plan, params, lifecycle)
+    life = K.VLLM_LIFE if lifecycle == "vllm" else K.KVSTAB_LIFE
+    state = _State(plan)
+    fixed = slots is not None and not drain
+    horizon = int(slots) if fixed else max_slots  # type: ignore[arg-type]
+    drain_min = 0 if slots is None else int(slots)
+    stats = StreamStats(params.M, horizon if fixed else None, warmup, batches, keep_all=record)
+    out = np.zeros((K.NCOLS, min(BATCH, max(horizon, 1))), dtype=np.int64)
+    while True:
+        t0 = state.t
+        t_end = min(t0 + out.shape[1], horizon)
+        out[:] = 0
+        status = state.step(pol, life, params, check, False, t_end, drain, drain_min, out)
+        if status == K.VIOLATION:
+            raise _violation(state, name, params)
+        stats.add(out[:, : state.t - t0])
+        if progress is not None:
+            progress(state.t, horizon if fixed else None)
+        if status == K.DRAINED or (fixed and state.t >= horizon):
+            break
+        if state.t >= max_slots:
+            raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
+    n = state.arrived
+    arrival = state.pslot[:n].copy()
+    finish = state.fin[:n].copy()
+    summary = stats.summary(arrival, finish, state.wasted[:n], state.served[:n], state.npre[:n], state.t)
+    if not record:
+        return summary, None
+    cols = stats.columns()
+    result = SimResult(
+        scheduler=name,
+        params=params,
+        slots=state.t,
+        arrived=cols["arrived"],
+        admitted=cols["admitted"],
+        preempted=cols["preempted"],
+        completed=cols["completed"],
+        running=cols["running"],
+        memory=cols["memory"],
+        wasted=cols["wasted"],
+        tokens=cols["tokens"],
+        queue=cols["queue"],
+        s=state.s[:n].copy(),
+        o=state.o[:n].copy(),
+        arrival=arrival,
+        first_admit=state.first[:n].copy(),
+        finish=finish,
+        preemptions=state.npre[:n].copy(),
+        served=state.served[:n].copy(),
+        request_wasted=state.wasted[:n].copy(),
+        dropped=plan.dropped,
+    )
+    return summary, result
+
+
+def simulate(
+    scheduler: Scheduler,
+    params: ModelParams,
+    plan: ArrivalPlan,
+    slots: int | None = None,
+    *,
+    drain: bool = False,
+    check: bool = True,
+    window: int = 8,
+    on_slot: Callable[[int], None] | None = None,
+    max_slots: int = 10_000_000,
+) -> SimResult:
+    """Drop-in for :func:`kvstab.simulator.simulate` on the fastest exact engine
+    (``on_slot`` is called for every slot, after the batch that ran it)."""
+    done = [0]
+
+    def progress(t: int, total: int | None) -> None:
+        if on_slot is not None:
+            for k in range(done[0], t):
+                on_slot(k)
+        done[0] = t
+
+    out = run(scheduler, params, plan, slots, drain=drain, check=check, window=window,
+              progress=progress if on_slot is not None else None, max_slots=max_slots)
+    assert out.result is not None  # record=True
+    return out.result
