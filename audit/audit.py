@@ -160,7 +160,8 @@ def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile
     from kvstab.proofs.prove import prove
     from kvstab.proofs.solver import Budget
 
-    budget = Budget(rlimit=profile.proof_rlimit, seed=0, **({"smt2_dir": smt2_dir} if smt2_dir else {}))
+    budget = Budget(rlimit=profile.proof_rlimit, seed=0) if smt2_dir is None else Budget(
+        rlimit=profile.proof_rlimit, seed=0, smt2_dir=smt2_dir)
     setting = Setting(M=None, chunk=params.chunk, block=params.block, token_budget=params.token_budget,
                       max_num_seqs=params.max_num_seqs)
     rep = prove(scheduler, K=profile.proof_K, Q=profile.proof_Q, setting=setting, budget=budget)

@@ -186,8 +186,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     schedulers = tuple(_flatten(args.scheduler) or ["current-fit"])
     for s in schedulers:
         load_scheduler(s)
-    specs = [workload_spec(w, None) for w in _flatten(args.workload)]
-    specs += [workload_spec(None, t) for t in _flatten(args.trace)]
+    specs = [workload_spec(w, None) for w in args.workload or []]
+    specs += [workload_spec(None, t) for t in args.trace or []]
     grid = SweepGrid(
         schedulers=schedulers,
         workloads=tuple(specs or [workload_spec(None, None)]),
@@ -204,8 +204,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _flatten(values: list[str] | None) -> list[str]:
-    return [v for v in (values or []) if v]
+def _flatten(values: list[list[str]] | None) -> list[str]:
+    # repeated flags, each a comma-separated list
+    return [v for group in (values or []) for v in group]
 
 
 def _list_of(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
@@ -219,12 +220,21 @@ def _list_of(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
     return conv
 
 
+def _flag_type(flag: str) -> Callable[[str], Any]:
+    """The argparse type of a shared server flag (so sweep's lists check values as every command does)."""
+    from kvstab.flags import SERVER_FLAGS
+
+    kind = SERVER_FLAGS[flag][1]
+    assert kind is not None, flag
+    return kind
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``kvstab audit`` and ``kvstab sweep`` to the CLI."""
     from kvstab import validation as v
     from kvstab.audit.audit import SECTIONS
     from kvstab.audit.profiles import PROFILES
-    from kvstab.flags import SERVER_FLAGS, add_server_arguments, arg_type, positive_int, rate, seed, slots
+    from kvstab.flags import add_server_arguments, arg_type, positive_int, rate, seed, slots
 
     p = sub.add_parser("audit", help="audit a scheduler end to end: theory, proofs, properties, stability region, report")
     p.add_argument("--scheduler", required=True, help="registered name or module:attr of the variant")
@@ -251,13 +261,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("sweep", help="the stability sweep over a grid of rates, M, ŝ, b̄, schedulers, workloads")
     s.add_argument("--scheduler", action="append", type=_list_of(str), default=None,
                    help="scheduler(s), comma-separated or repeated (default current-fit)")
-    s.add_argument("--workload", action="append", type=_list_of(str), default=None, help="workload spec (repeatable)")
-    s.add_argument("--trace", action="append", type=_list_of(str), default=None, help="trace file or name (repeatable)")
-    s.add_argument("--M", type=_list_of(SERVER_FLAGS["--M"][1]), default=[131_000], help="KV capacities (comma list)")  # type: ignore[arg-type]
-    s.add_argument("--chunk", type=_list_of(SERVER_FLAGS["--chunk"][1]), default=[512], help="chunks ŝ (comma list)")  # type: ignore[arg-type]
+    # specs contain commas: several workloads or traces are given by repeating the flag
+    s.add_argument("--workload", action="append", default=None, help="workload spec (repeat the flag for several)")
+    s.add_argument("--trace", action="append", default=None, help="trace file or name (repeat the flag for several)")
+    s.add_argument("--M", type=_list_of(_flag_type("--M")), default=[131_000], help="KV capacities (comma list)")
+    s.add_argument("--chunk", type=_list_of(_flag_type("--chunk")), default=[512], help="chunks ŝ (comma list)")
     s.add_argument("--bbar", type=_list_of(arg_type(v.positive_float, "the batch time b̄", maximum=3600.0)),
                    default=[0.0372], help="batch times b̄ in s (comma list)")
-    s.add_argument("--block", type=SERVER_FLAGS["--block"][1], default=1, help="KV block size B (default 1)")
+    s.add_argument("--block", type=_flag_type("--block"), default=1, help="KV block size B (default 1)")
     s.add_argument("--rates", type=_list_of(rate), default=None, help="arrival rates λ in req/s (comma list)")
     s.add_argument("--loads", type=_list_of(arg_type(v.positive_float, "a load λ/μ", maximum=100.0)), default=None,
                    help="arrival rates as multiples of each configuration's μ (comma list)")

@@ -125,7 +125,8 @@ def horizon(workload_spec: str, params: ModelParams, mu_per_slot: float, profile
         ov, op = w.o.support()
         life = float(np.dot(-(-sv // params.chunk), sp) + np.dot(ov, op))
     else:
-        life = float(np.mean(-(-w.joint_s // params.chunk) + w.joint_o))
+        js, jo = np.asarray(w.joint_s), np.asarray(w.joint_o)
+        life = float(np.mean(-(-js // params.chunk) + jo))
     slots = max(profile.min_lifetimes * life, profile.completions / mu_per_slot)
     if slots > MAX_SLOTS:
         raise InvalidArgument(f"the audit would need {slots:.0f} slots per run (more than {MAX_SLOTS}); lower the profile")
