@@ -38,7 +38,7 @@ __all__ = ["AuditConfig", "AuditResult", "Check", "run_audit", "SECTIONS", "EXIT
 SCHEMA_VERSION = "kvstab.audit/1"
 SECTIONS = ("theory", "proofs", "properties", "stability")
 #: exit status of each verdict
-EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 0}
+EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 0, "INCOMPLETE": 0}
 EXIT_STRICT_INCONCLUSIVE = 3
 
 
@@ -84,11 +84,15 @@ class AuditResult:
     regions: dict[str, StabilityRegion] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    complete: bool = False
 
     @property
     def verdict(self) -> str:
-        """``PASS`` when every check passed, ``FAIL`` when one failed, else ``INCONCLUSIVE``."""
+        """``PASS`` when every check passed, ``FAIL`` when one failed, else ``INCONCLUSIVE``
+        (``INCOMPLETE`` for the partial report of an audit that did not finish)."""
         st = {c.status for c in self.checks}
+        if not self.complete:
+            return "FAIL" if "fail" in st else "INCOMPLETE"
         if "fail" in st:
             return "FAIL"
         if "unknown" in st or ("skipped" in st and self.config.strict):
@@ -98,7 +102,7 @@ class AuditResult:
     @property
     def exit_status(self) -> int:
         """0 pass, 1 fail, 3 inconclusive under ``strict`` (0 otherwise: the verdict word still says it)."""
-        if self.verdict == "INCONCLUSIVE" and self.config.strict:
+        if self.verdict in ("INCONCLUSIVE", "INCOMPLETE") and self.config.strict:
             return EXIT_STRICT_INCONCLUSIVE
         return EXIT[self.verdict]
 
@@ -120,6 +124,7 @@ class AuditResult:
             "properties": self.properties,
             "stability": {name: region_summary(r) for name, r in self.regions.items()},
             "checks": [{"name": k.name, "status": k.status, "detail": k.detail} for k in self.checks],
+            "complete": self.complete,
             "verdict": self.verdict,
             "exit_status": self.exit_status,
             "seconds": self.seconds,
@@ -221,8 +226,11 @@ def run_audit(
     executor: Executor | None = None,
     smt2_dir: Path | None = None,
     log: Callable[[str], None] = lambda _line: None,
+    on_progress: Callable[[AuditResult], None] = lambda _res: None,
 ) -> AuditResult:
-    """Run every section of the audit not in ``config.skip``; see the module docstring."""
+    """Run every section of the audit not in ``config.skip``; see the module docstring.
+    ``on_progress`` sees the (incomplete) result after each section and each
+    scheduler's region, so a caller can keep what is done if the run is cut short."""
     from kvstab.audit.properties import run_properties
     from kvstab.audit.runs import load_workload
     from kvstab.registry import load_scheduler
@@ -237,6 +245,13 @@ def run_audit(
 
     if workload_min_peak(w, config.params) > config.params.M:
         raise InvalidArgument(f"no request of workload {config.workload!r} fits in M={config.params.M}; raise --M")
+    from kvstab.model import tokens_held
+
+    peak = int(tokens_held(w.max_total, config.params.block))
+    if peak > config.params.M:
+        # a request that can never be served would stop every simulation part-way
+        raise InvalidArgument(f"workload {config.workload!r} has requests needing {peak} tokens at their peak but "
+                              f"M={config.params.M}; raise --M to at least {peak}")
     res = AuditResult(config)
     t = time.perf_counter()
     res.theory = theory_section(sched, config.params, config.workload, config.bbar)
@@ -262,6 +277,7 @@ def run_audit(
         res.checks += _check_proofs(res.proofs)
         res.seconds["proofs"] = time.perf_counter() - t
         log(f"proofs: {res.checks[-2].detail}; {res.checks[-1].detail}")
+        on_progress(res)
 
     if "properties" in config.skip:
         res.checks.append(Check("properties", "skipped", "not run (--skip properties)"))
@@ -274,9 +290,11 @@ def run_audit(
         res.checks.append(Check("properties", status, pr["summary"]))
         res.seconds["properties"] = time.perf_counter() - t
         log(f"properties: {pr['summary']}")
+        on_progress(res)
 
     if "stability" in config.skip:
         res.checks.append(Check("stability", "skipped", "not run (--skip stability)"))
+        res.complete = True
         return res
     t = time.perf_counter()
     mu = th["mu_per_s"]
@@ -288,8 +306,10 @@ def run_audit(
         )
         res.regions[name] = region
         log(f"  λ* = {region.critical_rate:.5g}/s [{region.low:.5g}, {region.high:.5g}] = {region.critical_rate / mu:.4f}·μ")
+        on_progress(res)
     res.seconds["stability"] = time.perf_counter() - t
     res.checks += _check_stability(res, res.regions[config.scheduler])
+    res.complete = True
     return res
 
 

@@ -70,7 +70,7 @@ def _log(enabled: bool) -> Callable[[str], None]:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from kvstab.audit.audit import AuditConfig, run_audit
+    from kvstab.audit.audit import AuditConfig, AuditResult, run_audit
     from kvstab.audit.profiles import get_profile
     from kvstab.audit.report import write_report
     from kvstab.flags import server_params
@@ -88,8 +88,12 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         profile=get_profile(args.profile), skip=tuple(args.skip), strict=args.strict,
         require_rate=args.require_rate, max_waste=args.max_waste, seed=args.seed,
     )
+    def keep(partial: AuditResult) -> None:
+        # what is done survives an interrupt: report.json after every section
+        (out / "report.json").write_text(json.dumps(partial.to_json(), indent=2) + "\n")
+
     with _executor(args.workers, None) as ex:
-        res = run_audit(config, executor=ex, smt2_dir=out / "smt2", log=_log(not args.quiet))
+        res = run_audit(config, executor=ex, smt2_dir=out / "smt2", log=_log(not args.quiet), on_progress=keep)
     files = write_report(res, out)
     data = res.to_json()
     if args.json:

@@ -130,6 +130,17 @@ def _html(data: dict[str, Any], plots: dict[str, Path]) -> str:
         f"<h2>Theory</h2><p>E[g] = {_f(th['E_g'], 7)}; μ = {_f(th['mu_per_s'])} req/s; δ = {th['delta']:.5f}; "
         f"μ(1−δ) = {_f(th['mu_1_minus_delta_per_s'])} req/s; certified: {esc(th['certified_basis'])}</p>",
     ]
+    if data["proofs"]:
+        inv = data["proofs"]["invariant"]
+        parts.append(f"<h2>Proofs</h2><p>Memory invariant (any M, K = {inv['K']}, Q = {inv['Q']}): "
+                     f"<b>{esc(inv['verdict'])}</b>.")
+        m = data["proofs"]["margin"]
+        if m:
+            parts.append(f" Margin Δ at M = {m['M']}, ŝ = {m['chunk']}, s ≤ {m['max_s']}, o ≤ {m['max_o']}: "
+                         f"{esc(str(m['delta']))} tokens ({esc(m['verdict'])}); declared {esc(str(m['declared']))}.")
+        parts.append("</p>")
+    if data["properties"]:
+        parts.append(f"<h2>Properties</h2><p>{esc(data['properties']['summary'])}</p>")
     if data["stability"]:
         parts.append("<h2>Stability region</h2><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in HEADER) + "</tr>")
         parts += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in summary_rows(data)]

@@ -50,9 +50,9 @@ def test_html_report_is_self_contained(small_audit: tuple[int, Path, dict[str, A
     assert not re.search(r"(src|href)=['\"](?!data:)", html)
 
 
-def _result(checks: list[Check], strict: bool = False) -> AuditResult:
+def _result(checks: list[Check], strict: bool = False, complete: bool = True) -> AuditResult:
     cfg = AuditConfig("current-fit", ModelParams(M=64, chunk=8), "s=U(1,8),o=U(1,8)", 1.0, strict=strict)
-    return AuditResult(cfg, checks=checks)
+    return AuditResult(cfg, checks=checks, complete=complete)
 
 
 def test_unknown_never_passes() -> None:
@@ -62,6 +62,8 @@ def test_unknown_never_passes() -> None:
     skipped = [Check("properties", "skipped", ""), Check("memory invariant", "pass", "")]
     assert _result(skipped).verdict == "PASS" and _result(skipped, strict=True).verdict == "INCONCLUSIVE"
     assert _result([Check("memory invariant", "fail", "Refuted")]).exit_status == 1
+    # the partial report of an audit cut short never says PASS
+    assert _result([Check("memory invariant", "pass", "")], complete=False).verdict == "INCOMPLETE"
 
 
 @pytest.mark.parametrize(
@@ -73,6 +75,7 @@ def test_unknown_never_passes() -> None:
         (["--scheduler", "current-fit", "--M", "-3"], "M (KV capacity"),
         (["--scheduler", "current-fit", "--profile", "fast"], "invalid choice"),
         (["--scheduler", "current-fit", "--M", "16", "--workload", "s=const(30),o=const(4)"], "fits in M"),
+        (["--scheduler", "current-fit", "--M", "40", "--workload", "s=U(1,30),o=U(1,30)"], "raise --M to at least 60"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
