@@ -211,6 +211,7 @@ def plot_sweep(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         top = max(top, *xs)
     ax.plot([0, top], [0, top], color="grey", ls="--", lw=0.8, label="throughput = λ")
     ax.axhline(1.0, color="black", lw=1, label="μ")
+    ax.set_title("kvstab sweep: throughput vs load")
     ax.set_xlabel("λ / μ")
     ax.set_ylabel("throughput / μ")
     ax.legend(fontsize=7)
