@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "kvstab.theory.cli",
     "kvstab.proofs.cli",
     "kvstab.empirical.cli",
+    "kvstab.audit.cli",
 )
 
 

@@ -1,0 +1,351 @@
+"""``kvstab audit``: one scheduler variant, end to end (start reading here).
+
+:func:`run_audit` runs four sections and a verdict:
+
+1. **theory** — ``E[g]``, ``μ``, ``δ``, ``μ(1−δ)`` and the rate certified for
+   this policy (:func:`kvstab.theory.certified.policy_guarantee`);
+2. **proofs** — the memory invariant (``Proved`` / ``Refuted`` / ``Unknown``)
+   and the work-conservation margin ``Δ`` at the profile's proof scale
+   (:mod:`kvstab.proofs`);
+3. **properties** — the Hypothesis property suite in process at the profile
+   (:func:`kvstab.audit.properties.run_properties`);
+4. **stability** — ``λ*`` with an interval for the variant and each baseline
+   (:func:`kvstab.audit.stability.find_critical_rate`).
+
+``Unknown`` never passes: an undecided proof or an unresolved search leaves
+the verdict ``INCONCLUSIVE`` (exit 3 with ``strict``), never ``PASS``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvstab.audit.profiles import AuditProfile
+from kvstab.audit.stability import StabilityRegion, find_critical_rate, region_summary
+from kvstab.contract import Scheduler
+from kvstab.errors import InvalidArgument
+from kvstab.model import ModelParams
+
+__all__ = ["AuditConfig", "AuditResult", "Check", "run_audit", "SECTIONS", "EXIT", "SCHEMA_VERSION"]
+
+#: the version of ``report.json``'s schema (docs/audit.md, "report.json")
+SCHEMA_VERSION = "kvstab.audit/1"
+SECTIONS = ("theory", "proofs", "properties", "stability")
+#: exit status of each verdict
+EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 0, "INCOMPLETE": 0}
+EXIT_STRICT_INCONCLUSIVE = 3
+
+
+@dataclass(frozen=True, slots=True)
+class AuditConfig:
+    """What to audit and how much to spend."""
+
+    scheduler: str = field(metadata={"help": "registered name or module:attr of the variant"})
+    params: ModelParams = field(metadata={"help": "the server"})
+    workload: str = field(metadata={"help": "workload spec (lengths); arrivals are Poisson at each rate"})
+    bbar: float = field(metadata={"help": "batch time b̄, seconds per slot"})
+    baselines: tuple[str, ...] = field(default=("current-fit", "vllm-v1"), metadata={"help": "schedulers compared"})
+    profile: AuditProfile | None = field(default=None, metadata={"help": "cost profile (dev/ci/thorough)"})
+    skip: tuple[str, ...] = field(default=(), metadata={"help": "sections not run (never counted as passed)"})
+    strict: bool = field(default=False, metadata={"help": "an Unknown or unresolved result fails (exit 3)"})
+    require_rate: float | None = field(default=None, metadata={"help": "fail if λ* is below this rate (req/s)"})
+    max_waste: float | None = field(default=None, metadata={"help": "fail if the waste just below λ* exceeds this"})
+    seed: int = field(default=0, metadata={"help": "base seed of the simulations"})
+
+    def __post_init__(self) -> None:
+        bad = [s for s in self.skip if s not in SECTIONS]
+        if bad:
+            raise InvalidArgument(f"--skip {bad[0]!r} is not a section; valid: {', '.join(SECTIONS)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One line of the verdict: a section's outcome."""
+
+    name: str
+    status: str  # "pass", "fail", "unknown", "skipped", "info"
+    detail: str
+
+
+@dataclass
+class AuditResult:
+    """Everything the audit found; :meth:`to_json` is ``report.json``."""
+
+    config: AuditConfig
+    theory: dict[str, Any] = field(default_factory=dict)
+    proofs: dict[str, Any] | None = None
+    properties: dict[str, Any] | None = None
+    regions: dict[str, StabilityRegion] = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    complete: bool = False
+
+    @property
+    def verdict(self) -> str:
+        """``PASS`` when every check passed, ``FAIL`` when one failed, else ``INCONCLUSIVE``
+        (``INCOMPLETE`` for the partial report of an audit that did not finish)."""
+        st = {c.status for c in self.checks}
+        if not self.complete:
+            return "FAIL" if "fail" in st else "INCOMPLETE"
+        if "fail" in st:
+            return "FAIL"
+        if "unknown" in st or ("skipped" in st and self.config.strict):
+            return "INCONCLUSIVE"
+        return "PASS"
+
+    @property
+    def exit_status(self) -> int:
+        """0 pass, 1 fail, 3 inconclusive under ``strict`` (0 otherwise: the verdict word still says it)."""
+        if self.verdict in ("INCONCLUSIVE", "INCOMPLETE") and self.config.strict:
+            return EXIT_STRICT_INCONCLUSIVE
+        return EXIT[self.verdict]
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as plain data (schema :data:`SCHEMA_VERSION`)."""
+        c = self.config
+        return {
+            "schema": SCHEMA_VERSION,
+            "scheduler": c.scheduler,
+            "baselines": list(c.baselines),
+            "server": {"M": c.params.M, "chunk": c.params.chunk, "block": c.params.block, "g": c.params.g,
+                       "token_budget": c.params.token_budget, "max_num_seqs": c.params.max_num_seqs, "bbar_s": c.bbar},
+            "workload": c.workload,
+            "profile": c.profile.name if c.profile else None,
+            "seed": c.seed,
+            "gates": {"require_rate_per_s": c.require_rate, "max_waste": c.max_waste, "strict": c.strict},
+            "theory": self.theory,
+            "proofs": self.proofs,
+            "properties": self.properties,
+            "stability": {name: region_summary(r) for name, r in self.regions.items()},
+            "checks": [{"name": k.name, "status": k.status, "detail": k.detail} for k in self.checks],
+            "complete": self.complete,
+            "verdict": self.verdict,
+            "exit_status": self.exit_status,
+            "seconds": self.seconds,
+        }
+
+
+def theory_section(scheduler: Scheduler, params: ModelParams, workload: str, bbar: float) -> dict[str, Any]:
+    """``E[g]``, ``μ``, ``δ``, ``μ(1−δ)`` and this policy's certified rate."""
+    from kvstab.audit.runs import load_workload
+    from kvstab.theory import stability_report
+    from kvstab.theory.certified import policy_guarantee
+
+    w = load_workload(workload)
+    rep = stability_report(w, params, bbar)
+    certified, why = policy_guarantee(scheduler, params, w, rep.mu_per_s)
+    return {
+        "workload": w.describe(),
+        "E_g": rep.E_g,
+        "mu_per_s": rep.mu_per_s,
+        "mu_per_slot": rep.mu_per_slot,
+        "delta": rep.delta,
+        "mu_1_minus_delta_per_s": rep.guarantee_per_s,
+        "certified_rate_per_s": certified,
+        "certified_basis": why,
+        "max_s": w.max_s,
+        "max_o": w.max_o,
+    }
+
+
+def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile: AuditProfile,
+                   smt2_dir: Path | None) -> dict[str, Any]:
+    """The memory invariant (any ``M``, this server's ``ŝ``, ``B``, caps) and the margin ``Δ``
+    at the profile's proof scale, with the scheduler's declared margin beside it."""
+    from kvstab.proofs.cli import _verdict_json
+    from kvstab.proofs.encoding import Setting
+    from kvstab.proofs.invariants import MENU
+    from kvstab.proofs.margins import work_conservation_margin
+    from kvstab.proofs.prove import prove
+    from kvstab.proofs.solver import Budget
+
+    budget = Budget(rlimit=profile.proof_rlimit, seed=0) if smt2_dir is None else Budget(
+        rlimit=profile.proof_rlimit, seed=0, smt2_dir=smt2_dir)
+    setting = Setting(M=None, chunk=params.chunk, block=params.block, token_budget=params.token_budget,
+                      max_num_seqs=params.max_num_seqs)
+    rep = prove(scheduler, K=profile.proof_K, Q=profile.proof_Q, setting=setting, budget=budget)
+    out: dict[str, Any] = {
+        "invariant": {**_verdict_json(rep.verdict), "K": rep.K, "Q": rep.Q, "strengthening": list(rep.strengthening),
+                      "seconds": rep.seconds, "assumptions": list(getattr(rep.verdict, "assumptions", ()))},
+        "margin": None,
+    }
+    if type(rep.verdict).__name__ != "Proved":
+        return out
+    # the margin is a search over Δ token by token: it runs on a small server
+    # with this one's chunk and block (capped so a prompt spans a few chunks)
+    small = Setting(M=profile.margin_M, chunk=min(params.chunk, profile.margin_max_s), block=min(params.block, 4),
+                    token_budget=None, max_num_seqs=params.max_num_seqs)
+    used = [MENU[n] for n in rep.strengthening if n in MENU]
+    m = work_conservation_margin(scheduler, small, profile.proof_K, profile.proof_Q, profile.margin_max_s,
+                                 profile.margin_max_o, conjuncts=used, budget=budget)
+    out["margin"] = {
+        **_verdict_json(m.verdict),
+        "delta": m.delta,
+        "declared": m.declared,
+        "M": m.M,
+        "chunk": small.chunk,
+        "block": small.block,
+        "max_s": m.max_s,
+        "max_o": m.max_o,
+        "paper_delta_times_M": m.paper_delta_tokens,
+        "declared_holds": None if m.delta is None or m.declared is None else m.delta <= m.declared,
+        "spec": spec,
+    }
+    return out
+
+
+def _check_proofs(p: dict[str, Any]) -> list[Check]:
+    inv = p["invariant"]
+    v = inv["verdict"]
+    checks = [Check("memory invariant", {"Proved": "pass", "Refuted": "fail"}.get(v, "unknown"),
+                    f"{v}" + (f" ({inv.get('reason')})" if v == "Unknown" else "")
+                    + (f": {inv.get('detail')}" if v == "Refuted" else ""))]
+    m = p.get("margin")
+    if m is None:
+        checks.append(Check("margin Δ", "unknown", "not established (the invariant is not proved)"))
+    elif m["verdict"] != "Proved" or m["delta"] is None:
+        checks.append(Check("margin Δ", "unknown", f"{m['verdict']}: {m.get('reason', '')}"))
+    elif m["declared_holds"] is False:
+        checks.append(Check("margin Δ", "fail", f"proved Δ = {m['delta']} exceeds the declared Δ = {m['declared']} "
+                            f"(M = {m['M']}): the declared margin certifies a rate the policy does not keep"))
+    else:
+        checks.append(Check("margin Δ", "pass", f"Δ = {m['delta']} tokens at M = {m['M']} (declared {m['declared']})"))
+    return checks
+
+
+def run_audit(
+    config: AuditConfig,
+    *,
+    scheduler_object: Scheduler | None = None,
+    executor: Executor | None = None,
+    smt2_dir: Path | None = None,
+    log: Callable[[str], None] = lambda _line: None,
+    on_progress: Callable[[AuditResult], None] = lambda _res: None,
+) -> AuditResult:
+    """Run every section of the audit not in ``config.skip``; see the module docstring.
+    ``on_progress`` sees the (incomplete) result after each section and each
+    scheduler's region, so a caller can keep what is done if the run is cut short."""
+    from kvstab.audit.properties import run_properties
+    from kvstab.audit.runs import load_workload
+    from kvstab.registry import load_scheduler
+
+    profile = config.profile
+    if profile is None:
+        raise InvalidArgument("an audit needs a profile (dev, ci or thorough)")
+    sched = scheduler_object if scheduler_object is not None else load_scheduler(config.scheduler)
+    baselines = [(b, load_scheduler(b)) for b in config.baselines if b != config.scheduler]
+    w = load_workload(config.workload)
+    from kvstab.cli import workload_min_peak
+
+    if workload_min_peak(w, config.params) > config.params.M:
+        raise InvalidArgument(f"no request of workload {config.workload!r} fits in M={config.params.M}; raise --M")
+    from kvstab.model import tokens_held
+
+    peak = int(tokens_held(w.max_total, config.params.block))
+    if peak > config.params.M:
+        # a request that can never be served would stop every simulation part-way
+        raise InvalidArgument(f"workload {config.workload!r} has requests needing {peak} tokens at their peak but "
+                              f"M={config.params.M}; raise --M to at least {peak}")
+    res = AuditResult(config)
+    t = time.perf_counter()
+    res.theory = theory_section(sched, config.params, config.workload, config.bbar)
+    res.theory["baselines"] = {}
+    from kvstab.theory.certified import policy_guarantee
+
+    for name, b in baselines:
+        rate, why = policy_guarantee(b, config.params, w, res.theory["mu_per_s"])
+        res.theory["baselines"][name] = {"certified_rate_per_s": rate, "certified_basis": why}
+    res.seconds["theory"] = time.perf_counter() - t
+    th = res.theory
+    md = th["mu_1_minus_delta_per_s"]
+    res.checks.append(Check("theory", "info", f"μ = {th['mu_per_s']:.5g}/s, δ = {th['delta']:.4f}, μ(1−δ) = "
+                            + (f"{md:.5g}/s" if md is not None else "none (δ ≥ 1)") + f"; certified: {th['certified_basis']}"))
+    log(f"theory: {res.checks[-1].detail}")
+
+    if "proofs" in config.skip:
+        res.checks.append(Check("proofs", "skipped", "not run (--skip proofs)"))
+    else:
+        t = time.perf_counter()
+        log("proofs: memory invariant and margin Δ …")
+        res.proofs = proofs_section(sched, config.scheduler, config.params, profile, smt2_dir)
+        res.checks += _check_proofs(res.proofs)
+        res.seconds["proofs"] = time.perf_counter() - t
+        log(f"proofs: {res.checks[-2].detail}; {res.checks[-1].detail}")
+        on_progress(res)
+
+    if "properties" in config.skip:
+        res.checks.append(Check("properties", "skipped", "not run (--skip properties)"))
+    else:
+        t = time.perf_counter()
+        log(f"properties: the Hypothesis suite at profile {profile.name} …")
+        pr = run_properties(config.scheduler if scheduler_object is None else None, profile.name)
+        res.properties = pr
+        status = "pass" if pr["status"] == "passed" else "fail" if pr["status"] == "failed" else "unknown"
+        res.checks.append(Check("properties", status, pr["summary"]))
+        res.seconds["properties"] = time.perf_counter() - t
+        log(f"properties: {pr['summary']}")
+        on_progress(res)
+
+    if "stability" in config.skip:
+        res.checks.append(Check("stability", "skipped", "not run (--skip stability)"))
+        res.complete = True
+        return res
+    t = time.perf_counter()
+    mu = th["mu_per_s"]
+    for name, obj in [(config.scheduler, sched), *baselines]:
+        log(f"stability: {name}")
+        region = find_critical_rate(
+            name, config.params, config.workload, config.bbar, mu, profile,
+            scheduler_object=obj if obj is scheduler_object else None, seed=config.seed, executor=executor, log=log,
+        )
+        res.regions[name] = region
+        log(f"  λ* = {region.critical_rate:.5g}/s [{region.low:.5g}, {region.high:.5g}] = {region.critical_rate / mu:.4f}·μ")
+        on_progress(res)
+    res.seconds["stability"] = time.perf_counter() - t
+    res.checks += _check_stability(res, res.regions[config.scheduler])
+    res.complete = True
+    return res
+
+
+def _check_stability(res: AuditResult, r: StabilityRegion) -> list[Check]:
+    c = res.config
+    mu = r.mu
+    out = [Check(
+        "stability region",
+        # undecided rates classified by their point estimate are reported in the
+        # notes; an interval wider than the tolerance is not a result
+        "pass" if r.resolved else "unknown",
+        f"λ* = {r.critical_rate:.5g}/s [{r.low:.5g}, {r.high:.5g}] = {r.critical_rate / mu:.4f}·μ "
+        f"(±{r.half_width / mu:.2%} of μ, target ±{r.tolerance:.2%})" + ("" if not r.notes else "; " + "; ".join(r.notes)),
+    )]
+    if c.require_rate is not None:
+        ok = r.critical_rate >= c.require_rate
+        out.append(Check("gate --require-rate", "pass" if ok else "fail",
+                         f"λ* = {r.critical_rate:.5g}/s {'≥' if ok else '<'} required {c.require_rate:.5g}/s"))
+    if c.max_waste is not None:
+        ev = r.below if r.below is not None else r.saturated
+        ok = ev.waste <= c.max_waste
+        out.append(Check("gate --max-waste", "pass" if ok else "fail",
+                         f"waste {ev.waste:.4f} of served area at λ = {ev.rate:.5g}/s (just below λ*) "
+                         f"{'≤' if ok else '>'} {c.max_waste:.4f}"))
+    cert = res.theory.get("certified_rate_per_s")
+    if cert is not None and r.high < cert * (1 - r.tolerance):
+        out.append(Check("certified rate", "fail", f"λ* ≤ {r.high:.5g}/s lies below the certified rate {cert:.5g}/s: "
+                         "the certificate's premise (the margin Δ) does not hold for this policy"))
+    return out
+
+
+def fmt_rate(x: float | None) -> str:
+    """A rate for the human reports."""
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.5g}"
+
+
+def ordered_regions(res: AuditResult) -> Sequence[StabilityRegion]:
+    """The variant's region first, then the baselines'."""
+    return list(res.regions.values())

@@ -1,0 +1,328 @@
+"""The stability region of one scheduler: the critical rate ``λ*`` with an interval.
+
+The number in system grows without bound above ``λ*`` and stays bounded below
+it.  The search looks for the rate ``c`` where the queue-growth slope crosses
+a small threshold ``h`` (a fraction of the resolution asked for), by
+bisection on the sign of ``slope − h``: at each rate, ``seeds`` independent
+replications each give ``BATCHES`` batch means of the per-slot growth of the
+number in system, pooled into a Student-t interval.  A rate whose interval
+lies above ``h`` is *unstable*, below ``h`` *stable*; an interval that
+straddles ``h`` gets more replications (up to ``max_seeds``).
+
+Above ``λ*`` an FCFS policy completes requests at its saturated rate, so the
+slope is ``λ − λ*`` and the crossing is ``c = λ* + h``: the search reports
+``λ* = c − h`` with the interval ``[lo − h, hi − h]`` from the bracketing
+rates ``lo`` (stable) and ``hi`` (unstable), refined until its half-width is
+within the profile's tolerance of ``μ``.  The first bracket is placed around
+the saturated throughput measured at an overload (``1.2 μ``), so a policy
+whose saturated rate is flat above ``λ*`` needs two checks; any other is
+bracketed by expansion and then bisection.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Literal
+
+import numpy as np
+from scipy import stats
+
+from kvstab.audit.profiles import AuditProfile
+from kvstab.audit.runs import Point, PointResult, derive_seed, load_workload, run_point
+from kvstab.contract import Scheduler
+from kvstab.errors import InvalidArgument
+from kvstab.metrics import Estimate
+from kvstab.model import ModelParams
+from kvstab.validation import MAX_SLOTS
+
+__all__ = ["RateEvaluation", "StabilityRegion", "find_critical_rate", "horizon", "run_points", "OVERLOAD"]
+
+#: the overload (λ/μ) at which the saturated throughput is measured
+OVERLOAD = 1.2
+#: the growth threshold ``h`` as a fraction of the tolerance (both × μ)
+THRESHOLD = 0.5
+
+Classification = Literal["stable", "unstable"]
+
+
+@dataclass(frozen=True, slots=True)
+class RateEvaluation:
+    """The replications at one arrival rate, pooled."""
+
+    rate: float  # λ, requests per second
+    runs: tuple[PointResult, ...]
+    throughput: Estimate  # completions per second
+    slope: Estimate  # growth of the number in system per slot
+    verdict: Classification
+    decided_by: str  # "interval" or "point estimate" (the interval still straddled h at max_seeds)
+
+    @property
+    def utilisation(self) -> float:
+        """Mean memory used / M over the replications."""
+        return float(np.mean([r.utilisation for r in self.runs]))
+
+    @property
+    def waste(self) -> float:
+        """Area thrown away by preemption / area served (pooled)."""
+        return float(np.mean([r.waste for r in self.runs]))
+
+    @property
+    def preemptions_per_completion(self) -> float:
+        """Preemptions per completed request in the windows."""
+        done = sum(r.completed for r in self.runs)
+        return sum(r.preemptions for r in self.runs) / done if done else math.nan
+
+    def latency(self, which: Literal["ttft", "e2e"]) -> tuple[float, float, float]:
+        """p50, p90, p99 in slots, averaged over replications (each a percentile of its own window)."""
+        rows = np.asarray([getattr(r, which) for r in self.runs], dtype=np.float64)
+        with np.errstate(all="ignore"):
+            m = np.nanmean(rows, axis=0) if np.isfinite(rows).any() else np.full(3, math.nan)
+        return (float(m[0]), float(m[1]), float(m[2]))
+
+
+@dataclass(frozen=True, slots=True)
+class StabilityRegion:
+    """``λ*`` and everything measured on the way, for one scheduler."""
+
+    scheduler: str
+    mu: float  # requests per second
+    bbar: float
+    tolerance: float
+    threshold: float  # h, requests per second
+    critical_rate: float  # λ*, requests per second
+    low: float
+    high: float
+    saturated: RateEvaluation  # the overload run
+    evaluations: tuple[RateEvaluation, ...]  # the search, in the order evaluated
+    grid: tuple[RateEvaluation, ...]  # loads around λ*, for the curves
+    below: RateEvaluation | None  # series kept just below λ*
+    above: RateEvaluation | None  # series kept just above λ*
+    resolved: bool  # the half-width reached the tolerance
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width, requests per second."""
+        return (self.high - self.low) / 2
+
+    @property
+    def all_evaluations(self) -> tuple[RateEvaluation, ...]:
+        """Every rate measured, sorted by rate."""
+        return tuple(sorted((self.saturated, *self.evaluations, *self.grid), key=lambda e: e.rate))
+
+
+def horizon(workload_spec: str, params: ModelParams, mu_per_slot: float, profile: AuditProfile) -> int:
+    """Slots per replication: enough for ``profile.completions`` completions at
+    ``μ`` and at least ``profile.min_lifetimes`` mean request lifetimes
+    (``E[n(s) + o]`` slots), so the warm-up and the batches span many lifetimes."""
+    w = load_workload(workload_spec)
+    if w.s is not None and w.o is not None:
+        sv, sp = w.s.support()
+        ov, op = w.o.support()
+        life = float(np.dot(-(-sv // params.chunk), sp) + np.dot(ov, op))
+    else:
+        js, jo = np.asarray(w.joint_s), np.asarray(w.joint_o)
+        life = float(np.mean(-(-js // params.chunk) + jo))
+    slots = max(profile.min_lifetimes * life, profile.completions / mu_per_slot)
+    if slots > MAX_SLOTS:
+        raise InvalidArgument(f"the audit would need {slots:.0f} slots per run (more than {MAX_SLOTS}); lower the profile")
+    return int(math.ceil(slots))
+
+
+def run_points(
+    points: Sequence[Point], executor: Executor | None = None, scheduler: Scheduler | None = None
+) -> list[PointResult]:
+    """Run ``points`` (in process, or on ``executor``), results in the same order."""
+    fn: Callable[[Point], PointResult] = partial(run_point, scheduler=scheduler)
+    if executor is None:
+        return [fn(p) for p in points]
+    return list(executor.map(fn, points))
+
+
+def _pooled(values: Iterable[float], level: float = 0.95) -> Estimate:
+    """Mean of batch means with a Student-t interval: the batches of independent
+    replications, each long against a request's lifetime, treated as independent."""
+    x = np.fromiter(values, dtype=np.float64)
+    centre = float(x.mean())
+    half = float(stats.t.ppf(0.5 + level / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    return Estimate(centre, centre - half, centre + half, level)
+
+
+@dataclass
+class _Search:
+    spec: str
+    scheduler: Scheduler | None
+    params: ModelParams
+    workload: str
+    bbar: float
+    slots: int
+    profile: AuditProfile
+    seed: int
+    h_slot: float
+    executor: Executor | None
+    log: Callable[[str], None]
+
+    def points(self, rate: float, reps: range, series: bool = False) -> list[Point]:
+        return [
+            Point(self.spec, self.params, self.workload, self.bbar, rate, self.slots,
+                  # common random numbers: the same streams at every rate and for every scheduler
+                  derive_seed("audit", self.seed, self.workload, rep), series=series and rep == 0)
+            for rep in reps
+        ]
+
+    def evaluate(self, rate: float, series: bool = False, classify: bool = True) -> RateEvaluation:
+        runs = run_points(self.points(rate, range(self.profile.seeds), series), self.executor, self.scheduler)
+        while True:
+            slope = _pooled(b for r in runs for b in r.slope_batches)
+            thr = _pooled(b for r in runs for b in r.throughput_batches).scaled(1 / self.bbar)
+            decided = slope.low > self.h_slot or slope.high < self.h_slot
+            if decided or not classify or len(runs) >= self.profile.max_seeds:
+                break
+            more = range(len(runs), min(2 * len(runs), self.profile.max_seeds))
+            runs += run_points(self.points(rate, more), self.executor, self.scheduler)
+        verdict: Classification = "unstable" if slope.value > self.h_slot else "stable"
+        how = "interval" if decided else "point estimate" if classify else "not searched"
+        ev = RateEvaluation(rate, tuple(runs), thr, slope, verdict, how)
+        self.log(
+            f"  λ = {rate:.5g}/s: growth {slope.value:+.3g} [{slope.low:+.3g}, {slope.high:+.3g}] per slot "
+            f"→ {verdict} ({how}); throughput {thr.value:.5g}/s ({len(runs)} seeds)"
+        )
+        return ev
+
+
+def find_critical_rate(
+    scheduler: str,
+    params: ModelParams,
+    workload: str,
+    bbar: float,
+    mu: float,
+    profile: AuditProfile,
+    *,
+    scheduler_object: Scheduler | None = None,
+    seed: int = 0,
+    executor: Executor | None = None,
+    log: Callable[[str], None] = lambda _line: None,
+) -> StabilityRegion:
+    """Find ``λ*`` for ``scheduler`` (a spec; ``scheduler_object`` if no spec loads it)
+    to within ``profile.tolerance · μ``; see the module docstring for the method."""
+    mu_slot = mu * bbar
+    tol = profile.tolerance * mu
+    h = THRESHOLD * tol
+    slots = horizon(workload, params, mu_slot, profile)
+    search = _Search(scheduler, scheduler_object, params, workload, bbar, slots, profile, seed, h * bbar, executor, log)
+    log(f"{scheduler}: {slots} slots × {profile.seeds} seeds per rate; target ±{tol:.4g}/s (±{profile.tolerance:.1%} of μ)")
+    saturated = search.evaluate(OVERLOAD * mu, classify=False)
+    notes: list[str] = []
+    evaluations: list[RateEvaluation] = []
+    lo: float | None = None  # highest rate seen stable
+    hi: float | None = None  # lowest rate seen unstable
+    if saturated.verdict == "unstable":
+        hi = saturated.rate
+    guess = max(saturated.throughput.value + h, tol)
+    step = tol
+    # bracket the crossing c (where the growth slope is h), then bisect
+    probe = [guess - step, guess + step]
+    while len(evaluations) < profile.max_evaluations:
+        if probe:
+            rate = probe.pop(0)
+        elif lo is None:
+            step *= 2
+            rate = max((hi if hi is not None else guess) - step, tol / 4)
+        elif hi is None:
+            step *= 2
+            rate = lo + step
+        elif (hi - lo) / 2 <= tol:
+            break
+        else:
+            rate = (lo + hi) / 2
+        if rate <= 0 or (lo is not None and rate <= lo) or (hi is not None and rate >= hi):
+            continue
+        ev = search.evaluate(rate)
+        evaluations.append(ev)
+        if ev.verdict == "stable":
+            lo = rate if lo is None else max(lo, rate)
+        else:
+            hi = rate if hi is None else min(hi, rate)
+        if ev.decided_by != "interval":
+            notes.append(f"λ = {rate:.5g}/s stayed undecided at {len(ev.runs)} seeds and was classified by its point estimate")
+    if lo is None or hi is None:
+        notes.append("the search did not bracket λ* within the evaluation budget")
+    resolved = lo is not None and hi is not None and (hi - lo) / 2 <= tol * (1 + 1e-9)
+    low = (lo if lo is not None else 0.0) - h
+    high = (hi if hi is not None else OVERLOAD * mu) - h
+    low = max(low, 0.0)
+    critical = (low + high) / 2
+    if critical > mu * (1 + profile.tolerance):
+        notes.append(f"λ* = {critical:.5g}/s exceeds μ = {mu:.5g}/s, which no policy can sustain: raise the horizon")
+    grid: list[RateEvaluation] = []
+    for g in profile.grid:
+        grid.append(search.evaluate(g * critical, series=True, classify=False))
+    under = [e for e in grid if e.rate < critical and e.runs[0].queue_series]
+    over = [e for e in grid if e.rate > critical and e.runs[0].queue_series]
+    below = max(under, key=lambda e: e.rate) if under else None
+    above = min(over, key=lambda e: e.rate) if over else None
+    return StabilityRegion(
+        scheduler=scheduler,
+        mu=mu,
+        bbar=bbar,
+        tolerance=profile.tolerance,
+        threshold=h,
+        critical_rate=critical,
+        low=low,
+        high=high,
+        saturated=saturated,
+        evaluations=tuple(evaluations),
+        grid=tuple(grid),
+        below=below,
+        above=above,
+        resolved=resolved,
+        notes=tuple(notes),
+    )
+
+
+def region_summary(region: StabilityRegion) -> dict[str, Any]:
+    """The region as plain data (``report.json``'s ``stability`` entries)."""
+
+    def ev(e: RateEvaluation) -> dict[str, Any]:
+        return {
+            "rate_per_s": e.rate,
+            "load_over_mu": e.rate / region.mu,
+            "seeds": len(e.runs),
+            "slots": e.runs[0].point.slots,
+            "verdict": e.verdict,
+            "decided_by": e.decided_by,
+            "growth_per_slot": [e.slope.value, e.slope.low, e.slope.high],
+            "throughput_per_s": [e.throughput.value, e.throughput.low, e.throughput.high],
+            "memory_utilisation": e.utilisation,
+            "waste_fraction": e.waste,
+            "preemptions_per_completion": None if math.isnan(e.preemptions_per_completion) else e.preemptions_per_completion,
+            "ttft_slots_p50_p90_p99": _clean(e.latency("ttft")),
+            "e2e_slots_p50_p90_p99": _clean(e.latency("e2e")),
+            "ttft_s_p50_p90_p99": _clean(tuple(x * region.bbar for x in e.latency("ttft"))),
+            "e2e_s_p50_p90_p99": _clean(tuple(x * region.bbar for x in e.latency("e2e"))),
+        }
+
+    return {
+        "scheduler": region.scheduler,
+        "critical_rate_per_s": region.critical_rate,
+        "critical_rate_ci_per_s": [region.low, region.high],
+        "critical_over_mu": region.critical_rate / region.mu,
+        "half_width_over_mu": region.half_width / region.mu,
+        "resolved": region.resolved,
+        "growth_threshold_per_s": region.threshold,
+        "saturated_throughput_per_s": [region.saturated.throughput.value, region.saturated.throughput.low,
+                                       region.saturated.throughput.high],
+        "saturated_at_rate_per_s": region.saturated.rate,
+        "search": [ev(e) for e in region.evaluations],
+        "grid": [ev(e) for e in region.grid],
+        "overload": ev(region.saturated),
+        "notes": list(region.notes),
+    }
+
+
+def _clean(xs: tuple[float, ...]) -> list[float | None]:
+    return [None if math.isnan(x) else x for x in xs]
