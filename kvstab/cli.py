@@ -23,7 +23,7 @@ from kvstab.errors import InvalidArgument, KvstabError
 __all__ = ["main", "build_parser", "add_model_arguments", "positive_float", "positive_int"]
 
 #: modules that add sub-commands (each defines ``register(subparsers)``)
-COMMAND_MODULES = ("kvstab.replay", "kvstab.checks", "kvstab.theory.cli", "kvstab.proofs.cli", "kvstab.empirical.cli")
+COMMAND_MODULES = ("kvstab.replay", "kvstab.checks", "kvstab.theory.cli", "kvstab.proofs.cli", "kvstab.empirical.cli", "kvstab.live.cli")
 
 
 class _Parser(argparse.ArgumentParser):
