@@ -115,15 +115,18 @@ def _timestamp(text: object) -> float:
 
 def _length(value: object, column: str, fmt: str) -> int:
     try:
-        return validation.positive_int(column, value, maximum=validation.MAX_TOKENS)
+        n = validation.positive_int(column, value, maximum=2**64)
     except InvalidArgument as exc:
+        if "too large" in str(exc):
+            raise ValueError(f"{column}={value!r} is larger than {validation.MAX_TOKENS}, the most kvstab accepts") from None
+        hint = ""
         if fmt == "burstgpt" and str(value).strip() == "0":
             # BurstGPT_*.csv records failed requests with 0 tokens
-            raise ValueError(
-                f"{exc}: BurstGPT marks failed requests with 0 tokens; use the BurstGPT_without_fails_*.csv "
-                "files or drop those rows"
-            ) from None
-        raise ValueError(str(exc)) from None
+            hint = "; BurstGPT marks failed requests with 0 tokens: use the BurstGPT_without_fails_*.csv files"
+        raise ValueError(f"{column}={value!r} is not a positive integer{hint}") from None
+    if n > validation.MAX_TOKENS:
+        raise ValueError(f"{column}={value!r} is larger than {validation.MAX_TOKENS}, the most kvstab accepts")
+    return n
 
 
 def _arrival(value: object, column: str, fmt: str) -> float:
