@@ -202,3 +202,40 @@ def test_server_refuses_requests_that_never_fit(server: ServerHandle) -> None:
         urllib.request.urlopen(req)
     assert exc.value.code == 400
     assert "maximum context length" in json.loads(exc.value.read())["error"]["message"]
+
+
+def test_trace_arrivals_from_a_mooncake_file(server: ServerHandle, tmp_path: Path) -> None:
+    trace = tmp_path / "mooncake.jsonl"
+    rows = [f'{{"timestamp": {100 * i}, "input_length": {20 + i}, "output_length": {5 + i}, "hash_ids": [{i}]}}'
+            for i in range(8)]
+    trace.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "t.json"
+    rc = main(["bench", "--url", server.url, "--trace", str(trace), "--duration", "20", "--chunk", "256",
+               "--no-progress", "--out", str(out), "--M", "1024", "--bbar", "0.00372"])
+    run = json.loads(out.read_text())["runs"][0]
+    assert rc == 0 and run["sent"] == run["completed"] == 8 and run["stopped_by"] == "all requests done"
+    assert run["offered_rate_per_s"] is None
+
+
+def test_ctrl_c_ends_the_run_and_keeps_the_measurements(server: ServerHandle, tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "int.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvstab.cli", "bench", "--url", server.url, "--workload", WORKLOAD, "--rate", "30",
+         "--duration", "60", "--chunk", "256", "--no-progress", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 30
+    assert server.emulator is not None
+    while server.emulator.truth.steps < 200 and time.monotonic() < deadline:  # requests are flowing
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "interrupted; the measurements so far are kept" in err and "Traceback" not in err
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["stopped_by"] == "interrupted" and run["sent"] > 0 and run["elapsed_s"] < 60
