@@ -80,12 +80,24 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         args.M, args.block, max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         max_model_len=args.max_model_len,
     )
+    scheduler = args.scheduler
+    if scheduler in ("auto", "vllm"):
+        from kvstab.empirical.vllm_driver import VllmUnavailable, load_vllm
+
+        try:
+            load_vllm()
+            scheduler = "vllm"
+        except VllmUnavailable as exc:
+            if scheduler == "vllm":
+                raise
+            print(f"kvstab serve: {exc}; batching with kvstab's vllm-v1 model instead", file=sys.stderr)
+            scheduler = "model"
     cfg = EmulatorConfig(
         vllm=vllm, bbar=args.bbar, batch_time=args.batch_time, speedup=args.speedup, model=args.model,
-        honour_min_tokens=not args.ignore_min_tokens, eos_after=args.eos_after,
+        honour_min_tokens=not args.ignore_min_tokens, eos_after=args.eos_after, scheduler=scheduler,
     )
     print(
-        f"kvstab serve: emulating vllm-v1 with M={vllm.M} tokens ({vllm.num_blocks} blocks of {vllm.block_size}), "
+        f"kvstab serve: emulating vLLM ({'its own scheduler' if scheduler == 'vllm' else 'kvstab vllm-v1 model'}) with M={vllm.M} tokens ({vllm.num_blocks} blocks of {vllm.block_size}), "
         f"budget {vllm.max_num_batched_tokens}, b̄={args.bbar} s / speedup {args.speedup} on http://{args.host}:{args.port}",
         file=sys.stderr,
     )
@@ -281,6 +293,9 @@ def register(subparsers: Any) -> None:
                    help="a,b,c,d: step = a + b·prefill + c·decode + d·kv_attended seconds (kvstab empirical's fit)")
     s.add_argument("--speedup", type=_speedup, default=1.0, help="run this many times faster than real time")
     s.add_argument("--model", default="kvstab-emulator", help="model name served (default kvstab-emulator)")
+    s.add_argument("--scheduler", choices=("auto", "model", "vllm"), default="auto",
+                   help="batching: vLLM's own scheduler (vllm, needs scripts/install-vllm.sh), kvstab's vllm-v1 model, "
+                   "or auto: vLLM's when installed (default auto)")
     s.add_argument("--eos-after", type=positive_int, default=16, help="emulated EOS position when allowed (default 16)")
     s.add_argument("--ignore-min-tokens", action="store_true",
                    help="rehearse a server that ignores min_tokens and ignore_eos")

@@ -22,6 +22,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -31,10 +32,9 @@ from kvstab.empirical.semantics import VllmEngine
 from kvstab.errors import InvalidArgument
 from kvstab.model import PAPER_BBAR, tokens_held
 from kvstab.schedulers.vllm_v1 import SCHEDULER
-from kvstab.simulator import SlotRecord
 from kvstab.validation import positive_float
 
-__all__ = ["EmulatorConfig", "Emulator", "LiveRequest", "GroundTruth"]
+__all__ = ["EmulatorConfig", "Emulator", "LiveRequest", "GroundTruth", "Backend", "ModelBackend", "StepOutcome"]
 
 #: vLLM's buckets (``vllm/v1/metrics/loggers.py``) for the histograms the harness reads
 _ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0)
@@ -54,10 +54,15 @@ class EmulatorConfig:
         default=True, metadata={"help": "False emulates a server that ignores min_tokens and ignore_eos"}
     )
     eos_after: int = field(default=16, metadata={"help": "where the emulated model emits EOS when allowed to stop"})
+    scheduler: str = field(
+        default="model", metadata={"help": "'model': kvstab's vllm-v1 rule; 'vllm': vLLM's own scheduler (vLLM extra)"}
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bbar", positive_float("b̄", self.bbar, maximum=3600.0))
         object.__setattr__(self, "speedup", positive_float("speedup", self.speedup, maximum=1e6))
+        if self.scheduler not in ("model", "vllm"):
+            raise InvalidArgument(f"scheduler must be 'model' or 'vllm', got {self.scheduler!r}")
         if self.eos_after < 1:
             raise InvalidArgument(f"eos_after must be >= 1, got {self.eos_after}")
 
@@ -109,13 +114,97 @@ class GroundTruth:
         return sum(1 for t in self.completion_times if start <= t <= end) / (end - start)
 
 
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """What one engine step did, in the terms the metrics need."""
+
+    completed: tuple[int, ...]
+    preempted: int
+    tokens: int
+    composition: dict[str, int]  # kvstab.empirical.replay.composition of the step
+    running: int
+    waiting: int
+    kv_tokens: int  # KV held after the step (blocks × B)
+
+
+class Backend(Protocol):
+    """The scheduler behind the emulator: kvstab's ``vllm-v1`` model or vLLM's own."""
+
+    name: str
+
+    def arrive(self, s: int, o: int) -> int: ...
+    def step(self) -> StepOutcome: ...
+    def emitted(self, rid: int) -> int: ...
+    def abort(self, rid: int) -> None: ...
+    @property
+    def idle(self) -> bool: ...
+    @property
+    def waiting(self) -> int: ...
+
+
+class ModelBackend:
+    """kvstab's ``vllm-v1`` rule in :class:`~kvstab.empirical.semantics.VllmEngine` (vLLM's request lifecycle)."""
+
+    name = "vllm-v1 model"
+
+    def __init__(self, config: ReplayConfig) -> None:
+        self.block = config.block_size
+        self.engine = VllmEngine(SCHEDULER, config.params())
+
+    def arrive(self, s: int, o: int) -> int:
+        return self.engine.arrive(s, o)
+
+    @property
+    def idle(self) -> bool:
+        return self.engine.idle
+
+    @property
+    def waiting(self) -> int:
+        return len(self.engine.waiting)
+
+    def step(self) -> StepOutcome:
+        eng = self.engine
+        before = {r.rid: (r.progress, r.s) for r in eng.active}
+        rec = eng.step()
+        worked = list(eng.active) + [eng.requests[i] for i in rec.completed]
+        work: list[tuple[int, int, bool]] = []
+        for r in worked:
+            p0, s0 = before.get(r.rid, (0, r.s))
+            if r.progress > p0:
+                work.append((p0, r.progress - p0, p0 < s0))
+        # after the step's releases, as vLLM reports its pool between steps
+        held = sum(int(tokens_held(r.progress, self.block)) for r in eng.active)
+        return StepOutcome(rec.completed, len(rec.preempted), rec.tokens, composition(work), len(eng.active),
+                           len(eng.waiting), held)
+
+    def emitted(self, rid: int) -> int:
+        """Output tokens produced so far (see ``kvstab.empirical.semantics``)."""
+        r = self.engine.requests[rid]
+        folded = r.s - self.engine.vllm_s[rid]  # outputs recomputed as prompt after a preemption
+        return folded + (r.progress - r.s + 1 if r.progress >= r.s else 0)
+
+    def abort(self, rid: int) -> None:
+        r = self.engine.requests[rid]
+        # the engine charges memory from its running list each step, so leaving the lists is freeing
+        if r in self.engine.waiting:
+            self.engine.waiting.remove(r)
+        elif r in self.engine.active:
+            self.engine.active.remove(r)
+
+
 class Emulator:
     """Steps a ``vllm-v1`` engine in real time and exposes vLLM's metrics (see the module docstring)."""
 
-    def __init__(self, config: EmulatorConfig, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self, config: EmulatorConfig, clock: Callable[[], float] = time.perf_counter, backend: Backend | None = None
+    ) -> None:
         self.config = config
         self.clock = clock
-        self.engine = VllmEngine(SCHEDULER, config.vllm.params())
+        if backend is None and config.scheduler == "vllm":
+            from kvstab.live.vllm_backend import VllmBackend
+
+            backend = VllmBackend(config.vllm, config.max_model_len)
+        self.backend: Backend = backend if backend is not None else ModelBackend(config.vllm)
         self.live: dict[int, LiveRequest] = {}
         self.truth = GroundTruth(M=config.vllm.M, block_size=config.vllm.block_size, num_blocks=config.vllm.num_blocks)
         self._wake: asyncio.Event | None = None
@@ -163,31 +252,18 @@ class Emulator:
                 f"this model's maximum context length is {self.config.max_model_len} tokens; the request has "
                 f"{s} prompt tokens and max_tokens={o}"
             )
-        rid = self.engine.arrive(s, o)
+        rid = self.backend.arrive(s, o)
         req = LiveRequest(rid=rid, s=s, o=o, arrived=self.clock())
         self.live[rid] = req
-        self.m_waiting.set(len(self.engine.waiting))
+        self.m_waiting.set(self.backend.waiting)
         if self._wake is not None:
             self._wake.set()
         return req
 
     def abort(self, rid: int) -> None:
         """Drop a request whose client went away (vLLM aborts it and frees its blocks)."""
-        req = self.live.pop(rid, None)
-        if req is None:
-            return
-        r = self.engine.requests[rid]
-        # the engine charges memory from its running list each step, so leaving the lists is freeing
-        if r in self.engine.waiting:
-            self.engine.waiting.remove(r)
-        elif r in self.engine.active:
-            self.engine.active.remove(r)
-
-    def emitted(self, rid: int) -> int:
-        """Output tokens request ``rid`` has produced so far (vLLM's lifecycle, see ``kvstab.empirical.semantics``)."""
-        r = self.engine.requests[rid]
-        folded = r.s - self.engine.vllm_s[rid]  # outputs recomputed as prompt after a preemption
-        return folded + (r.progress - r.s + 1 if r.progress >= r.s else 0)
+        if self.live.pop(rid, None) is not None:
+            self.backend.abort(rid)
 
     def step_seconds(self, work: dict[str, int]) -> float:
         """Emulated duration of a step of this composition (before ``speedup``)."""
@@ -202,52 +278,42 @@ class Emulator:
         """Step while there is work; sleep until a request arrives otherwise.  Runs until cancelled."""
         self._wake = asyncio.Event()
         while True:
-            if self.engine.idle:
+            if self.backend.idle:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             t0 = self.clock()
-            before = {r.rid: (r.progress, r.s) for r in self.engine.active}
-            rec = self.engine.step()
-            worked = list(self.engine.active) + [self.engine.requests[i] for i in rec.completed]
-            work: list[tuple[int, int, bool]] = []
-            for r in worked:
-                p0, s0 = before.get(r.rid, (0, r.s))
-                if r.progress > p0:
-                    work.append((p0, r.progress - p0, p0 < s0))
-            comp = composition(work)
-            wait = self.step_seconds(comp) / self.config.speedup - (self.clock() - t0)
+            out = self.backend.step()
+            wait = self.step_seconds(out.composition) / self.config.speedup - (self.clock() - t0)
             if wait > 0:
                 await asyncio.sleep(wait)
             else:
                 await asyncio.sleep(0)  # let the server answer even when steps overrun
             end = self.clock()
-            self._record(rec, comp, t0, end)
-            self._deliver(rec.completed, end)
+            self._record(out, t0, end)
+            self._deliver(out.completed, end)
 
-    def _record(self, rec: SlotRecord, comp: dict[str, int], t0: float, end: float) -> None:
+    def _record(self, out: StepOutcome, t0: float, end: float) -> None:
         t = self.truth
         t.steps += 1
         t.busy_s += end - t0
         t.step_ends.append(end)
         t.step_durations.append(end - t0)
-        t.preemptions += len(rec.preempted)
+        t.preemptions += out.preempted
         self.m_step.observe(end - t0)
-        self.m_iter.observe(rec.tokens)
-        self.m_prompt.inc(comp["prefill_tokens"])
-        self.m_gen.inc(comp["decode_tokens"])
-        if rec.preempted:
-            self.m_preempt.inc(len(rec.preempted))
-        self.m_running.set(len(self.engine.active))
-        self.m_waiting.set(len(self.engine.waiting))
-        # after the step's releases, as vLLM reports the pool between steps
-        held = sum(int(tokens_held(r.progress, self.config.vllm.block_size)) for r in self.engine.active)
-        self.m_kv.set(held / self.config.vllm.M)
+        self.m_iter.observe(out.tokens)
+        self.m_prompt.inc(out.composition["prefill_tokens"])
+        self.m_gen.inc(out.composition["decode_tokens"])
+        if out.preempted:
+            self.m_preempt.inc(out.preempted)
+        self.m_running.set(out.running)
+        self.m_waiting.set(out.waiting)
+        self.m_kv.set(out.kv_tokens / self.config.vllm.M)
 
     def _deliver(self, completed: tuple[int, ...], now: float) -> None:
         done = set(completed)
         for rid, req in list(self.live.items()):
-            n = self.emitted(rid) if rid not in done else req.o
+            n = self.backend.emitted(rid) if rid not in done else req.o
             if n > req.sent:
                 if req.sent > 0:
                     self.m_itl.observe(now - req.last_token_at)
