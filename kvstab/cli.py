@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "kvstab.proofs.cli",
     "kvstab.empirical.cli",
     "kvstab.audit.cli",
+    "kvstab.live.cli",
 )
 
 

@@ -1,15 +1,35 @@
 """Loaders for request traces: lengths ``(s, o)`` and, where recorded, arrival times.
 
-Formats (detected from the header line):
+The format is detected from the columns (CSV header) or the keys of the first
+object (JSON Lines); a file whose first non-blank character is ``{`` (or whose
+name ends in ``.jsonl``) is read as JSON Lines, anything else as CSV:
 
-* Azure LLM inference traces: ``TIMESTAMP,ContextTokens,GeneratedTokens``
-  (``s`` = ContextTokens, ``o`` = GeneratedTokens, arrival = TIMESTAMP);
-* vidur / sarathi-serve length stats: ``num_prefill_tokens,num_decode_tokens,…``;
-* generic CSV or JSONL with columns named ``s`` and ``o`` (or ``prompt_len`` /
-  ``output_len``) and optionally ``arrival`` (seconds).
+=============  ==========================================  =========================  ======================
+format         s, o columns                                arrival column             arrival unit
+=============  ==========================================  =========================  ======================
+``azure``      ``ContextTokens``, ``GeneratedTokens``      ``TIMESTAMP``              date-time (see below)
+``burstgpt``   ``Request tokens``, ``Response tokens``     ``Timestamp``              seconds
+``mooncake``   ``input_length``, ``output_length``         ``timestamp``              milliseconds
+``vidur``      ``num_prefill_tokens``, ``num_decode_…``    none
+``generic``    ``s``, ``o``                                ``arrival`` (optional)     seconds
+``generic-…``  ``prompt_len``, ``output_len``              ``arrival`` (optional)     seconds
+=============  ==========================================  =========================  ======================
 
-Every row must parse: a bad row is an error naming the file, the line and the
-reason; nothing is skipped silently.
+* Azure LLM inference traces, both releases: 2023 (Splitwise,
+  ``2023-11-16 18:17:03.9799600``, no zone) and 2024 (DynamoLLM, one week,
+  ``2024-05-10 00:00:00.009930+00:00``).  A time without a zone is read as UTC:
+  only differences matter, and UTC has no daylight-saving jumps.
+* BurstGPT (``Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type``):
+  its files with failures mark a failed request with 0 tokens, which is refused
+  with a pointer to the ``*_without_fails_*`` files.
+* Mooncake (FAST'25) JSON Lines: ``timestamp`` (ms), ``input_length``,
+  ``output_length``, ``hash_ids`` (prefix-cache blocks; not used: kvstab's
+  model has no prefix caching).
+
+Every row must parse: a bad row is an error naming the file, the line, the
+column and the value; nothing is skipped silently.  Lengths are checked with
+:mod:`kvstab.validation` (integers in ``[1, MAX_TOKENS]``), arrivals must be
+finite non-negative numbers (``nan``, ``inf`` or ``true`` are refused).
 """
 
 from __future__ import annotations
@@ -19,26 +39,44 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import numpy as np
 import numpy.typing as npt
 
-from kvstab.errors import TraceError
+from kvstab import validation
+from kvstab.errors import InvalidArgument, TraceError
 
-__all__ = ["Trace", "load_trace", "TRACE_FORMATS"]
+__all__ = ["Trace", "load_trace", "TRACE_FORMATS", "ARRIVAL_UNITS", "MAX_ARRIVAL_S"]
 
 IntArray = npt.NDArray[np.int64]
 
-#: column names (s, o, arrival) of each known format
+#: column names (s, o, arrival) of each known format, tried in this order
 TRACE_FORMATS: dict[str, tuple[str, str, str | None]] = {
     "azure": ("ContextTokens", "GeneratedTokens", "TIMESTAMP"),
+    "burstgpt": ("Request tokens", "Response tokens", "Timestamp"),
+    "mooncake": ("input_length", "output_length", "timestamp"),
     "vidur": ("num_prefill_tokens", "num_decode_tokens", None),
     "generic": ("s", "o", "arrival"),
     "generic-long": ("prompt_len", "output_len", "arrival"),
 }
 
-_TS = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?$")
+#: seconds per unit of each format's arrival column (``None``: a date-time string)
+ARRIVAL_UNITS: dict[str, float | None] = {
+    "azure": None,
+    "burstgpt": 1.0,
+    "mooncake": 1e-3,
+    "generic": 1.0,
+    "generic-long": 1.0,
+}
+
+#: the largest arrival time accepted, in seconds (about 31,700 years: far beyond
+#: any trace, small enough that arrival slots stay exact integers)
+MAX_ARRIVAL_S = 1e12
+
+_TS = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s*(Z|[+-]\d{2}:?\d{2})?$"
+)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -56,35 +94,52 @@ class Trace:
         return int(self.s.size)
 
 
-def _timestamp(text: str) -> float:
-    m = _TS.match(text.strip())
+def _timestamp(text: object) -> float:
+    """Seconds since the epoch of an Azure ``TIMESTAMP`` (2023: naive, 7 digits; 2024: ``+00:00``)."""
+    m = _TS.match(str(text).strip())
     if not m:
-        raise ValueError(f"timestamp {text!r} is not 'YYYY-MM-DD HH:MM:SS[.fraction]'")
-    y, mo, d, h, mi, sec, frac = m.groups()
-    base = datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec)).timestamp()
+        raise ValueError(f"timestamp {text!r} is not 'YYYY-MM-DD HH:MM:SS[.fraction][+HH:MM]'")
+    y, mo, d, h, mi, sec, frac, zone = m.groups()
+    tz: timezone = UTC
+    if zone and zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
+    try:
+        base = datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec), tzinfo=tz).timestamp()
+    except ValueError as exc:
+        raise ValueError(f"timestamp {text!r} is not a valid date-time ({exc})") from None
+    # datetime keeps microseconds only; the 2023 files carry 7 digits, so add the fraction ourselves
     return base + (float("0." + frac) if frac else 0.0)
 
 
-def _length(text: object, column: str) -> int:
-    if isinstance(text, bool):
-        raise ValueError(f"{column}={text!r} is not a positive integer")
-    if isinstance(text, int):
-        v = text
-    else:
-        t = str(text).strip()
-        try:
-            v = int(t)
-        except ValueError:
-            try:
-                f = float(t)
-            except ValueError:
-                raise ValueError(f"{column}={t!r} is not a positive integer") from None
-            if not f.is_integer():
-                raise ValueError(f"{column}={t!r} is not an integer") from None
-            v = int(f)
-    if v < 1:
-        raise ValueError(f"{column}={v} must be >= 1")
-    return v
+def _length(value: object, column: str, fmt: str) -> int:
+    try:
+        n = validation.positive_int(column, value, maximum=2**64)
+    except InvalidArgument as exc:
+        if "too large" in str(exc):
+            raise ValueError(f"{column}={value!r} is larger than {validation.MAX_TOKENS}, the most kvstab accepts") from None
+        hint = ""
+        if fmt == "burstgpt" and str(value).strip() == "0":
+            # BurstGPT_*.csv records failed requests with 0 tokens
+            hint = "; BurstGPT marks failed requests with 0 tokens: use the BurstGPT_without_fails_*.csv files"
+        raise ValueError(f"{column}={value!r} is not a positive integer{hint}") from None
+    if n > validation.MAX_TOKENS:
+        raise ValueError(f"{column}={value!r} is larger than {validation.MAX_TOKENS}, the most kvstab accepts")
+    return n
+
+
+def _arrival(value: object, column: str, fmt: str) -> float:
+    unit = ARRIVAL_UNITS[fmt]
+    if unit is None:
+        return _timestamp(value)
+    try:
+        seconds = validation.nonneg_float(column, value) * unit
+    except InvalidArgument as exc:
+        raise ValueError(str(exc)) from None
+    if seconds > MAX_ARRIVAL_S:
+        raise ValueError(f"{column}={value!r} is {seconds:g} s; arrival times must be at most {MAX_ARRIVAL_S:g} s")
+    return seconds
 
 
 def _detect(header: list[str], path: str) -> tuple[str, tuple[str, str, str | None]]:
@@ -93,17 +148,17 @@ def _detect(header: list[str], path: str) -> tuple[str, tuple[str, str, str | No
         if cols[0] in names and cols[1] in names:
             arrival = cols[2] if cols[2] is not None and cols[2] in names else None
             return fmt, (cols[0], cols[1], arrival)
+    shown = sorted(names)
+    listed = ", ".join(repr(n) for n in shown[:8]) + (", …" if len(shown) > 8 else "")
     raise TraceError(
         path,
         1,
-        f"unknown columns {sorted(names)}; expected one of "
+        f"unknown columns [{listed}]; expected one of "
         + "; ".join(f"{k}: {v[0]},{v[1]}" for k, v in TRACE_FORMATS.items()),
     )
 
 
-def _finish(
-    path: str, fmt: str, s: list[int], o: list[int], arr: list[float] | None
-) -> Trace:
+def _finish(path: str, fmt: str, s: list[int], o: list[int], arr: list[float] | None) -> Trace:
     if not s:
         raise TraceError(path, None, "the trace has no rows")
     arrival = None
@@ -118,7 +173,8 @@ def _finish(
 
 
 def _load_csv(path: str) -> Trace:
-    with open(path, newline="", encoding="utf-8") as fh:
+    # utf-8-sig: a byte-order mark (Excel, some Azure downloads) must not become part of the first column's name
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.reader(fh)
         try:
             header = next(reader)
@@ -138,10 +194,10 @@ def _load_csv(path: str) -> Trace:
             if len(row) != len(header):
                 raise TraceError(path, line, f"{len(row)} fields, the header has {len(header)}")
             try:
-                s.append(_length(row[i_s], cs))
-                o.append(_length(row[i_o], co))
-                if arr is not None and i_a is not None:
-                    arr.append(_timestamp(row[i_a]) if fmt == "azure" else float(row[i_a]))
+                s.append(_length(row[i_s], cs, fmt))
+                o.append(_length(row[i_o], co, fmt))
+                if arr is not None and i_a is not None and ca is not None:
+                    arr.append(_arrival(row[i_a], ca, fmt))
             except ValueError as exc:
                 raise TraceError(path, line, str(exc)) from None
     return _finish(path, fmt, s, o, arr)
@@ -153,7 +209,7 @@ def _load_jsonl(path: str) -> Trace:
     arr: list[float] = []
     cols: tuple[str, str, str | None] | None = None
     fmt = "generic"
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8-sig") as fh:
         for line, text in enumerate(fh, start=1):
             if not text.strip():
                 raise TraceError(path, line, "empty line")
@@ -161,6 +217,8 @@ def _load_jsonl(path: str) -> Trace:
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise TraceError(path, line, f"not JSON ({exc.msg})") from None
+            except RecursionError:
+                raise TraceError(path, line, "not JSON (nested too deeply)") from None
             if not isinstance(obj, dict):
                 raise TraceError(path, line, "each line must be a JSON object")
             if cols is None:
@@ -169,27 +227,48 @@ def _load_jsonl(path: str) -> Trace:
             try:
                 if cs not in obj or co not in obj:
                     raise ValueError(f"missing field {cs!r} or {co!r}")
-                s.append(_length(obj[cs], cs))
-                o.append(_length(obj[co], co))
+                s.append(_length(obj[cs], cs, fmt))
+                o.append(_length(obj[co], co, fmt))
                 if ca is not None:
                     if ca not in obj:
                         raise ValueError(f"missing field {ca!r}")
-                    arr.append(float(obj[ca]))
+                    arr.append(_arrival(obj[ca], ca, fmt))
             except (ValueError, TypeError) as exc:
                 raise TraceError(path, line, str(exc)) from None
     return _finish(path, fmt, s, o, arr if cols is not None and cols[2] is not None else None)
 
 
+def _is_jsonl(path: str) -> bool:
+    """JSON Lines by name, or by content: the first non-blank character is ``{``."""
+    if path.endswith(".jsonl"):
+        return True
+    with open(path, "rb") as fh:
+        head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head.startswith(b"{")
+
+
 def load_trace(path: str | os.PathLike[str]) -> Trace:
-    """Load a trace file (CSV, or JSONL when the name ends in ``.jsonl``)."""
+    """Load a trace file in any format of :data:`TRACE_FORMATS` (detected from its columns).
+
+    Raises :class:`~kvstab.errors.TraceError` (one line: file, line, reason)
+    for a missing, unreadable or malformed file.
+    """
     p = os.fspath(path)
-    if not os.path.isfile(p):
+    if os.path.isdir(p):
+        raise TraceError(p, None, "is a directory; give a trace file (CSV or JSON Lines) inside it")
+    if not os.path.exists(p):
         raise TraceError(p, None, "no such file")
+    if not os.path.isfile(p):
+        raise TraceError(p, None, "is not a regular file; give a trace file (CSV or JSON Lines)")
     try:
-        if p.endswith(".jsonl"):
+        if _is_jsonl(p):
             return _load_jsonl(p)
         return _load_csv(p)
+    except PermissionError:
+        raise TraceError(p, None, "permission denied: the file cannot be read by this user") from None
     except UnicodeDecodeError as exc:
         raise TraceError(p, None, f"not UTF-8 text ({exc.reason})") from None
     except csv.Error as exc:
         raise TraceError(p, None, f"malformed CSV ({exc})") from None
+    except OSError as exc:
+        raise TraceError(p, None, f"cannot be read ({exc.strerror or exc})") from None

@@ -1,0 +1,14 @@
+"""``kvstab.live``: measure a running OpenAI-compatible server against ``μ``.
+
+* :mod:`~kvstab.live.emulator` and :mod:`~kvstab.live.server` — ``kvstab serve
+  --emulate``, a server whose batching is kvstab's ``vllm-v1`` model, with vLLM's
+  metric names;
+* :mod:`~kvstab.live.bench` — ``kvstab bench``, the load generator;
+* :mod:`~kvstab.live.scrape` — reading ``/metrics`` (M, b̄, queue slope, KV use);
+* :mod:`~kvstab.live.formats` — ``vllm bench serve`` and AIPerf results in,
+  llm-d benchmark reports out.
+
+aiohttp and prometheus_client are imported only here.
+"""
+
+__all__ = ["emulator", "server", "bench", "scrape", "formats"]

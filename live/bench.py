@@ -1,0 +1,404 @@
+"""``kvstab bench``: load an OpenAI-compatible server and compare its saturated rate with ``μ``.
+
+One run per offered rate: requests with exact lengths (prompt as token ids on
+``/v1/completions``, or text calibrated with ``/tokenize`` on
+``/v1/chat/completions``; ``max_tokens = min_tokens = o`` and ``ignore_eos``)
+arrive by a Poisson process or at a trace's own times, until ``max_requests``
+have been sent or ``duration`` seconds have passed; the run then stops (an
+overloaded server never drains, and is not waited for).  ``/metrics`` is
+scraped every ``scrape_interval`` seconds.
+
+The steady-state window is the run after its first ``warmup`` fraction;
+throughput there is completions per second (batch means over equal bins give
+its interval), and ``μ = M/(b̄·E[g])`` comes from :func:`kvstab.theory.stability_report`
+with ``M`` and ``b̄`` measured by the scrapes (:mod:`kvstab.live.scrape`) and
+``E[g]`` from the workload that was sent.
+
+Errors that make the measurement meaningless — the URL does not answer, the
+server is not OpenAI-compatible, it returns fewer tokens than ``min_tokens``
+— end the run with one line (:class:`BenchError`), and what was measured up
+to then is kept in the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from kvstab.errors import InvalidArgument, KvstabError
+from kvstab.live.scrape import MetricsUnavailable, Snapshot, parse_metrics, server_estimates
+from kvstab.metrics import batch_means
+from kvstab.model import ModelParams
+from kvstab.traces import Trace
+from kvstab.workload import Workload
+
+__all__ = ["BenchConfig", "BenchError", "RequestRecord", "RunResult", "run_bench", "Schedule", "poisson_schedule",
+           "trace_schedule"]
+
+
+#: the error of a request still in flight when the run ended (not a failure: the run stops an overloaded server)
+UNFINISHED = "unfinished at the end of the run"
+
+
+class BenchError(KvstabError):
+    """The server cannot be measured (unreachable, not OpenAI-compatible, ignores ``min_tokens``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """Requests to send: offsets in seconds from the start, and lengths (vLLM's terms: ``o = max_tokens``)."""
+
+    t: np.ndarray
+    s: np.ndarray
+    o: np.ndarray
+    rate: float | None  # the offered rate, None for a trace's own times
+
+
+def poisson_schedule(workload: Workload, rate: float, n: int, seed: int) -> Schedule:
+    """``n`` requests of ``workload`` with exponential gaps of mean ``1/rate``."""
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(1.0 / rate, size=n))
+    s, o = workload.sample(rng, n)
+    return Schedule(t, np.asarray(s), np.asarray(o), rate)
+
+
+def trace_schedule(trace: Trace, time_scale: float, n: int) -> Schedule:
+    """The first ``n`` rows of ``trace`` at their own times (× ``time_scale``)."""
+    if trace.arrival is None:
+        raise InvalidArgument(f"trace {trace.path} records no arrival times; give --rate for Poisson arrivals")
+    k = min(n, len(trace))
+    return Schedule(trace.arrival[:k] * time_scale, trace.s[:k], trace.o[:k], None)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    """How to load the server."""
+
+    url: str
+    api: str = "completions"  # or "chat"
+    model: str | None = None  # None: the first of /v1/models
+    stream: bool = True
+    duration: float = 60.0
+    warmup: float = 0.25
+    scrape_interval: float = 0.5
+    timeout: float = 10.0  # connecting and each response's first byte
+    chunk: int = 512  # ŝ for μ (vLLM: max_num_batched_tokens), not in /metrics
+    seed: int = 0
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request as the client saw it (seconds from the run's start)."""
+
+    s: int
+    o: int
+    sent: float
+    first_token: float | None = None
+    done: float | None = None
+    tokens: int = 0
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class RunResult:
+    """One run (one offered rate): what was sent, what came back, the scrapes and the verdict numbers."""
+
+    rate: float | None
+    origin: float = 0.0  # time.perf_counter() at the run's start: record times are seconds after it
+    records: list[RequestRecord] = field(default_factory=list)
+    snapshots: list[Snapshot] = field(default_factory=list)
+    elapsed: float = 0.0
+    stopped_by: str = "duration"
+    error: str | None = None
+    metrics_error: str | None = None
+
+    def summary(self, workload: Workload, cfg: BenchConfig, *, M: int | None = None, bbar: float | None = None) -> dict[str, Any]:
+        """The run's figures (kvstab's JSON); ``M``/``bbar`` override what the scrapes measured."""
+        from kvstab.theory import stability_report
+
+        start = self.elapsed * cfg.warmup
+        done = np.array([r.done for r in self.records if r.done is not None and r.error is None], dtype=float)
+        out: dict[str, Any] = {
+            "offered_rate_per_s": self.rate,
+            "elapsed_s": self.elapsed,
+            "stopped_by": self.stopped_by,
+            "error": self.error,
+            "sent": len(self.records),
+            "completed": int(done.size),
+            "failed": sum(1 for r in self.records if r.error is not None and r.error != UNFINISHED),
+            "unfinished": sum(1 for r in self.records if r.error == UNFINISHED),
+            "warmup_fraction": cfg.warmup,
+            "window_s": [start, self.elapsed],
+        }
+        thr = None
+        if self.elapsed - start > 0 and done.size:
+            bins = 20
+            edges = np.linspace(start, self.elapsed, bins + 1)
+            counts, _ = np.histogram(done, bins=edges)
+            width = (self.elapsed - start) / bins
+            est = batch_means(counts / width, batches=bins)
+            thr = est.value
+            out["throughput_per_s"] = est.value
+            out["throughput_per_s_ci95"] = [est.low, est.high]
+        ttft = [r.first_token - r.sent for r in self.records if r.first_token is not None]
+        out["mean_ttft_s"] = float(np.mean(ttft)) if ttft else None
+        server: dict[str, Any] = {"metrics_error": self.metrics_error}
+        win = [s for s in self.snapshots if s.t >= start]
+        if len(win) >= 2:
+            est_s = server_estimates(win)
+            server.update(
+                M=est_s.M, block_size=est_s.block_size, num_gpu_blocks=est_s.num_gpu_blocks,
+                bbar_steps_s=est_s.bbar_steps_s, bbar_itl_s=est_s.bbar_itl_s, steps=est_s.steps,
+                mean_step_tokens=est_s.mean_step_tokens, queue_slope_per_s=est_s.queue_slope_per_s,
+                queue_slope_per_s_ci95=list(est_s.queue_slope_ci95) if est_s.queue_slope_ci95 else None,
+                kv_utilisation=est_s.kv_utilisation, preemptions=est_s.preemptions, scrapes=est_s.scrapes,
+            )
+            M = M if M is not None else est_s.M
+            bbar = bbar if bbar is not None else est_s.bbar_s
+        elif self.metrics_error is None:
+            server["metrics_error"] = f"only {len(win)} scrape(s) in the window; lengthen the run"
+        out["server"] = server
+        out["M"], out["bbar_s"] = M, bbar
+        if M is not None and bbar is not None and bbar > 0:
+            block = server.get("block_size") or 1
+            params = ModelParams(M=M, chunk=cfg.chunk, block=min(block, M))
+            rep = stability_report(workload, params, bbar)
+            out["E_g_tokens_slots"] = rep.E_g
+            out["mu_per_s"] = rep.mu_per_s
+            out["measured_over_mu"] = thr / rep.mu_per_s if thr is not None else None
+        else:
+            out["mu_per_s"] = None
+            out["measured_over_mu"] = None
+            out["mu_missing"] = "μ needs M and b̄: /metrics did not give them; pass --M and --bbar"
+        return out
+
+
+def _prompt_ids(rng: np.random.Generator, s: int) -> list[int]:
+    # random ids: identical prompts would hit vLLM's prefix cache, which kvstab's model does not have
+    return [int(x) for x in rng.integers(1000, 20000, size=s)]
+
+
+class _Client:
+    def __init__(self, cfg: BenchConfig, session: aiohttp.ClientSession) -> None:
+        self.cfg = cfg
+        self.session = session
+        self.base = cfg.url.rstrip("/")
+        self.model = cfg.model or ""
+        self._word_tokens: float | None = None
+
+    async def preflight(self) -> None:
+        """The server answers, speaks OpenAI's API, and names a model."""
+        try:
+            async with self.session.get(f"{self.base}/v1/models") as r:
+                text = await r.text()
+                status = r.status
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise BenchError(f"cannot reach {self.base}: {exc.__class__.__name__}: {exc}") from None
+        try:
+            data = json.loads(text)
+            ids = [m["id"] for m in data["data"]]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise BenchError(
+                f"{self.base} is not an OpenAI-compatible server: GET /v1/models answered {status} "
+                f"without a model list"
+            ) from None
+        if not ids:
+            raise BenchError(f"{self.base}/v1/models lists no model")
+        if not self.model:
+            self.model = ids[0]
+
+    async def scrape(self, t: float) -> Snapshot:
+        try:
+            async with self.session.get(f"{self.base}/metrics") as r:
+                if r.status != 200:
+                    raise MetricsUnavailable(f"GET /metrics answered {r.status}")
+                text = await r.text()
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise MetricsUnavailable(f"GET /metrics failed ({exc.__class__.__name__})") from None
+        return parse_metrics(text, t)
+
+    async def chat_text(self, s: int) -> str:
+        """Text of exactly ``s`` tokens by the server's tokenizer (``/tokenize``)."""
+        async def count(k: int) -> int:
+            body = {"model": self.model, "messages": [{"role": "user", "content": " ".join(["hello"] * k)}]}
+            async with self.session.post(f"{self.base}/tokenize", json=body) as r:
+                if r.status != 200:
+                    raise BenchError(f"{self.base}/tokenize answered {r.status}: cannot calibrate text prompts")
+                return int((await r.json())["count"])
+
+        k = s
+        for _ in range(6):
+            n = await count(k)
+            if n == s:
+                return " ".join(["hello"] * k)
+            k = max(1, k - (n - s))
+        raise BenchError(f"cannot build a chat prompt of exactly {s} tokens with the server's tokenizer")
+
+    async def send(self, rec: RequestRecord, rng: np.random.Generator, t0: float) -> None:
+        cfg = self.cfg
+        body: dict[str, Any] = {
+            "model": self.model, "max_tokens": rec.o, "min_tokens": rec.o, "ignore_eos": True,
+            "stream": cfg.stream, "temperature": 0.0,
+        }
+        if cfg.api == "chat":
+            body["messages"] = [{"role": "user", "content": await self.chat_text(rec.s)}]
+            path = "/v1/chat/completions"
+        else:
+            body["prompt"] = _prompt_ids(rng, rec.s)
+            path = "/v1/completions"
+        if cfg.stream:
+            body["stream_options"] = {"include_usage": True}
+        try:
+            async with self.session.post(self.base + path, json=body) as r:
+                if r.status != 200:
+                    rec.error = f"HTTP {r.status}: {(await r.text())[:200]}"
+                    return
+                if cfg.stream:
+                    await self._read_stream(r, rec, t0)
+                else:
+                    data = await r.json()
+                    rec.first_token = rec.done = time.perf_counter() - t0
+                    rec.tokens = int(data["usage"]["completion_tokens"])
+        except (TimeoutError, aiohttp.ClientError, OSError, KeyError, TypeError, ValueError) as exc:
+            rec.error = f"{exc.__class__.__name__}: {exc}"[:200]
+
+    async def _read_stream(self, r: aiohttp.ClientResponse, rec: RequestRecord, t0: float) -> None:
+        usage_tokens: int | None = None
+        chunks = 0
+        async for raw in r.content:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                break
+            event = json.loads(payload)
+            if event.get("usage"):
+                usage_tokens = int(event["usage"]["completion_tokens"])
+            if event.get("choices"):
+                if rec.first_token is None:
+                    rec.first_token = time.perf_counter() - t0
+                chunks += 1
+        rec.done = time.perf_counter() - t0
+        # servers batch tokens into chunks; the usage chunk is the count, the chunk count a lower bound
+        rec.tokens = usage_tokens if usage_tokens is not None else chunks
+
+
+async def run_bench(
+    cfg: BenchConfig,
+    schedule: Schedule,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> RunResult:
+    """Send ``schedule`` to the server; returns what was measured even when the run ends early."""
+    res = RunResult(rate=schedule.rate)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.timeout, sock_read=max(cfg.timeout, 60.0))
+    stop = stop if stop is not None else asyncio.Event()
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGINT, stop.set)  # Ctrl-C ends the run; what was measured is kept
+        sigint = True
+    except (NotImplementedError, RuntimeError, ValueError):
+        sigint = False
+    connector = aiohttp.TCPConnector(limit=0)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            client = _Client(cfg, session)
+            await client.preflight()
+            t0 = res.origin = time.perf_counter()
+            rng = np.random.default_rng(cfg.seed)
+            tasks: set[asyncio.Task[None]] = set()
+            checked = asyncio.Event()
+
+            async def scraper() -> None:
+                while True:
+                    try:
+                        res.snapshots.append(await client.scrape(time.perf_counter() - t0))
+                    except MetricsUnavailable as exc:
+                        res.metrics_error = str(exc)
+                        return
+                    await asyncio.sleep(cfg.scrape_interval)
+
+            async def one(rec: RequestRecord) -> None:
+                await client.send(rec, rng, t0)
+                if rec.error is None and rec.tokens != rec.o and res.error is None:
+                    res.error = (
+                        f"the server returned {rec.tokens} tokens for max_tokens = min_tokens = {rec.o} with "
+                        "ignore_eos: it does not honour min_tokens/ignore_eos, so output lengths are not controlled"
+                    )
+                    stop.set()
+                elif rec.error is None:
+                    checked.set()
+                if progress is not None:
+                    progress(sum(1 for r in res.records if r.done is not None), len(schedule.t))
+
+            scrape_task = asyncio.create_task(scraper())
+            deadline = cfg.duration
+            res.stopped_by = "requests"
+            for i in range(len(schedule.t)):
+                at = float(schedule.t[i])
+                if at >= deadline:
+                    res.stopped_by = "duration"
+                    break
+                delay = at - (time.perf_counter() - t0)
+                if delay > 0:
+                    try:
+                        await asyncio.wait_for(stop.wait(), timeout=delay)
+                    except TimeoutError:
+                        pass
+                if stop.is_set():
+                    break
+                rec = RequestRecord(int(schedule.s[i]), int(schedule.o[i]), time.perf_counter() - t0)
+                res.records.append(rec)
+                task = asyncio.create_task(one(rec))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            # the run lasts `duration` (an overloaded server never drains), or until every request is back
+            while tasks and not stop.is_set() and time.perf_counter() - t0 < deadline:
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=min(0.05, max(1e-3, deadline - (time.perf_counter() - t0))))
+                except TimeoutError:
+                    pass
+            if res.error is None and stop.is_set():
+                res.stopped_by = "interrupted"
+            elif res.error is not None:
+                res.stopped_by = "error"
+            elif not tasks and res.stopped_by == "requests":
+                res.stopped_by = "all requests done"
+            res.elapsed = time.perf_counter() - t0
+            # a last scrape closes the window
+            if res.metrics_error is None:
+                try:
+                    res.snapshots.append(await client.scrape(res.elapsed))
+                except MetricsUnavailable as exc:
+                    res.metrics_error = str(exc)
+            scrape_task.cancel()
+            for task in list(tasks):
+                task.cancel()
+            await asyncio.gather(scrape_task, *tasks, return_exceptions=True)
+            for r in res.records:
+                if r.done is None and r.error is None:
+                    r.error = UNFINISHED
+    except BenchError as exc:
+        res.error = str(exc)
+        res.stopped_by = "error"
+    finally:
+        if sigint:
+            loop.remove_signal_handler(signal.SIGINT)
+    if res.error is None and res.records and not any(r.error is None and r.done is not None for r in res.records):
+        first = next((r.error for r in res.records if r.error), None)
+        res.error = f"no request completed{f' (first error: {first})' if first else ''}"
+    res.elapsed = res.elapsed or 0.0
+    if math.isnan(res.elapsed):
+        res.elapsed = 0.0
+    return res

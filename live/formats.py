@@ -1,0 +1,230 @@
+"""Benchmark results users already have, in; llm-d benchmark reports, out.
+
+Read (the fields relied on; everything else is ignored):
+
+* ``vllm bench serve --save-result`` JSON: ``request_throughput`` (req/s),
+  ``completed``, ``duration`` (s), and, when present, ``input_lens`` /
+  ``output_lens`` (per request) — the workload whose ``E[g]`` gives ``μ``;
+  ``output_throughput`` and ``total_input_tokens``/``total_output_tokens`` are
+  carried along.
+* AIPerf ``profile_export_aiperf.json``: metric entries holding a stats block
+  (``{"unit": …, "avg": …}``) at the top level (or under ``records`` in older
+  exports): ``request_throughput`` (requests/sec, required), ``request_count``,
+  ``input_sequence_length`` / ``output_sequence_length`` (their ``avg``),
+  ``benchmark_duration``.  AIPerf keeps no per-request lengths here, so ``μ``
+  needs the workload (``--workload``).
+
+Written: the llm-d benchmark report, schema version 0.2
+(``llm-d-benchmark/benchmark_report/schema_v0_2.py``): ``version``, ``run``
+(``uid``, ``time.start/end/duration``), ``scenario.load`` (``metadata``,
+``standardized``: ``tool``, ``tool_version``, ``source``, ``input_seq_len``,
+``output_seq_len``, ``rate_qps``; ``native.args``) and
+``results.request_performance.aggregate`` (``requests``, ``throughput``,
+``latency``); kvstab's own figures (``μ``, ``M``, ``b̄``, queue slope) go under
+``results.observability.kvstab``, the one place the schema leaves open.
+JSON is valid YAML, so the report is written as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from kvstab.errors import InvalidArgument
+from kvstab.workload import Workload
+
+__all__ = ["ExternalResult", "load_result", "llmd_report"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalResult:
+    """Another tool's measured throughput, and the workload it ran when the file records it."""
+
+    tool: str
+    path: str
+    throughput_per_s: float
+    completed: int | None
+    duration_s: float | None
+    workload: Workload | None
+    extra: dict[str, Any]
+
+
+def _number(path: str, name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise InvalidArgument(f"{path}: {name} must be a finite non-negative number, got {value!r}")
+    return float(value)
+
+
+def _vllm(path: str, data: dict[str, Any]) -> ExternalResult:
+    thr = _number(path, "request_throughput", data["request_throughput"])
+    workload = None
+    ins, outs = data.get("input_lens"), data.get("output_lens")
+    if isinstance(ins, list) and isinstance(outs, list) and ins and len(ins) == len(outs):
+        pairs = [(i, o) for i, o in zip(ins, outs) if isinstance(i, int) and isinstance(o, int) and i > 0 and o > 0]
+        if pairs:
+            s, o = np.array(pairs, dtype=np.int64).T
+            workload = Workload.joint(s, o, name=f"lengths of {path}")
+    completed = data.get("completed")
+    duration = data.get("duration")
+    return ExternalResult(
+        tool="vllm bench serve",
+        path=path,
+        throughput_per_s=thr,
+        completed=int(completed) if isinstance(completed, int) else None,
+        duration_s=_number(path, "duration", duration) if duration is not None else None,
+        workload=workload,
+        extra={k: data[k] for k in ("output_throughput", "total_input_tokens", "total_output_tokens",
+                                    "request_rate", "model_id", "failed") if k in data},
+    )
+
+
+def _aiperf(path: str, data: dict[str, Any]) -> ExternalResult:
+    metrics = data["records"] if isinstance(data.get("records"), dict) else data
+
+    def avg(name: str) -> float | None:
+        entry = metrics.get(name)
+        if isinstance(entry, dict) and "avg" in entry:
+            return _number(path, f"{name}.avg", entry["avg"])
+        return None
+
+    thr = avg("request_throughput")
+    if thr is None:
+        raise InvalidArgument(f"{path}: no request_throughput.avg (is it profile_export_aiperf.json?)")
+    count = avg("request_count")
+    extra = {k: v for k in ("input_sequence_length", "output_sequence_length", "output_token_throughput")
+             if (v := avg(k)) is not None}
+    return ExternalResult(
+        tool="aiperf", path=path, throughput_per_s=thr, completed=int(count) if count is not None else None,
+        duration_s=avg("benchmark_duration"), workload=None, extra=extra,
+    )
+
+
+def load_result(path: str) -> ExternalResult:
+    """Read a ``vllm bench serve`` result or an AIPerf summary (detected by their keys)."""
+    try:
+        with open(path, encoding="utf-8-sig") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise InvalidArgument(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InvalidArgument(f"{path}: is a directory; give the result JSON file") from None
+    except PermissionError:
+        raise InvalidArgument(f"{path}: permission denied") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"{path}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise InvalidArgument(f"{path}: expected a JSON object")
+    if "request_throughput" in data and not isinstance(data["request_throughput"], dict):
+        return _vllm(path, data)
+    if isinstance(data.get("request_throughput"), dict) or isinstance(data.get("records"), dict):
+        return _aiperf(path, data)
+    raise InvalidArgument(
+        f"{path}: neither a 'vllm bench serve' result (request_throughput: number) nor an AIPerf "
+        "profile_export_aiperf.json (request_throughput: {{unit, avg}})"
+    )
+
+
+def _stats(values: list[float], units: str) -> dict[str, Any] | None:
+    if not values:
+        return None
+    a = np.asarray(values, dtype=np.float64)
+    out: dict[str, Any] = {"units": units, "mean": float(a.mean()), "min": float(a.min()), "max": float(a.max())}
+    for q, key in ((50, "p50"), (90, "p90"), (99, "p99")):
+        out[key] = float(np.percentile(a, q))
+    if a.size > 1:
+        out["stddev"] = float(a.std(ddof=1))
+    return out
+
+
+def llmd_report(
+    run: dict[str, Any],
+    *,
+    started: datetime,
+    sent_s: list[int],
+    sent_o: list[int],
+    ttft_s: list[float],
+    latency_s: list[float],
+    args: dict[str, Any],
+) -> dict[str, Any]:
+    """One run of ``kvstab bench`` (its kvstab summary ``run``) as an llm-d v0.2 benchmark report."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        tool_version = version("kvstab")
+    except PackageNotFoundError:
+        tool_version = "unknown"
+    elapsed = float(run.get("elapsed_s") or 0.0)
+
+    def seq(values: list[int]) -> dict[str, Any]:
+        if not values:
+            return {"distribution": "other", "value": 1}
+        a = np.asarray(values)
+        fixed = bool(a.min() == a.max())
+        return {"distribution": "fixed" if fixed else "other", "value": float(a.mean()),
+                "min": int(a.min()), "max": int(a.max())}
+
+    thr = run.get("throughput_per_s")
+    throughput: dict[str, Any] = {}
+    if thr is not None:
+        lo, hi = run.get("throughput_per_s_ci95") or (None, None)
+        throughput["requests_rate"] = {"units": "queries/s", "mean": thr, "min": lo, "max": hi}
+    window = (run.get("window_s") or [0.0, elapsed])
+    span = max(window[1] - window[0], 1e-9)
+    if thr is not None and sent_o:  # every completed request returned its o tokens (the run checks)
+        throughput["output_token_rate"] = {"units": "tokens/s", "mean": thr * float(np.mean(sent_o))}
+        throughput["input_token_rate"] = {"units": "tokens/s", "mean": thr * float(np.mean(sent_s))}
+    latency = {k: v for k, v in (("time_to_first_token", _stats(ttft_s, "s")),
+                                 ("request_latency", _stats(latency_s, "s"))) if v is not None}
+    load_std: dict[str, Any] = {
+        "tool": "kvstab bench",
+        "tool_version": tool_version,
+        "source": "random",
+        "input_seq_len": seq(sent_s),
+        "output_seq_len": seq(sent_o),
+    }
+    if run.get("offered_rate_per_s"):
+        load_std["rate_qps"] = run["offered_rate_per_s"]
+    return {
+        "version": "0.2",
+        "run": {
+            "uid": uuid.uuid4().hex,
+            "time": {
+                "start": started.astimezone(UTC).isoformat(),
+                "end": (started + timedelta(seconds=elapsed)).astimezone(UTC).isoformat(),
+                "duration": f"PT{elapsed:.6f}S",
+            },
+        },
+        "scenario": {
+            "load": {
+                "metadata": {"schema_version": "0.0.1", "description": "kvstab bench: exact lengths, Poisson or trace"},
+                "standardized": load_std,
+                "native": {"args": args},
+            }
+        },
+        "results": {
+            "request_performance": {
+                "aggregate": {
+                    "requests": {
+                        "total": int(run.get("sent", 0)),
+                        "failures": int(run.get("failed", 0)),
+                        "incomplete": int(run.get("unfinished", 0)),
+                        "input_length": _stats([float(x) for x in sent_s], "count"),
+                        "output_length": _stats([float(x) for x in sent_o], "count"),
+                    },
+                    "throughput": throughput,
+                    "latency": latency,
+                }
+            },
+            "observability": {
+                "kvstab": {k: run.get(k) for k in ("M", "bbar_s", "mu_per_s", "measured_over_mu", "E_g_tokens_slots",
+                                                   "server", "window_s")},
+                "window_s": span,
+            },
+        },
+    }

@@ -1,0 +1,155 @@
+"""Reading a server's Prometheus ``/metrics`` (vLLM's names) and what kvstab derives from it.
+
+A :class:`Snapshot` is one scrape: every sample summed over its label sets
+(one value per sample name, e.g. ``vllm:num_preemptions_total``), and the
+labels of ``vllm:cache_config_info``.  :func:`server_estimates` turns the
+snapshots of a window into the quantities ``μ`` needs:
+
+* ``M = (num_gpu_blocks − 1) · block_size`` — vLLM's pool holds one reserved
+  null block (as :class:`kvstab.empirical.replay.ReplayConfig` models it);
+* ``b̄`` = elapsed time / engine steps, the steps counted by the
+  ``vllm:iteration_tokens_total`` histogram (one observation per step): exact
+  for a server that is never idle, which a saturated run is; the mean
+  inter-token latency (``vllm:inter_token_latency_seconds``, or the older
+  ``vllm:time_per_output_token_seconds``) is reported beside it (it also
+  counts the steps a preempted request waits);
+* the queue-length slope: least squares of ``waiting + running`` on time, with
+  a 95 % Student-t interval (samples are autocorrelated: read the interval as
+  indicative);
+* mean KV use (``vllm:kv_cache_usage_perc``, a fraction) and the preemptions
+  in the window (``vllm:num_preemptions_total``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+from scipy import stats
+
+from kvstab.errors import InvalidArgument
+
+__all__ = ["Snapshot", "parse_metrics", "ServerEstimates", "server_estimates", "MetricsUnavailable"]
+
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+PREEMPTIONS = "vllm:num_preemptions_total"
+STEPS = "vllm:iteration_tokens_total_count"
+STEP_TOKENS = "vllm:iteration_tokens_total_sum"
+ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+CACHE_INFO = "vllm:cache_config_info"
+
+
+class MetricsUnavailable(InvalidArgument):
+    """The server has no usable ``/metrics`` (missing, not Prometheus text, or without vLLM's names)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One scrape at time ``t`` (seconds, the harness's clock)."""
+
+    t: float
+    values: dict[str, float]
+    cache_info: dict[str, str] = field(default_factory=dict)
+
+    def get(self, name: str) -> float | None:
+        """The summed value of sample ``name``, or ``None`` if the server does not export it."""
+        return self.values.get(name)
+
+
+def parse_metrics(text: str, t: float) -> Snapshot:
+    """Parse Prometheus text; :class:`MetricsUnavailable` if it is not that or has none of vLLM's names."""
+    values: dict[str, float] = {}
+    info: dict[str, str] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == CACHE_INFO:
+                    info = dict(sample.labels)
+                v = float(sample.value)
+                if math.isfinite(v):
+                    values[sample.name] = values.get(sample.name, 0.0) + v
+    except (ValueError, TypeError, IndexError) as exc:
+        raise MetricsUnavailable(f"/metrics is not Prometheus text ({exc})") from None
+    if not any(k.startswith("vllm:") for k in values):
+        raise MetricsUnavailable("/metrics has none of vLLM's metrics (vllm:num_requests_running, …)")
+    return Snapshot(t, values, info)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerEstimates:
+    """What the scrapes of one window say about the server (``None``: not exported)."""
+
+    M: int | None
+    block_size: int | None
+    num_gpu_blocks: int | None
+    bbar_steps_s: float | None
+    bbar_itl_s: float | None
+    steps: int | None
+    mean_step_tokens: float | None
+    queue_slope_per_s: float | None
+    queue_slope_ci95: tuple[float, float] | None
+    kv_utilisation: float | None
+    preemptions: int | None
+    scrapes: int
+
+    @property
+    def bbar_s(self) -> float | None:
+        """The b̄ kvstab uses: per step when steps are counted, else the inter-token latency."""
+        return self.bbar_steps_s if self.bbar_steps_s is not None else self.bbar_itl_s
+
+
+def _delta(a: Snapshot, b: Snapshot, name: str) -> float | None:
+    x, y = a.get(name), b.get(name)
+    return None if x is None or y is None else y - x
+
+
+def _slope(t: np.ndarray, y: np.ndarray) -> tuple[float, tuple[float, float]] | None:
+    if t.size < 4 or np.ptp(t) <= 0:
+        return None
+    res = stats.linregress(t, y)
+    half = float(stats.t.ppf(0.975, t.size - 2) * res.stderr)
+    return float(res.slope), (float(res.slope) - half, float(res.slope) + half)
+
+
+def server_estimates(snaps: list[Snapshot]) -> ServerEstimates:
+    """Estimates from the scrapes of a window (first and last bound it)."""
+    if len(snaps) < 2:
+        raise InvalidArgument(f"need at least 2 scrapes of /metrics in the window, got {len(snaps)}")
+    a, b = snaps[0], snaps[-1]
+    info = b.cache_info
+    block = int(info["block_size"]) if info.get("block_size", "").isdigit() else None
+    blocks = int(info["num_gpu_blocks"]) if info.get("num_gpu_blocks", "").isdigit() else None
+    M = (blocks - 1) * block if block is not None and blocks is not None and blocks > 1 else None
+    steps = _delta(a, b, STEPS)
+    bbar_steps = (b.t - a.t) / steps if steps else None
+    tokens = _delta(a, b, STEP_TOKENS)
+    bbar_itl = None
+    for name in ITL:
+        d_sum, d_count = _delta(a, b, name + "_sum"), _delta(a, b, name + "_count")
+        if d_sum is not None and d_count:
+            bbar_itl = d_sum / d_count
+            break
+    pairs = [(s.t, s.get(WAITING), s.get(RUNNING)) for s in snaps]
+    have = [(t, w + r) for t, w, r in pairs if w is not None and r is not None]
+    slope = _slope(np.array([p[0] for p in have]), np.array([p[1] for p in have])) if have else None
+    kv = [s.get(KV_USAGE) for s in snaps]
+    kv_known = [x for x in kv if x is not None]
+    pre = _delta(a, b, PREEMPTIONS)
+    return ServerEstimates(
+        M=M,
+        block_size=block,
+        num_gpu_blocks=blocks,
+        bbar_steps_s=bbar_steps,
+        bbar_itl_s=bbar_itl,
+        steps=int(steps) if steps is not None else None,
+        mean_step_tokens=tokens / steps if tokens is not None and steps else None,
+        queue_slope_per_s=slope[0] if slope else None,
+        queue_slope_ci95=slope[1] if slope else None,
+        kv_utilisation=float(np.mean(kv_known)) if kv_known else None,
+        preemptions=int(pre) if pre is not None else None,
+        scrapes=len(snaps),
+    )

@@ -1,0 +1,111 @@
+"""Results users have (``vllm bench serve``, AIPerf) compared with μ; /metrics parsing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvstab.cli import main
+from kvstab.errors import InvalidArgument
+from kvstab.live.formats import load_result
+from kvstab.live.scrape import MetricsUnavailable, parse_metrics, server_estimates
+from kvstab.model import ModelParams
+from kvstab.theory import stability_report
+from kvstab.workload import Workload, parse_workload
+
+VLLM_RESULT = {
+    "date": "20251201-061500", "backend": "vllm", "model_id": "Qwen/Qwen3-0.6B", "request_rate": 40.0,
+    "duration": 60.0, "completed": 300, "failed": 0, "total_input_tokens": 3000, "total_output_tokens": 6000,
+    "request_throughput": 5.0, "output_throughput": 100.0,
+    "input_lens": [10, 20, 30], "output_lens": [20, 20, 20],
+}
+
+
+def test_vllm_bench_serve_result_uses_its_own_lengths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "vllm-40qps.json"
+    f.write_text(json.dumps(VLLM_RESULT))
+    res = load_result(str(f))
+    assert res.tool == "vllm bench serve" and res.throughput_per_s == 5.0 and res.completed == 300
+    assert res.workload is not None and res.workload.max_total == 50
+    out = tmp_path / "cmp.json"
+    assert main(["bench", "--import", str(f), "--M", "4096", "--bbar", "0.03", "--chunk", "512", "--block", "16",
+                 "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    mu = stability_report(Workload.joint([10, 20, 30], [20, 20, 20]), ModelParams(M=4096, chunk=512, block=16), 0.03)
+    assert got["mu_per_s"] == pytest.approx(mu.mu_per_s) and got["measured_over_mu"] == pytest.approx(5.0 / mu.mu_per_s)
+    assert "measured/μ" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_aiperf_summary_needs_the_workload(tmp_path: Path, nested: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    metrics = {
+        "request_throughput": {"unit": "requests/sec", "avg": 7.5},
+        "request_count": {"unit": "requests", "avg": 450},
+        "output_sequence_length": {"unit": "tokens", "avg": 100.0, "p50": 100.0},
+        "benchmark_duration": {"unit": "sec", "avg": 60.0},
+    }
+    f = tmp_path / "profile_export_aiperf.json"
+    f.write_text(json.dumps({"records": metrics, "input_config": {}} if nested else metrics))
+    res = load_result(str(f))
+    assert res.tool == "aiperf" and res.throughput_per_s == 7.5 and res.completed == 450 and res.workload is None
+    assert main(["bench", "--import", str(f), "--M", "4096", "--bbar", "0.03", "--out", ""]) == 2
+    assert "records no per-request lengths" in capsys.readouterr().err
+    assert main(["bench", "--import", str(f), "--M", "4096", "--bbar", "0.03", "--workload", "s=U(10,30),o=const(100)",
+                 "--out", ""]) == 0
+    mu = stability_report(parse_workload("s=U(10,30),o=const(100)"), ModelParams(M=4096, chunk=512, block=16), 0.03)
+    assert f"{mu.mu_per_s:.4f}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        ("[1, 2]", "expected a JSON object"),
+        ("{", "not JSON"),
+        ('{"foo": 1}', "neither a 'vllm bench serve' result"),
+        ('{"request_throughput": NaN}', "finite non-negative number"),
+        ('{"request_throughput": {"unit": "requests/sec"}}', "no request_throughput.avg"),
+    ],
+)
+def test_bad_result_files_are_one_line(tmp_path: Path, text: str, reason: str) -> None:
+    f = tmp_path / "r.json"
+    f.write_text(text)
+    with pytest.raises(InvalidArgument, match=reason):
+        load_result(str(f))
+    with pytest.raises(InvalidArgument, match="is a directory"):
+        load_result(str(tmp_path))
+
+
+METRICS = """# HELP vllm:num_requests_running Requests in the running batch.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{{model_name="m"}} {run}
+vllm:num_requests_waiting{{model_name="m"}} {wait}
+vllm:kv_cache_usage_perc{{model_name="m"}} 0.9
+# TYPE vllm:num_preemptions counter
+vllm:num_preemptions_total{{model_name="m"}} {pre}
+# TYPE vllm:iteration_tokens_total histogram
+vllm:iteration_tokens_total_bucket{{le="+Inf",model_name="m"}} {steps}
+vllm:iteration_tokens_total_count{{model_name="m"}} {steps}
+vllm:iteration_tokens_total_sum{{model_name="m"}} {tokens}
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{{block_size="16",num_gpu_blocks="1001"}} 1.0
+"""
+
+
+def test_server_estimates_from_scrapes() -> None:
+    snaps = [
+        parse_metrics(METRICS.format(run=8, wait=2 * k, pre=3 * k, steps=100 * k, tokens=5000 * k), float(k))
+        for k in range(6)
+    ]
+    est = server_estimates(snaps)
+    assert est.M == 16_000 and est.block_size == 16 and est.num_gpu_blocks == 1001
+    assert est.bbar_s == pytest.approx(0.01) and est.mean_step_tokens == pytest.approx(50.0)
+    assert est.queue_slope_per_s == pytest.approx(2.0) and est.preemptions == 15
+    assert est.kv_utilisation == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize("text", ["<html>not found</html>", "process_cpu_seconds_total 1.0\n"])
+def test_metrics_that_are_not_vllms(text: str) -> None:
+    with pytest.raises(MetricsUnavailable):
+        parse_metrics(text, 0.0)
