@@ -204,8 +204,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         warmup=args.warmup, scrape_interval=args.scrape_interval, timeout=args.timeout, chunk=args.chunk,
         seed=args.seed,
     )
+    # a trace with --rate lends its lengths (their joint law) to Poisson arrivals; without, its own times
     schedules = (
-        [trace_schedule(trace, args.time_scale, args.requests)] if trace is not None
+        [trace_schedule(trace, args.time_scale, args.requests)] if args.rate is None
         else [poisson_schedule(workload, lam, args.requests, args.seed + i) for i, lam in enumerate(args.rate)]
     )
     runs: list[dict[str, Any]] = []

@@ -152,7 +152,11 @@ def llmd_report(
     latency_s: list[float],
     args: dict[str, Any],
 ) -> dict[str, Any]:
-    """One run of ``kvstab bench`` (its kvstab summary ``run``) as an llm-d v0.2 benchmark report."""
+    """One run of ``kvstab bench`` (its kvstab summary ``run``) as an llm-d v0.2 benchmark report.
+
+    ``sent_s``/``sent_o``: lengths of the requests that completed in the run;
+    ``ttft_s``/``latency_s``: their times to first token and end-to-end latencies.
+    """
     from importlib.metadata import PackageNotFoundError, version
 
     try:

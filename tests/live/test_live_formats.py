@@ -109,3 +109,23 @@ def test_server_estimates_from_scrapes() -> None:
 def test_metrics_that_are_not_vllms(text: str) -> None:
     with pytest.raises(MetricsUnavailable):
         parse_metrics(text, 0.0)
+
+
+def test_emulated_step_time_follows_the_batch_time_model() -> None:
+    from kvstab.empirical.batchtime import BatchTimeModel
+    from kvstab.empirical.replay import ReplayConfig
+    from kvstab.live.emulator import Emulator, EmulatorConfig
+
+    model = BatchTimeModel(a=0.005, b=1e-5, c=2e-5, d=1e-8)
+    emu = Emulator(EmulatorConfig(vllm=ReplayConfig.for_capacity(1024, 16), batch_time=model))
+    work = {"prefill_tokens": 100, "decode_tokens": 10, "kv_attended": 1000}
+    assert emu.step_seconds(work) == pytest.approx(0.005 + 100e-5 + 10 * 2e-5 + 1000e-8)
+    assert Emulator(EmulatorConfig(vllm=ReplayConfig.for_capacity(1024, 16), bbar=0.02)).step_seconds(work) == 0.02
+
+
+@pytest.mark.parametrize("value", ["1,2,3", "0,0,0,0", "0.01,nan,0,0", "a,b,c,d"])
+def test_serve_refuses_a_bad_batch_time(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--emulate", "--batch-time", value])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "argument --batch-time" in err and len(err.strip().splitlines()) == 1
