@@ -425,8 +425,9 @@ stated; its second needs the drift argument over one round of the router, taken 
         "".join(_eq(f"p_{{{i + 1}}}", e) for i, e in enumerate(F.optimal_split_expr(n))),
         "which makes every $\\mu_i/p_i$ equal to $\\sum_j \\mu_j$; no split does better, since\n",
         _eq(
-            "\\sum_i p_i \\frac{\\mu_i}{p_i}",
-            sp.Add(*(p_ * (m / p_) for m, p_ in zip(mus, ps)), evaluate=False),
+            "\\sum_i p_i \\frac{\\mu_i}{p_i} = "
+            + latex(sp.Add(*(p_ * sp.UnevaluatedExpr(m / p_) for m, p_ in zip(mus, ps)))),
+            F.ideal_rate_expr(n),
         ),
         "is a $p$-weighted mean of the ratios, so their minimum is at most $\\sum_i \\mu_i$.\n\n"
         "\\paragraph{Round-robin} ($p_i = 1/N$) is critical at\n",
@@ -436,7 +437,7 @@ stated; its second needs the drift argument over one round of the router, taken 
         "of the fleet's capacity (two replicas with $\\mu_1 = 2\\mu_2$: $2\\mu_2$ against $3\\mu_2$).\n\n"
         "\\paragraph{Provisioning} a heterogeneous fleet at utilisation $\\rho$ with the optimal split needs the "
         "capacity margin\n",
-        _eq("\\sum_i \\mu_i - \\frac{\\lambda}{\\rho}", F.fleet_provisioning_expr(n), "\\geq 0 \\quad"),
+        _eq("\\sum_i \\mu_i - \\frac{\\lambda}{\\rho}", F.fleet_provisioning_expr(n)),
         "to be non-negative, and $\\sum_i \\mu_i(1 - \\delta_i) > \\lambda$ for the guarantee.\n",
         _claims_table(F.fleet_claims()),
     ]

@@ -187,18 +187,18 @@ def fleet_claims() -> list[Claim]:
         ),
         Claim(
             "a split's ratios μ_i/p_i have p-weighted mean Σ μ_i, so min_i μ_i/p_i ≤ Σ μ_i",
-            sp.Add(*(p * (m / p) for m, p in zip(mus, ps))),
+            sp.Add(*(p * sp.UnevaluatedExpr(m / p) for m, p in zip(mus, ps))),
             total,
         ),
         *[
-            Claim(f"p_i ∝ μ_i makes μ_{i + 1}/p_{i + 1} = Σ μ_j", m / p, total)
+            Claim(f"p_i ∝ μ_i makes μ_{i + 1}/p_{i + 1} = Σ μ_j", m / sp.UnevaluatedExpr(p), total)
             for i, (m, p) in enumerate(zip(mus, opt))
         ],
         Claim("the proportional split sums to 1", sp.Add(*opt), sp.Integer(1)),
         *[
             Claim(
                 f"p_i ∝ μ_i(1 − δ_i) makes μ_{i + 1}(1 − δ_{i + 1})/p_{i + 1} = Σ μ_j(1 − δ_j)",
-                c / (c / cap_total),
+                c / sp.UnevaluatedExpr(c / cap_total),
                 cap_total,
                 premise="δ_i = 1 − v_i, v_i > 0",
             )
@@ -215,18 +215,19 @@ def fleet_claims() -> list[Claim]:
         ),
         Claim(
             "two replicas, μ_1 = 2μ_2: round-robin is critical at 2μ_2",
-            round_robin_rate_expr(2).subs(m1, 2 * m2),
+            round_robin_rate_expr(2).subs(m1, sp.UnevaluatedExpr(2 * m2)),
             2 * m2,
         ),
         Claim(
             "two replicas, μ_1 = 2μ_2: the optimal split is critical at 3μ_2",
-            ideal_rate_expr(2).subs(m1, 2 * m2),
+            ideal_rate_expr(2).subs(m1, sp.UnevaluatedExpr(2 * m2)),
             3 * m2,
         ),
         Claim(
             "identical replicas: round-robin loses nothing",
             round_robin_loss_expr(n).subs({m: mus[0] for m in mus[1:]}),
             sp.Integer(0),
+            premise="μ_1 = μ_2 = μ_3",
         ),
         Claim(
             "a random split's guarantee is below its critical rate, replica by replica",
