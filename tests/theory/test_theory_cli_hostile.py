@@ -54,6 +54,12 @@ HOSTILE: list[tuple[list[str], str]] = [
     (["mu", "--block", "1e30"], "--block"),
     (["mu", "--block", "4096", "--M", "1000"], "exceeds M"),
     (["mu", "--M", "1099511627776", "--block", "8388608"], "B/gcd"),
+    (
+        ["mu", "--M", "1099511627776", "--block", "1048575", "--workload", "s=U(1,1000000000),o=const(9)"],
+        "lcm(B, ŝ)",
+    ),
+    (["mu", "--lambda", "1e9", "--rho", "1e-300"], "replicas, more than"),
+    (["mu", "--lambda", "1e9", "--rho", "1e-10"], "replicas, more than"),
     (["mu", "--bbar", "nan"], "--bbar"),
     (["mu", "--bbar", "inf"], "--bbar"),
     (["mu", "--bbar", "-1"], "--bbar"),
