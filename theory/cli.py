@@ -89,6 +89,12 @@ def _workload(args: argparse.Namespace) -> Workload:
         raise InvalidArgument(f"cannot read {exc.filename!r}: {exc.strerror}") from None
     except UnicodeError as exc:
         raise InvalidArgument(f"the trace is not UTF-8 text ({exc})") from None
+    except OverflowError:
+        # the trace loader stores lengths as int64; a longer one is no request any KV cache holds
+        raise InvalidArgument(
+            f"a length in {trace or args.workload!r} does not fit in 64 bits; lengths must be at most "
+            f"{v.MAX_TOKENS} tokens"
+        ) from None
 
 
 def _params(args: argparse.Namespace) -> ModelParams:
@@ -172,14 +178,24 @@ def _print_mu(rep: StabilityReport, derivation: bool) -> None:
 
 
 def _check_out(path: str) -> None:
-    """Refuse an ``--out`` that cannot be written, before any work."""
+    """Refuse an ``--out`` that cannot be written, before any work: the file is
+    opened for appending (and removed again if this created it), so whatever
+    the system would refuse later is refused now."""
+    if not path:
+        raise InvalidArgument("--out is empty; give a file name such as derivation.tex")
     if os.path.isdir(path):
         raise InvalidArgument(f"--out {path!r} is a directory; give a file name such as derivation.tex")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise InvalidArgument(f"--out {path!r}: the folder {parent!r} does not exist")
-    if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise InvalidArgument(f"--out {path!r}: cannot write there (permission denied)")
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a", encoding="ascii"):
+            pass
+    except OSError as exc:
+        raise InvalidArgument(f"--out {path!r}: cannot write there ({exc.strerror})") from None
+    if not existed:
+        os.remove(path)
 
 
 def _cmd_derive(args: argparse.Namespace) -> int:
@@ -202,6 +218,11 @@ def _cmd_derive(args: argparse.Namespace) -> int:
             if getattr(args, f) is None:
                 setattr(args, f, val)
         instance = Instance(_workload(args), _params(args), args.bbar, args.lam, args.rho)
+        # the numbers section's values, computed now so that a refusal (a replica count
+        # beyond any fleet, an unsupported block period) comes before the document's seconds
+        from kvstab.theory.report import stability_report
+
+        stability_report(instance.workload, instance.params, instance.bbar, instance.lam, instance.rho)
     # the document imports sympy (about a second): only once every input is known good
     from kvstab.theory.document import compile_pdf, derivation_tex
 

@@ -33,10 +33,13 @@ def files(tmp_path: Path) -> dict[str, str]:
     trace.write_text("s,o\n100,20\n300,5\n", encoding="utf-8")
     fifo = tmp_path / "fifo.csv"
     os.mkfifo(fifo)
+    big = tmp_path / "big.csv"
+    big.write_text("s,o\n10000000000000000000,20\n", encoding="utf-8")
     folder = tmp_path / "folder"
     folder.mkdir()
     return {
         "TRACE": str(trace),
+        "BIG": str(big),
         "DIR": str(folder),
         "FIFO": str(fifo),
         "MISSING": str(tmp_path / "missing.csv"),
@@ -89,7 +92,10 @@ HOSTILE: list[tuple[list[str], str]] = [
     (["mu", "--replicas-mu", "0"], "--replicas-mu"),
     (["mu", "--replicas-mu", "1", "nan"], "--replicas-mu"),
     (["mu", "--replicas-mu", "-2"], "--replicas-mu"),
+    (["mu", "--trace", "BIG"], "64 bits"),
     (["derive", "--pdf"], "--out"),
+    (["derive", "--out", ""], "empty"),
+    (["derive", "--numbers", "--lambda", "1e9", "--rho", "1e-300"], "replicas, more than"),
     (["derive", "--out", "DIR"], "is a directory"),
     (["derive", "--out", "NOPARENT"], "does not exist"),
     (["derive", "--trace", "DIR"], "is a directory"),
