@@ -115,3 +115,15 @@ def test_report_and_document_section() -> None:
     section = _section_fleet()
     assert "Fleets" in section and "NOT proved" not in section
     assert sp.latex(sp.Symbol("mu_1")) in section
+
+
+def test_derive_typesets_a_fleet(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import kvstab.theory.document as document
+    from kvstab.cli import main
+
+    monkeypatch.setattr(document, "SECTIONS", ())  # the fixed sections are built in test_theory_cli
+    assert main(["derive", "--numbers", "--replicas-mu", "2", "1"]) == 0
+    text = capsys.readouterr().out
+    fleet = text[text.index("The numbers for this fleet") :]
+    assert "(any router, critical) & 3" in fleet and "(round-robin, critical) & 2" in fleet
+    assert "The numbers for this workload" in text and text.isascii()

@@ -133,3 +133,21 @@ def test_moments_of_a_joint_law_are_row_means() -> None:
 def test_peak_is_tokens_held() -> None:
     totals = np.arange(1, 200)
     assert list(peak_tokens(totals, 16)) == [tokens_held(int(t), 16) for t in totals]
+
+
+laws = st.one_of(
+    st.builds(lambda a, w: Uniform(a, a + w), st.integers(1, 90), st.integers(0, 90)),
+    st.builds(Geometric, st.sampled_from([1.0, 0.5, 0.05, 0.001]), st.integers(1, 150)),
+    st.builds(Fixed, st.integers(1, 200)),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(laws, laws, st.integers(1, 70), st.integers(1, 300))
+def test_block_sums_equal_enumeration_for_every_law(s: LengthDist, o: LengthDist, chunk: int, block: int) -> None:
+    # blocks that divide ŝ, that do not, larger than ŝ and larger than every request
+    w = Workload(s=s, o=o)
+    params = ModelParams(M=10**6, chunk=chunk, block=block)
+    eg, er = brute(w, params)
+    assert expected_g(w, params) == pytest.approx(eg, rel=1e-11)
+    assert expected_reserve_area(w, params) == pytest.approx(er, rel=1e-11)
