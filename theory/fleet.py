@@ -161,6 +161,7 @@ def fleet_claims() -> list[Claim]:
     import sympy as sp
 
     from kvstab.theory.claims import Claim
+    from kvstab.theory.symbols import lam, rho
 
     n = _N
     mus, deltas, ps = fleet_symbols(n)
@@ -174,6 +175,9 @@ def fleet_claims() -> list[Claim]:
     v = sp.symbols(f"v_1:{n + 1}", positive=True)
     cap = [m * vi for m, vi in zip(mus, v)]
     cap_total = sp.Add(*cap)
+    # provisioning: the new replicas' rate and the ceiling's fractional part
+    mu_new = sp.Symbol("mu_new", positive=True)
+    frac = sp.Symbol("f", nonnegative=True)
     # round-robin: the slowest replica's rate m and the others' excess w_i ≥ 0
     m_min = sp.Symbol("m", positive=True)
     excess = _slacks(n)
@@ -228,6 +232,13 @@ def fleet_claims() -> list[Claim]:
             round_robin_loss_expr(n).subs({m: mus[0] for m in mus[1:]}),
             sp.Integer(0),
             premise="μ_1 = μ_2 = μ_3",
+        ),
+        Claim(
+            "adding ⌈(λ/ρ − Σ μ_i)/μ_new⌉ replicas of rate μ_new provisions the fleet: Σ μ ≥ λ/ρ",
+            total + mu_new * ((lam / rho - total) / mu_new + frac),
+            lam / rho,
+            ">=",
+            premise="⌈y⌉ = y + f with f ≥ 0, y = (λ/ρ − Σ μ_i)/μ_new",
         ),
         Claim(
             "a random split's guarantee is below its critical rate, replica by replica",

@@ -42,6 +42,7 @@ SYMBOL_LATEX: dict[str, str] = {
     "d_1": r"d_{1}",
     "t_p": r"t",
     "t_0": r"t_{0}",
+    "mu_new": r"\mu_{\mathrm{new}}",
 }
 
 # indexed families: lambda_3 -> \lambda_{3}, lp_2 -> l'_{2}, E_g1 -> \mathbb{E}_{1}[g]
