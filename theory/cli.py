@@ -245,7 +245,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workload",
         default=None,
-        help="workload spec (default paper-1:1: s, o ~ U(10, 1600)); see kvstab.workload for the forms",
+        help="workload spec (default paper-1:1: s, o ~ U(10, 1600)): paper-1:1 | paper-2:1 | paper-1:2 | "
+        "s=DIST,o=DIST with DIST one of U(a,b), const(v), geom(p,cap), empirical(PATH) | trace(PATH)[,independent]",
     )
     p.add_argument("--trace", metavar="PATH", default=None, help="a trace file: the joint law of its (s, o) rows")
     p.add_argument("--lambda", dest="lam", type=rate, default=None, help="arrival rate λ (req/s) to provision for")
@@ -285,6 +286,13 @@ def register(subparsers: Any) -> None:
     )
     # None marks "not given", so that the document is instantiated only on request
     add_server_arguments(de, omit=_OMIT, defaults={f: None for f in _MODEL_FLAGS if f != "workload"})
+    paper = {"M": PAPER_M, "chunk": PAPER_CHUNK, "bbar": PAPER_BBAR, "block": 1, "g": "exact"}
+    for action in de._actions:
+        if action.dest in paper and action.help:
+            # "not given" must stay None to tell derive whether to add the numbers section
+            action.help = action.help.replace(
+                "(default None)", f"(if left out with others given: {paper[action.dest]})"
+            )
     _add_common(de)
     de.add_argument("--numbers", action="store_true", help="instantiate with the paper's 1:1 setting")
     de.add_argument("--out", metavar="PATH", default=None, help="write the .tex here (default: stdout)")
