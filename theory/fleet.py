@@ -332,12 +332,17 @@ class FleetReport:
     """The stability region of one fleet."""
 
     mus: tuple[float, ...] = field(metadata={"help": "μ_i of each replica, req/s"})
-    delta: float = field(metadata={"help": "δ of the workload on every replica"})
+    deltas: tuple[float, ...] = field(metadata={"help": "δ_i of the workload on each replica"})
     ideal_rate: float = field(metadata={"help": "Σ μ_i: no size-blind router is stable above it"})
-    optimal_split: tuple[float, ...] = field(metadata={"help": "p_i ∝ μ_i"})
-    optimal_guarantee: float | None = field(metadata={"help": "Σ μ_i(1 − δ): stable below it (random split ∝ μ_i)"})
+    optimal_split: tuple[float, ...] = field(metadata={"help": "p_i ∝ μ_i: critical at Σ μ_i"})
+    guarantee_split: tuple[float, ...] | None = field(
+        metadata={"help": "p_i ∝ μ_i(1 − δ_i) over replicas with δ_i < 1; None if every δ_i ≥ 1"}
+    )
+    optimal_guarantee: float | None = field(
+        metadata={"help": "Σ μ_i(1 − δ_i) over δ_i < 1: stable below it (random split guarantee_split)"}
+    )
     round_robin_rate: float = field(metadata={"help": "N·min μ_i: round-robin is unstable above it"})
-    round_robin_guarantee: float | None = field(metadata={"help": "N·min μ_i(1 − δ)"})
+    round_robin_guarantee: float | None = field(metadata={"help": "N·min μ_i(1 − δ_i); None if some δ_i ≥ 1"})
     round_robin_loss: float = field(metadata={"help": "1 − N·min μ_i/Σ μ_i"})
     lam_per_s: float | None = field(default=None, metadata={"help": "the load λ, if given"})
 
@@ -351,13 +356,21 @@ class FleetReport:
         def rate(x: float | None) -> str:
             return "none (δ ≥ 1)" if x is None else f"{x:.6g} req/s"
 
-        split = ", ".join(f"{p:.4g}" for p in self.optimal_split)
+        def vec(xs: tuple[float, ...]) -> str:
+            return ", ".join(f"{x:.4g}" for x in xs)
+
+        same = len(set(self.deltas)) == 1
+        deltas = f"δ = {self.deltas[0]:.4g} on each" if same else f"δ_i = {vec(self.deltas)}"
+        guard = (
+            "none (every δ_i ≥ 1)"
+            if self.guarantee_split is None
+            else f"p_i ∝ μ_i(1−δ_i) = ({vec(self.guarantee_split)})"
+        )
         out = [
-            f"fleet of {len(self.mus)} replicas, μ_i = {', '.join(f'{m:g}' for m in self.mus)} req/s "
-            f"(δ = {self.delta:.4g} on each; a size-blind router)",
+            f"fleet of {len(self.mus)} replicas, μ_i = {vec(self.mus)} req/s ({deltas}; a size-blind router)",
             f"  any router      : unstable above Σ μ_i = {rate(self.ideal_rate)}",
-            f"  optimal split   : p_i ∝ μ_i = ({split}); critical at Σ μ_i, stable below "
-            f"Σ μ_i(1−δ) = {rate(self.optimal_guarantee)}",
+            f"  optimal split   : p_i ∝ μ_i = ({vec(self.optimal_split)}), critical at Σ μ_i",
+            f"  guarantee split : {guard}, stable below Σ μ_i(1−δ_i) = {rate(self.optimal_guarantee)}",
             f"  round-robin     : critical at N·min μ_i = {rate(self.round_robin_rate)}, stable below "
             f"{rate(self.round_robin_guarantee)}; loses {100 * self.round_robin_loss:.3g}% of Σ μ_i",
         ]
@@ -371,19 +384,22 @@ class FleetReport:
         return out
 
 
-def fleet_report(mus: npt.ArrayLike, delta: float, lam: float | None = None) -> FleetReport:
-    """The stability region of a fleet with rates ``mus`` and the same ``δ`` on
-    every replica (one workload, one ``M``)."""
+def fleet_report(mus: npt.ArrayLike, deltas: npt.ArrayLike | float, lam: float | None = None) -> FleetReport:
+    """The stability region of a fleet with rates ``mus`` and ``δ_i`` ``deltas``
+    (one number: the same on every replica)."""
     m = _rates("μ_i", mus)
     n = m.size
+    d = _deltas(deltas, n)
+    guard: FloatArr | None = None if np.all(d >= 1) else optimal_split(m, d)
     return FleetReport(
         mus=tuple(float(x) for x in m),
-        delta=float(delta),
+        deltas=tuple(float(x) for x in d),
         ideal_rate=float(m.sum()),
         optimal_split=tuple(float(x) for x in optimal_split(m)),
-        optimal_guarantee=guaranteed_rate(m, delta, optimal_split(m)),
+        guarantee_split=None if guard is None else tuple(float(x) for x in guard),
+        optimal_guarantee=None if guard is None else guaranteed_rate(m, d, guard),
         round_robin_rate=critical_rate(m),
-        round_robin_guarantee=guaranteed_rate(m, delta, np.full(n, 1.0 / n)),
+        round_robin_guarantee=guaranteed_rate(m, d, np.full(n, 1.0 / n)),
         round_robin_loss=round_robin_loss(m),
         lam_per_s=None if lam is None else float(lam),
     )
