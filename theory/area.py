@@ -100,8 +100,14 @@ def _block_prefix(N: IntArr, B: int) -> FloatArr:
 def _full_chunks(m: IntArr, chunk: int, block: int) -> FloatArr:
     """``T(m) = Σ_{c=1}^{m} B·⌈c·ŝ/B⌉``: what the ``m`` full chunks of a prompt hold
     over prefill.  The rounding of ``c·ŝ`` repeats every ``P = B/gcd(B, ŝ)``
-    chunks, so ``T(m) = ŝ·m(m+1)/2 + ⌊m/P⌋·ψ(P) + ψ(m mod P)`` (no table over ``m``)."""
-    P = check_block_period(block, chunk)
+    chunks, so ``T(m) = ŝ·m(m+1)/2 + ⌊m/P⌋·ψ(P) + ψ(m mod P)`` (no table over ``m``).
+    A period beyond :data:`~kvstab.theory.laws.MAX_PERIOD` (a huge ``B``) still
+    works for requests with few chunks: then ``ψ`` is tabled up to the largest ``m``."""
+    P = block // math.gcd(block, chunk)
+    if P > MAX_PERIOD and m.size and int(m.max()) < MAX_PERIOD:
+        P = int(m.max()) + 1  # m mod P = m: the table covers every m asked for
+    else:
+        check_block_period(block, chunk)
     psi = _chunk_rounding_prefix(chunk, block, P)
     mf = m.astype(np.float64)
     return chunk * mf * (mf + 1) / 2 + (m // P).astype(np.float64) * psi[P] + psi[m % P]
