@@ -151,3 +151,17 @@ def test_block_sums_equal_enumeration_for_every_law(s: LengthDist, o: LengthDist
     eg, er = brute(w, params)
     assert expected_g(w, params) == pytest.approx(eg, rel=1e-11)
     assert expected_reserve_area(w, params) == pytest.approx(er, rel=1e-11)
+
+
+def test_per_request_g_with_a_block_period_beyond_the_limit() -> None:
+    # B/gcd(B, ŝ) > MAX_PERIOD: the rows' own chunk counts bound the table instead
+    from kvstab.theory.area import g_blocks
+
+    s, o, chunk, B = np.array([1, 700, 5000, 3]), np.array([3, 1, 9, 2]), 512, (1 << 21) + 1
+
+    def g(si: int, oi: int) -> int:
+        n = -(-si // chunk)
+        prefill = sum(tokens_held(min(c * chunk, si), B) for c in range(1, n + 1))
+        return int(prefill + sum(tokens_held(si + j, B) for j in range(1, oi + 1)))
+
+    assert list(g_blocks(s, o, chunk, B)) == [g(int(a), int(b)) for a, b in zip(s, o)]
