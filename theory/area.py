@@ -52,6 +52,7 @@ __all__ = [
     "workload_moments",
     "expected_g",
     "expected_reserve_area",
+    "check_computable",
     "peak_tokens",
     "mu_per_slot",
     "mu",
@@ -99,8 +100,14 @@ def _block_prefix(N: IntArr, B: int) -> FloatArr:
 def _full_chunks(m: IntArr, chunk: int, block: int) -> FloatArr:
     """``T(m) = Σ_{c=1}^{m} B·⌈c·ŝ/B⌉``: what the ``m`` full chunks of a prompt hold
     over prefill.  The rounding of ``c·ŝ`` repeats every ``P = B/gcd(B, ŝ)``
-    chunks, so ``T(m) = ŝ·m(m+1)/2 + ⌊m/P⌋·ψ(P) + ψ(m mod P)`` (no table over ``m``)."""
-    P = check_block_period(block, chunk)
+    chunks, so ``T(m) = ŝ·m(m+1)/2 + ⌊m/P⌋·ψ(P) + ψ(m mod P)`` (no table over ``m``).
+    A period beyond :data:`~kvstab.theory.laws.MAX_PERIOD` (a huge ``B``) still
+    works for requests with few chunks: then ``ψ`` is tabled up to the largest ``m``."""
+    P = block // math.gcd(block, chunk)
+    if P > MAX_PERIOD and m.size and int(m.max()) < MAX_PERIOD:
+        P = int(m.max()) + 1  # m mod P = m: the table covers every m asked for
+    else:
+        check_block_period(block, chunk)
     psi = _chunk_rounding_prefix(chunk, block, P)
     mf = m.astype(np.float64)
     return chunk * mf * (mf + 1) / 2 + (m // P).astype(np.float64) * psi[P] + psi[m % P]
@@ -248,6 +255,30 @@ def _points(run: Run) -> Points:
     return Points(run.a + np.arange(run.length, dtype=np.int64), w / w.sum())
 
 
+def _check_reserve_period(law: Law, block: int, chunk: int) -> int:
+    """``lcm(B, ŝ)``, the period the reserve area of a long run needs; one line if too long."""
+    L = block * chunk // math.gcd(block, chunk)
+    if block > 1 and isinstance(law, Run) and law.length > _SMALL_RUN and L > MAX_PERIOD:
+        raise InvalidArgument(
+            f"the reserve area with B = {block}, ŝ = {chunk} and {law.length} possible prompt lengths needs residues "
+            f"mod lcm(B, ŝ) = {L}, more than {MAX_PERIOD}; use --block 1 or a chunk that B divides"
+        )
+    return L
+
+
+def check_computable(workload: Workload, params: ModelParams) -> None:
+    """Refuse, before any work, a workload and server whose exact sums kvstab
+    does not compute (lengths above ``MAX_TOKENS``, a block period above
+    :data:`~kvstab.theory.laws.MAX_PERIOD`), with one line."""
+    if workload.s is not None and workload.o is not None:
+        # a joint law's rows are summed request by request (g_blocks), which tables
+        # the block rounding only up to the rows' own chunk counts
+        if params.block > 1:
+            check_block_period(params.block, params.chunk)
+        ls, _ = _marginals(workload)
+        _check_reserve_period(ls, params.block, params.chunk)
+
+
 def _expected_n_times(law: Law, f: FloatArr, chunk: int) -> float:
     """``E[n(s)·f(s mod B)]`` for a vector ``f`` over the residues ``mod B``."""
     B = f.size
@@ -258,12 +289,7 @@ def _expected_n_times(law: Law, f: FloatArr, chunk: int) -> float:
         return float((law.weights * n) @ f[law.values % B])
     # n = ((s − 1) − ((s − 1) mod ŝ))/ŝ + 1: the part (s − 1) mod ŝ couples with s mod B
     # through s mod lcm(ŝ, B)
-    L = B * chunk // math.gcd(B, chunk)
-    if L > MAX_PERIOD:
-        raise InvalidArgument(
-            f"the reserve area with B = {B}, ŝ = {chunk} and {law.length} possible lengths needs residues mod "
-            f"lcm(B, ŝ) = {L}, more than {MAX_PERIOD}; use --block 1 or a chunk that B divides"
-        )
+    L = _check_reserve_period(law, B, chunk)
     ps, m1 = residues(law, B)
     pL, _ = residues(law, L)
     y = np.arange(L, dtype=np.int64)

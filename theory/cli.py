@@ -49,6 +49,7 @@ _MAX_REPLICAS = 10**6
 
 _utilisation = arg_type(v.unit_fraction, "the target utilisation ρ")
 _service_rate = arg_type(v.positive_float, "a replica's service rate μ_i", maximum=v.MAX_RATE)
+_capacity = arg_type(v.positive_int, "a replica's KV capacity M_i", maximum=v.MAX_TOKENS)
 
 
 def _readable_file(path: str, what: str) -> str:
@@ -89,6 +90,12 @@ def _workload(args: argparse.Namespace) -> Workload:
         raise InvalidArgument(f"cannot read {exc.filename!r}: {exc.strerror}") from None
     except UnicodeError as exc:
         raise InvalidArgument(f"the trace is not UTF-8 text ({exc})") from None
+    except OverflowError:
+        # the trace loader stores lengths as int64; a longer one is no request any KV cache holds
+        raise InvalidArgument(
+            f"a length in {trace or args.workload!r} does not fit in 64 bits; lengths must be at most "
+            f"{v.MAX_TOKENS} tokens"
+        ) from None
 
 
 def _params(args: argparse.Namespace) -> ModelParams:
@@ -96,18 +103,29 @@ def _params(args: argparse.Namespace) -> ModelParams:
 
 
 def _fleet(args: argparse.Namespace, rep: StabilityReport) -> FleetReport | None:
-    if args.replicas_mu is None:
-        return None
+    """The fleet of ``--replicas-mu`` (the workload's ``δ`` on each) or of
+    ``--replicas-M`` (each replica with its own ``M_i``: ``μ_i = μ·M_i/M`` since
+    ``E[g]`` does not depend on ``M``, and ``δ_i = S/M_i``)."""
     from kvstab.theory.fleet import fleet_report
 
-    return fleet_report(args.replicas_mu, delta=rep.delta, lam=args.lam)
+    if args.replicas_mu is not None:
+        if len(args.replicas_mu) > _MAX_REPLICAS:
+            raise InvalidArgument(f"--replicas-mu takes at most {_MAX_REPLICAS} rates, got {len(args.replicas_mu)}")
+        return fleet_report(args.replicas_mu, rep.delta, lam=args.lam)
+    if args.replicas_M is not None:
+        if len(args.replicas_M) > _MAX_REPLICAS:
+            raise InvalidArgument(f"--replicas-M takes at most {_MAX_REPLICAS} capacities, got {len(args.replicas_M)}")
+        small = [m for m in args.replicas_M if m < rep.block]
+        if small:
+            raise InvalidArgument(f"--replicas-M {small[0]} is below the block size B = {rep.block}")
+        mus = [rep.mu_per_s * m / rep.M for m in args.replicas_M]
+        return fleet_report(mus, [rep.ess_sup_total / m for m in args.replicas_M], lam=args.lam)
+    return None
 
 
 def _cmd_mu(args: argparse.Namespace) -> int:
     from kvstab.theory.report import EMPTY_GUARANTEE, stability_report
 
-    if args.replicas_mu is not None and len(args.replicas_mu) > _MAX_REPLICAS:
-        raise InvalidArgument(f"--replicas-mu takes at most {_MAX_REPLICAS} rates, got {len(args.replicas_mu)}")
     t0 = time.perf_counter()
     workload = _workload(args)
     params = _params(args)
@@ -172,14 +190,24 @@ def _print_mu(rep: StabilityReport, derivation: bool) -> None:
 
 
 def _check_out(path: str) -> None:
-    """Refuse an ``--out`` that cannot be written, before any work."""
+    """Refuse an ``--out`` that cannot be written, before any work: the file is
+    opened for appending (and removed again if this created it), so whatever
+    the system would refuse later is refused now."""
+    if not path:
+        raise InvalidArgument("--out is empty; give a file name such as derivation.tex")
     if os.path.isdir(path):
         raise InvalidArgument(f"--out {path!r} is a directory; give a file name such as derivation.tex")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise InvalidArgument(f"--out {path!r}: the folder {parent!r} does not exist")
-    if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise InvalidArgument(f"--out {path!r}: cannot write there (permission denied)")
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a", encoding="ascii"):
+            pass
+    except OSError as exc:
+        raise InvalidArgument(f"--out {path!r}: cannot write there ({exc.strerror})") from None
+    if not existed:
+        os.remove(path)
 
 
 def _cmd_derive(args: argparse.Namespace) -> int:
@@ -195,17 +223,25 @@ def _cmd_derive(args: argparse.Namespace) -> int:
     from kvstab.theory.report import Instance
 
     instance = None
-    if args.numbers or any(getattr(args, f) is not None for f in _MODEL_FLAGS) or args.trace is not None:
+    fleet: FleetReport | None = None
+    fleet_given = args.replicas_mu is not None or args.replicas_M is not None
+    if args.numbers or fleet_given or any(getattr(args, f) is not None for f in _MODEL_FLAGS) or args.trace is not None:
         # the workload's default is applied in _workload (it must stay None beside --trace)
         defaults = {"M": PAPER_M, "chunk": PAPER_CHUNK, "bbar": PAPER_BBAR, "block": 1, "g": "exact"}
         for f, val in defaults.items():
             if getattr(args, f) is None:
                 setattr(args, f, val)
         instance = Instance(_workload(args), _params(args), args.bbar, args.lam, args.rho)
+        # the numbers section's values, computed now so that a refusal (a replica count
+        # beyond any fleet, an unsupported block period) comes before the document's seconds
+        from kvstab.theory.report import stability_report
+
+        rep = stability_report(instance.workload, instance.params, instance.bbar, instance.lam, instance.rho)
+        fleet = _fleet(args, rep)
     # the document imports sympy (about a second): only once every input is known good
     from kvstab.theory.document import compile_pdf, derivation_tex
 
-    text = derivation_tex(instance, fleet_mu=args.replicas_mu)
+    text = derivation_tex(instance, fleet=fleet)
     if args.out is None:
         sys.stdout.write(text)
         return 0
@@ -224,19 +260,30 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workload",
         default=None,
-        help="workload spec (default paper-1:1: s, o ~ U(10, 1600)); see kvstab.workload for the forms",
+        help="workload spec (default paper-1:1: s, o ~ U(10, 1600)): paper-1:1 | paper-2:1 | paper-1:2 | "
+        "s=DIST,o=DIST with DIST one of U(a,b), const(v), geom(p,cap), empirical(PATH) | trace(PATH)[,independent]",
     )
     p.add_argument("--trace", metavar="PATH", default=None, help="a trace file: the joint law of its (s, o) rows")
     p.add_argument("--lambda", dest="lam", type=rate, default=None, help="arrival rate λ (req/s) to provision for")
     p.add_argument("--rho", type=_utilisation, default=1.0, help="target utilisation ρ in (0, 1] (default 1)")
-    p.add_argument(
+    fleet = p.add_mutually_exclusive_group()
+    fleet.add_argument(
         "--replicas-mu",
         metavar="MU",
         type=_service_rate,
         nargs="+",
         default=None,
-        help="service rates μ_i (req/s) of a fleet's replicas: print (derive: typeset) the fleet's stability region, "
-        "the optimal static split and what round-robin loses",
+        help="service rates μ_i (req/s) of a fleet's replicas (the workload's δ on each): print (derive: typeset) "
+        "the fleet's stability region, the optimal static split and what round-robin loses",
+    )
+    fleet.add_argument(
+        "--replicas-M",
+        metavar="M",
+        type=_capacity,
+        nargs="+",
+        default=None,
+        help="KV capacities M_i (tokens) of a fleet's replicas, each with this workload, b̄, ŝ and B: "
+        "μ_i = M_i/(b̄·E[g]), δ_i = S/M_i; the same fleet report as --replicas-mu",
     )
 
 
@@ -264,6 +311,13 @@ def register(subparsers: Any) -> None:
     )
     # None marks "not given", so that the document is instantiated only on request
     add_server_arguments(de, omit=_OMIT, defaults={f: None for f in _MODEL_FLAGS if f != "workload"})
+    paper = {"M": PAPER_M, "chunk": PAPER_CHUNK, "bbar": PAPER_BBAR, "block": 1, "g": "exact"}
+    for action in de._actions:
+        if action.dest in paper and action.help:
+            # "not given" must stay None to tell derive whether to add the numbers section
+            action.help = action.help.replace(
+                "(default None)", f"(if left out with others given: {paper[action.dest]})"
+            )
     _add_common(de)
     de.add_argument("--numbers", action="store_true", help="instantiate with the paper's 1:1 setting")
     de.add_argument("--out", metavar="PATH", default=None, help="write the .tex here (default: stdout)")

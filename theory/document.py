@@ -17,7 +17,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 
 import sympy as sp
@@ -425,8 +425,9 @@ stated; its second needs the drift argument over one round of the router, taken 
         "".join(_eq(f"p_{{{i + 1}}}", e) for i, e in enumerate(F.optimal_split_expr(n))),
         "which makes every $\\mu_i/p_i$ equal to $\\sum_j \\mu_j$; no split does better, since\n",
         _eq(
-            "\\sum_i p_i \\frac{\\mu_i}{p_i}",
-            sp.Add(*(p_ * (m / p_) for m, p_ in zip(mus, ps)), evaluate=False),
+            "\\sum_i p_i \\frac{\\mu_i}{p_i} = "
+            + latex(sp.Add(*(p_ * sp.UnevaluatedExpr(m / p_) for m, p_ in zip(mus, ps)))),
+            F.ideal_rate_expr(n),
         ),
         "is a $p$-weighted mean of the ratios, so their minimum is at most $\\sum_i \\mu_i$.\n\n"
         "\\paragraph{Round-robin} ($p_i = 1/N$) is critical at\n",
@@ -436,7 +437,7 @@ stated; its second needs the drift argument over one round of the router, taken 
         "of the fleet's capacity (two replicas with $\\mu_1 = 2\\mu_2$: $2\\mu_2$ against $3\\mu_2$).\n\n"
         "\\paragraph{Provisioning} a heterogeneous fleet at utilisation $\\rho$ with the optimal split needs the "
         "capacity margin\n",
-        _eq("\\sum_i \\mu_i - \\frac{\\lambda}{\\rho}", F.fleet_provisioning_expr(n), "\\geq 0 \\quad"),
+        _eq("\\sum_i \\mu_i - \\frac{\\lambda}{\\rho}", F.fleet_provisioning_expr(n)),
         "to be non-negative, and $\\sum_i \\mu_i(1 - \\delta_i) > \\lambda$ for the guarantee.\n",
         _claims_table(F.fleet_claims()),
     ]
@@ -456,24 +457,23 @@ SECTIONS: tuple[Callable[[], str], ...] = (
 )
 
 
-def _fleet_numbers(fleet_mu: Sequence[float], inst: Instance | None) -> str:
-    delta = 0.0
-    if inst is not None:
-        delta = stability_report(inst.workload, inst.params, inst.bbar).delta
-    rep = F.fleet_report(list(fleet_mu), delta=delta, lam=None if inst is None else inst.lam)
-
+def _fleet_numbers(rep: F.FleetReport) -> str:
     def rate(x: float | None) -> str:
         return "none ($\\delta \\geq 1$)" if x is None else _fmt(x)
 
+    def vec(xs: tuple[float, ...] | None) -> str:
+        return "none" if xs is None else ", ".join(_fmt(x, 4) for x in xs)
+
     rows = [
         ("replicas $N$", _fmt(len(rep.mus))),
-        ("$\\mu_i$ (requests/s)", ", ".join(_fmt(m, 4) for m in rep.mus)),
-        ("$\\delta$ on every replica" + ("" if inst is not None else " (not instantiated: 0)"), _fmt(rep.delta)),
+        ("$\\mu_i$ (requests/s)", vec(rep.mus)),
+        ("$\\delta_i$", vec(rep.deltas)),
         ("$\\sum_i \\mu_i$ (any router, critical)", rate(rep.ideal_rate)),
-        ("optimal split $p_i \\propto \\mu_i$", ", ".join(_fmt(p_, 4) for p_ in rep.optimal_split)),
-        ("$\\sum_i \\mu_i(1 - \\delta)$ (optimal split, guaranteed)", rate(rep.optimal_guarantee)),
+        ("optimal split $p_i \\propto \\mu_i$", vec(rep.optimal_split)),
+        ("guarantee split $p_i \\propto \\mu_i(1 - \\delta_i)$", vec(rep.guarantee_split)),
+        ("$\\sum_i \\mu_i(1 - \\delta_i)$ (guarantee split, stable below)", rate(rep.optimal_guarantee)),
         ("$N \\min_i \\mu_i$ (round-robin, critical)", rate(rep.round_robin_rate)),
-        ("round-robin, guaranteed", rate(rep.round_robin_guarantee)),
+        ("round-robin, stable below", rate(rep.round_robin_guarantee)),
         ("capacity round-robin leaves unused", _fmt(rep.round_robin_loss, 4)),
     ]
     body = "".join(f"{k} & {v} \\\\\n" for k, v in rows)
@@ -485,17 +485,17 @@ def _fleet_numbers(fleet_mu: Sequence[float], inst: Instance | None) -> str:
     )
 
 
-def derivation_tex(instance: Instance | None = None, fleet_mu: Sequence[float] | None = None) -> str:
+def derivation_tex(instance: Instance | None = None, fleet: F.FleetReport | None = None) -> str:
     """The derivation document as a string (pure ASCII; compiles with ``pdflatex``).
 
     One function per section; ``instance`` appends the numbers of a workload and
-    a server, ``fleet_mu`` those of a fleet with these service rates.
+    a server, ``fleet`` those of a fleet (:func:`kvstab.theory.fleet.fleet_report`).
     """
     sections = [section() for section in SECTIONS]
     if instance is not None:
         sections.append(_numbers(instance))
-    if fleet_mu is not None:
-        sections.append(_fleet_numbers(fleet_mu, instance))
+    if fleet is not None:
+        sections.append(_fleet_numbers(fleet))
     text = _PREAMBLE + "".join(sections) + "\\end{document}\n"
     # pdflatex without extra packages reads ASCII only; fail here, not in TeX
     bad = sorted({ch for ch in text if ord(ch) > 127})

@@ -161,6 +161,7 @@ def fleet_claims() -> list[Claim]:
     import sympy as sp
 
     from kvstab.theory.claims import Claim
+    from kvstab.theory.symbols import lam, rho
 
     n = _N
     mus, deltas, ps = fleet_symbols(n)
@@ -174,6 +175,9 @@ def fleet_claims() -> list[Claim]:
     v = sp.symbols(f"v_1:{n + 1}", positive=True)
     cap = [m * vi for m, vi in zip(mus, v)]
     cap_total = sp.Add(*cap)
+    # provisioning: the new replicas' rate and the ceiling's fractional part
+    mu_new = sp.Symbol("mu_new", positive=True)
+    frac = sp.Symbol("f", nonnegative=True)
     # round-robin: the slowest replica's rate m and the others' excess w_i ≥ 0
     m_min = sp.Symbol("m", positive=True)
     excess = _slacks(n)
@@ -187,18 +191,18 @@ def fleet_claims() -> list[Claim]:
         ),
         Claim(
             "a split's ratios μ_i/p_i have p-weighted mean Σ μ_i, so min_i μ_i/p_i ≤ Σ μ_i",
-            sp.Add(*(p * (m / p) for m, p in zip(mus, ps))),
+            sp.Add(*(p * sp.UnevaluatedExpr(m / p) for m, p in zip(mus, ps))),
             total,
         ),
         *[
-            Claim(f"p_i ∝ μ_i makes μ_{i + 1}/p_{i + 1} = Σ μ_j", m / p, total)
+            Claim(f"p_i ∝ μ_i makes μ_{i + 1}/p_{i + 1} = Σ μ_j", m / sp.UnevaluatedExpr(p), total)
             for i, (m, p) in enumerate(zip(mus, opt))
         ],
         Claim("the proportional split sums to 1", sp.Add(*opt), sp.Integer(1)),
         *[
             Claim(
                 f"p_i ∝ μ_i(1 − δ_i) makes μ_{i + 1}(1 − δ_{i + 1})/p_{i + 1} = Σ μ_j(1 − δ_j)",
-                c / (c / cap_total),
+                c / sp.UnevaluatedExpr(c / cap_total),
                 cap_total,
                 premise="δ_i = 1 − v_i, v_i > 0",
             )
@@ -215,18 +219,26 @@ def fleet_claims() -> list[Claim]:
         ),
         Claim(
             "two replicas, μ_1 = 2μ_2: round-robin is critical at 2μ_2",
-            round_robin_rate_expr(2).subs(m1, 2 * m2),
+            round_robin_rate_expr(2).subs(m1, sp.UnevaluatedExpr(2 * m2)),
             2 * m2,
         ),
         Claim(
             "two replicas, μ_1 = 2μ_2: the optimal split is critical at 3μ_2",
-            ideal_rate_expr(2).subs(m1, 2 * m2),
+            ideal_rate_expr(2).subs(m1, sp.UnevaluatedExpr(2 * m2)),
             3 * m2,
         ),
         Claim(
             "identical replicas: round-robin loses nothing",
             round_robin_loss_expr(n).subs({m: mus[0] for m in mus[1:]}),
             sp.Integer(0),
+            premise="μ_1 = μ_2 = μ_3",
+        ),
+        Claim(
+            "adding ⌈(λ/ρ − Σ μ_i)/μ_new⌉ replicas of rate μ_new provisions the fleet: Σ μ ≥ λ/ρ",
+            total + mu_new * ((lam / rho - total) / mu_new + frac),
+            lam / rho,
+            ">=",
+            premise="⌈y⌉ = y + f with f ≥ 0, y = (λ/ρ − Σ μ_i)/μ_new",
         ),
         Claim(
             "a random split's guarantee is below its critical rate, replica by replica",
@@ -320,12 +332,17 @@ class FleetReport:
     """The stability region of one fleet."""
 
     mus: tuple[float, ...] = field(metadata={"help": "μ_i of each replica, req/s"})
-    delta: float = field(metadata={"help": "δ of the workload on every replica"})
+    deltas: tuple[float, ...] = field(metadata={"help": "δ_i of the workload on each replica"})
     ideal_rate: float = field(metadata={"help": "Σ μ_i: no size-blind router is stable above it"})
-    optimal_split: tuple[float, ...] = field(metadata={"help": "p_i ∝ μ_i"})
-    optimal_guarantee: float | None = field(metadata={"help": "Σ μ_i(1 − δ): stable below it (random split ∝ μ_i)"})
+    optimal_split: tuple[float, ...] = field(metadata={"help": "p_i ∝ μ_i: critical at Σ μ_i"})
+    guarantee_split: tuple[float, ...] | None = field(
+        metadata={"help": "p_i ∝ μ_i(1 − δ_i) over replicas with δ_i < 1; None if every δ_i ≥ 1"}
+    )
+    optimal_guarantee: float | None = field(
+        metadata={"help": "Σ μ_i(1 − δ_i) over δ_i < 1: stable below it (random split guarantee_split)"}
+    )
     round_robin_rate: float = field(metadata={"help": "N·min μ_i: round-robin is unstable above it"})
-    round_robin_guarantee: float | None = field(metadata={"help": "N·min μ_i(1 − δ)"})
+    round_robin_guarantee: float | None = field(metadata={"help": "N·min μ_i(1 − δ_i); None if some δ_i ≥ 1"})
     round_robin_loss: float = field(metadata={"help": "1 − N·min μ_i/Σ μ_i"})
     lam_per_s: float | None = field(default=None, metadata={"help": "the load λ, if given"})
 
@@ -339,13 +356,21 @@ class FleetReport:
         def rate(x: float | None) -> str:
             return "none (δ ≥ 1)" if x is None else f"{x:.6g} req/s"
 
-        split = ", ".join(f"{p:.4g}" for p in self.optimal_split)
+        def vec(xs: tuple[float, ...]) -> str:
+            return ", ".join(f"{x:.4g}" for x in xs)
+
+        same = len(set(self.deltas)) == 1
+        deltas = f"δ = {self.deltas[0]:.4g} on each" if same else f"δ_i = {vec(self.deltas)}"
+        guard = (
+            "none (every δ_i ≥ 1)"
+            if self.guarantee_split is None
+            else f"p_i ∝ μ_i(1−δ_i) = ({vec(self.guarantee_split)})"
+        )
         out = [
-            f"fleet of {len(self.mus)} replicas, μ_i = {', '.join(f'{m:g}' for m in self.mus)} req/s "
-            f"(δ = {self.delta:.4g} on each; a size-blind router)",
+            f"fleet of {len(self.mus)} replicas, μ_i = {vec(self.mus)} req/s ({deltas}; a size-blind router)",
             f"  any router      : unstable above Σ μ_i = {rate(self.ideal_rate)}",
-            f"  optimal split   : p_i ∝ μ_i = ({split}); critical at Σ μ_i, stable below "
-            f"Σ μ_i(1−δ) = {rate(self.optimal_guarantee)}",
+            f"  optimal split   : p_i ∝ μ_i = ({vec(self.optimal_split)}), critical at Σ μ_i",
+            f"  guarantee split : {guard}, stable below Σ μ_i(1−δ_i) = {rate(self.optimal_guarantee)}",
             f"  round-robin     : critical at N·min μ_i = {rate(self.round_robin_rate)}, stable below "
             f"{rate(self.round_robin_guarantee)}; loses {100 * self.round_robin_loss:.3g}% of Σ μ_i",
         ]
@@ -359,19 +384,22 @@ class FleetReport:
         return out
 
 
-def fleet_report(mus: npt.ArrayLike, delta: float, lam: float | None = None) -> FleetReport:
-    """The stability region of a fleet with rates ``mus`` and the same ``δ`` on
-    every replica (one workload, one ``M``)."""
+def fleet_report(mus: npt.ArrayLike, deltas: npt.ArrayLike | float, lam: float | None = None) -> FleetReport:
+    """The stability region of a fleet with rates ``mus`` and ``δ_i`` ``deltas``
+    (one number: the same on every replica)."""
     m = _rates("μ_i", mus)
     n = m.size
+    d = _deltas(deltas, n)
+    guard: FloatArr | None = None if np.all(d >= 1) else optimal_split(m, d)
     return FleetReport(
         mus=tuple(float(x) for x in m),
-        delta=float(delta),
+        deltas=tuple(float(x) for x in d),
         ideal_rate=float(m.sum()),
         optimal_split=tuple(float(x) for x in optimal_split(m)),
-        optimal_guarantee=guaranteed_rate(m, delta, optimal_split(m)),
+        guarantee_split=None if guard is None else tuple(float(x) for x in guard),
+        optimal_guarantee=None if guard is None else guaranteed_rate(m, d, guard),
         round_robin_rate=critical_rate(m),
-        round_robin_guarantee=guaranteed_rate(m, delta, np.full(n, 1.0 / n)),
+        round_robin_guarantee=guaranteed_rate(m, d, np.full(n, 1.0 / n)),
         round_robin_loss=round_robin_loss(m),
         lam_per_s=None if lam is None else float(lam),
     )

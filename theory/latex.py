@@ -42,12 +42,13 @@ SYMBOL_LATEX: dict[str, str] = {
     "d_1": r"d_{1}",
     "t_p": r"t",
     "t_0": r"t_{0}",
+    "mu_new": r"\mu_{\mathrm{new}}",
 }
 
 # indexed families: lambda_3 -> \lambda_{3}, lp_2 -> l'_{2}, E_g1 -> \mathbb{E}_{1}[g]
 _FAMILIES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^lambda_(\d+)$"), r"\\lambda_{\1}"),
-    (re.compile(r"^lp_(\d+)$"), r"l'_{\1}"),
+    (re.compile(r"^lp_(\d+)$"), r"{l'_{\1}}"),  # braced: l' is already a superscript, so l'^2 needs a group
     (re.compile(r"^l_(\d+)$"), r"l_{\1}"),
     (re.compile(r"^w_(\d+)$"), r"w_{\1}"),
     (re.compile(r"^E_g(\d+)$"), r"\\mathbb{E}_{\1}[g]"),

@@ -58,9 +58,9 @@ IntArr = npt.NDArray[np.int64]
 
 #: below this many points a sum is one vector pass
 _DIRECT = 1 << 16
-#: the longest residue period (``B`` or ``B/gcd(B, ŝ)``) the exact ``B > 1`` sums handle:
-#: a KV block of more than 4·10⁶ tokens is no real server
-MAX_PERIOD = 1 << 22
+#: the longest residue period (``B``, ``B/gcd(B, ŝ)`` or ``lcm(B, ŝ)``) the exact ``B > 1``
+#: sums handle (vectors of this length, milliseconds): a KV block of 10⁶ tokens is no real server
+MAX_PERIOD = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from kvstab.errors import InvalidArgument
 from kvstab.theory.claims import Claim
 from kvstab.theory.stability import mu_expr
 from kvstab.theory.symbols import M, S, bbar, lam, rho
+from kvstab.validation import MAX_COUNT
 
 __all__ = [
     "replicas_expr",
@@ -101,13 +102,23 @@ def _check_rate(name: str, value: float) -> float:
     return float(value)
 
 
+def _count(ratio: float, what: str) -> int:
+    """``⌈ratio⌉`` (at least 1) as a replica count, or one line when no fleet is that large."""
+    if not math.isfinite(ratio) or ratio > MAX_COUNT:
+        raise InvalidArgument(
+            f"{what} = {ratio:g} replicas, more than {MAX_COUNT}: check λ (--lambda), ρ (--rho) and b̄ (--bbar)"
+        )
+    # 1e-12 absorbs the rounding of λ/(ρμ) when it is an integer in exact arithmetic
+    return max(1, math.ceil(ratio - 1e-12))
+
+
 def replicas(lam_: float, mu_: float, rho_: float = 1.0) -> int:
     """Replicas needed for load ``λ`` at utilisation ``ρ ∈ (0, 1]``: ``⌈λ/(ρμ)⌉``."""
     _check_rate("arrival rate λ", lam_)
     _check_rate("service rate μ", mu_)
     if not (isinstance(rho_, (int, float)) and 0 < rho_ <= 1):
         raise InvalidArgument(f"target utilisation ρ must be in (0, 1], got {rho_!r}")
-    return max(1, math.ceil(lam_ / (rho_ * mu_) - 1e-12))
+    return _count(lam_ / (rho_ * mu_), "λ/(ρμ)")
 
 
 def guarantee_replicas(lam_: float, mu_: float, delta: float) -> int | None:
@@ -118,7 +129,7 @@ def guarantee_replicas(lam_: float, mu_: float, delta: float) -> int | None:
     _check_rate("service rate μ", mu_)
     if delta >= 1:
         return None
-    return max(1, math.ceil(lam_ / (mu_ * (1 - delta)) - 1e-12))
+    return _count(lam_ / (mu_ * (1 - delta)), "λ/(μ(1 − δ))")
 
 
 def tp_capacity(hbm_bytes: float, weight_bytes: float, kv_bytes_per_token: float, t: int) -> int:

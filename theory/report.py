@@ -15,7 +15,14 @@ from typing import Any
 
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
-from kvstab.theory.area import Moments, expected_g, expected_reserve_area, peak_tokens, workload_moments
+from kvstab.theory.area import (
+    Moments,
+    check_computable,
+    expected_g,
+    expected_reserve_area,
+    peak_tokens,
+    workload_moments,
+)
 from kvstab.workload import Workload
 
 __all__ = ["StabilityReport", "stability_report", "Instance", "EMPTY_GUARANTEE"]
@@ -81,6 +88,7 @@ def stability_report(
         raise InvalidArgument(f"target utilisation ρ must be in (0, 1], got {rho!r}")
     if lam is not None and not (isinstance(lam, (int, float)) and math.isfinite(lam) and lam > 0):
         raise InvalidArgument(f"arrival rate λ must be a finite number > 0 requests/s, got {lam!r}")
+    check_computable(workload, params)
     eg = expected_g(workload, params)
     mu_slot = params.M / eg
     mu_s = mu_slot / bbar

@@ -33,10 +33,13 @@ def files(tmp_path: Path) -> dict[str, str]:
     trace.write_text("s,o\n100,20\n300,5\n", encoding="utf-8")
     fifo = tmp_path / "fifo.csv"
     os.mkfifo(fifo)
+    big = tmp_path / "big.csv"
+    big.write_text("s,o\n10000000000000000000,20\n", encoding="utf-8")
     folder = tmp_path / "folder"
     folder.mkdir()
     return {
         "TRACE": str(trace),
+        "BIG": str(big),
         "DIR": str(folder),
         "FIFO": str(fifo),
         "MISSING": str(tmp_path / "missing.csv"),
@@ -54,6 +57,12 @@ HOSTILE: list[tuple[list[str], str]] = [
     (["mu", "--block", "1e30"], "--block"),
     (["mu", "--block", "4096", "--M", "1000"], "exceeds M"),
     (["mu", "--M", "1099511627776", "--block", "8388608"], "B/gcd"),
+    (
+        ["mu", "--M", "1099511627776", "--block", "1048575", "--workload", "s=U(1,1000000000),o=const(9)"],
+        "lcm(B, ŝ)",
+    ),
+    (["mu", "--lambda", "1e9", "--rho", "1e-300"], "replicas, more than"),
+    (["mu", "--lambda", "1e9", "--rho", "1e-10"], "replicas, more than"),
     (["mu", "--bbar", "nan"], "--bbar"),
     (["mu", "--bbar", "inf"], "--bbar"),
     (["mu", "--bbar", "-1"], "--bbar"),
@@ -83,7 +92,14 @@ HOSTILE: list[tuple[list[str], str]] = [
     (["mu", "--replicas-mu", "0"], "--replicas-mu"),
     (["mu", "--replicas-mu", "1", "nan"], "--replicas-mu"),
     (["mu", "--replicas-mu", "-2"], "--replicas-mu"),
+    (["mu", "--replicas-M", "0"], "--replicas-M"),
+    (["mu", "--replicas-M", "1e30"], "--replicas-M"),
+    (["mu", "--replicas-M", "10", "--block", "16"], "below the block size"),
+    (["mu", "--replicas-M", "131000", "--replicas-mu", "3"], "not allowed"),
+    (["mu", "--trace", "BIG"], "64 bits"),
     (["derive", "--pdf"], "--out"),
+    (["derive", "--out", ""], "empty"),
+    (["derive", "--numbers", "--lambda", "1e9", "--rho", "1e-300"], "replicas, more than"),
     (["derive", "--out", "DIR"], "is a directory"),
     (["derive", "--out", "NOPARENT"], "does not exist"),
     (["derive", "--trace", "DIR"], "is a directory"),

@@ -105,7 +105,7 @@ def test_bad_fleets_are_refused(call: Callable[[], object]) -> None:
 
 
 def test_report_and_document_section() -> None:
-    rep = F.fleet_report([2.0, 1.0], delta=0.2, lam=2.5)
+    rep = F.fleet_report([2.0, 1.0], 0.2, lam=2.5)
     assert rep.ideal_rate == pytest.approx(3.0) and rep.round_robin_rate == pytest.approx(2.0)
     assert rep.optimal_guarantee == pytest.approx(2.4) and rep.round_robin_guarantee == pytest.approx(1.6)
     text = "\n".join(rep.lines())
@@ -115,3 +115,37 @@ def test_report_and_document_section() -> None:
     section = _section_fleet()
     assert "Fleets" in section and "NOT proved" not in section
     assert sp.latex(sp.Symbol("mu_1")) in section
+
+
+def test_derive_typesets_a_fleet(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import kvstab.theory.document as document
+    from kvstab.cli import main
+
+    monkeypatch.setattr(document, "SECTIONS", ())  # the fixed sections are built in test_theory_cli
+    assert main(["derive", "--numbers", "--replicas-mu", "2", "1"]) == 0
+    text = capsys.readouterr().out
+    fleet = text[text.index("The numbers for this fleet") :]
+    assert "(any router, critical) & 3" in fleet and "(round-robin, critical) & 2" in fleet
+    assert "The numbers for this workload" in text and text.isascii()
+
+
+def test_heterogeneous_deltas() -> None:
+    # a replica whose δ_i ≥ 1 takes nothing under the guarantee split, and voids round-robin's guarantee
+    rep = F.fleet_report([3.0, 1.0, 2.0], [0.5, 1.5, 0.0], lam=None)
+    assert rep.guarantee_split == pytest.approx((1.5 / 3.5, 0.0, 2.0 / 3.5))
+    assert rep.optimal_guarantee == pytest.approx(3.5) and rep.round_robin_guarantee is None
+    assert F.fleet_report([1.0], 2.0).optimal_guarantee is None
+
+
+def test_mu_fleet_of_capacities(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from kvstab.cli import main
+
+    assert main(["mu", "--replicas-M", "131000", "65500", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    mu, S = d["mu_per_s"], d["ess_sup_total"]
+    assert d["fleet"]["mus"] == pytest.approx([mu, mu / 2])
+    assert d["fleet"]["deltas"] == pytest.approx([S / 131000, S / 65500])
+    assert d["fleet"]["round_robin_rate"] == pytest.approx(mu)  # 2·min μ_i = 2·μ/2
+    assert d["fleet"]["ideal_rate"] == pytest.approx(1.5 * mu)

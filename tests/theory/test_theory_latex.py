@@ -47,7 +47,8 @@ def test_golden(expr, expected: str) -> None:  # type: ignore[no-untyped-def]
 def test_symbol_mapping() -> None:
     assert latex(shat) == r"\hat{s}"
     assert latex(bbar * lam / rho) == r"\frac{\bar{b} \lambda}{\rho}"
-    assert latex(sp.Symbol("lp_3")) == "l'_{3}"
+    assert latex(sp.Symbol("lp_3")) == "{l'_{3}}"
+    assert latex(sp.Symbol("lp_3") ** 2) == "{l'_{3}}^{2}"  # a bare l'_{3}^{2} is a double superscript in TeX
     assert latex(sp.Symbol("zeta")) == r"\zeta"  # unmapped names fall back to sympy
     assert isinstance(KvstabLatexPrinter().doprint(shat), str)
 

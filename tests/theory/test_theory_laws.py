@@ -133,3 +133,35 @@ def test_moments_of_a_joint_law_are_row_means() -> None:
 def test_peak_is_tokens_held() -> None:
     totals = np.arange(1, 200)
     assert list(peak_tokens(totals, 16)) == [tokens_held(int(t), 16) for t in totals]
+
+
+laws = st.one_of(
+    st.builds(lambda a, w: Uniform(a, a + w), st.integers(1, 90), st.integers(0, 90)),
+    st.builds(Geometric, st.sampled_from([1.0, 0.5, 0.05, 0.001]), st.integers(1, 150)),
+    st.builds(Fixed, st.integers(1, 200)),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(laws, laws, st.integers(1, 70), st.integers(1, 300))
+def test_block_sums_equal_enumeration_for_every_law(s: LengthDist, o: LengthDist, chunk: int, block: int) -> None:
+    # blocks that divide ŝ, that do not, larger than ŝ and larger than every request
+    w = Workload(s=s, o=o)
+    params = ModelParams(M=10**6, chunk=chunk, block=block)
+    eg, er = brute(w, params)
+    assert expected_g(w, params) == pytest.approx(eg, rel=1e-11)
+    assert expected_reserve_area(w, params) == pytest.approx(er, rel=1e-11)
+
+
+def test_per_request_g_with_a_block_period_beyond_the_limit() -> None:
+    # B/gcd(B, ŝ) > MAX_PERIOD: the rows' own chunk counts bound the table instead
+    from kvstab.theory.area import g_blocks
+
+    s, o, chunk, B = np.array([1, 700, 5000, 3]), np.array([3, 1, 9, 2]), 512, (1 << 21) + 1
+
+    def g(si: int, oi: int) -> int:
+        n = -(-si // chunk)
+        prefill = sum(tokens_held(min(c * chunk, si), B) for c in range(1, n + 1))
+        return int(prefill + sum(tokens_held(si + j, B) for j in range(1, oi + 1)))
+
+    assert list(g_blocks(s, o, chunk, B)) == [g(int(a), int(b)) for a, b in zip(s, o)]
