@@ -321,7 +321,7 @@ class Engine:
         except KeyboardInterrupt:
             raise DecideInterrupted(f"while {where} was deciding (decide had not returned)") from None
         except InvalidScheduler as exc:
-            raise InvalidScheduler(f"{where}: {exc}") from None
+            raise InvalidScheduler(f"{where}: {self._unnamed(exc)}") from None
         except KvstabError:
             raise
         except Exception as exc:  # the plug-in's own fault: say so, with its name and the slot
@@ -346,10 +346,14 @@ class Engine:
                     if bad is not None:
                         raise InvalidScheduler(f"decision.grants[{i}] is {bad}; a grant is an integer >= 0 tokens")
         except InvalidScheduler as exc:
-            msg = str(exc)
-            prefix = f"scheduler {self.spec!r}"
-            raise InvalidScheduler(f"{where}: {msg[len(prefix) :].lstrip(': ') if msg.startswith(prefix) else msg}") from None
+            raise InvalidScheduler(f"{where}: {self._unnamed(exc)}") from None
         return d
+
+    def _unnamed(self, exc: InvalidScheduler) -> str:
+        """``exc``'s message without a leading ``scheduler 'X'`` (the engine names it once, with the slot)."""
+        msg = str(exc)
+        prefix = f"scheduler {self.spec!r}"
+        return msg[len(prefix) :].lstrip(": ") if msg.startswith(prefix) else msg
 
     def decide(self) -> tuple[View, Decision]:
         """Ask the scheduler, widening the queue window while it admits all it sees."""
