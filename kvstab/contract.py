@@ -21,9 +21,10 @@ what makes it correct for both.  See ``docs/scheduler-contract.md``.
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from kvstab.errors import InvalidScheduler
@@ -49,6 +50,7 @@ __all__ = [
     "check_decision_shape",
     "HiddenOutput",
     "visible_view",
+    "hidden_output",
 ]
 
 
@@ -230,6 +232,18 @@ class HiddenOutput(int):
         return (HiddenOutput, (self.who, self.rid))
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _hidden(who: str, rid: int) -> HiddenOutput:
+    return HiddenOutput(who, rid)
+
+
+def hidden_output(who: str, rid: object) -> HiddenOutput:
+    """The placeholder shown instead of request ``rid``'s ``o`` to scheduler ``who``
+    (one per pair: placeholders are immutable, and making one costs more than an entry)."""
+    # a symbolic rid (a z3 term) is not hashable: make a fresh placeholder
+    return _hidden(who, rid) if type(rid) is int else HiddenOutput(who, rid)
+
+
 def visible_view(view: View, traits: Traits, who: str = "the scheduler") -> View:
     """The view a rule with ``traits`` may see: ``view`` itself for a
     clairvoyant rule; otherwise a copy whose every entry's ``o`` is a
@@ -238,14 +252,25 @@ def visible_view(view: View, traits: Traits, who: str = "the scheduler") -> View
     Only ``o`` is replaced and no other value is inspected, so it works
     unchanged on views whose values are z3 terms (``kvstab.symbolic.Sym``):
     the simulator, the fast engine and the z3 encoding all call it before
-    ``decide``.  ``who`` names the scheduler in the error (its spec).
+    ``decide``.  ``who`` names the scheduler in the error (its spec).  It is
+    idempotent: a view whose ``o`` are all hidden already is returned as is.
     """
     if traits.clairvoyant:
         return view
-    return replace(
-        view,
-        active=tuple(replace(a, o=HiddenOutput(who, a.rid)) for a in view.active),
-        waiting=tuple(replace(w, o=HiddenOutput(who, w.rid)) for w in view.waiting),
+    if all(isinstance(e.o, HiddenOutput) for e in view.active) and all(
+        isinstance(e.o, HiddenOutput) for e in view.waiting
+    ):
+        return view  # already hidden (an engine may build the view that way; see Engine.view)
+    # direct constructors, not dataclasses.replace: this runs before every decision
+    return View(
+        active=tuple(ActiveEntry(a.rid, a.s, hidden_output(who, a.rid), a.progress, a.present) for a in view.active),
+        waiting=tuple(WaitingEntry(w.rid, w.s, hidden_output(who, w.rid), w.present) for w in view.waiting),
+        M=view.M,
+        chunk=view.chunk,
+        block=view.block,
+        token_budget=view.token_budget,
+        max_num_seqs=view.max_num_seqs,
+        n_waiting=view.n_waiting,
     )
 
 

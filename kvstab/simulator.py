@@ -41,6 +41,7 @@ from kvstab.contract import (
     View,
     WaitingEntry,
     check_decision_shape,
+    hidden_output,
     traits_of,
     visible_view,
 )
@@ -292,13 +293,19 @@ class Engine:
 
     # --- the view
     def view(self, window: int | None = None) -> View:
-        """The immutable view the scheduler sees now (queue head of ``window`` entries)."""
+        """The immutable view the scheduler sees now (queue head of ``window``
+        entries); for a rule that is not clairvoyant, every ``o`` is hidden
+        (:func:`~kvstab.contract.visible_view`), built so in one pass."""
         p = self.params
         w = self.window if window is None else window
         head = [self.waiting[i] for i in range(min(w, len(self.waiting)))]
+        if self.traits.clairvoyant:
+            o_of: Callable[[RequestState], int] = lambda r: r.o  # noqa: E731
+        else:
+            o_of = lambda r: hidden_output(self.spec, r.rid)  # noqa: E731
         return View(
-            active=tuple(ActiveEntry(r.rid, r.s, r.o, r.progress) for r in self.active),
-            waiting=tuple(WaitingEntry(r.rid, r.s, r.o) for r in head),
+            active=tuple(ActiveEntry(r.rid, r.s, o_of(r), r.progress) for r in self.active),
+            waiting=tuple(WaitingEntry(r.rid, r.s, o_of(r)) for r in head),
             M=p.M,
             chunk=p.chunk,
             block=p.block,
