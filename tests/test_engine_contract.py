@@ -153,3 +153,15 @@ def test_engine_run_is_the_one_loop() -> None:
     assert fed == 2 and eng.idle and len(eng.records) < 20 and eng.slot > 10**9
     eng = Engine(sched, P)
     assert eng.run(PLAN, 2) == 1 and eng.slot == 2 and len(eng.records) == 2
+
+
+def test_the_engine_shows_a_non_clairvoyant_rule_no_o() -> None:
+    """Engine.view is the view the rule sees: o hidden for current-fit, shown for reserve."""
+    for name, hidden in (("current-fit", True), ("reserve", False)):
+        eng = Engine(load_scheduler(name), P)
+        eng.arrive(3, 5)
+        v = eng.view()
+        assert isinstance(v.waiting[0].o, HiddenOutput) == hidden
+        assert visible_view(v, traits_of(eng.scheduler), name) is v  # idempotent: nothing left to hide
+        if not hidden:
+            assert v.waiting[0].o == 5
