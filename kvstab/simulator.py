@@ -133,7 +133,6 @@ class SimResult:
         return np.cumsum(self.arrived) - np.cumsum(self.completed)
 
 
-
 class DecideInterrupted(KeyboardInterrupt):
     """Ctrl-C arrived while a scheduler's ``decide`` was running: the message
     names the scheduler and the slot (a rule that never returns is the usual cause)."""
@@ -432,7 +431,7 @@ class Engine:
         if self.check:
             if memory > p.M:
                 raise InvariantViolation(
-                    f"slot {t}: scheduler {self.scheduler.name!r} uses {memory} tokens of KV memory, M={p.M} "
+                    f"slot {t}: scheduler {self.spec!r} uses {memory} tokens of KV memory, M={p.M} "
                     f"(active requests {_ids(running)})",
                     slot=t,
                     memory=memory,
