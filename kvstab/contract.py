@@ -23,9 +23,13 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NoReturn, Protocol, runtime_checkable
+
+import numpy as np
 
 from kvstab.errors import InvalidScheduler
 from kvstab.model import first_chunk_tokens, progress_after, tokens_held
@@ -48,6 +52,7 @@ __all__ = [
     "fcfs_admit",
     "preempt_newest",
     "check_decision_shape",
+    "check_decision_values",
     "HiddenOutput",
     "visible_view",
     "hidden_output",
@@ -406,6 +411,40 @@ def check_decision_shape(decision: object, view: View, who: str) -> Decision:
             f"scheduler {who!r}: decision.grants has {len(decision.grants)} entries, expected "
             f"{len(view.active) + len(view.waiting)} (active, then waiting)"
         )
+    return decision
+
+
+def _bad_grant(g: object) -> str | None:
+    """What is wrong with ``g`` as a concrete grant (an integer ``≥ 0``), or ``None``."""
+    if isinstance(g, HiddenOutput):
+        g._read()
+    if isinstance(g, bool) or not isinstance(g, numbers.Integral):
+        if isinstance(g, float) and math.isnan(g):
+            return "NaN"
+        return f"{g!r} ({type(g).__name__}), not an integer"
+    if g < 0:
+        return f"{int(g)}, negative"
+    return None
+
+
+def check_decision_values(decision: Decision, who: str) -> Decision:
+    """Raise :class:`InvalidScheduler` unless a *concrete* decision holds
+    booleans in ``admit``/``preempt`` and integers ``≥ 0`` in ``grants``
+    (an engine calls it after :func:`check_decision_shape`; symbolic
+    decisions hold z3 terms and are not checked here)."""
+    for name, vals in (("admit", decision.admit), ("preempt", decision.preempt)):
+        for v in vals:
+            if isinstance(v, HiddenOutput):
+                v._read()
+            if not isinstance(v, (bool, np.bool_)):
+                raise InvalidScheduler(f"scheduler {who!r}: decision.{name} must hold booleans, got {v!r}")
+    if decision.grants is not None:
+        for i, g in enumerate(decision.grants):
+            bad = _bad_grant(g)
+            if bad is not None:
+                raise InvalidScheduler(
+                    f"scheduler {who!r}: decision.grants[{i}] is {bad}; a grant is an integer >= 0 tokens"
+                )
     return decision
 
 

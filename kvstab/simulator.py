@@ -20,7 +20,6 @@ One slot ``t``:
 
 from __future__ import annotations
 
-import math
 import signal
 import threading
 from collections import deque
@@ -36,11 +35,11 @@ from kvstab.arrivals import ArrivalPlan
 from kvstab.contract import (
     ActiveEntry,
     Decision,
-    HiddenOutput,
     Scheduler,
     View,
     WaitingEntry,
     check_decision_shape,
+    check_decision_values,
     hidden_output,
     traits_of,
     visible_view,
@@ -170,19 +169,6 @@ def _ids(reqs: list[RequestState], most: int = 12) -> str:
     ids = [r.rid for r in reqs]
     shown = ", ".join(str(i) for i in ids[:most])
     return f"[{shown}{', …' if len(ids) > most else ''}] ({len(ids)} in all)"
-
-
-def _bad_grant(g: object) -> str | None:
-    """What is wrong with ``g`` as a grant (a non-negative integer), or ``None``."""
-    if isinstance(g, HiddenOutput):
-        g._read()
-    if isinstance(g, (bool, np.bool_)) or not isinstance(g, (int, np.integer)):
-        if isinstance(g, float) and math.isnan(g):
-            return "NaN"
-        return f"{g!r} ({type(g).__name__}), not an integer"
-    if g < 0:
-        return f"{int(g)}, negative"
-    return None
 
 
 class Engine:
@@ -339,21 +325,9 @@ class Engine:
     def _checked(self, decision: object, view: View, where: str) -> Decision:
         """``decision`` if it has the contract's shape and types, else :class:`InvalidScheduler`."""
         try:
-            d = check_decision_shape(decision, view, self.spec)
-            for name, vals in (("admit", d.admit), ("preempt", d.preempt)):
-                for v in vals:
-                    if isinstance(v, HiddenOutput):
-                        v._read()
-                    if not isinstance(v, (bool, np.bool_)):
-                        raise InvalidScheduler(f"decision.{name} must hold booleans, got {v!r}")
-            if d.grants is not None:
-                for i, g in enumerate(d.grants):
-                    bad = _bad_grant(g)
-                    if bad is not None:
-                        raise InvalidScheduler(f"decision.grants[{i}] is {bad}; a grant is an integer >= 0 tokens")
+            return check_decision_values(check_decision_shape(decision, view, self.spec), self.spec)
         except InvalidScheduler as exc:
             raise InvalidScheduler(f"{where}: {self._unnamed(exc)}") from None
-        return d
 
     def _unnamed(self, exc: InvalidScheduler) -> str:
         """``exc``'s message without a leading ``scheduler 'X'`` (the engine names it once, with the slot)."""
