@@ -434,12 +434,16 @@ def check_decision_values(decision: Decision, who: str) -> Decision:
     decisions hold z3 terms and are not checked here)."""
     for name, vals in (("admit", decision.admit), ("preempt", decision.preempt)):
         for v in vals:
+            if type(v) is bool:  # the common case, first: this runs every slot
+                continue
             if isinstance(v, HiddenOutput):
                 v._read()
             if not isinstance(v, (bool, np.bool_)):
                 raise InvalidScheduler(f"scheduler {who!r}: decision.{name} must hold booleans, got {v!r}")
     if decision.grants is not None:
         for i, g in enumerate(decision.grants):
+            if type(g) is int and g >= 0:
+                continue
             bad = _bad_grant(g)
             if bad is not None:
                 raise InvalidScheduler(

@@ -285,12 +285,15 @@ class Engine:
         w = self.window if window is None else window
         head = [self.waiting[i] for i in range(min(w, len(self.waiting)))]
         if self.traits.clairvoyant:
-            o_of: Callable[[RequestState], int] = lambda r: r.o  # noqa: E731
+            active = tuple(ActiveEntry(r.rid, r.s, r.o, r.progress) for r in self.active)
+            waiting = tuple(WaitingEntry(r.rid, r.s, r.o) for r in head)
         else:
-            o_of = lambda r: hidden_output(self.spec, r.rid)  # noqa: E731
+            who = self.spec
+            active = tuple(ActiveEntry(r.rid, r.s, hidden_output(who, r.rid), r.progress) for r in self.active)
+            waiting = tuple(WaitingEntry(r.rid, r.s, hidden_output(who, r.rid)) for r in head)
         return View(
-            active=tuple(ActiveEntry(r.rid, r.s, o_of(r), r.progress) for r in self.active),
-            waiting=tuple(WaitingEntry(r.rid, r.s, o_of(r)) for r in head),
+            active=active,
+            waiting=waiting,
             M=p.M,
             chunk=p.chunk,
             block=p.block,
