@@ -108,6 +108,7 @@ def _workload_and_plan(args: argparse.Namespace, params: Any) -> tuple[Any, Any,
 def run(args: argparse.Namespace) -> int:
     """``kvstab simulate``: exit 0 with the table (or JSON) of a run."""
     from kvstab.arrivals import poisson_arrivals
+    from kvstab.contract import traits_of
     from kvstab.metrics import queue_slope, throughput, utilisation
     from kvstab.registry import load_scheduler
     from kvstab.simulator import simulate
@@ -158,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         "slots": res.slots,
         "window": res.window,
         "window_hid_slots": res.window_hid_slots,
+        "scheduler_traits": traits_of(scheduler).tags(),
         "warmup_fraction": args.warmup,
         "arrival_rate_per_s": rate,
         "offered_load_lambda_over_mu": rate / mu_formula,
@@ -232,7 +234,7 @@ def _print(o: dict[str, Any]) -> None:
     t.add_row("completed / arrived", f"{o['completed']} / {o['arrived']}", "")
     if o["dropped_oversize"]:
         t.add_row("dropped (s+o > M)", str(o["dropped_oversize"]), "")
-    if o["window_hid_slots"]:
+    if o["window_hid_slots"] and "fcfs" not in o["scheduler_traits"]:  # a head-of-line rule is not affected by what lies behind its head
         t.add_row("slots the queue window hid requests", f"{o['window_hid_slots']} (window {o['window']})", "")
     c.print(t)
     c.print(f"certified rate: {o['policy_certified_rate_basis']}")
