@@ -6,7 +6,7 @@ sub-packages ``kvstab.theory``, ``kvstab.proofs`` and ``kvstab.empirical``
 build on it.  Start reading at ``docs/ARCHITECTURE.md``.
 """
 
-from kvstab.contract import ActiveEntry, Decision, Scheduler, Traits, View, WaitingEntry, traits_of
+from kvstab.contract import ActiveEntry, Decision, Scheduler, Traits, View, WaitingEntry, traits_of, visible_view
 from kvstab.errors import InvalidArgument, InvalidScheduler, InvariantViolation, KvstabError, TraceError
 from kvstab.model import ModelParams, Request, tokens_held
 from kvstab.ops import CONCRETE, Ops
@@ -38,4 +38,5 @@ __all__ = [
     "simulate",
     "tokens_held",
     "traits_of",
+    "visible_view",
 ]

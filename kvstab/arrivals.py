@@ -18,7 +18,7 @@ from kvstab.model import ModelParams
 from kvstab.traces import Trace
 from kvstab.workload import Workload
 
-__all__ = ["ArrivalPlan", "poisson_arrivals", "trace_arrivals", "fixed_arrivals"]
+__all__ = ["ArrivalPlan", "poisson_arrivals", "trace_arrivals", "fixed_arrivals", "MAX_ARRIVAL_SLOT", "MAX_PLANNED"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -73,6 +73,9 @@ class ArrivalPlan:
         return params.peak(int((self.s + self.o).max()))
 
 
+#: the latest slot a request may arrive in (far beyond any horizon; well inside int64)
+MAX_ARRIVAL_SLOT = 10**15
+
 #: the most requests a Poisson plan may be expected to hold (three int64
 #: arrays of this length are ~1 GB; a larger run is a mistake, not a study)
 MAX_PLANNED = 3 * 10**7
@@ -113,7 +116,14 @@ def trace_arrivals(trace: Trace, bbar: float, time_scale: float = 1.0) -> Arriva
         raise InvalidArgument(f"batch time b̄ must be > 0 seconds, got {bbar!r}")
     if not (time_scale > 0):
         raise InvalidArgument(f"time scale must be > 0, got {time_scale!r}")
-    slot = np.floor(trace.arrival * time_scale / bbar).astype(np.int64)
+    when = np.floor(np.asarray(trace.arrival, dtype=np.float64) * time_scale / bbar)
+    if when.size and not (np.all(np.isfinite(when)) and when.min() >= 0 and when.max() <= MAX_ARRIVAL_SLOT):
+        bad = int(np.argmax(~np.isfinite(when) | (when < 0) | (when > MAX_ARRIVAL_SLOT)))
+        raise InvalidArgument(
+            f"trace {trace.path}: request {bad} arrives at {float(trace.arrival[bad])!r} s, slot "
+            f"{when[bad]!r} of b̄={bbar} s; arrival slots must lie in [0, {MAX_ARRIVAL_SLOT}]"
+        )
+    slot = when.astype(np.int64)
     return ArrivalPlan(slot, trace.s.copy(), trace.o.copy())
 
 

@@ -111,9 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         mod.register(sub)
-    sch = sub.add_parser("schedulers", help="list the registered schedulers")
-    sch.add_argument("--json", action="store_true")
-    sch.set_defaults(func=_cmd_schedulers)
+        if name == "kvstab.cli_simulate":  # `kvstab --help` lists schedulers second, as it always has
+            sch = sub.add_parser("schedulers", help="list the registered schedulers")
+            sch.add_argument("--json", action="store_true")
+            sch.set_defaults(func=_cmd_schedulers)
     return parser
 
 

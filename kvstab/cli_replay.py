@@ -32,7 +32,15 @@ def _params(args: argparse.Namespace) -> ModelParams:
     return flags.server_params(args)
 
 
-def _window_note(window: int, hid: int) -> str:
+def _window_note(spec: str, window: int, hid: int) -> str | None:
+    """A note when the queue window hid requests from a rule that may look past
+    the queue's head (one declaring ``fcfs`` admits in queue order, so what
+    lies behind a blocked head cannot change its decisions)."""
+    from kvstab.contract import traits_of
+    from kvstab.registry import load_scheduler
+
+    if not hid or traits_of(load_scheduler(spec)).fcfs:
+        return None
     return (
         f"note: the queue window ({window}) hid waiting requests from the rule in {hid} slot(s); a rule that is "
         "not head-of-line may decide differently with a wider --window"
@@ -89,8 +97,9 @@ def run_replay(args: argparse.Namespace) -> int:
             print(f"stopped after {len(out.records)} simulated slots: {out.pending} request(s) not yet arrived or unfinished")
         else:
             print("no invariant violation")
-        if out.window_hid_slots:
-            print(_window_note(out.window, out.window_hid_slots))
+        note = _window_note(args.scheduler, out.window, out.window_hid_slots)
+        if note:
+            print(note)
     if out.violation is not None:
         return 1
     if out.pending:
@@ -124,9 +133,9 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"VIOLATION reproduced: {exc}")
         return 1
     print(f"all properties hold: {len(plan)} request(s), all finished by slot {aud.engine.slot - 1}")
-    hid = aud.engine.window_hid_slots
-    if hid:
-        print(_window_note(aud.engine.window, hid))
+    note = _window_note(args.scheduler, aud.engine.window, aud.engine.window_hid_slots)
+    if note:
+        print(note)
     return 0
 
 

@@ -105,24 +105,10 @@ def _workload_and_plan(args: argparse.Namespace, params: Any) -> tuple[Any, Any,
     return workload, plan, slots, f"trace {path} (time x{scale:g})"
 
 
-def _refuse_oversize(workload: Any, params: Any, drop: bool) -> None:
-    """Refuse at once a workload some (or all) of whose requests can never be served."""
-    if not params.fits_total(workload.min_total):
-        raise InvalidArgument(
-            f"no request of workload {workload.describe()!r} fits in M={params.M} (the smallest needs "
-            f"{params.peak(workload.min_total)} tokens at its peak); raise --M"
-        )
-    if not drop and not params.fits_total(workload.max_total):
-        raise InvalidArgument(
-            f"some requests of workload {workload.describe()!r} need up to {params.peak(workload.max_total)} tokens "
-            f"at their peak but M={params.M}: no scheduler can ever serve them (pass --drop-oversize to drop such "
-            "requests and report how many)"
-        )
-
-
 def run(args: argparse.Namespace) -> int:
     """``kvstab simulate``: exit 0 with the table (or JSON) of a run."""
     from kvstab.arrivals import poisson_arrivals
+    from kvstab.contract import traits_of
     from kvstab.metrics import queue_slope, throughput, utilisation
     from kvstab.registry import load_scheduler
     from kvstab.simulator import simulate
@@ -132,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     params = flags.server_params(args)
     scheduler = load_scheduler(args.scheduler)
     workload, trace_plan, slots, source = _workload_and_plan(args, params)
-    _refuse_oversize(workload, params, args.drop_oversize)
+    workload.check_fits(params, drop_oversize=args.drop_oversize)
     theory = stability_report(workload, params, args.bbar)
     mu_formula = theory.mu_per_s
     delta = theory.delta  # uses the block-rounded peak, what a request really needs
@@ -173,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         "slots": res.slots,
         "window": res.window,
         "window_hid_slots": res.window_hid_slots,
+        "scheduler_traits": traits_of(scheduler).tags(),
         "warmup_fraction": args.warmup,
         "arrival_rate_per_s": rate,
         "offered_load_lambda_over_mu": rate / mu_formula,
@@ -247,7 +234,7 @@ def _print(o: dict[str, Any]) -> None:
     t.add_row("completed / arrived", f"{o['completed']} / {o['arrived']}", "")
     if o["dropped_oversize"]:
         t.add_row("dropped (s+o > M)", str(o["dropped_oversize"]), "")
-    if o["window_hid_slots"]:
+    if o["window_hid_slots"] and "fcfs" not in o["scheduler_traits"]:  # a head-of-line rule is not affected by what lies behind its head
         t.add_row("slots the queue window hid requests", f"{o['window_hid_slots']} (window {o['window']})", "")
     c.print(t)
     c.print(f"certified rate: {o['policy_certified_rate_basis']}")

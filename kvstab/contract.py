@@ -21,10 +21,15 @@ what makes it correct for both.  See ``docs/scheduler-contract.md``.
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
+import math
+import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, NoReturn, Protocol, runtime_checkable
+
+import numpy as np
 
 from kvstab.errors import InvalidScheduler
 from kvstab.model import first_chunk_tokens, progress_after, tokens_held
@@ -47,8 +52,10 @@ __all__ = [
     "fcfs_admit",
     "preempt_newest",
     "check_decision_shape",
+    "check_decision_values",
     "HiddenOutput",
     "visible_view",
+    "hidden_output",
 ]
 
 
@@ -230,6 +237,18 @@ class HiddenOutput(int):
         return (HiddenOutput, (self.who, self.rid))
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _hidden(who: str, rid: int) -> HiddenOutput:
+    return HiddenOutput(who, rid)
+
+
+def hidden_output(who: str, rid: object) -> HiddenOutput:
+    """The placeholder shown instead of request ``rid``'s ``o`` to scheduler ``who``
+    (one per pair: placeholders are immutable, and making one costs more than an entry)."""
+    # a symbolic rid (a z3 term) is not hashable: make a fresh placeholder
+    return _hidden(who, rid) if type(rid) is int else HiddenOutput(who, rid)
+
+
 def visible_view(view: View, traits: Traits, who: str = "the scheduler") -> View:
     """The view a rule with ``traits`` may see: ``view`` itself for a
     clairvoyant rule; otherwise a copy whose every entry's ``o`` is a
@@ -238,14 +257,25 @@ def visible_view(view: View, traits: Traits, who: str = "the scheduler") -> View
     Only ``o`` is replaced and no other value is inspected, so it works
     unchanged on views whose values are z3 terms (``kvstab.symbolic.Sym``):
     the simulator, the fast engine and the z3 encoding all call it before
-    ``decide``.  ``who`` names the scheduler in the error (its spec).
+    ``decide``.  ``who`` names the scheduler in the error (its spec).  It is
+    idempotent: a view whose ``o`` are all hidden already is returned as is.
     """
     if traits.clairvoyant:
         return view
-    return replace(
-        view,
-        active=tuple(replace(a, o=HiddenOutput(who, a.rid)) for a in view.active),
-        waiting=tuple(replace(w, o=HiddenOutput(who, w.rid)) for w in view.waiting),
+    if all(isinstance(e.o, HiddenOutput) for e in view.active) and all(
+        isinstance(e.o, HiddenOutput) for e in view.waiting
+    ):
+        return view  # already hidden (an engine may build the view that way; see Engine.view)
+    # direct constructors, not dataclasses.replace: this runs before every decision
+    return View(
+        active=tuple(ActiveEntry(a.rid, a.s, hidden_output(who, a.rid), a.progress, a.present) for a in view.active),
+        waiting=tuple(WaitingEntry(w.rid, w.s, hidden_output(who, w.rid), w.present) for w in view.waiting),
+        M=view.M,
+        chunk=view.chunk,
+        block=view.block,
+        token_budget=view.token_budget,
+        max_num_seqs=view.max_num_seqs,
+        n_waiting=view.n_waiting,
     )
 
 
@@ -381,6 +411,44 @@ def check_decision_shape(decision: object, view: View, who: str) -> Decision:
             f"scheduler {who!r}: decision.grants has {len(decision.grants)} entries, expected "
             f"{len(view.active) + len(view.waiting)} (active, then waiting)"
         )
+    return decision
+
+
+def _bad_grant(g: object) -> str | None:
+    """What is wrong with ``g`` as a concrete grant (an integer ``≥ 0``), or ``None``."""
+    if isinstance(g, HiddenOutput):
+        g._read()
+    if isinstance(g, bool) or not isinstance(g, numbers.Integral):
+        if isinstance(g, float) and math.isnan(g):
+            return "NaN"
+        return f"{g!r} ({type(g).__name__}), not an integer"
+    if g < 0:
+        return f"{int(g)}, negative"
+    return None
+
+
+def check_decision_values(decision: Decision, who: str) -> Decision:
+    """Raise :class:`InvalidScheduler` unless a *concrete* decision holds
+    booleans in ``admit``/``preempt`` and integers ``≥ 0`` in ``grants``
+    (an engine calls it after :func:`check_decision_shape`; symbolic
+    decisions hold z3 terms and are not checked here)."""
+    for name, vals in (("admit", decision.admit), ("preempt", decision.preempt)):
+        for v in vals:
+            if type(v) is bool:  # the common case, first: this runs every slot
+                continue
+            if isinstance(v, HiddenOutput):
+                v._read()
+            if not isinstance(v, (bool, np.bool_)):
+                raise InvalidScheduler(f"scheduler {who!r}: decision.{name} must hold booleans, got {v!r}")
+    if decision.grants is not None:
+        for i, g in enumerate(decision.grants):
+            if type(g) is int and g >= 0:
+                continue
+            bad = _bad_grant(g)
+            if bad is not None:
+                raise InvalidScheduler(
+                    f"scheduler {who!r}: decision.grants[{i}] is {bad}; a grant is an integer >= 0 tokens"
+                )
     return decision
 
 

@@ -12,13 +12,13 @@ import argparse
 import shlex
 from dataclasses import dataclass
 
-from kvstab.arrivals import ArrivalPlan, fixed_arrivals
+from kvstab.arrivals import MAX_ARRIVAL_SLOT, ArrivalPlan, fixed_arrivals
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import ModelParams
 from kvstab.registry import load_scheduler
 from kvstab.simulator import DEFAULT_WINDOW, Engine, SlotRecord
-from kvstab.validation import MAX_SLOTS, MAX_TOKENS, as_int
+from kvstab.validation import MAX_TOKENS, as_int
 
 __all__ = ["ReplayOutcome", "replay", "replay_command", "parse_requests", "parse_state"]
 
@@ -50,7 +50,7 @@ def _rows(text: str, names: tuple[str, ...], what: str) -> list[tuple[int, ...]]
         row = []
         for name, part in zip(names, parts):
             least = 0 if name in ("SLOT", "PROGRESS") else 1
-            top = MAX_SLOTS * 1000 if name == "SLOT" else MAX_TOKENS
+            top = MAX_ARRIVAL_SLOT if name == "SLOT" else MAX_TOKENS
             try:
                 row.append(as_int(name, part, minimum=least, maximum=top))
             except InvalidArgument as exc:

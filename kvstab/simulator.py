@@ -20,7 +20,6 @@ One slot ``t``:
 
 from __future__ import annotations
 
-import math
 import signal
 import threading
 from collections import deque
@@ -36,11 +35,12 @@ from kvstab.arrivals import ArrivalPlan
 from kvstab.contract import (
     ActiveEntry,
     Decision,
-    HiddenOutput,
     Scheduler,
     View,
     WaitingEntry,
     check_decision_shape,
+    check_decision_values,
+    hidden_output,
     traits_of,
     visible_view,
 )
@@ -132,7 +132,6 @@ class SimResult:
         return np.cumsum(self.arrived) - np.cumsum(self.completed)
 
 
-
 class DecideInterrupted(KeyboardInterrupt):
     """Ctrl-C arrived while a scheduler's ``decide`` was running: the message
     names the scheduler and the slot (a rule that never returns is the usual cause)."""
@@ -170,19 +169,6 @@ def _ids(reqs: list[RequestState], most: int = 12) -> str:
     ids = [r.rid for r in reqs]
     shown = ", ".join(str(i) for i in ids[:most])
     return f"[{shown}{', …' if len(ids) > most else ''}] ({len(ids)} in all)"
-
-
-def _bad_grant(g: object) -> str | None:
-    """What is wrong with ``g`` as a grant (a non-negative integer), or ``None``."""
-    if isinstance(g, HiddenOutput):
-        g._read()
-    if isinstance(g, (bool, np.bool_)) or not isinstance(g, (int, np.integer)):
-        if isinstance(g, float) and math.isnan(g):
-            return "NaN"
-        return f"{g!r} ({type(g).__name__}), not an integer"
-    if g < 0:
-        return f"{int(g)}, negative"
-    return None
 
 
 class Engine:
@@ -292,13 +278,22 @@ class Engine:
 
     # --- the view
     def view(self, window: int | None = None) -> View:
-        """The immutable view the scheduler sees now (queue head of ``window`` entries)."""
+        """The immutable view the scheduler sees now (queue head of ``window``
+        entries); for a rule that is not clairvoyant, every ``o`` is hidden
+        (:func:`~kvstab.contract.visible_view`), built so in one pass."""
         p = self.params
         w = self.window if window is None else window
         head = [self.waiting[i] for i in range(min(w, len(self.waiting)))]
+        if self.traits.clairvoyant:
+            active = tuple(ActiveEntry(r.rid, r.s, r.o, r.progress) for r in self.active)
+            waiting = tuple(WaitingEntry(r.rid, r.s, r.o) for r in head)
+        else:
+            who = self.spec
+            active = tuple(ActiveEntry(r.rid, r.s, hidden_output(who, r.rid), r.progress) for r in self.active)
+            waiting = tuple(WaitingEntry(r.rid, r.s, hidden_output(who, r.rid)) for r in head)
         return View(
-            active=tuple(ActiveEntry(r.rid, r.s, r.o, r.progress) for r in self.active),
-            waiting=tuple(WaitingEntry(r.rid, r.s, r.o) for r in head),
+            active=active,
+            waiting=waiting,
             M=p.M,
             chunk=p.chunk,
             block=p.block,
@@ -321,7 +316,7 @@ class Engine:
         except KeyboardInterrupt:
             raise DecideInterrupted(f"while {where} was deciding (decide had not returned)") from None
         except InvalidScheduler as exc:
-            raise InvalidScheduler(f"{where}: {exc}") from None
+            raise InvalidScheduler(f"{where}: {self._unnamed(exc)}") from None
         except KvstabError:
             raise
         except Exception as exc:  # the plug-in's own fault: say so, with its name and the slot
@@ -333,23 +328,15 @@ class Engine:
     def _checked(self, decision: object, view: View, where: str) -> Decision:
         """``decision`` if it has the contract's shape and types, else :class:`InvalidScheduler`."""
         try:
-            d = check_decision_shape(decision, view, self.spec)
-            for name, vals in (("admit", d.admit), ("preempt", d.preempt)):
-                for v in vals:
-                    if isinstance(v, HiddenOutput):
-                        v._read()
-                    if not isinstance(v, (bool, np.bool_)):
-                        raise InvalidScheduler(f"decision.{name} must hold booleans, got {v!r}")
-            if d.grants is not None:
-                for i, g in enumerate(d.grants):
-                    bad = _bad_grant(g)
-                    if bad is not None:
-                        raise InvalidScheduler(f"decision.grants[{i}] is {bad}; a grant is an integer >= 0 tokens")
+            return check_decision_values(check_decision_shape(decision, view, self.spec), self.spec)
         except InvalidScheduler as exc:
-            msg = str(exc)
-            prefix = f"scheduler {self.spec!r}"
-            raise InvalidScheduler(f"{where}: {msg[len(prefix) :].lstrip(': ') if msg.startswith(prefix) else msg}") from None
-        return d
+            raise InvalidScheduler(f"{where}: {self._unnamed(exc)}") from None
+
+    def _unnamed(self, exc: InvalidScheduler) -> str:
+        """``exc``'s message without a leading ``scheduler 'X'`` (the engine names it once, with the slot)."""
+        msg = str(exc)
+        prefix = f"scheduler {self.spec!r}"
+        return msg[len(prefix) :].lstrip(": ") if msg.startswith(prefix) else msg
 
     def decide(self) -> tuple[View, Decision]:
         """Ask the scheduler, widening the queue window while it admits all it sees."""
@@ -421,7 +408,7 @@ class Engine:
         if self.check:
             if memory > p.M:
                 raise InvariantViolation(
-                    f"slot {t}: scheduler {self.scheduler.name!r} uses {memory} tokens of KV memory, M={p.M} "
+                    f"slot {t}: scheduler {self.spec!r} uses {memory} tokens of KV memory, M={p.M} "
                     f"(active requests {_ids(running)})",
                     slot=t,
                     memory=memory,

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvstab.errors import InvalidArgument
+from kvstab.model import ModelParams
 from kvstab.validation import MAX_TOKENS, positive_int, unit_fraction
 
 __all__ = [
@@ -276,6 +277,23 @@ class Workload:
             return self.s.min + self.o.min
         assert self.joint_s is not None and self.joint_o is not None
         return int((self.joint_s + self.joint_o).min())
+
+    def check_fits(self, params: ModelParams, *, drop_oversize: bool = False) -> None:
+        """Raise :class:`InvalidArgument` at once if no request of this law fits
+        in ``M`` or, unless ``drop_oversize``, if some cannot (their peak
+        ``B⌈(s + o)/B⌉`` exceeds ``M``, so no scheduler could ever serve them):
+        checked on the law itself, before any request is drawn."""
+        if not params.fits_total(self.min_total):
+            raise InvalidArgument(
+                f"no request of workload {self.describe()!r} fits in M={params.M} (the smallest needs "
+                f"{params.peak(self.min_total)} tokens at its peak); raise --M"
+            )
+        if not drop_oversize and not params.fits_total(self.max_total):
+            raise InvalidArgument(
+                f"some requests of workload {self.describe()!r} need up to {params.peak(self.max_total)} tokens "
+                f"at their peak but M={params.M}: no scheduler can ever serve them (pass --drop-oversize to drop "
+                "such requests and report how many)"
+            )
 
     @property
     def max_s(self) -> int:

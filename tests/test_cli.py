@@ -247,3 +247,10 @@ def test_replay_command_line_carries_a_non_default_window() -> None:
     assert "--window" not in replay_command("current-fit", p, [(0, 1, 1)])
     line = replay_command("current-fit", p, [(0, 1, 1)], window=3, command="check")
     assert line == "kvstab check --scheduler current-fit --M 20 --chunk 4 --window 3 --requests 0:1:1"
+
+
+def test_trace_arrival_times_beyond_any_slot_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = _trace(tmp_path, [(0.0, 10, 3), (1e19, 10, 3)])
+    rc, _, err = run(["simulate", "--trace-arrivals", str(f), "--M", "2000", "--no-progress"], capsys)
+    assert rc == 2 and "request 1 arrives at 1e+19 s" in err and "arrival slots must lie in [0, " in err
+    assert len(err.splitlines()) == 1

@@ -153,3 +153,44 @@ def test_engine_run_is_the_one_loop() -> None:
     assert fed == 2 and eng.idle and len(eng.records) < 20 and eng.slot > 10**9
     eng = Engine(sched, P)
     assert eng.run(PLAN, 2) == 1 and eng.slot == 2 and len(eng.records) == 2
+
+
+def test_the_engine_shows_a_non_clairvoyant_rule_no_o() -> None:
+    """Engine.view is the view the rule sees: o hidden for current-fit, shown for reserve."""
+    for name, hidden in (("current-fit", True), ("reserve", False)):
+        eng = Engine(load_scheduler(name), P)
+        eng.arrive(3, 5)
+        v = eng.view()
+        assert isinstance(v.waiting[0].o, HiddenOutput) == hidden
+        assert visible_view(v, traits_of(eng.scheduler), name) is v  # idempotent: nothing left to hide
+        if not hidden:
+            assert v.waiting[0].o == 5
+
+
+def test_a_real_ctrl_c_in_a_stuck_decide_is_one_line(tmp_path: Path) -> None:
+    """SIGINT to the console script while a plug-in's decide spins: one line
+    naming the scheduler and the slot, exit 130, no traceback."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    marker = tmp_path / "marker"
+    env = {**os.environ, "KVSTAB_TEST_MARKER": str(marker), "PYTHONPATH": str(Path(__file__).parent / "plugins")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvstab.cli", "replay", "--scheduler", "sample_plugins:STUCK", "--M", "100",
+         "--chunk", "8", "--requests", "0:3:3"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120  # a guard against a broken run, not a timed assertion
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err == "kvstab replay: interrupted while scheduler 'sample_plugins:STUCK' in slot 0 was deciding (decide had not returned)\n"

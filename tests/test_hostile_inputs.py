@@ -88,6 +88,7 @@ CASES: list[tuple[list[str], str]] = [
     ),
     # --- replay
     ([*REPLAY, "--requests", "1e19:1:1"], "SLOT must be an integer in [0, "),
+    ([*REPLAY, "--requests", "1e16:1:1"], "SLOT must be an integer in [0, 1000000000000000]"),
     ([*REPLAY, "--requests", "9223372036854775807:1:1"], "SLOT must be an integer in [0, "),
     ([*REPLAY, "--requests=-1:1:1"], "SLOT must be an integer in [0, "),
     ([*REPLAY, "--requests", "0:1e19:1"], "S must be an integer in [1, "),

@@ -173,3 +173,13 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     got = [name for _, name in imports(f, "kvstab.model")]
     assert "kvstab.theory" in got and "kvstab.cli" in got
     assert floor("kvstab.model") == CORE and floor("kvstab.theory.g") == THEORY and floor("kvstab.cli") == DISPATCHER
+
+
+def test_commands_loaded_by_name_are_commands() -> None:
+    """kvstab.cli imports its commands by string (importlib): the AST scan cannot
+    see those imports, so each name must itself be a module of the commands floor."""
+    from kvstab.cli import COMMAND_MODULES
+
+    for name in COMMAND_MODULES:
+        assert floor(name) == COMMANDS, f"{name} is loaded as a command but sits on floor {floor(name)}"
+        assert name in MODULES, f"{name} is not a module of the project"

@@ -243,3 +243,23 @@ class ShortestPromptFirst:
 
 
 SHORTEST_PROMPT_FIRST = ShortestPromptFirst()
+
+
+@dataclass(frozen=True)
+class StuckAfterMarking:
+    """Writes the file named by ``$KVSTAB_TEST_MARKER`` when ``decide`` starts,
+    then never returns (so a test can send Ctrl-C while it is inside decide)."""
+
+    name: str = "stuck-after-marking"
+    description: str = "marks a file, then decide never returns"
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        import os
+        from pathlib import Path
+
+        Path(os.environ["KVSTAB_TEST_MARKER"]).write_text("in decide")
+        while True:
+            pass
+
+
+STUCK = StuckAfterMarking()
