@@ -7,12 +7,16 @@ strategy that cannot produce it fails here (with ``NoSuchExample``).
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
 from kvstab.model import ModelParams, Request, tokens_held
 from kvstab.strategies import arrivals, largest_total, request_lengths, scenarios, workloads
 from kvstab.workload import Geometric, Workload
+
+#: a self-test of the suite: deselected when auditing one scheduler (``--scheduler``)
+pytestmark = pytest.mark.kvstab_selftest
 
 PARAMS = ModelParams(M=200, chunk=16)
 TOP = largest_total(PARAMS)
