@@ -220,14 +220,14 @@ def bounded_shrinking(seconds: int) -> Iterator[None]:
         yield
         return
     old = getattr(engine, "MAX_SHRINKING_SECONDS", None)
-    if not isinstance(old, (int, float)):
+    if not isinstance(old, int):
         yield
         return
-    engine.MAX_SHRINKING_SECONDS = min(old, seconds)  # type: ignore[attr-defined]
+    engine.MAX_SHRINKING_SECONDS = min(old, int(seconds))
     try:
         yield
     finally:
-        engine.MAX_SHRINKING_SECONDS = old  # type: ignore[attr-defined]
+        engine.MAX_SHRINKING_SECONDS = old
 
 
 @dataclass(frozen=True, slots=True)
