@@ -66,7 +66,7 @@ def audit_mutant(name: str) -> PropertyViolation:
 
     # small servers: every mutant's bug shows with a few tokens, and short
     # drains keep shrinking cheap; idling at 3M/4 needs a crowded server
-    drawn = SATURATED.get(name) or scenarios(max_M=48, max_size=6, max_gap=12)
+    drawn = SATURATED[name] if name in SATURATED else scenarios(max_M=48, max_size=6, max_gap=12)
 
     @settings(max_examples=150, report_multiple_bugs=False)
     @given(scenario=drawn)
