@@ -109,3 +109,27 @@ def test_plugin_audits_a_mutant_from_the_command_line(tmp_path: Path) -> None:
     assert "kvstab check --scheduler mutants.one_per_slot:SCHEDULER" in run.stdout
     # kvstab's frames are hidden: the failure starts at the test, not inside the audit loop
     assert "kvstab/checks.py" not in run.stdout, run.stdout[-3000:]
+
+
+def test_a_livelock_is_property_8_in_the_test_the_failure_and_the_check_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``preempts_all`` livelocks (a full audit reports property 6 first).  Checked
+    for another property the run is stopped, not failed under that property's
+    id; checked for property 8 it fails under 8, and its ``kvstab check`` line
+    (``--property 8``) prints property 8's violation and exits 1."""
+    from kvstab.arrivals import fixed_arrivals
+    from kvstab.model import ModelParams
+
+    sched = importlib.import_module("mutants.preempts_all").SCHEDULER
+    spec = "mutants.preempts_all:SCHEDULER"
+    params, plan = ModelParams(M=8, chunk=6), fixed_arrivals([(0, 1, 1), (0, 6, 1)])
+    quiet = audit_plan(sched, params, plan, select={1}, spec=spec)
+    assert quiet.stalled and not quiet.engine.idle
+    with pytest.raises(PropertyViolation) as info:
+        audit_plan(sched, params, plan, select={8}, spec=spec)
+    exc = info.value
+    assert exc.prop == 8 and exc.audit.endswith("--property 8"), exc.audit
+    capsys.readouterr()
+    assert cli_main(shlex.split(exc.audit)[1:]) == 1
+    assert "property 8 (liveness after arrivals stop) violated" in capsys.readouterr().out
