@@ -11,7 +11,15 @@ the mapping between vLLM's semantics and kvstab's model.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors (nothing is imported at run time)
+    from kvstab.empirical.batchtime import BatchTimeModel, fit_batch_time, load_profile
+    from kvstab.empirical.decompose import decompose_gap
+    from kvstab.empirical.estimators import bbar_estimates, queue_growth, saturated_rate
+    from kvstab.empirical.replay import ReplayConfig, StepLog, replay_model, replay_vllm
+    from kvstab.empirical.semantics import VllmEngine
+    from kvstab.empirical.vllm_driver import VllmUnavailable
 
 __all__ = [
     "ReplayConfig",

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import csv
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +37,7 @@ from kvstab.errors import InvalidArgument
 from kvstab.metrics import Estimate
 from kvstab.model import PAPER_CHUNK, PAPER_M, ModelParams
 from kvstab.theory.area import expected_g
+from kvstab.theory.latex import tex_text
 from kvstab.traces import load_trace
 from kvstab.workload import PAPER_WORKLOADS, Workload
 
@@ -343,12 +346,13 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-_TEX = {"&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "μ": r"$\mu$", "b̄": r"$\bar b$", "→": r"$\to$",
-        "±": r"$\pm$", "−": "-", "·": r"$\cdot$", "⌈": r"$\lceil$", "⌉": r"$\rceil$", "ŝ": r"$\hat s$"}
-
-
 def _tex(text: str) -> str:
-    return "".join(_TEX.get(ch, ch) for ch in text)
+    """A table cell as LaTeX text, by theory's one escaper (:func:`kvstab.theory.latex.tex_text`).
+
+    That escaper has no form for ``±`` yet (the half-widths of the tables), so
+    the cell is escaped around it; once theory maps ``±`` this is ``tex_text(text)``.
+    """
+    return r"$\pm$".join(tex_text(part) for part in text.split("±"))
 
 
 def _tex_table(header: list[str], rows: list[list[str]]) -> str:
@@ -359,15 +363,39 @@ def _tex_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def plot_queues(out_dir: str, steps: int, seed: int, use_vllm: bool) -> list[str]:
-    """Queue length and KV utilisation over time for P/D 1:1 at ``M = 131000``, at 0.8 μ and 1.2 μ."""
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only backend, or one line saying how to get it."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise InvalidArgument("plots need matplotlib (pip install matplotlib), or pass --no-plots") from None
+        raise InvalidArgument(
+            "plots need matplotlib (pip install 'kvstab[empirical]', or matplotlib), or pass --no-plots"
+        ) from None
+    return plt
+
+
+def writable_folder(out_dir: str) -> None:
+    """Create ``out_dir`` if needed and check that files can be written in it,
+    by writing (and removing) one: a read-only folder is refused before any
+    case runs, so no work is lost."""
+    where = os.fspath(out_dir)
+    try:
+        os.makedirs(where, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".kvstab-write-check-", dir=where)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as exc:
+        raise InvalidArgument(
+            f"--out {where!r}: cannot write the report there ({exc.strerror or exc}); give a writable folder"
+        ) from None
+
+
+def plot_queues(out_dir: str, steps: int, seed: int, use_vllm: bool) -> list[str]:
+    """Queue length and KV utilisation over time for P/D 1:1 at ``M = 131000``, at 0.8 μ and 1.2 μ."""
+    plt = _pyplot()
     case = Case("P/D 1:1", PAPER_M, PAPER_WORKLOADS["paper-1:1"])
     cfg = ReplayConfig.for_capacity(PAPER_M, 16)
     mu = case.M / case.expected_g(PAPER_CHUNK)
@@ -419,10 +447,9 @@ def compare(
     progress: Callable[[str], None] | None = None,
 ) -> Report:
     """Run every case, fit the batch-time model on the measured logs, write the report files into ``out_dir``."""
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-    except OSError as exc:  # checked before any case runs, so no work is lost
-        raise InvalidArgument(f"--out {os.fspath(out_dir)!r}: cannot create the report folder ({exc.strerror})") from None
+    writable_folder(out_dir)  # checked before any case runs, so no work is lost
+    if plots:
+        _pyplot()  # likewise: a missing matplotlib is one line before the runs
     results = []
     for c in cases:
         if progress is not None:

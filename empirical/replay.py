@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvstab.arrivals import ArrivalPlan
+from kvstab.empirical.composition import composition
 from kvstab.empirical.semantics import VllmEngine
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams, check_positive_int
@@ -301,26 +302,6 @@ class _Recorder:
             area_at_end=self.area_at_end,
             wall_s=wall_s,
         )
-
-
-def composition(work: list[tuple[int, int, bool]]) -> dict[str, int]:
-    """Batch-composition columns of one step from ``(cached, new, prefill)`` per scheduled
-    request: ``cached`` tokens already in KV, ``new`` tokens computed now, and whether
-    they are prompt (prefill) tokens.  Both replays call this one function."""
-    out = dict(scheduled=0, prefill_tokens=0, decode_tokens=0, kv_attended=0, prefill_reqs=0, prefill_ctx=0,
-               prefill_sq=0, decode_ctx=0)
-    for cached, new, prefill in work:
-        out["scheduled"] += 1
-        out["kv_attended"] += cached + new
-        if prefill:
-            out["prefill_tokens"] += new
-            out["prefill_reqs"] += 1
-            out["prefill_ctx"] += new * cached
-            out["prefill_sq"] += new * new
-        else:
-            out["decode_tokens"] += new
-            out["decode_ctx"] += cached + new
-    return out
 
 
 def _horizon(plan: ArrivalPlan, steps: int | None) -> int:

@@ -35,7 +35,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from kvstab.arrivals import ArrivalPlan
-from kvstab.empirical.replay import composition
+from kvstab.empirical.composition import composition
 from kvstab.errors import InvalidArgument, KvstabError
 
 __all__ = ["VllmUnavailable", "VllmRejected", "VllmDriver", "load_vllm", "VLLM_VERSION", "INSTALL_HINT", "LLAMA3_8B"]

@@ -64,7 +64,7 @@ from kvstab.ops import CONCRETE
 from kvstab.replay import add_workload_arguments, replay_command
 from kvstab.simulator import Engine, SlotRecord
 from kvstab.theory.area import lifetime_area
-from kvstab.validation import MAX_COUNT, positive_int
+from kvstab.validation import MAX_COUNT, as_int, positive_int
 
 #: the queue window the engine shows a rule unless told otherwise (``Engine``'s default)
 DEFAULT_WINDOW = 8
@@ -205,7 +205,8 @@ class Auditor:
     ``select`` restricts the checks to some property numbers; ``spec`` is how
     the scheduler is named in replay commands (a registered name or
     ``module:attr``; default its ``name``); ``window`` is the queue window the
-    engine shows the rule.
+    engine shows the rule; ``margin`` replaces the declared ``Δ`` of property 6
+    (e.g. by a proved one).
     """
 
     def __init__(
@@ -216,6 +217,7 @@ class Auditor:
         select: Iterable[int] = ALL_PROPERTIES,
         spec: str | None = None,
         window: int = DEFAULT_WINDOW,
+        margin: int | None = None,
     ) -> None:
         if params.g != "exact":
             raise InvalidArgument("the audit compares served area with the exact g; use ModelParams(g='exact')")
@@ -229,6 +231,8 @@ class Auditor:
         self.spec = spec or scheduler.name
         self.window = positive_int("window", window, maximum=MAX_WINDOW)
         self.engine = Engine(scheduler, params, check=False, window=self.window)
+        #: Δ for property 6 in place of the declared one (a proved margin), or None
+        self.margin = None if margin is None else as_int("margin", margin, minimum=0, maximum=params.M)
         self.requests: list[tuple[int, int, int]] = []  # (arrival slot, s, o), for replay
         self.g: list[int] = []
         self.area: list[int] = []  # area served in the current attempt
@@ -451,7 +455,7 @@ class Auditor:
         self.exercised[6] += 1
         if not self._on(6):
             return
-        delta = margin_of(self.scheduler, p, self.max_s, self.max_o)
+        delta = self.margin if self.margin is not None else margin_of(self.scheduler, p, self.max_s, self.max_o)
         if rec.memory < p.M - delta:
             raise self.fail(
                 6, rec.slot, f"{rec.queue} request(s) left waiting while memory is {rec.memory} < M − Δ = "
@@ -560,11 +564,12 @@ def audit_plan(
     select: Iterable[int] = ALL_PROPERTIES,
     spec: str | None = None,
     window: int = DEFAULT_WINDOW,
+    margin: int | None = None,
 ) -> Auditor:
     """Run ``plan`` to the end and drain, checking the selected properties
     after every slot; raise :class:`PropertyViolation` at the first failure."""
     __tracebackhide__ = True  # the user sees the property, the workload and the replay line
-    aud = Auditor(scheduler, params, select=select, spec=spec, window=window)
+    aud = Auditor(scheduler, params, select=select, spec=spec, window=window, margin=margin)
     n = len(plan)
     i = 0
     while i < n:

@@ -305,7 +305,7 @@ def packed_arrivals(
     max_size: int = 4,
     max_slot: int = 3,
 ) -> st.SearchStrategy[ArrivalPlan]:
-    """``min_size``–``max_size`` requests arriving in one slot whose totals meet
+    """``min_size``–``max_size`` requests arriving (mostly) in one slot whose totals meet
     ``M``: their block-rounded peaks (``tokens_held(s + o)``), or their
     block-rounded first chunks, sum to ``M``'s blocks or one block either side
     (``M ± 1`` tokens without blocks).
@@ -321,8 +321,9 @@ def packed_arrivals(
 
     @st.composite
     def build(draw: st.DrawFn) -> ArrivalPlan:
-        target = blocks_in_M + draw(st.sampled_from([0, 1, -1]))
-        by_first_chunk = draw(st.sampled_from([False, False, True]))  # peaks, or first chunks
+        # one block over M is the overflow corner, so it is drawn most often
+        target = blocks_in_M + draw(st.sampled_from([1, 0, 1, -1]))
+        by_first_chunk = draw(st.sampled_from([False, False, False, True]))  # peaks, or first chunks
         # each part, in blocks: at least 2 tokens (s, o ≥ 1) and at most what fits
         least = -(-2 // B)
         most = (top - 1) // B if by_first_chunk else top // B
@@ -339,8 +340,10 @@ def packed_arrivals(
             under = st.sampled_from([0, B - 1]) | st.integers(0, B - 1)
             rows = _same_finish(draw, [b * B - draw(under) for b in parts], params)
         slot = draw(st.integers(0, max(0, max_slot)))
+        # all together, or the last one a few slots later, into a busy server
+        late = draw(st.sampled_from([0, 0, 0, 1, 2, 3]))
         return ArrivalPlan(
-            np.full(len(rows), slot, dtype=np.int64),
+            np.asarray([slot] * (len(rows) - 1) + [slot + late], dtype=np.int64),
             np.asarray([r.s for r in rows], dtype=np.int64),
             np.asarray([r.o for r in rows], dtype=np.int64),
         )

@@ -13,13 +13,15 @@ import pytest
 from hypothesis import given, settings
 
 from kvstab.checks import PropertyViolation, audit_plan
-from kvstab.checks import main as audit_main
 from kvstab.cli import main as cli_main
 from kvstab.contract import traits_of
 from kvstab.pytest_plugin import Budget, audit_targets
 from kvstab.registry import builtin_names, load_scheduler
 from kvstab.replay import parse_requests, replay
 from kvstab.strategies import scenarios
+
+#: a self-test of the suite: deselected when auditing one scheduler (``--scheduler``)
+pytestmark = pytest.mark.kvstab_selftest
 
 NEGATIVE = "current-fit-no-preempt"
 
@@ -68,8 +70,8 @@ def test_negative_control_fails_small_and_replayable(props_budget: Budget, capsy
     outcome = replay(NEGATIVE, exc.params, plan)
     assert outcome.violation is not None and outcome.violation.slot == exc.slot
 
-    # the audit command names the same property
+    # the check command names the same property
     argv = shlex.split(exc.audit)
-    assert argv[:3] == ["python", "-m", "kvstab.checks"]
-    assert audit_main(argv[3:]) == 1
-    assert "property 1 (memory invariant)" in capsys.readouterr().out
+    assert argv[:2] == ["kvstab", "check"]
+    assert cli_main(argv[1:]) == 1
+    assert "property 1 (memory invariant) violated" in capsys.readouterr().out

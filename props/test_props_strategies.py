@@ -7,12 +7,26 @@ strategy that cannot produce it fails here (with ``NoSuchExample``).
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
+from kvstab.arrivals import ArrivalPlan
 from kvstab.model import ModelParams, Request, tokens_held
-from kvstab.strategies import arrivals, largest_total, request_lengths, scenarios, workloads
+from kvstab.strategies import (
+    arrivals,
+    largest_total,
+    model_params,
+    packed_arrivals,
+    request_lengths,
+    scenarios,
+    windows,
+    workloads,
+)
 from kvstab.workload import Geometric, Workload
+
+#: a self-test of the suite: deselected when auditing one scheduler (``--scheduler``)
+pytestmark = pytest.mark.kvstab_selftest
 
 PARAMS = ModelParams(M=200, chunk=16)
 TOP = largest_total(PARAMS)
@@ -87,3 +101,38 @@ def test_workload_support_fits_the_server(law: Workload) -> None:
     s, o = law.sample(np.random.default_rng(0), 50)
     assert s.min() >= 1 and o.min() >= 1 and int((s + o).max()) <= TOP
     assert all(isinstance(Request(int(a), int(b)), Request) for a, b in zip(s[:3], o[:3]))
+
+
+def test_packed_arrivals_meet_M_and_finish_together() -> None:
+    """Sets whose peaks sum to exactly M + 1 (or M, M − 1) and that finish in one slot;
+    with blocks, block-rounded peaks one block over M with a peak one token past a block."""
+    def finish_together(p: ArrivalPlan, chunk: int) -> bool:
+        return len(set(np.asarray(p.slot) + -(-np.asarray(p.s) // chunk) + np.asarray(p.o))) == 1
+
+    for total in (TOP + 1, TOP, TOP - 1):
+        corner(packed_arrivals(PARAMS), lambda p, t=total: len(p) >= 2 and int((p.s + p.o).sum()) == t
+               and finish_together(p, PARAMS.chunk))
+    blocked = ModelParams(M=64, chunk=8, block=4)
+
+    def over_by_a_block(p: ArrivalPlan) -> bool:
+        held = [int(tokens_held(int(a + b), 4)) for a, b in zip(p.s, p.o)]
+        return sum(held) == 68 and any(int(a + b) % 4 == 1 for a, b in zip(p.s, p.o)) and finish_together(p, 8)
+
+    corner(packed_arrivals(blocked), over_by_a_block)
+    # first chunks that sum to M exactly
+    corner(packed_arrivals(ModelParams(M=24, chunk=8)),
+           lambda p: len(p) == 3 and int(np.minimum(p.s, 8).sum()) == 24)
+
+
+def test_windows_reach_short_windows_and_the_default() -> None:
+    corner(windows(), lambda w: w == 1)
+    corner(windows(), lambda w: w == 8)
+
+
+@given(data=st.data())
+def test_packed_arrivals_fit_their_server(data: st.DataObject) -> None:
+    params = data.draw(model_params(max_M=300))
+    plan = data.draw(packed_arrivals(params))
+    assert 1 <= len(plan) <= 4 and np.all(np.diff(plan.slot) >= 0)
+    assert max(int(tokens_held(int(a + b), params.block)) for a, b in zip(plan.s, plan.o)) <= params.M
+    assert min(plan.s) >= 1 and min(plan.o) >= 1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install vLLM 0.33.0 (CPU, scheduler only) into a Python environment, for the
+# Install vLLM 0.33.0 (CPU, scheduler only) and matplotlib into a Python environment, for the
 # kvstab.empirical cross-check.  kvstab only drives vLLM's v1 *scheduler* with
 # simulated model outputs: no GPU, no weights, no hub.  The full
 # `pip install vllm==0.33.0` also works but pulls ~9 GB (CUDA torch, triton);
@@ -31,5 +31,9 @@ start=$(date +%s)
 # ~1 GB of triton that the scheduler never uses.
 "${PIP[@]}" --no-deps "xgrammar==0.2.8" "apache-tvm-ffi==0.1.11"
 
-"$PY" -c 'import vllm, torch; print("install-vllm: vllm", vllm.__version__, "torch", torch.__version__)'
+# `kvstab empirical compare` draws its plots with matplotlib (also in kvstab's
+# `empirical` and `test` extras)
+"${PIP[@]}" "matplotlib>=3.8"
+
+"$PY" -c 'import vllm, torch, matplotlib; print("install-vllm: vllm", vllm.__version__, "torch", torch.__version__, "matplotlib", matplotlib.__version__)'
 echo "install-vllm: done in $(( $(date +%s) - start )) s"

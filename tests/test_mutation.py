@@ -3,12 +3,13 @@
 Each mutant in ``tests/mutants/`` is a small, realistic bug in a built-in
 rule.  For each one the full audit of ``kvstab.checks`` (every property) runs
 under Hypothesis on the same strategies as ``props/``; it must fail, shrink to
-a handful of requests, and its printed ``python -m kvstab.checks`` command must
-reproduce the same property.  The table of which property caught which mutant
+a handful of requests, and its printed ``kvstab check`` command must reproduce
+the same property (run through ``kvstab.cli.main``, as the console script runs it).  The table of which property caught which mutant
 is printed (``pytest -s``) and written to the test report.
 
-One mutant is also audited end to end through the plugin,
-``pytest props/ --scheduler mutants.NAME:SCHEDULER``, as a user would.
+One mutant is also audited end to end through the plugin, from another
+directory, ``pytest --pyargs kvstab.props --scheduler mutants.NAME:SCHEDULER``,
+as a user would.
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ from hypothesis import given, settings
 from mutants import MUTANTS
 
 from kvstab.checks import PROPERTIES, PropertyViolation, audit_plan
-from kvstab.checks import main as audit_main
-from kvstab.strategies import scenarios
+from kvstab.cli import main as cli_main
+from kvstab.strategies import saturated_scenarios, scenarios
 
-ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
 #: the properties that may catch each mutant first, by what its bug breaks (a
@@ -44,10 +44,18 @@ EXPECTED: dict[str, set[int]] = {
     "half_chunk": {3, 5, 8},
     "preempts_all": {6, 8},
     "idles_at_three_quarters": {6},
+    # two requests with peaks summing to just over M that finish in the same slot
+    "reserve_peak_off_by_one": {1, 4},
+    # declared Δ = M − 1 hides it from 6; only the engine-state test of 7 sees it
+    "lookahead_idles": {7},
 }
 #: requests a shrunk counterexample may keep: most bugs show with a few, but
-#: memory idling at 3M/4 needs enough small requests to fill more than that
-MAX_REQUESTS: dict[str, int] = {"idles_at_three_quarters": 12}
+#: memory idling at 3M/4 needs enough small requests to fill more than that (a
+#: saturated draw keeps its per-slot × slots shape: up to 6 × 4 = 24 requests)
+MAX_REQUESTS: dict[str, int] = {"idles_at_three_quarters": 18}
+#: mutants audited on crowded servers (as props/ audits property 6 under
+#: saturation): a headroom of M/4 hides inside one peak's margin otherwise
+SATURATED = {"idles_at_three_quarters": saturated_scenarios(max_M=96, max_slots=4)}
 assert set(EXPECTED) == set(MUTANTS)
 
 
@@ -57,9 +65,11 @@ def audit_mutant(name: str) -> PropertyViolation:
     sched = importlib.import_module(f"mutants.{name}").SCHEDULER
 
     # small servers: every mutant's bug shows with a few tokens, and short
-    # drains keep shrinking cheap
+    # drains keep shrinking cheap; idling at 3M/4 needs a crowded server
+    drawn = SATURATED[name] if name in SATURATED else scenarios(max_M=48, max_size=6, max_gap=12)
+
     @settings(max_examples=150, report_multiple_bugs=False)
-    @given(scenario=scenarios(max_M=48, max_size=6, max_gap=12))
+    @given(scenario=drawn)
     def audit(scenario: tuple) -> None:
         params, plan = scenario
         audit_plan(sched, params, plan, spec=spec)
@@ -77,21 +87,49 @@ def test_mutant_is_caught(name: str, capsys: pytest.CaptureFixture[str], record_
     assert len(exc.requests) <= MAX_REQUESTS.get(name, 4), f"{name}: counterexample not shrunk: {exc}"
     # the one-line command reproduces the same property violation
     argv = shlex.split(exc.audit)
+    assert argv[:2] == ["kvstab", "check"]
     capsys.readouterr()
-    assert audit_main(argv[3:]) == 1
-    assert f"property {exc.prop} (" in capsys.readouterr().out
+    assert cli_main(argv[1:]) == 1
+    assert f"property {exc.prop} ({PROPERTIES[exc.prop]}) violated" in capsys.readouterr().out
     with capsys.disabled():
         print(f"\n  {name:<22} caught by property {exc.prop} ({PROPERTIES[exc.prop]}); "
               f"{len(exc.requests)} request(s): {exc.audit}")
 
 
 def test_plugin_audits_a_mutant_from_the_command_line(tmp_path: Path) -> None:
-    """``pytest props/ --scheduler module:attr`` fails on a mutant, from another directory."""
+    """``pytest --pyargs kvstab.props --scheduler module:attr`` fails on a mutant, from
+    another directory, and names the property, the workload and the check line first."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-               HYPOTHESIS_PROFILE="dev")
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "props" / "test_props_slots.py"), "-q", "-x",
+               KVSTAB_PROFILE="dev")
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "kvstab.props.test_props_slots", "-q", "-x",
            "-p", "no:cacheprovider", "-k", "p7", "--scheduler", "mutants.one_per_slot:SCHEDULER"]
     run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-2000:]
     assert "property 7 (work conservation) violated" in run.stdout
-    assert "python -m kvstab.checks --scheduler mutants.one_per_slot:SCHEDULER" in run.stdout
+    assert "kvstab check --scheduler mutants.one_per_slot:SCHEDULER" in run.stdout
+    # kvstab's frames are hidden: the failure starts at the test, not inside the audit loop
+    assert "kvstab/checks.py" not in run.stdout, run.stdout[-3000:]
+
+
+def test_a_livelock_is_property_8_in_the_test_the_failure_and_the_check_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``preempts_all`` livelocks (a full audit reports property 6 first).  Checked
+    for another property the run is stopped, not failed under that property's
+    id; checked for property 8 it fails under 8, and its ``kvstab check`` line
+    (``--property 8``) prints property 8's violation and exits 1."""
+    from kvstab.arrivals import fixed_arrivals
+    from kvstab.model import ModelParams
+
+    sched = importlib.import_module("mutants.preempts_all").SCHEDULER
+    spec = "mutants.preempts_all:SCHEDULER"
+    params, plan = ModelParams(M=8, chunk=6), fixed_arrivals([(0, 1, 1), (0, 6, 1)])
+    quiet = audit_plan(sched, params, plan, select={1}, spec=spec)
+    assert quiet.stalled and not quiet.engine.idle
+    with pytest.raises(PropertyViolation) as info:
+        audit_plan(sched, params, plan, select={8}, spec=spec)
+    exc = info.value
+    assert exc.prop == 8 and exc.audit.endswith("--property 8"), exc.audit
+    capsys.readouterr()
+    assert cli_main(shlex.split(exc.audit)[1:]) == 1
+    assert "property 8 (liveness after arrivals stop) violated" in capsys.readouterr().out
