@@ -154,11 +154,14 @@ def _state(m: z3.ModelRef, st: SymState) -> tuple[Active, Waiting]:
     return act, wait
 
 
+def _all(terms: list[z3.BoolRef]) -> z3.BoolRef:
+    """Conjunction; ``True`` for none (z3 would print a zero-argument ``and``, which SMT-LIB rejects)."""
+    return z3.And(*terms) if terms else z3.BoolVal(True)
+
+
 def _fcfs(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget: Budget) -> Claim:
     w = step.pre.waiting
-    goal = z3.And(
-        *[z3.Implies(step.admit[j], z3.And(*[z3.Implies(w[i].present, step.admit[i]) for i in range(j)])) for j in range(len(w))]
-    )
+    goal = _all([z3.Implies(step.admit[j], _all([z3.Implies(w[i].present, step.admit[i]) for i in range(j)])) for j in range(len(w))])
     v, obs, m = _check("admissions form a prefix of the queue (FCFS)", prem, goal, budget)
     witness = ""
     if isinstance(v, Refuted) and m is not None:
@@ -234,7 +237,7 @@ def _non_clairvoyant(
     t1, t2 = _decision_terms(d1), _decision_terms(d2)
     # the copy is a state the engine could hold too: its requests are well-formed with their own o
     prem2 = prem + [well_formed(other, setting, d1.grants is None), memory(other, setting) <= setting.M_term]
-    same = z3.And(*[a == b for a, b in zip(t1, t2)]) if t1 else z3.BoolVal(True)
+    same = _all([a == b for a, b in zip(t1, t2)])
     v, obs, m = _check("same state, different o: same decision (two copies)", prem2, same, budget)
     pair = None
     if isinstance(v, Refuted) and m is not None:

@@ -55,3 +55,23 @@ class ShortestTotalFirst:
 
 
 SHORTEST_TOTAL_FIRST = ShortestTotalFirst()
+
+
+@dataclass(frozen=True, slots=True)
+class ModestMargin:
+    """current-fit with a declared margin smaller than the one the proof finds."""
+
+    name: str = "modest-margin"
+    description: str = "current-fit whose margin() claims Δ = 5"
+    traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=False, preempts=True)
+
+    def margin(self, params: object, max_s: int, max_o: int) -> int:
+        return 5
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        from kvstab.schedulers.current_fit import CurrentFit
+
+        return CurrentFit().decide(view, ops)
+
+
+MODEST_MARGIN = ModestMargin()
