@@ -302,10 +302,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = sub.add_parser("prove", help="prove (z3) or refute a scheduler's per-slot memory invariant")
     p.add_argument("--scheduler", required=True, help="registered name or module:attr")
-    p.add_argument(
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument(
         "--unbounded",
+        dest="unbounded",
         action="store_true",
-        help="prove for any number of requests (prefix-fold rules); other rules get the bounded proof and a note",
+        default=True,
+        help="(the default) prove for any number of requests where the rule is a prefix fold; other rules get "
+        "the bounded proof and a note saying so",
+    )
+    scope.add_argument(
+        "--bounded",
+        dest="unbounded",
+        action="store_false",
+        help="only the bounded proof (K active, Q queued requests)",
     )
     bound = arg_type(v.positive_int, "a bound", maximum=64)
     p.add_argument("--K", type=bound, default=8, help="active-request slots (default 8)")

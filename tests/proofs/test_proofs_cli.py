@@ -25,10 +25,21 @@ PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 
 
 def test_prove_current_fit(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["prove", "--scheduler", "current-fit", "--K", "2", "--Q", "2"]) == 0
+    assert main(["prove", "--scheduler", "current-fit", "--K", "2", "--Q", "2", "--bounded"]) == 0
     out = capsys.readouterr().out
     assert "verdict: Proved (1-induction)" in out
     assert "[admits] memory ≤ M in the slot" in out and "assuming at most K = 2" in out
+
+
+def test_prove_is_unbounded_by_default_where_the_rule_allows(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["prove", "--scheduler", "current-fit"]) == 0
+    out = capsys.readouterr().out
+    assert "any number of requests" in out and "verdict: Proved (prefix-fold theorem" in out
+    assert "assuming any number of active and queued requests (no K, no Q)" in out and "K = " not in out
+    # a rule outside the class says that its verdict is bounded
+    assert main(["prove", "--scheduler", "vllm-v1", "--K", "2", "--Q", "1", "--bmc", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "note: not proved for every number of requests" in out and "assuming at most K = 2" in out
 
 
 def test_prove_negative_control_prints_the_replay(capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,7 +146,7 @@ def test_user_supplied_strengthening_by_module_attr(capsys: pytest.CaptureFixtur
     assert code == 0, out
     assert f"strengthened by: {__name__}:ADMITTED_PEAKS" in out
     # without it (and without Houdini) the base invariant is not inductive
-    assert main(["prove", "--scheduler", "reserve", "--K", "2", "--Q", "2", "--no-houdini", "--bmc", "2"]) == 3
+    assert main(["prove", "--scheduler", "reserve", "--K", "2", "--Q", "2", "--no-houdini", "--bmc", "2", "--bounded"]) == 3
 
 
 def test_rlimit_that_z3_would_wrap_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
@@ -156,11 +167,15 @@ def test_smt2_dir_is_checked_before_solving(tmp_path: Path, capsys: pytest.Captu
 
 
 def test_smt2_dir_keeps_every_obligation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["prove", "--scheduler", "current-fit", "--K", "2", "--Q", "1", "--smt2-dir", str(tmp_path)]) == 0
-    n = sum(1 for line in capsys.readouterr().out.splitlines() if line.startswith("   ") and "s  " in line)
+    args = ["prove", "--scheduler", "current-fit", "--K", "2", "--Q", "1", "--bounded", "--smt2-dir", str(tmp_path)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
     files = list(tmp_path.glob("*.smt2"))
-    assert len(files) >= n > 0
-    assert all(f.read_text(encoding="utf-8").isascii() for f in files)
+    # one file per distinct query (a query asked twice is one certificate), each with z3's answer
+    assert len(files) >= 15
+    texts = [f.read_text(encoding="utf-8") for f in files]
+    assert all(t.isascii() and re.search(r"^; z3: (sat|unsat)$", t, re.M) for t in texts)
+    assert "verdict: Proved" in out
 
 
 def test_declared_margin_below_the_proved_one_fails(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
