@@ -95,8 +95,6 @@ def _run(args: argparse.Namespace) -> _Outcome:
     from kvstab.proofs.prove import prove, resolve
     from kvstab.proofs.solver import Budget
 
-    if args.margin and args.M is None:
-        raise InvalidArgument("--margin needs a fixed --M (and --max-s, --max-o)")
     smt2_dir = _check_smt2_dir(args.smt2_dir) if args.smt2_dir else None
     setting = Setting(
         M=args.M, chunk=args.chunk, block=args.block, token_budget=args.token_budget, max_num_seqs=args.max_num_seqs
@@ -255,12 +253,17 @@ def _text(args: argparse.Namespace, out: _Outcome) -> str:
             if c.witness:
                 lines += [f"  {line}" for line in c.witness.splitlines()]
     if marg is not None:
-        d = "undecided" if marg.delta is None else f"{marg.delta} tokens (Δ/M = {marg.own_delta:.4f})"
+        if marg.delta is None:
+            d = "undecided"
+        elif marg.M is None:
+            d = f"{marg.delta} tokens for every M ≥ {marg.paper_delta_tokens}"
+        else:
+            d = f"{marg.delta} tokens (Δ/M = {marg.own_delta:.4f})"
         lines.append(
             f"margin Δ: {d}; declared {marg.declared}; paper δ·M = ess sup(s+o) = {marg.paper_delta_tokens}  "
             f"[{marg.verdict}]"
         )
-        if marg.delta is not None:
+        if marg.delta is not None and marg.M is not None:
             rate, why = _certified(args, marg)
             lines.append(f"  certified: {why}" if rate is None else f"  certified stability region: λ < {rate:.4f}·μ ({why})")
         if _margin_contradicted(marg):
@@ -336,7 +339,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="also prove what the scheduler declares: FCFS admissions, non-clairvoyance (two copies), progress",
     )
     p.add_argument("--no-houdini", action="store_true", help="do not search the menu for a strengthening")
-    p.add_argument("--margin", action="store_true", help="also establish the work-conservation margin Δ (needs --M)")
+    p.add_argument(
+        "--margin",
+        action="store_true",
+        help="also establish the work-conservation margin Δ (at --M, or one Δ for every M when M is symbolic)",
+    )
     p.add_argument("--max-s", type=positive_int, default=16, help="prompt-length bound for --margin (default 16)")
     p.add_argument("--max-o", type=positive_int, default=8, help="output-length bound for --margin (default 8)")
     p.add_argument("--margin-K", type=bound, default=None, help="K for the margin search (default --K)")

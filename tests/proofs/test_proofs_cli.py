@@ -91,8 +91,6 @@ def test_bad_inputs_are_one_line(capsys: pytest.CaptureFixture[str], monkeypatch
     assert main(["prove", "--scheduler", "sample_plugins:BRANCHES", "--K", "2", "--Q", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "if w.s < 10" in err and "ite" in err
-    assert main(["prove", "--scheduler", "current-fit", "--margin"]) == 2
-    assert "--margin needs a fixed --M" in capsys.readouterr().err
     assert main(["prove", "--scheduler", "current-fit", "--strengthen", "no such conjunct"]) == 2
 
 
