@@ -233,6 +233,9 @@ class Z3Ops:
             return 0
         if all(isinstance(x, int) and not isinstance(x, bool) for x in items):
             return sum(items)
+        if len(items) == 1:
+            # z3 would build a one-argument `+`, which SMT-LIB (and cvc5) reject
+            return items[0] if isinstance(items[0], Sym) else Sym(unwrap(items[0]))
         return Sym(z3.Sum(*[unwrap(x) for x in items]))
 
     def _cmp(self, a: Any, b: Any, op: str) -> Any:

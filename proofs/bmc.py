@@ -113,6 +113,44 @@ def _depth_for(setting: Setting, n: int) -> int:
     return d
 
 
+def _least(
+    prem: list[z3.BoolRef], m: z3.ModelRef, term: z3.ArithRef, lo: int, budget: Budget, name: str
+) -> tuple[int, z3.ModelRef]:
+    """The least value of ``term`` (≥ ``lo``) over models of ``prem``, by binary search from
+    the value in ``m``; returns it and a model attaining it."""
+    hi = m.eval(term, model_completion=True).as_long()  # type: ignore[attr-defined]
+    best = m
+    while lo < hi:
+        mid = (lo + hi) // 2
+        ans = solve(prem + [term <= mid], budget, name)
+        if ans.status is Status.SAT and ans.model is not None:
+            hi = ans.model.eval(term, model_completion=True).as_long()  # type: ignore[attr-defined]
+            best = ans.model
+        else:  # unsat (or undecided: keep what is known, still deterministic)
+            lo = mid + 1
+    return hi, best
+
+
+def _minimise(
+    prem: list[z3.BoolRef], m: z3.ModelRef | None, un: Unrolling, d: int, setting: Setting, budget: Budget
+) -> z3.ModelRef:
+    """A deterministic, small counterexample: lexicographically fewest arrivals,
+    then least ``M`` (when symbolic), then least total length ``Σ(s + o)`` —
+    so the same input gives the same counterexample, and no arrival in it is
+    idle (one that plays no part would not be in a least one)."""
+    assert m is not None, "a sat answer carries its model"
+    arrivals = [e for slot in un.arrivals[:d] for e in slot]
+    count = z3.Sum([z3.If(e.present, 1, 0) for e in arrivals] + [z3.IntVal(0)])
+    n, m = _least(prem, m, count, 0, budget, "bmc-minimise-arrivals")
+    prem = prem + [count == n]
+    if setting.M is None:
+        M, m = _least(prem, m, setting.M_term, 1, budget, "bmc-minimise-M")
+        prem = prem + [setting.M_term == M]
+    total = z3.Sum([z3.If(e.present, e.s + e.o, 0) for e in arrivals] + [z3.IntVal(0)])
+    _, m = _least(prem, m, total, 0, budget, "bmc-minimise-lengths")
+    return m
+
+
 def bmc(
     scheduler: Scheduler,
     setting: Setting,
@@ -168,8 +206,7 @@ def bmc(
         ans = solve(assertions + [_violated(un.steps[d - 1], setting)], budget, f"bmc-{d}")
         secs = time.perf_counter() - t0
         if ans.status is Status.SAT:
-            m = ans.model
-            assert m is not None
+            m = _minimise(assertions + [_violated(un.steps[d - 1], setting)], ans.model, un, d, setting, budget)
             slots = [decode_slot(m, un.steps[t], t, un.arrivals[t]) for t in range(d)]
             trace = replay_trace(
                 scheduler, spec, setting, kind="reachable", M=decode_int(m, setting.M_term), slots=slots

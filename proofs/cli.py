@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,6 +25,7 @@ from kvstab.contract import traits_of
 from kvstab.errors import InvalidArgument
 
 if TYPE_CHECKING:
+    from kvstab.proofs.claims import ClaimResult
     from kvstab.proofs.margins import MarginResult
     from kvstab.proofs.prove import ProofReport
     from kvstab.proofs.verdicts import Verdict
@@ -65,6 +67,7 @@ def _verdict_json(v: Verdict) -> dict[str, Any]:
 class _Outcome:
     report: ProofReport
     margin: MarginResult | None
+    claims: ClaimResult | None = None
 
 
 def _check_smt2_dir(text: str) -> Path:
@@ -92,8 +95,6 @@ def _run(args: argparse.Namespace) -> _Outcome:
     from kvstab.proofs.prove import prove, resolve
     from kvstab.proofs.solver import Budget
 
-    if args.margin and args.M is None:
-        raise InvalidArgument("--margin needs a fixed --M (and --max-s, --max-o)")
     smt2_dir = _check_smt2_dir(args.smt2_dir) if args.smt2_dir else None
     setting = Setting(
         M=args.M, chunk=args.chunk, block=args.block, token_budget=args.token_budget, max_num_seqs=args.max_num_seqs
@@ -133,7 +134,12 @@ def _run(args: argparse.Namespace) -> _Outcome:
             conjuncts=used,
             budget=budget,
         )
-    return _Outcome(rep, marg)
+    claims = None
+    if args.claims:
+        from kvstab.proofs.claims import prove_claims
+
+        claims = prove_claims(sched, setting, K=min(args.K, 3), Q=min(args.Q, 3), spec=args.scheduler, budget=budget)
+    return _Outcome(rep, marg, claims)
 
 
 def _certified(args: argparse.Namespace, marg: MarginResult) -> tuple[float | None, str]:
@@ -187,11 +193,34 @@ def _json(args: argparse.Namespace, out: _Outcome) -> str:
             "max_o": marg.max_o,
             **_verdict_json(marg.verdict),
         }
+    if out.claims is not None:
+        doc["claims"] = [
+            {
+                "claim": c.name,
+                **_verdict_json(c.verdict),
+                "witness": c.witness,
+                "pair": None
+                if c.pair is None
+                else {
+                    "M": c.pair.M,
+                    "first": {"active": [list(a) for a in c.pair.first[0]], "waiting": [list(w) for w in c.pair.first[1]]},
+                    "second": {
+                        "active": [list(a) for a in c.pair.second[0]],
+                        "waiting": [list(w) for w in c.pair.second[1]],
+                    },
+                    "decisions": list(c.pair.decisions),
+                    "replayed": c.pair.replayed,
+                    "replay_commands": list(c.pair.commands),
+                },
+            }
+            for c in out.claims.claims
+        ]
     # wall-clock figures vary run to run: all of them, and only them, here
     doc["timings"] = {
         "total_s": rep.seconds,
         "obligations_s": [o.seconds for o in rep.obligations],
         "margin_s": None if marg is None else [o.seconds for o in marg.obligations],
+        "claims_s": None if out.claims is None else [sum(o.seconds for o in c.obligations) for c in out.claims.claims],
     }
     return json.dumps(doc, indent=2, ensure_ascii=False)
 
@@ -218,13 +247,23 @@ def _text(args: argparse.Namespace, out: _Outcome) -> str:
             lines.append(v.trace.describe())
         case Unknown() if v.smt2:
             lines.append(f"  query kept at {v.smt2}")
+    if out.claims is not None:
+        for c in out.claims.claims:
+            lines.append(f"claim {c.name}: {c.verdict}")
+            if c.witness:
+                lines += [f"  {line}" for line in c.witness.splitlines()]
     if marg is not None:
-        d = "undecided" if marg.delta is None else f"{marg.delta} tokens (Δ/M = {marg.own_delta:.4f})"
+        if marg.delta is None:
+            d = "undecided"
+        elif marg.M is None:
+            d = f"{marg.delta} tokens for every M ≥ {marg.paper_delta_tokens}"
+        else:
+            d = f"{marg.delta} tokens (Δ/M = {marg.own_delta:.4f})"
         lines.append(
             f"margin Δ: {d}; declared {marg.declared}; paper δ·M = ess sup(s+o) = {marg.paper_delta_tokens}  "
             f"[{marg.verdict}]"
         )
-        if marg.delta is not None:
+        if marg.delta is not None and marg.M is not None:
             rate, why = _certified(args, marg)
             lines.append(f"  certified: {why}" if rate is None else f"  certified stability region: λ < {rate:.4f}·μ ({why})")
         if _margin_contradicted(marg):
@@ -239,9 +278,17 @@ def _text(args: argparse.Namespace, out: _Outcome) -> str:
 
 
 def _cmd_prove(args: argparse.Namespace) -> int:
-    out = _run(args)
+    from kvstab.proofs.solver import Interrupted
+
+    try:
+        out = _run(args)
+    except Interrupted as exc:
+        sys.stderr.write(f"kvstab prove: {exc}\n")
+        return 130
     print(_json(args, out) if args.json else _text(args, out))
     code = _exit_code(out.report.verdict)
+    if out.claims is not None and code == 0:
+        code = _exit_code(out.claims.verdict)
     if out.margin is not None and code == 0:
         if out.margin.delta is None:
             code = 3
@@ -258,10 +305,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = sub.add_parser("prove", help="prove (z3) or refute a scheduler's per-slot memory invariant")
     p.add_argument("--scheduler", required=True, help="registered name or module:attr")
-    p.add_argument(
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument(
         "--unbounded",
+        dest="unbounded",
         action="store_true",
-        help="prove for any number of requests (prefix-fold rules); other rules get the bounded proof and a note",
+        default=True,
+        help="(the default) prove for any number of requests where the rule is a prefix fold; other rules get "
+        "the bounded proof and a note saying so",
+    )
+    scope.add_argument(
+        "--bounded",
+        dest="unbounded",
+        action="store_false",
+        help="only the bounded proof (K active, Q queued requests)",
     )
     bound = arg_type(v.positive_int, "a bound", maximum=64)
     p.add_argument("--K", type=bound, default=8, help="active-request slots (default 8)")
@@ -276,8 +333,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="NAME|module:attr",
         help="extra invariant conjunct: a menu name or a user Conjunct (repeatable)",
     )
+    p.add_argument(
+        "--claims",
+        action="store_true",
+        help="also prove what the scheduler declares: FCFS admissions, non-clairvoyance (two copies), progress",
+    )
     p.add_argument("--no-houdini", action="store_true", help="do not search the menu for a strengthening")
-    p.add_argument("--margin", action="store_true", help="also establish the work-conservation margin Δ (needs --M)")
+    p.add_argument(
+        "--margin",
+        action="store_true",
+        help="also establish the work-conservation margin Δ (at --M, or one Δ for every M when M is symbolic)",
+    )
     p.add_argument("--max-s", type=positive_int, default=16, help="prompt-length bound for --margin (default 16)")
     p.add_argument("--max-o", type=positive_int, default=8, help="output-length bound for --margin (default 8)")
     p.add_argument("--margin-K", type=bound, default=None, help="K for the margin search (default --K)")

@@ -24,6 +24,7 @@ their queries linear.
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,11 @@ from kvstab.symbolic import Sym, unwrap
 __all__ = ["FreeDecision", "prove_lemmas"]
 
 
+#: names the free flags of each call deterministically (``id()`` differs run
+#: to run, and z3's models and saved queries depend on variable names)
+_TAGS = itertools.count()
+
+
 @dataclass(frozen=True, slots=True)
 class FreeDecision:
     """A 'scheduler' whose every admit/preempt flag is a fresh variable: a
@@ -50,7 +56,7 @@ class FreeDecision:
     description: str = "every admit and preempt flag is a free variable"
 
     def decide(self, view: View, ops: Ops) -> Decision:
-        tag = id(view)
+        tag = next(_TAGS)
         return Decision(
             admit=tuple(Sym(z3.Bool(f"admit{j}@{tag}")) for j in range(len(view.waiting))),
             preempt=tuple(Sym(z3.Bool(f"preempt{i}@{tag}")) for i in range(len(view.active))),

@@ -41,7 +41,7 @@ class MarginResult:
     """``delta`` (tokens) with its proof and tightness witness; ``None`` if undecided."""
 
     scheduler: str
-    M: int
+    M: int | None  # None: symbolic, Δ holds for every M
     max_s: int
     max_o: int
     delta: int | None
@@ -58,7 +58,7 @@ class MarginResult:
     @property
     def own_delta(self) -> float | None:
         """``Δ/M``: the policy's own ``δ``."""
-        return None if self.delta is None else self.delta / self.M
+        return None if self.delta is None or self.M is None else self.delta / self.M
 
 
 def work_conservation_margin(
@@ -72,22 +72,29 @@ def work_conservation_margin(
     conjuncts: Sequence[Conjunct] = (),
     budget: Budget | None = None,
 ) -> MarginResult:
-    """Establish ``Δ`` for ``scheduler`` over the states of base ∧ ``conjuncts``."""
-    if setting.M is None:
-        raise InvalidArgument("the margin search needs a fixed M (pass --M)")
+    """Establish ``Δ`` for ``scheduler`` over the states of base ∧ ``conjuncts``.
+
+    With ``M`` symbolic the search looks for one constant ``Δ`` that holds for
+    *every* ``M`` that can hold the longest request, up to the paper's
+    ``δ·M = B⌈(max s + max o)/B⌉``; a policy whose idle memory grows with ``M``
+    has none, and the result says so (``delta`` is ``None``, with a witness).
+    """
     for n, v in (("max s", max_s), ("max o", max_o)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise InvalidArgument(f"{n} must be a positive integer, got {v!r}")
-    if tokens_held(max_s + max_o, setting.block) > setting.M:
+    if setting.M is not None and tokens_held(max_s + max_o, setting.block) > setting.M:
         raise InvalidArgument(f"max s + max o = {max_s + max_o} does not fit in M = {setting.M}")
     budget = budget or Budget()
     M = setting.M
+    peak = int(tokens_held(max_s + max_o, setting.block))
     pre = fresh_state("pre", K, Q)
     step = encode_step(scheduler, pre, setting, "post")
     conj = base_conjuncts(step.full_units, setting) + list(conjuncts)
     bounds = [z3.Implies(e.present, z3.And(e.s <= max_s, e.o <= max_o)) for e in pre.active + pre.waiting]
     queue_left = z3.Or(*[e.present for e in step.post.waiting])
     prem = setting.base_constraints() + [c(pre, setting) for c in conj] + step.constraints() + bounds + [queue_left]
+    if M is None:
+        prem.append(setting.M_term >= peak)
     obs: list[Obligation] = []
     t0 = time.perf_counter()
     guard = solve(prem, budget, "margin-premises")
@@ -98,11 +105,25 @@ def work_conservation_margin(
 
     def below(delta: int) -> tuple[Answer, float]:
         t = time.perf_counter()
-        return solve(prem + [step.charged < M - delta], budget, f"margin-{delta}"), time.perf_counter() - t
+        return solve(prem + [step.charged < setting.M_term - delta], budget, f"margin-{delta}"), time.perf_counter() - t
 
     # invariant of the search: Δ = hi holds (proved or trivially M); Δ = lo - 1 fails
-    lo, hi = 0, M
+    lo, hi = 0, M if M is not None else peak
     witness = None
+    if M is None:
+        # with M symbolic, Δ = peak is not trivially true: it is the search's first query
+        ans, secs = below(hi)
+        if ans.status is not Status.UNSAT:
+            st0 = ans.status
+            v0: Verdict = (
+                Refuted(None, f"no constant Δ ≤ {peak} holds for every M: idle memory grows with M")
+                if st0 is Status.SAT
+                else Unknown(f"solver: {ans.reason}", ans.smt2)
+            )
+            wit = decode_slot(ans.model, step, 0) if st0 is Status.SAT and ans.model is not None else None
+            obs.append(Obligation("margin", v0, secs, conjunct=f"memory ≥ M − {hi} for every M"))
+            return MarginResult(scheduler.name, M, max_s, max_o, None, v0, wit, declared, tuple(obs))
+        obs.append(Obligation("margin", Proved("unsat"), secs, conjunct=f"memory ≥ M − {hi} for every M"))
     while lo < hi:
         mid = (lo + hi) // 2
         ans, secs = below(mid)
@@ -121,7 +142,7 @@ def work_conservation_margin(
     if delta > 0:
         # tightness: a state whose memory is exactly M − Δ
         t = time.perf_counter()
-        ans = solve(prem + [step.charged == M - delta], budget, f"margin-witness-{delta}")
+        ans = solve(prem + [step.charged == setting.M_term - delta], budget, f"margin-witness-{delta}")
         if ans.status is Status.SAT and ans.model is not None:
             witness = decode_slot(ans.model, step, 0)
             obs.append(
@@ -135,7 +156,9 @@ def work_conservation_margin(
             return MarginResult(scheduler.name, M, max_s, max_o, delta, no_witness, None, declared, tuple(obs))
     verdict = Proved(
         "search over Δ with a proof at Δ and a witness at Δ − 1",
-        setting.assumptions() + (f"K = {K}, Q = {Q}", f"s ≤ {max_s}, o ≤ {max_o}"),
+        setting.assumptions()
+        + (f"K = {K}, Q = {Q}", f"s ≤ {max_s}, o ≤ {max_o}")
+        + (() if M is not None else (f"every M ≥ {peak} (the longest request fits)",)),
     )
     return MarginResult(scheduler.name, M, max_s, max_o, delta, verdict, witness, declared, tuple(obs))
 

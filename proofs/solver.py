@@ -25,7 +25,7 @@ from pathlib import Path
 
 import z3
 
-from kvstab.errors import InvalidArgument, KvstabError
+from kvstab.errors import InvalidArgument
 
 __all__ = ["Budget", "Answer", "Status", "Interrupted", "solve", "save_query", "to_smt2", "MAX_RLIMIT"]
 
@@ -41,8 +41,8 @@ class Status(enum.Enum):
     UNKNOWN = "unknown"
 
 
-class Interrupted(KvstabError):
-    """Ctrl-C while the solver ran (the query it stopped is named)."""
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C while the solver ran (the message names the query it stopped)."""
 
 
 def _default_dir() -> Path:
@@ -118,24 +118,31 @@ def solve(assertions: Sequence[z3.BoolRef], budget: Budget, name: str) -> Answer
     s.set("random_seed", budget.seed)
     s.set("rlimit", budget.rlimit)
     s.set("timeout", budget.timeout_ms)
+    # z3's own SIGINT handler would cancel only the current query and let the
+    # run go on; Python's handler (in the waiting thread) stops the whole run
+    s.set("ctrl_c", False)
     s.add(*assertions)
-    if budget.keep_all:
-        save_query(assertions, budget, name, "certificate: expected unsat unless the verdict says otherwise")
     r, timed_out = _check(s, name, budget.timeout_ms / 1000 + 1.0)
-    if r == z3.sat:
-        return Answer(Status.SAT, model=s.model())
-    if r == z3.unsat:
-        return Answer(Status.UNSAT)
+    if r == z3.sat or r == z3.unsat:
+        status = Status.SAT if r == z3.sat else Status.UNSAT
+        # a certificate records what z3 answered, for another solver to confirm
+        smt2 = save_query(assertions, budget, name, f"z3: {status.value}") if budget.keep_all else None
+        return Answer(status, model=s.model() if status is Status.SAT else None, smt2=smt2)
     reason = "wall-clock budget" if timed_out else (s.reason_unknown() or "unknown")
     smt2 = save_query(assertions, budget, name, f"z3 said unknown: {reason}")
     return Answer(Status.UNKNOWN, smt2=smt2, reason=reason)
 
 
+#: a symbol z3 prints bare although SMT-LIB does not allow it bare (it holds a ``'``)
+_PRIMED = re.compile(r"(?<![|\w.'])([A-Za-z_][\w.~!@$%^&*+=<>?/-]*'[\w.~!@$%^&*+=<>?/'-]*)")
+
+
 def to_smt2(assertions: Sequence[z3.BoolRef]) -> str:
-    """The SMT-LIB text of ``assertions`` (with ``(check-sat)``)."""
+    """The SMT-LIB text of ``assertions`` (with ``(check-sat)``), portable to
+    other solvers: symbols with a prime are quoted as ``|x'|``."""
     s = z3.Solver()
     s.add(*assertions)
-    return s.to_smt2()
+    return _PRIMED.sub(r"|\1|", s.to_smt2())
 
 
 def save_query(assertions: Sequence[z3.BoolRef], budget: Budget, name: str, note: str) -> str:
@@ -144,5 +151,7 @@ def save_query(assertions: Sequence[z3.BoolRef], budget: Budget, name: str, note
     budget.smt2_dir.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     path = budget.smt2_dir / f"{_slug(name)}-{digest}.smt2"
-    path.write_text(f"; kvstab query: {name}\n; {note}\n{text}", encoding="utf-8")
+    # comments in ASCII: some solvers' lexers stop at the first other byte
+    head = f"; kvstab query: {name}\n; {note}\n".encode("ascii", "backslashreplace").decode("ascii")
+    path.write_text(head + "(set-logic ALL)\n" + text, encoding="utf-8")
     return str(path)

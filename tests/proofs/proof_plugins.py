@@ -29,3 +29,49 @@ class AdmitsOnHeldNow:
 
 
 ADMITS_ON_HELD_NOW = AdmitsOnHeldNow()
+
+
+@dataclass(frozen=True, slots=True)
+class ShortestTotalFirst:
+    """Admits the queued request with the least s + o first — reading o while declaring it does not."""
+
+    name: str = "shortest-total-first"
+    description: str = "admit one request per slot: the least s + o that fits (claims to be non-clairvoyant)"
+    traits: Traits = Traits(fcfs=False, work_conserving=False, clairvoyant=False, preempts=True)
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        preempt, kept = preempt_newest(view, ops)
+        allowed = ops.not_(ops.or_(*preempt))
+        admits: list[BoolLike] = []
+        for j, w in enumerate(view.waiting):
+            fits = ops.le(kept + held_first(view, w, ops), view.M)
+            # BUG: ranks by s + o although o is not known at admission
+            best = ops.and_(*[ops.or_(ops.not_(v.present), ops.le(w.s + w.o, v.s + v.o)) for v in view.waiting])
+            first_best = ops.and_(
+                *[ops.or_(ops.not_(v.present), ops.lt(w.s + w.o, v.s + v.o)) for v in view.waiting[:j]]
+            )
+            admits.append(ops.and_(w.present, allowed, fits, best, first_best))
+        return Decision(admit=tuple(admits), preempt=preempt)
+
+
+SHORTEST_TOTAL_FIRST = ShortestTotalFirst()
+
+
+@dataclass(frozen=True, slots=True)
+class ModestMargin:
+    """current-fit with a declared margin smaller than the one the proof finds."""
+
+    name: str = "modest-margin"
+    description: str = "current-fit whose margin() claims Δ = 5"
+    traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=False, preempts=True)
+
+    def margin(self, params: object, max_s: int, max_o: int) -> int:
+        return 5
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        from kvstab.schedulers.current_fit import CurrentFit
+
+        return CurrentFit().decide(view, ops)
+
+
+MODEST_MARGIN = ModestMargin()

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,10 +25,21 @@ PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 
 
 def test_prove_current_fit(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["prove", "--scheduler", "current-fit", "--K", "2", "--Q", "2"]) == 0
+    assert main(["prove", "--scheduler", "current-fit", "--K", "2", "--Q", "2", "--bounded"]) == 0
     out = capsys.readouterr().out
     assert "verdict: Proved (1-induction)" in out
     assert "[admits] memory ≤ M in the slot" in out and "assuming at most K = 2" in out
+
+
+def test_prove_is_unbounded_by_default_where_the_rule_allows(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["prove", "--scheduler", "current-fit"]) == 0
+    out = capsys.readouterr().out
+    assert "any number of requests" in out and "verdict: Proved (prefix-fold theorem" in out
+    assert "assuming any number of active and queued requests (no K, no Q)" in out and "K = " not in out
+    # a rule outside the class says that its verdict is bounded
+    assert main(["prove", "--scheduler", "vllm-v1", "--K", "2", "--Q", "1", "--bmc", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "note: not proved for every number of requests" in out and "assuming at most K = 2" in out
 
 
 def test_prove_negative_control_prints_the_replay(capsys: pytest.CaptureFixture[str]) -> None:
@@ -76,8 +91,6 @@ def test_bad_inputs_are_one_line(capsys: pytest.CaptureFixture[str], monkeypatch
     assert main(["prove", "--scheduler", "sample_plugins:BRANCHES", "--K", "2", "--Q", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "if w.s < 10" in err and "ite" in err
-    assert main(["prove", "--scheduler", "current-fit", "--margin"]) == 2
-    assert "--margin needs a fixed --M" in capsys.readouterr().err
     assert main(["prove", "--scheduler", "current-fit", "--strengthen", "no such conjunct"]) == 2
 
 
@@ -131,4 +144,107 @@ def test_user_supplied_strengthening_by_module_attr(capsys: pytest.CaptureFixtur
     assert code == 0, out
     assert f"strengthened by: {__name__}:ADMITTED_PEAKS" in out
     # without it (and without Houdini) the base invariant is not inductive
-    assert main(["prove", "--scheduler", "reserve", "--K", "2", "--Q", "2", "--no-houdini", "--bmc", "2"]) == 3
+    assert main(["prove", "--scheduler", "reserve", "--K", "2", "--Q", "2", "--no-houdini", "--bmc", "2", "--bounded"]) == 3
+
+
+def test_rlimit_that_z3_would_wrap_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["prove", "--scheduler", "current-fit", "--rlimit", str(2**32)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--rlimit must be at most 4294967295" in err and "Traceback" not in err
+
+
+def test_smt2_dir_is_checked_before_solving(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    afile = tmp_path / "a-file"
+    afile.write_text("x", encoding="utf-8")
+    for bad in (afile / "under", "/proc/kvstab-cannot-create-here"):
+        assert main(["prove", "--scheduler", "current-fit", "--smt2-dir", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--smt2-dir" in err and "folder" in err
+
+
+def test_smt2_dir_keeps_every_obligation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["prove", "--scheduler", "current-fit", "--K", "2", "--Q", "1", "--bounded", "--smt2-dir", str(tmp_path)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    files = list(tmp_path.glob("*.smt2"))
+    # one file per distinct query (a query asked twice is one certificate), each with z3's answer
+    assert len(files) >= 15
+    texts = [f.read_text(encoding="utf-8") for f in files]
+    assert all(t.isascii() and re.search(r"^; z3: (sat|unsat)$", t, re.M) for t in texts)
+    assert "verdict: Proved" in out
+
+
+def test_declared_margin_below_the_proved_one_fails(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent))
+    sys.modules.pop("proof_plugins", None)
+    args = ["prove", "--scheduler", "proof_plugins:MODEST_MARGIN", "--K", "3", "--Q", "2", "--M", "64", "--chunk", "8"]
+    code = main(args + ["--margin", "--max-s", "16", "--max-o", "8"])
+    out = capsys.readouterr().out
+    assert code == 4, out
+    assert "FAILED: the declared margin 5 is smaller than the proved Δ = 23" in out
+
+
+def _prove_json(*extra: str) -> dict[str, object]:
+    out = subprocess.run(
+        [sys.executable, "-m", "kvstab.cli", "prove", *extra, "--json"], capture_output=True, text=True, check=False
+    )
+    doc = json.loads(out.stdout)
+    doc.pop("timings")
+    return doc
+
+
+def test_the_same_prove_gives_the_same_json_every_run() -> None:
+    args = ("--scheduler", "current-fit-no-preempt", "--K", "3", "--Q", "2", "--bmc", "3", "--claims")
+    runs = [_prove_json(*args) for _ in range(3)]
+    assert runs[0]["verdict"] == "Refuted"
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_ctrl_c_stops_the_solver_with_one_line() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvstab.cli", "prove", "--scheduler", "lookahead", "--K", "12", "--Q", "4"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(4)  # into the solving (the K = 12 queries take minutes)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.count("\n") == 1 and "interrupted" in err and "Traceback" not in err
+
+
+def test_cvc5_confirms_the_built_ins_obligations(tmp_path: Path) -> None:
+    """Every obligation z3 decided for the built-ins (unbounded and bounded
+    induction, the claims) is re-checked from its SMT-LIB file by cvc5."""
+    import cvc5
+
+    from kvstab.proofs.claims import prove_claims
+    from kvstab.proofs.unbounded import prove_unbounded
+
+    b = Budget(smt2_dir=tmp_path, keep_all=True)
+    for name in ("current-fit", "reserve", "lookahead", "vllm-v1", "current-fit-no-preempt"):
+        sched = load_scheduler(name)
+        prove_unbounded(sched, Setting(), b)
+        check_inductive(sched, Setting(), 2, 1, budget=b, spec=name)
+        prove_claims(sched, Setting(), K=2, Q=2, budget=b)
+    files = sorted(tmp_path.glob("*.smt2"))
+    checked = 0
+    for f in files:
+        text = f.read_text(encoding="utf-8")
+        want = re.search(r"^; z3: (sat|unsat)$", text, re.M)
+        if want is None:
+            continue
+        tm = cvc5.TermManager()
+        solver = cvc5.Solver(tm)
+        parser = cvc5.InputParser(solver)
+        parser.setStringInput(cvc5.InputLanguage.SMT_LIB_2_6, text, f.name)
+        answers = []
+        while not (cmd := parser.nextCommand()).isNull():
+            if said := cmd.invoke(solver, parser.getSymbolManager()).strip():
+                answers.append(said)
+        assert answers == [want.group(1)], f.name
+        checked += 1
+    assert checked > 50

@@ -60,3 +60,14 @@ def test_lemmas_are_proved() -> None:
 def test_lyapunov_identity_needs_the_wasted_term() -> None:
     obs = _lyapunov(Setting(M=None, chunk=512), Budget(), 2, 1, 1, wasted_term=False)
     assert isinstance(obs[-1].verdict, Refuted)
+
+
+def test_margin_for_every_M() -> None:
+    """With M symbolic the search looks for one Δ that holds for every M: current-fit
+    has one (max s + max o − 1), reserve has none (its idle memory grows with M)."""
+    se = Setting(M=None, chunk=8)
+    r = work_conservation_margin(load_scheduler("current-fit"), se, 3, 2, MAX_S, MAX_O, budget=Budget())
+    assert isinstance(r.verdict, Proved) and r.delta == MAX_S + MAX_O - 1 and r.M is None
+    assert any("every M ≥ 24" in a for a in r.verdict.assumptions)
+    r = work_conservation_margin(load_scheduler("reserve"), se, 3, 2, MAX_S, MAX_O, budget=Budget())
+    assert r.delta is None and isinstance(r.verdict, Refuted) and "grows with M" in r.verdict.detail

@@ -1,0 +1,289 @@
+"""More than memory: each scheduler's declared claims, proved or refuted one slot at a time.
+
+What a rule declares (:func:`kvstab.contract.traits_of`) becomes obligations
+over one encoded decision from any well-formed state with at most ``K``
+active and ``Q`` queued requests (memory ≤ ``M`` when it decides):
+
+* **FCFS admissions** (``fcfs=True``): admissions form a prefix of the
+  queue — a request is admitted only if every request ahead of it is.
+* **Non-clairvoyance** (``clairvoyant=False``), by a two-copy argument: two
+  states that differ only in the output lengths ``o`` get the same decision
+  (admit and preempt flags, grants).  The rule runs on views that *show* ``o``,
+  so a rule that reads ``o`` is refuted even where the engine would hide it.
+  A refutation carries the two concrete states, and the rule is re-run on
+  them with concrete integers to confirm that its decisions differ.
+* **Progress premises** (every rule but a negative control): the oldest
+  running request is never preempted and advances; a lone head is admitted
+  into an empty server.  With them no run livelocks: after the last arrival
+  the ranking ``ρ = N·(T + 1) + r`` decreases every slot, where ``N`` is the
+  number of unfinished requests, ``T`` the longest service ``n(s) + o``, and
+  ``r`` the units the oldest running request still needs (``T + 1`` when none
+  runs) — see ``docs/proofs.md``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import z3
+
+from kvstab.contract import Decision, Scheduler, View, traits_of
+from kvstab.ops import CONCRETE
+from kvstab.proofs.encoding import (
+    Entry,
+    Setting,
+    StepTerms,
+    SymState,
+    encode_step,
+    fresh_state,
+    memory,
+    run_rule,
+    view_of,
+    well_formed,
+)
+from kvstab.proofs.replaying import decode_int
+from kvstab.proofs.solver import Budget, Status, solve
+from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict, passed
+from kvstab.replay import replay_command
+from kvstab.simulator import Engine
+from kvstab.symbolic import unwrap
+
+__all__ = ["Claim", "ClaimResult", "Pair", "prove_claims"]
+
+Active = tuple[tuple[int, int, int], ...]
+Waiting = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """Two states that differ only in ``o`` and get different decisions (replayed on the rule)."""
+
+    M: int
+    first: tuple[Active, Waiting]
+    second: tuple[Active, Waiting]
+    decisions: tuple[str, str]
+    replayed: bool
+    commands: tuple[str, str]
+
+    def describe(self) -> str:
+        """A few lines a reader can follow."""
+        (a1, w1), (a2, w2) = self.first, self.second
+        return "\n".join(
+            [
+                f"two states differing only in o (M={self.M}):",
+                f"  state 1: active {list(a1)} waiting {list(w1)} -> {self.decisions[0]}",
+                f"  state 2: active {list(a2)} waiting {list(w2)} -> {self.decisions[1]}",
+                f"  rule re-run on concrete values: {'decisions differ' if self.replayed else 'NOT reproduced'}",
+                f"  replay 1: {self.commands[0]}",
+                f"  replay 2: {self.commands[1]}",
+            ]
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A declared property and the obligation that checks it."""
+
+    name: str
+    verdict: Verdict
+    obligations: tuple[Obligation, ...] = ()
+    witness: str = ""
+    pair: Pair | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """Every claim checked for one scheduler."""
+
+    scheduler: str
+    claims: tuple[Claim, ...] = field(default=())
+
+    @property
+    def verdict(self) -> Verdict:
+        """``Proved`` only if every claim is; else the first refutation (or the first ``Unknown``)."""
+        bad = [c for c in self.claims if not passed(c.verdict)]
+        if not bad:
+            return Proved("every declared claim", tuple(c.name for c in self.claims))
+        return next((c.verdict for c in bad if isinstance(c.verdict, Refuted)), bad[0].verdict)
+
+
+def _premises(pre: SymState, step: StepTerms, setting: Setting) -> list[z3.BoolRef]:
+    """A well-formed state within memory, and the slot from it; queue slots filled in order."""
+    out = setting.base_constraints() + [well_formed(pre, setting, step.full_units), memory(pre, setting) <= setting.M_term]
+    out += step.constraints()
+    for a, b in zip(pre.waiting, pre.waiting[1:]):
+        out.append(z3.Implies(b.present, a.present))
+    for a, b in zip(pre.active, pre.active[1:]):
+        out.append(z3.Implies(b.present, a.present))
+    return out
+
+
+def _check(name: str, prem: list[z3.BoolRef], goal: z3.BoolRef, budget: Budget) -> tuple[Verdict, list[Obligation], z3.ModelRef | None]:
+    """Vacuity guard, then ``prem ∧ ¬goal``: Proved, Refuted (with the model) or Unknown."""
+    t0 = time.perf_counter()
+    g = solve(prem, budget, f"claim-{name}-premises")
+    t1 = time.perf_counter()
+    if g.status is not Status.SAT:
+        v: Verdict = Unknown("vacuous premises" if g.status is Status.UNSAT else f"solver: {g.reason}", g.smt2)
+        return v, [Obligation("claim", v, t1 - t0, conjunct=f"{name} [guard]")], None
+    obs = [Obligation("claim", Proved("premises satisfiable (vacuity guard)"), t1 - t0, conjunct=f"{name} [guard]")]
+    a = solve(prem + [z3.Not(goal)], budget, f"claim-{name}")
+    secs = time.perf_counter() - t1
+    match a.status:
+        case Status.UNSAT:
+            v = Proved("unsat")
+        case Status.SAT:
+            v = Refuted(None, f"{name}: a state breaks it")
+        case _:
+            v = Unknown(f"solver: {a.reason}", a.smt2)
+    obs.append(Obligation("claim", v, secs, conjunct=name))
+    return v, obs, a.model
+
+
+def _state(m: z3.ModelRef, st: SymState) -> tuple[Active, Waiting]:
+    act = tuple(
+        (decode_int(m, e.s), decode_int(m, e.o), decode_int(m, e.p))
+        for e in st.active
+        if z3.is_true(m.eval(e.present, model_completion=True))
+    )
+    wait = tuple(
+        (decode_int(m, e.s), decode_int(m, e.o)) for e in st.waiting if z3.is_true(m.eval(e.present, model_completion=True))
+    )
+    return act, wait
+
+
+def _all(terms: list[z3.BoolRef]) -> z3.BoolRef:
+    """Conjunction; ``True`` for none (z3 would print a zero-argument ``and``, which SMT-LIB rejects)."""
+    return z3.And(*terms) if terms else z3.BoolVal(True)
+
+
+def _fcfs(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget: Budget) -> Claim:
+    w = step.pre.waiting
+    goal = _all([z3.Implies(step.admit[j], _all([z3.Implies(w[i].present, step.admit[i]) for i in range(j)])) for j in range(len(w))])
+    v, obs, m = _check("admissions form a prefix of the queue (FCFS)", prem, goal, budget)
+    witness = ""
+    if isinstance(v, Refuted) and m is not None:
+        act, wait = _state(m, step.pre)
+        admitted = [j for j, e in enumerate(w) if z3.is_true(m.eval(z3.And(e.present, step.admit[j]), model_completion=True))]
+        witness = f"M={decode_int(m, setting.M_term)}: active {list(act)} waiting {list(wait)} admits {admitted}"
+    return Claim("FCFS admissions", v, tuple(obs), witness)
+
+
+def _oldest(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget: Budget) -> Claim:
+    a0 = step.pre.active[0]
+    after0 = step.after[0]
+    goal = z3.Implies(a0.present, z3.And(z3.Not(step.preempt[0]), after0 > a0.p))
+    v, obs, m = _check("the oldest running request is never preempted and advances", prem, goal, budget)
+    witness = ""
+    if isinstance(v, Refuted) and m is not None:
+        act, wait = _state(m, step.pre)
+        witness = f"M={decode_int(m, setting.M_term)}: active {list(act)} waiting {list(wait)}"
+    return Claim("oldest running request progresses", v, tuple(obs), witness)
+
+
+def _lone_head(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget: Budget, fcfs: bool) -> Claim:
+    """An empty server admits the head (FCFS rules) or someone (any other rule)."""
+    empty = [z3.Not(e.present) for e in step.pre.active]
+    head = step.pre.waiting[0]
+    goal = step.admit[0] if fcfs else z3.Or(*step.admit)
+    what = "a lone head is admitted into an empty server" if fcfs else "an empty server admits someone"
+    v, obs, m = _check(what, prem + empty + [head.present], goal, budget)
+    witness = ""
+    if isinstance(v, Refuted) and m is not None:
+        _, wait = _state(m, step.pre)
+        witness = f"M={decode_int(m, setting.M_term)}: empty server, waiting {list(wait)}: nobody is admitted"
+    return Claim("empty server admits" if not fcfs else "lone head admitted", v, tuple(obs), witness)
+
+
+def _shadow(st: SymState, tag: str) -> SymState:
+    """A copy of ``st`` with fresh output lengths and everything else equal."""
+
+    def copy(e: Entry, queued: bool, k: int) -> Entry:
+        return Entry(e.present, e.rid, e.s, z3.Int(f"{tag}.{'w' if queued else 'a'}{k}.o"), e.p)
+
+    return SymState(
+        active=tuple(copy(e, False, k) for k, e in enumerate(st.active)),
+        waiting=tuple(copy(e, True, k) for k, e in enumerate(st.waiting)),
+    )
+
+
+def _decision_terms(d: Decision) -> list[z3.ExprRef]:
+    terms = [unwrap(x) if not isinstance(x, bool) else z3.BoolVal(x) for x in d.admit + d.preempt]
+    if d.grants is not None:
+        terms += [unwrap(x) if not isinstance(x, int) else z3.IntVal(x) for x in d.grants]
+    return terms
+
+
+def _show(d: Decision) -> str:
+    grants = "" if d.grants is None else f" grants {[int(g) for g in d.grants]}"
+    return f"admit {[bool(x) for x in d.admit]} preempt {[bool(x) for x in d.preempt]}{grants}"
+
+
+def _concrete_decision(scheduler: Scheduler, setting: Setting, M: int, act: Active, wait: Waiting) -> Decision:
+    eng = Engine(scheduler, setting.params(M), check=False, window=max(1, len(wait)))
+    eng.load_state(list(act), list(wait))
+    view: View = eng.view(len(wait))
+    return scheduler.decide(view, CONCRETE)
+
+
+def _non_clairvoyant(
+    scheduler: Scheduler, spec: str | None, setting: Setting, pre: SymState, prem: list[z3.BoolRef], budget: Budget
+) -> Claim:
+    other = _shadow(pre, "copy")
+    d1 = run_rule(scheduler, view_of(pre, setting))
+    d2 = run_rule(scheduler, view_of(other, setting))
+    t1, t2 = _decision_terms(d1), _decision_terms(d2)
+    # the copy is a state the engine could hold too: its requests are well-formed with their own o
+    prem2 = prem + [well_formed(other, setting, d1.grants is None), memory(other, setting) <= setting.M_term]
+    same = _all([a == b for a, b in zip(t1, t2)])
+    v, obs, m = _check("same state, different o: same decision (two copies)", prem2, same, budget)
+    pair = None
+    if isinstance(v, Refuted) and m is not None:
+        M = decode_int(m, setting.M_term)
+        s1, s2 = _state(m, pre), _state(m, other)
+        c1 = _concrete_decision(scheduler, setting, M, *s1)
+        c2 = _concrete_decision(scheduler, setting, M, *s2)
+        name = spec if spec is not None else scheduler.name
+        params = setting.params(M)
+        cmds = (
+            replay_command(name, params, [], active=list(s1[0]) or None, waiting=list(s1[1]) or None) + " --slots 1",
+            replay_command(name, params, [], active=list(s2[0]) or None, waiting=list(s2[1]) or None) + " --slots 1",
+        )
+        pair = Pair(M, s1, s2, (_show(c1), _show(c2)), _show(c1) != _show(c2), cmds)
+        v = Refuted(None, "the decision depends on o although the rule declares clairvoyant=False")
+    return Claim("non-clairvoyant", v, tuple(obs), pair.describe() if pair else "", pair)
+
+
+def prove_claims(
+    scheduler: Scheduler,
+    setting: Setting | None = None,
+    *,
+    K: int = 3,
+    Q: int = 3,
+    spec: str | None = None,
+    budget: Budget | None = None,
+    only: Sequence[str] = (),
+) -> ClaimResult:
+    """Check every claim ``scheduler`` declares (or those named in ``only``)."""
+    setting = setting or Setting()
+    budget = budget or Budget()
+    traits = traits_of(scheduler)
+    pre = fresh_state("pre", K, Q)
+    step = encode_step(scheduler, pre, setting, "post")
+    prem = _premises(pre, step, setting)
+    wanted = set(only)
+
+    def want(n: str) -> bool:
+        return not wanted or n in wanted
+
+    claims: list[Claim] = []
+    if traits.fcfs and want("fcfs"):
+        claims.append(_fcfs(step, setting, prem, budget))
+    if not traits.clairvoyant and want("non-clairvoyant"):
+        claims.append(_non_clairvoyant(scheduler, spec, setting, pre, prem, budget))
+    if not traits.negative_control and want("progress"):
+        claims.append(_oldest(step, setting, prem, budget))
+        claims.append(_lone_head(step, setting, prem, budget, traits.fcfs))
+    return ClaimResult(scheduler.name, tuple(claims))

@@ -1,0 +1,234 @@
+"""The encoding checks itself: one encoded slot against ``Engine.step`` on concrete states.
+
+A ``Proved`` verdict rests on :func:`~kvstab.proofs.encoding.encode_step`
+meaning what the engine does.  :class:`CompiledStep` encodes one slot of a
+rule once (``K`` active and ``Q`` queued slots, symbolic everything), reads
+each post-state variable's defining term off the frame equations, and compiles
+those very z3 terms into one Python function — so evaluating the encoding on
+a concrete state costs microseconds instead of a solver call.
+:func:`engine_step` runs the reference engine on the same state, and
+:func:`compare` lists every state variable on which the two disagree.
+
+The compiler follows z3's semantics for the operators the encoding uses
+(integer division and modulus are Euclidean, which is floor division for the
+positive divisors ``ŝ`` and ``B``); :meth:`CompiledStep.check_against_z3`
+cross-checks it against z3's own ``simplify`` on substituted values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+
+from kvstab.contract import Scheduler
+from kvstab.proofs.encoding import Setting, encode_step, fresh_state
+from kvstab.simulator import Engine
+
+__all__ = ["Concrete", "Outcome", "CompiledStep", "engine_step", "compare"]
+
+#: a concrete state: M, active ``(s, o, progress)`` in admission order, queued ``(s, o)`` in queue order
+Concrete = tuple[int, tuple[tuple[int, int, int], ...], tuple[tuple[int, int], ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """Every state variable after one slot (ids: actives ``0..`` then the queue)."""
+
+    active: tuple[tuple[int, int, int, int], ...]  # (rid, s, o, progress) in admission order
+    waiting: tuple[tuple[int, int, int], ...]  # (rid, s, o) in queue order
+    charged: int
+    tokens: int
+    running: int
+
+
+_BINARY: dict[int, str] = {
+    z3.Z3_OP_LE: "<=",
+    z3.Z3_OP_LT: "<",
+    z3.Z3_OP_GE: ">=",
+    z3.Z3_OP_GT: ">",
+    z3.Z3_OP_EQ: "==",
+    z3.Z3_OP_IDIV: "//",
+    z3.Z3_OP_MOD: "%",
+}
+
+
+def _compile(outputs: Sequence[z3.ExprRef], names: dict[str, str]) -> Callable[[dict[str, Any]], list[Any]]:
+    """One Python function evaluating ``outputs`` from a dict of variable values."""
+    code: list[str] = []
+    done: dict[int, str] = {}
+
+    def visit(t: z3.ExprRef) -> str:
+        key = t.get_id()
+        if key in done:
+            return done[key]
+        if z3.is_int_value(t):
+            done[key] = str(t.as_long())
+            return done[key]
+        if z3.is_true(t) or z3.is_false(t):
+            done[key] = "True" if z3.is_true(t) else "False"
+            return done[key]
+        if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+            done[key] = f"env[{names.setdefault(str(t), str(t))!r}]"
+            return done[key]
+        kind = t.decl().kind()
+        args = [visit(c) for c in t.children()]
+        if kind == z3.Z3_OP_ADD:
+            expr = " + ".join(args)
+        elif kind == z3.Z3_OP_SUB:
+            expr = " - ".join(args)
+        elif kind == z3.Z3_OP_MUL:
+            expr = " * ".join(args)
+        elif kind == z3.Z3_OP_UMINUS:
+            expr = f"-{args[0]}"
+        elif kind == z3.Z3_OP_ITE:
+            expr = f"({args[1]} if {args[0]} else {args[2]})"
+        elif kind == z3.Z3_OP_AND:
+            expr = "(" + " and ".join(args) + ")" if args else "True"
+        elif kind == z3.Z3_OP_OR:
+            expr = "(" + " or ".join(args) + ")" if args else "False"
+        elif kind == z3.Z3_OP_NOT:
+            expr = f"(not {args[0]})"
+        elif kind == z3.Z3_OP_IMPLIES:
+            expr = f"((not {args[0]}) or {args[1]})"
+        elif kind == z3.Z3_OP_DISTINCT:
+            expr = f"(len({{{', '.join(args)}}}) == {len(args)})"
+        elif kind == z3.Z3_OP_IDIV or kind == z3.Z3_OP_MOD:
+            # Euclidean, as z3: floor for the positive divisors the encoding uses
+            expr = f"_euclid({args[0]}, {args[1]}, {kind == z3.Z3_OP_MOD})"
+        elif kind in _BINARY:
+            expr = f"({args[0]} {_BINARY[kind]} {args[1]})"
+        else:
+            raise ValueError(f"the self-check cannot evaluate {t.decl()} (in {t})")
+        var = f"v{len(code)}"
+        code.append(f"    {var} = {expr}")
+        done[key] = var
+        return var
+
+    results = [visit(t) for t in outputs]
+    src = "def _f(env):\n" + "\n".join(code) + f"\n    return [{', '.join(results)}]\n"
+    scope: dict[str, Any] = {"_euclid": _euclid}
+    exec(compile(src, "<kvstab encoding>", "exec"), scope)
+    fn: Callable[[dict[str, Any]], list[Any]] = scope["_f"]
+    return fn
+
+
+def _euclid(a: int, b: int, mod: bool) -> int:
+    q, r = divmod(a, b)
+    if r < 0:  # Euclidean: 0 ≤ r < |b| (only reachable with a negative divisor)
+        q, r = q + 1, r - b
+    return r if mod else q
+
+
+def _definitions(frame: Sequence[tuple[str, z3.BoolRef]]) -> dict[str, z3.ExprRef]:
+    """``post variable name → defining term``, read off the frame equations."""
+    out: dict[str, z3.ExprRef] = {}
+    stack: list[z3.ExprRef] = [c for _, c in frame]
+    while stack:
+        c = stack.pop()
+        if z3.is_and(c):
+            stack.extend(c.children())
+            continue
+        if not z3.is_eq(c):
+            raise ValueError(f"a frame condition is not an equation: {c}")
+        lhs, rhs = c.arg(0), c.arg(1)
+        out[str(lhs)] = rhs
+    return out
+
+
+class CompiledStep:
+    """One encoded slot of ``scheduler``, compiled to evaluate on concrete states."""
+
+    def __init__(self, scheduler: Scheduler, setting: Setting, K: int, Q: int) -> None:
+        self.scheduler, self.setting, self.K, self.Q = scheduler, setting, K, Q
+        self.pre = fresh_state("pre", K, Q)
+        self.step = encode_step(scheduler, self.pre, setting, "post")
+        defs = _definitions(self.step.frame)
+        post = self.step.post
+        self._outputs: list[z3.ExprRef] = []
+        for e in post.active:
+            self._outputs += [defs[str(e.present)], defs[str(e.rid)], defs[str(e.s)], defs[str(e.o)], defs[str(e.p)]]
+        for e in post.waiting:
+            self._outputs += [defs[str(e.present)], defs[str(e.rid)], defs[str(e.s)], defs[str(e.o)]]
+        self._outputs += [self.step.charged, self.step.tokens, self.step.n_running]
+        self._fn = _compile(self._outputs, {})
+        # z3's str() is slow: name the pre-state variables once
+        self._active_names = [tuple(str(v) for v in (e.present, e.rid, e.s, e.o, e.p)) for e in self.pre.active]
+        self._waiting_names = [tuple(str(v) for v in (e.present, e.rid, e.s, e.o)) for e in self.pre.waiting]
+
+    def env(self, state: Concrete) -> dict[str, Any]:
+        """The pre-state variables' values for ``state`` (ids as the engine gives them)."""
+        M, active, waiting = state
+        if len(active) > self.K or len(waiting) > self.Q:
+            raise ValueError(f"state has {len(active)} active, {len(waiting)} queued; bounds K={self.K}, Q={self.Q}")
+        env: dict[str, Any] = {"M": M}
+        for i, (np_, nr, ns, no, npg) in enumerate(self._active_names):
+            here = i < len(active)
+            s, o, p = active[i] if here else (0, 0, 0)
+            env[np_], env[nr], env[ns], env[no], env[npg] = here, (i if here else -1), s, o, p
+        for j, (np_, nr, ns, no) in enumerate(self._waiting_names):
+            here = j < len(waiting)
+            s, o = waiting[j] if here else (0, 0)
+            env[np_], env[nr], env[ns], env[no] = here, (len(active) + j if here else -1), s, o
+        return env
+
+    def _decode(self, vals: list[Any]) -> Outcome:
+        it = iter(vals)
+        act, wait = [], []
+        for _ in self.step.post.active:
+            present, rid, s, o, p = (next(it) for _ in range(5))
+            if present:
+                act.append((int(rid), int(s), int(o), int(p)))
+        for _ in self.step.post.waiting:
+            present, rid, s, o = (next(it) for _ in range(4))
+            if present:
+                wait.append((int(rid), int(s), int(o)))
+        charged, tokens, running = (int(next(it)) for _ in range(3))
+        return Outcome(tuple(act), tuple(wait), charged, tokens, running)
+
+    def __call__(self, state: Concrete) -> Outcome:
+        """The encoding's post state for ``state``."""
+        return self._decode(self._fn(self.env(state)))
+
+    def by_z3(self, state: Concrete) -> Outcome:
+        """The same, by z3 itself: substitute the values and ``simplify``."""
+        env = self.env(state)
+        subst: list[tuple[z3.ExprRef, z3.ExprRef]] = []
+        for e in self.pre.active + self.pre.waiting:
+            for var in (e.present, e.rid, e.s, e.o, e.p):
+                if z3.is_const(var) and var.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+                    val = env[str(var)]
+                    subst.append((var, z3.BoolVal(val) if isinstance(val, bool) else z3.IntVal(val)))
+        subst.append((z3.Int("M"), z3.IntVal(env["M"])))
+        vals: list[Any] = []
+        for t in self._outputs:
+            v = z3.simplify(z3.substitute(t, *subst))
+            vals.append(z3.is_true(v) if z3.is_bool(v) else v.as_long())  # type: ignore[attr-defined]
+        return self._decode(vals)
+
+
+def engine_step(scheduler: Scheduler, setting: Setting, state: Concrete) -> Outcome:
+    """The reference engine's post state for ``state`` (one slot, no checks)."""
+    M, active, waiting = state
+    eng = Engine(scheduler, setting.params(M), check=False)
+    eng.load_state(list(active), list(waiting))
+    rec = eng.step()
+    return Outcome(
+        active=tuple((r.rid, r.s, r.o, r.progress) for r in eng.active),
+        waiting=tuple((r.rid, r.s, r.o) for r in eng.waiting),
+        charged=rec.memory,
+        tokens=rec.tokens,
+        running=rec.running,
+    )
+
+
+def compare(encoded: Outcome, engine: Outcome) -> list[str]:
+    """The state variables on which the two outcomes differ (empty: they agree)."""
+    out = []
+    for name in ("active", "waiting", "charged", "tokens", "running"):
+        a, b = getattr(encoded, name), getattr(engine, name)
+        if a != b:
+            out.append(f"{name}: encoding {a}, engine {b}")
+    return out
