@@ -6,7 +6,7 @@ Start with :func:`run` (any scheduler; says which engine ran), or the drop-ins
 ``docs/engine.md`` explains the design and how to add a fast path.
 """
 
-from kvstab.engine.run import Run, fast_rule, run, simulate
+from kvstab.engine.driver import Run, fast_rule, run, simulate
 from kvstab.engine.stream import Summary
 
 __all__ = ["run", "simulate", "Run", "Summary", "fast_rule", "replay_model"]

@@ -2,7 +2,7 @@
 
 One function, :func:`run_slots`, runs the built-in rules slot by slot on flat
 int64 arrays and returns when it reaches ``t_end``, drains, or breaks an
-invariant; the Python driver (:mod:`kvstab.engine.run`) calls it batch by
+invariant; the Python driver (:mod:`kvstab.engine.driver`) calls it batch by
 batch, so per-slot series can be streamed and a progress bar updated.
 
 Every step mirrors :meth:`kvstab.simulator.Engine.step` for the built-in rule
