@@ -1,7 +1,7 @@
 """The fast engine against the reference engine, on scenarios that reach the corners.
 
 One source of truth: for every built-in rule and both request lifecycles, the
-compiled engine (:func:`kvstab.engine.run`) must give the reference engine's
+compiled engine (:func:`kvstab.engine.driver`) must give the reference engine's
 outcome exactly — every per-slot series and every per-request outcome of
 :class:`~kvstab.simulator.SimResult`, or the same :class:`InvariantViolation`
 (slot, memory, running requests).  The scenarios are small servers (a few

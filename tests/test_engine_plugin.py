@@ -95,8 +95,8 @@ def test_untraceable_rule_falls_back_to_the_reference_engine() -> None:
     path, why = plugin_path(branches, "kvstab")
     assert path is None and "cannot be traced" in why
     params = ModelParams(M=64, chunk=8)
-    plan = fixed_arrivals([(0, 5, 3), (1, 20, 3)])
-    out = run(branches, params, plan, 20)
+    plan = fixed_arrivals([(0, 5, 3), (1, 6, 3)])  # both short: the rule admits them, the run drains
+    out = run(branches, params, plan, drain=True, max_slots=1000)  # a drained run is worth tracing: the tracer refuses
     assert out.engine == "reference" and "cannot be traced" in out.reason
     with pytest.raises(ValueError, match="no fast path"):
         run(branches, params, plan, 20, engine="fast")

@@ -2,7 +2,7 @@
 
 One function, :func:`run_slots`, runs the built-in rules slot by slot on flat
 int64 arrays and returns when it reaches ``t_end``, drains, or breaks an
-invariant; the Python driver (:mod:`kvstab.engine.run`) calls it batch by
+invariant; the Python driver (:mod:`kvstab.engine.driver`) calls it batch by
 batch, so per-slot series can be streamed and a progress bar updated.
 
 Every step mirrors :meth:`kvstab.simulator.Engine.step` for the built-in rule
@@ -22,17 +22,18 @@ from typing import Any
 import numpy as np
 
 try:  # numba is a declared dependency; the fallback keeps the engine correct (slow) without it
-    from numba import njit as _njit
+    import numba
 
     HAVE_NUMBA = True
 except ImportError:  # pragma: no cover - exercised only where numba cannot be installed
     HAVE_NUMBA = False
 
-    def _njit(*args: Any, **kwargs: Any) -> Any:
-        def wrap(f: Any) -> Any:
-            return f
 
-        return wrap
+def _njit(**kwargs: Any) -> Any:
+    """``numba.njit(**kwargs)``, or no compilation at all without numba."""
+    if HAVE_NUMBA:
+        return numba.njit(**kwargs)
+    return lambda f: f
 
 
 # rule codes (``pol``)

@@ -248,6 +248,25 @@ def trace_rule(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Com
     return env["decide"]  # type: ignore[no-any-return]
 
 
+#: traces shared by runs (a sweep runs one rule at many rates): (scheduler, params, K, Q) -> code
+_TRACES: dict[tuple[Any, ModelParams, int, int], Compiled] = {}
+_TRACES_MAX = 20_000
+
+
+def _traced(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Compiled:
+    """:func:`trace_rule`, cached across runs when the scheduler is hashable (frozen dataclasses are)."""
+    try:
+        key = (scheduler, params, K, Q)
+        hit = _TRACES.get(key)
+    except TypeError:  # an unhashable scheduler: trace per engine only
+        return trace_rule(scheduler, params, K, Q)
+    if hit is None:
+        if len(_TRACES) >= _TRACES_MAX:
+            _TRACES.clear()
+        hit = _TRACES[key] = trace_rule(scheduler, params, K, Q)
+    return hit
+
+
 class PluginEngine(Engine):
     """The reference engine with the decision computed by the traced rule
     (one compiled function per view shape, cached)."""
@@ -259,7 +278,7 @@ class PluginEngine(Engine):
     def _decision(self, K: int, Q: int) -> Decision:
         fn = self._compiled.get((K, Q))
         if fn is None:
-            fn = self._compiled[(K, Q)] = trace_rule(self.scheduler, self.params, K, Q)
+            fn = self._compiled[(K, Q)] = _traced(self.scheduler, self.params, K, Q)
         act = self.active
         head = [self.waiting[i] for i in range(Q)]
         admit, preempt, grants = fn(

@@ -19,7 +19,7 @@ import numpy as np
 from kvstab.arrivals import ArrivalPlan
 from kvstab.empirical.replay import ReplayConfig, StepLog, _horizon, _Recorder, check_plan
 from kvstab.engine import _kernel as K
-from kvstab.engine.run import BATCH, _State, _violation
+from kvstab.engine.driver import BATCH, _State, _violation
 
 __all__ = ["replay_model"]
 
