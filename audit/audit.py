@@ -18,9 +18,8 @@ the verdict ``INCONCLUSIVE`` (exit 3 with ``strict``), never ``PASS``.
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -343,12 +342,3 @@ def _check_stability(res: AuditResult, r: StabilityRegion) -> list[Check]:
                          "the certificate's premise (the margin Δ) does not hold for this policy"))
     return out
 
-
-def fmt_rate(x: float | None) -> str:
-    """A rate for the human reports."""
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.5g}"
-
-
-def ordered_regions(res: AuditResult) -> Sequence[StabilityRegion]:
-    """The variant's region first, then the baselines'."""
-    return list(res.regions.values())

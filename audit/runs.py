@@ -14,9 +14,8 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -79,14 +78,6 @@ class PointResult:
     memory_series: tuple[float, ...] = ()
     series_step: int = 1
     wall_s: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain data (the point flattened beside the measurements)."""
-        out = asdict(self)
-        pt = out.pop("point")
-        pt["params"] = {k: v for k, v in pt["params"].items()}
-        out["point"] = pt
-        return out
 
 
 def derive_seed(*key: object) -> int:
