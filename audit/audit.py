@@ -243,10 +243,6 @@ def run_audit(
     sched = scheduler_object if scheduler_object is not None else load_scheduler(config.scheduler)
     baselines = [(b, load_scheduler(b)) for b in config.baselines if b != config.scheduler]
     w = load_workload(config.workload)
-    from kvstab.cli import workload_min_peak
-
-    if workload_min_peak(w, config.params) > config.params.M:
-        raise InvalidArgument(f"no request of workload {config.workload!r} fits in M={config.params.M}; raise --M")
     from kvstab.model import tokens_held
 
     peak = int(tokens_held(w.max_total, config.params.block))

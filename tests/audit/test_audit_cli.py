@@ -76,7 +76,7 @@ def test_unknown_never_passes() -> None:
         (["--scheduler", "current-fit", "--baseline", "nope"], "unknown scheduler"),
         (["--scheduler", "current-fit", "--M", "-3"], "M (KV capacity"),
         (["--scheduler", "current-fit", "--profile", "fast"], "invalid choice"),
-        (["--scheduler", "current-fit", "--M", "16", "--workload", "s=const(30),o=const(4)"], "fits in M"),
+        (["--scheduler", "current-fit", "--M", "16", "--workload", "s=const(30),o=const(4)"], "raise --M to at least 34"),
         (["--scheduler", "current-fit", "--M", "40", "--workload", "s=U(1,30),o=U(1,30)"], "raise --M to at least 60"),
     ],
 )
