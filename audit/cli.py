@@ -236,7 +236,7 @@ def _flag_type(flag: str) -> Callable[[str], Any]:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``kvstab audit`` and ``kvstab sweep`` to the CLI."""
     from kvstab import validation as v
-    from kvstab.audit.audit import SECTIONS
+    from kvstab.audit.audit import SKIPPABLE
     from kvstab.audit.profiles import PROFILES
     from kvstab.flags import add_server_arguments, arg_type, positive_int, rate, seed, slots
 
@@ -255,7 +255,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--require-rate", type=rate, default=None, metavar="λ", help="fail if λ* (req/s) is below λ")
     p.add_argument("--max-waste", type=arg_type(v.fraction, "a waste fraction in [0, 1)"), default=None, metavar="x",
                    help="fail if preemption waste just below λ* exceeds x (fraction of served area)")
-    p.add_argument("--skip", action="append", default=[], choices=SECTIONS, help="a section not to run (never passes)")
+    p.add_argument("--skip", action="append", default=[], choices=SKIPPABLE, help="a section not to run (never passes)")
     p.add_argument("--seed", type=seed, default=0, help="base seed of the simulations (default 0)")
     p.add_argument("--workers", type=arg_type(v.positive_int, "the number of workers", maximum=256), default=1,
                    help="local processes for the simulations (default 1: in process)")

@@ -104,6 +104,20 @@ def markdown(data: dict[str, Any]) -> str:
         for name, st in data["stability"].items():
             for n in st["notes"]:
                 lines.append(f"- note ({name}): {n}")
+        lines += ["", "### Every measured load", "",
+                  "| scheduler | λ (req/s) | λ/μ | seeds | growth per slot [95 %] | throughput (req/s) [95 %] | "
+                  "memory/M | waste | TTFT p50/p90/p99 (slots) | end-to-end p50/p90/p99 (slots) | classified |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for name, st in data["stability"].items():
+            evs = sorted([*st["search"], *st["grid"], st["overload"]], key=lambda e: e["rate_per_s"])
+            for e in evs:
+                g, t = e["growth_per_slot"], e["throughput_per_s"]
+                lines.append(
+                    f"| {name} | {_f(e['rate_per_s'])} | {e['load_over_mu']:.3f} | {e['seeds']} | "
+                    f"{g[0]:+.3g} [{g[1]:+.3g}, {g[2]:+.3g}] | {_f(t[0])} [{_f(t[1])}, {_f(t[2])}] | "
+                    f"{e['memory_utilisation']:.3f} | {e['waste_fraction']:.4f} | "
+                    f"{'/'.join(_f(v, 3) for v in e['ttft_slots_p50_p90_p99'])} | "
+                    f"{'/'.join(_f(v, 3) for v in e['e2e_slots_p50_p90_p99'])} | {e['verdict']} ({e['decided_by']}) |")
         lines += ["", "![throughput vs λ](throughput.png)", "", "![queue below and above λ*](queue.png)", "",
                   "![memory utilisation](memory.png)", "", "![preemption waste](waste.png)", ""]
     return "\n".join(lines)

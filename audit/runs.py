@@ -14,9 +14,8 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +33,10 @@ BATCHES = 10
 SERIES_POINTS = 400
 #: warm-up fraction excluded from every estimate
 WARMUP = 0.25
+#: the growth slope is measured over the last part of the run only: a stable
+#: queue started empty fills towards its stationary level for a relaxation
+#: time that grows as the load nears λ*, and that filling reads as growth
+SLOPE_WARMUP = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +68,7 @@ class PointResult:
     arrived: int
     completed: int
     throughput: float  # completions per slot in the window
-    slope: float  # growth of the number in system per slot in the window
+    slope: float  # growth of the number in system per slot over the last SLOPE_WARMUP of the run
     throughput_batches: tuple[float, ...]  # batch means, for pooled intervals
     slope_batches: tuple[float, ...]
     in_system_end: int
@@ -79,14 +82,6 @@ class PointResult:
     memory_series: tuple[float, ...] = ()
     series_step: int = 1
     wall_s: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain data (the point flattened beside the measurements)."""
-        out = asdict(self)
-        pt = out.pop("point")
-        pt["params"] = {k: v for k, v in pt["params"].items()}
-        out["point"] = pt
-        return out
 
 
 def derive_seed(*key: object) -> int:
@@ -141,7 +136,8 @@ def run_point(point: Point, scheduler: Scheduler | None = None) -> PointResult:
     n = res.in_system.astype(np.float64)
     window = point.slots - start
     completions = res.completed[start:].astype(np.float64)
-    increments = np.diff(n[start - 1 :]) if start > 0 else np.diff(np.concatenate(([0.0], n)))
+    slope_start = int(point.slots * SLOPE_WARMUP)
+    increments = np.diff(n[slope_start - 1 :])
     served = float(res.memory[start:].sum())
     # latency over requests that arrived in the window and finished (censored
     # in an unstable run: the ones still waiting are not counted)

@@ -1,22 +1,34 @@
 """The stability region of one scheduler: the critical rate ``λ*`` with an interval.
 
 The number in system grows without bound above ``λ*`` and stays bounded below
-it.  The search looks for the rate ``c`` where the queue-growth slope crosses
-a small threshold ``h`` (a fraction of the resolution asked for), by
-bisection on the sign of ``slope − h``: at each rate, ``seeds`` independent
-replications each give ``BATCHES`` batch means of the per-slot growth of the
-number in system, pooled into a Student-t interval.  A rate whose interval
-lies above ``h`` is *unstable*, below ``h`` *stable*; an interval that
-straddles ``h`` gets more replications (up to ``max_seeds``).
+it.  At each rate, ``seeds`` independent replications each give ``BATCHES``
+batch means of the per-slot growth of the number in system (over the last
+half of the run) and of completions (after a quarter of warm-up), pooled
+into Student-t 95 % intervals; an undecided rate gets more replications, up
+to ``max_seeds``.
 
-Above ``λ*`` an FCFS policy completes requests at its saturated rate, so the
-slope is ``λ − λ*`` and the crossing is ``c = λ* + h``: the search reports
-``λ* = c − h`` with the interval ``[lo − h, hi − h]`` from the bracketing
-rates ``lo`` (stable) and ``hi`` (unstable), refined until its half-width is
-within the profile's tolerance of ``μ``.  The first bracket is placed around
-the saturated throughput measured at an overload (``1.2 μ``), so a policy
-whose saturated rate is flat above ``λ*`` needs two checks; any other is
-bracketed by expansion and then bisection.
+1. **Saturated rate.**  Under overload (``1.2 μ``) a policy completes requests
+   at its saturated rate; it is replicated until its interval is within the
+   profile's tolerance of ``μ``.
+2. **Confirmation.**  For a policy whose throughput is flat above ``λ*`` (any
+   FCFS policy that looks at the queue only through its head), ``λ*`` *is*
+   the saturated rate.  The search checks it on both sides: just above the
+   interval the queue must grow significantly at the same throughput, and
+   two tolerances below it the growth must not be significantly above a
+   small threshold ``h``.  Then ``λ*`` and its interval are the saturated
+   rate's.
+3. **Bisection** otherwise (a policy that reorders a long queue serves faster
+   as the queue grows): on the sign of ``slope − h``, where ``h`` is half the
+   tolerance.  A rate whose growth interval lies above ``h`` is *unstable*,
+   below ``h`` *stable*; above ``λ*`` the slope is ``λ − λ*``, so the crossing
+   ``c`` is ``λ* + h`` and the search reports ``λ* = c − h`` with the interval
+   ``[lo − h, hi − h]`` from the bracketing rates, refined until its
+   half-width is within the tolerance.
+
+The growth test alone is a poor estimator near ``λ*``: a stable queue started
+empty fills for a relaxation time that grows without bound as the load nears
+``λ*``, which reads as growth over a finite horizon and biases bisection low;
+the saturated rate has no such transient.
 """
 
 from __future__ import annotations
@@ -102,6 +114,7 @@ class StabilityRegion:
     below: RateEvaluation | None  # series kept just below λ*
     above: RateEvaluation | None  # series kept just above λ*
     resolved: bool  # the half-width reached the tolerance
+    method: str = "saturated"  # "saturated" (confirmed flat) or "bisection"
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -174,22 +187,34 @@ class _Search:
             for rep in reps
         ]
 
-    def evaluate(self, rate: float, series: bool = False, classify: bool = True) -> RateEvaluation:
+    def evaluate(
+        self,
+        rate: float,
+        series: bool = False,
+        classify: bool = True,
+        until: Callable[[Estimate, Estimate], bool] | None = None,
+    ) -> RateEvaluation:
+        """Replicate ``rate``; add replications (up to ``max_seeds``) while the
+        growth interval straddles ``h`` (``classify``) or while ``until(slope,
+        throughput)`` is false."""
         runs = run_points(self.points(rate, range(self.profile.seeds), series), self.executor, self.scheduler)
         while True:
             slope = _pooled(b for r in runs for b in r.slope_batches)
             thr = _pooled(b for r in runs for b in r.throughput_batches).scaled(1 / self.bbar)
-            decided = slope.low > self.h_slot or slope.high < self.h_slot
-            if decided or not classify or len(runs) >= self.profile.max_seeds:
+            if classify:
+                decided = slope.low > self.h_slot or slope.high < self.h_slot
+            else:
+                decided = until is None or until(slope, thr)
+            if decided or len(runs) >= self.profile.max_seeds:
                 break
             more = range(len(runs), min(2 * len(runs), self.profile.max_seeds))
             runs += run_points(self.points(rate, more), self.executor, self.scheduler)
         verdict: Classification = "unstable" if slope.value > self.h_slot else "stable"
-        how = "interval" if decided else "point estimate" if classify else "not searched"
+        how = ("interval" if decided else "point estimate") if classify else "not searched"
         ev = RateEvaluation(rate, tuple(runs), thr, slope, verdict, how)
         self.log(
             f"  λ = {rate:.5g}/s: growth {slope.value:+.3g} [{slope.low:+.3g}, {slope.high:+.3g}] per slot "
-            f"→ {verdict} ({how}); throughput {thr.value:.5g}/s ({len(runs)} seeds)"
+            f"→ {verdict} ({how}); throughput {thr.value:.5g}/s [{thr.low:.5g}, {thr.high:.5g}] ({len(runs)} seeds)"
         )
         return ev
 
@@ -206,65 +231,50 @@ def find_critical_rate(
     seed: int = 0,
     executor: Executor | None = None,
     log: Callable[[str], None] = lambda _line: None,
+    bisection: bool = False,
 ) -> StabilityRegion:
     """Find ``λ*`` for ``scheduler`` (a spec; ``scheduler_object`` if no spec loads it)
-    to within ``profile.tolerance · μ``; see the module docstring for the method."""
+    to within ``profile.tolerance · μ``; see the module docstring for the method
+    (``bisection``: skip the saturated-rate confirmation and bisect)."""
     mu_slot = mu * bbar
     tol = profile.tolerance * mu
     h = THRESHOLD * tol
     slots = horizon(workload, params, mu_slot, profile)
     search = _Search(scheduler, scheduler_object, params, workload, bbar, slots, profile, seed, h * bbar, executor, log)
     log(f"{scheduler}: {slots} slots × {profile.seeds} seeds per rate; target ±{tol:.4g}/s (±{profile.tolerance:.1%} of μ)")
-    saturated = search.evaluate(OVERLOAD * mu, classify=False)
+    # 1. the saturated rate: throughput under overload, replicated until its
+    #    interval is within the tolerance
+    saturated = search.evaluate(OVERLOAD * mu, classify=False, until=lambda _s, t: (t.high - t.low) / 2 <= tol)
+    sat = saturated.throughput
     notes: list[str] = []
     evaluations: list[RateEvaluation] = []
-    lo: float | None = None  # highest rate seen stable
-    hi: float | None = None  # lowest rate seen unstable
-    if saturated.verdict == "unstable":
-        hi = saturated.rate
-    guess = max(saturated.throughput.value + h, tol)
-    step = tol
-    # bracket the crossing c (where the growth slope is h), then bisect
-    probe = [guess - step, guess + step]
-    while len(evaluations) < profile.max_evaluations:
-        if probe:
-            rate = probe.pop(0)
-        elif lo is None:
-            step *= 2
-            rate = max((hi if hi is not None else guess) - step, tol / 4)
-        elif hi is None:
-            step *= 2
-            rate = lo + step
-        elif (hi - lo) / 2 <= tol:
-            break
-        else:
-            rate = (lo + hi) / 2
-        if rate <= 0 or (lo is not None and rate <= lo) or (hi is not None and rate >= hi):
-            continue
-        ev = search.evaluate(rate)
-        evaluations.append(ev)
-        if ev.verdict == "stable":
-            lo = rate if lo is None else max(lo, rate)
-        else:
-            hi = rate if hi is None else min(hi, rate)
-        if ev.decided_by != "interval":
-            notes.append(f"λ = {rate:.5g}/s stayed undecided at {len(ev.runs)} seeds and was classified by its point estimate")
-    if lo is None or hi is None:
-        notes.append("the search did not bracket λ* within the evaluation budget")
-    resolved = lo is not None and hi is not None and (hi - lo) / 2 <= tol * (1 + 1e-9)
-    low = (lo if lo is not None else 0.0) - h
-    high = (hi if hi is not None else OVERLOAD * mu) - h
-    low = max(low, 0.0)
-    critical = (low + high) / 2
+    # 2. λ* is the saturated rate if throughput is flat above λ*: confirm that
+    #    the queue grows just above the interval, at the same throughput, and
+    #    does not grow (beyond h) below it
+    over = search.evaluate(sat.high + tol, classify=False, until=lambda sl, _t: sl.low > 0)
+    under = search.evaluate(max(sat.low - 2 * tol, tol / 4), classify=False)
+    evaluations += [over, under]
+    flat = not bisection and (over.slope.low > 0 and over.throughput.low <= sat.high and over.throughput.high >= sat.low
+            and under.slope.low <= search.h_slot)
+    if flat:
+        method = "saturated"
+        low, high, critical = sat.low, sat.high, sat.value
+        resolved = (high - low) / 2 <= tol * (1 + 1e-9)
+    else:
+        method = "bisection"
+        if not bisection:
+            notes.append("throughput is not flat above the saturated rate (or the queue grows below it): λ* by bisection")
+        low, high, resolved = _bisect(search, sat.value + h, tol, h, mu, evaluations, notes)
+        critical = (low + high) / 2
     if critical > mu * (1 + profile.tolerance):
         notes.append(f"λ* = {critical:.5g}/s exceeds μ = {mu:.5g}/s, which no policy can sustain: raise the horizon")
     grid: list[RateEvaluation] = []
     for g in profile.grid:
         grid.append(search.evaluate(g * critical, series=True, classify=False))
-    under = [e for e in grid if e.rate < critical and e.runs[0].queue_series]
-    over = [e for e in grid if e.rate > critical and e.runs[0].queue_series]
-    below = max(under, key=lambda e: e.rate) if under else None
-    above = min(over, key=lambda e: e.rate) if over else None
+    lower = [e for e in grid if e.rate < critical and e.runs[0].queue_series]
+    upper = [e for e in grid if e.rate > critical and e.runs[0].queue_series]
+    below = max(lower, key=lambda e: e.rate) if lower else None
+    above = min(upper, key=lambda e: e.rate) if upper else None
     return StabilityRegion(
         scheduler=scheduler,
         mu=mu,
@@ -280,8 +290,53 @@ def find_critical_rate(
         below=below,
         above=above,
         resolved=resolved,
+        method=method,
         notes=tuple(notes),
     )
+
+
+def _bisect(
+    search: _Search, guess: float, tol: float, h: float, mu: float, evaluations: list[RateEvaluation], notes: list[str]
+) -> tuple[float, float, bool]:
+    """Bisection on the sign of ``slope − h`` from a bracket around ``guess``;
+    returns ``(low, high, resolved)`` for ``λ* = c − h``."""
+    profile = search.profile
+    lo: float | None = None  # highest rate seen stable
+    hi: float | None = None  # lowest rate seen unstable
+    step = tol
+    probe = [guess - step, guess + step]
+    budget = len(evaluations) + profile.max_evaluations
+    while len(evaluations) < budget:
+        if probe:
+            rate = probe.pop(0)
+        elif lo is None:
+            step *= 2
+            rate = max((hi if hi is not None else guess) - step, tol / 4)
+        elif hi is None:
+            step *= 2
+            rate = lo + step
+        elif (hi - lo) / 2 <= tol:
+            break
+        else:
+            rate = (lo + hi) / 2
+        if rate <= 0 or (lo is not None and rate <= lo) or (hi is not None and rate >= hi):
+            if not probe and lo is None and rate <= tol / 4:
+                break
+            continue
+        ev = search.evaluate(rate)
+        evaluations.append(ev)
+        if ev.verdict == "stable":
+            lo = rate if lo is None else max(lo, rate)
+        else:
+            hi = rate if hi is None else min(hi, rate)
+        if ev.decided_by != "interval":
+            notes.append(f"λ = {rate:.5g}/s stayed undecided at {len(ev.runs)} seeds and was classified by its point estimate")
+    if lo is None or hi is None:
+        notes.append("the search did not bracket λ* within the evaluation budget")
+    resolved = lo is not None and hi is not None and (hi - lo) / 2 <= tol * (1 + 1e-9)
+    low = max((lo if lo is not None else 0.0) - h, 0.0)
+    high = (hi if hi is not None else OVERLOAD * mu) - h
+    return low, high, resolved
 
 
 def region_summary(region: StabilityRegion) -> dict[str, Any]:
@@ -313,6 +368,7 @@ def region_summary(region: StabilityRegion) -> dict[str, Any]:
         "critical_over_mu": region.critical_rate / region.mu,
         "half_width_over_mu": region.half_width / region.mu,
         "resolved": region.resolved,
+        "method": region.method,
         "growth_threshold_per_s": region.threshold,
         "saturated_throughput_per_s": [region.saturated.throughput.value, region.saturated.throughput.low,
                                        region.saturated.throughput.high],

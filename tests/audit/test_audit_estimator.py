@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import pytest
 from _audit_support import LEAN, IdlesAtThreeQuarters
 
 from kvstab.audit.runs import load_workload
@@ -33,11 +34,13 @@ def _within_tolerance(r: StabilityRegion) -> None:
     assert r.half_width <= LEAN.tolerance * r.mu * (1 + 1e-9)
 
 
-def test_deterministic_workload_exact_saturated_rate() -> None:
+@pytest.mark.parametrize("bisection", [False, True], ids=["saturated", "bisection"])
+def test_deterministic_workload_exact_saturated_rate(bisection: bool) -> None:
     params = ModelParams(M=40, chunk=4)
     wl = "s=const(4),o=const(4)"
-    r = find_critical_rate("reserve", params, wl, 1.0, _mu(wl, params), LEAN)
+    r = find_critical_rate("reserve", params, wl, 1.0, _mu(wl, params), LEAN, bisection=bisection)
     _within_tolerance(r)
+    assert r.method == ("bisection" if bisection else "saturated")
     assert r.low <= 1.0 <= r.high, (r.low, r.high)
     sat = r.saturated.throughput
     assert sat.low <= 1.0 <= sat.high, sat
@@ -47,6 +50,7 @@ def test_current_fit_on_the_paper_shape_saturates_near_mu() -> None:
     mu = _mu(PAPER_SHAPE, SERVER)
     r = find_critical_rate("current-fit", SERVER, PAPER_SHAPE, 1.0, mu, LEAN)
     _within_tolerance(r)
+    assert r.method == "saturated", r.notes  # an FCFS policy: throughput is flat above λ*
     # no policy beats μ; current fit with δ = 0.05 comes within a few per cent of it
     assert r.low <= mu
     assert r.high >= 0.93 * mu, (r.low / mu, r.high / mu)
