@@ -104,7 +104,7 @@ class PropertyViolation(AssertionError):
     ``prop`` is its number, ``slot`` the slot it failed in (``None`` for
     liveness), ``requests`` the workload as ``(slot, s, o)`` rows, ``window``
     the queue window the rule was shown, ``select`` the properties the run
-    checked, and ``replay`` / ``audit`` the one-line commands that reproduce it
+    checked, ``margin`` the ``Δ`` property 6 used if not the declared one, and ``replay`` / ``audit`` the one-line commands that reproduce it
     (``audit`` is ``kvstab check …``, with the same flags as ``kvstab replay``).
     """
 
@@ -119,6 +119,7 @@ class PropertyViolation(AssertionError):
         *,
         window: int = DEFAULT_WINDOW,
         select: Iterable[int] = ALL_PROPERTIES,
+        margin: int | None = None,
     ) -> None:
         self.prop = prop
         self.scheduler = scheduler
@@ -129,7 +130,10 @@ class PropertyViolation(AssertionError):
         self.window = window
         self.select = frozenset(select)
         self.replay = _with_window(replay_command(scheduler, params, list(self.requests)), window)
-        self.audit = audit_command(scheduler, params, list(self.requests), window=window, select=self.select)
+        self.margin = margin
+        self.audit = audit_command(
+            scheduler, params, list(self.requests), window=window, select=self.select, margin=margin
+        )
         where = f" in slot {slot}" if slot is not None else ""
         shown = "" if window == DEFAULT_WINDOW else f"; the rule was shown a queue window of {window}"
         super().__init__(
@@ -152,12 +156,14 @@ def audit_command(
     *,
     window: int = DEFAULT_WINDOW,
     select: Iterable[int] = ALL_PROPERTIES,
+    margin: int | None = None,
 ) -> str:
     """``kvstab check …``: the workload through the checks of this module.
 
     The flags are those of ``kvstab replay``; ``--property N`` names the
     properties the failing run checked when it checked only some, so that the
-    command reports the same property as the failure it reproduces.
+    command reports the same property as the failure it reproduces, and
+    ``--margin D`` the ``Δ`` property 6 used when it was not the declared one.
     """
     cmd = replay_command(scheduler, params, requests)
     assert cmd.startswith("kvstab replay ")
@@ -165,6 +171,8 @@ def audit_command(
     chosen = frozenset(select)
     if chosen != ALL_PROPERTIES:
         line += "".join(f" --property {k}" for k in sorted(chosen))
+    if margin is not None:
+        line += f" --margin {margin}"
     return _with_window(line, window)
 
 
@@ -259,7 +267,8 @@ class Auditor:
     def fail(self, prop: int, slot: int | None, detail: str) -> PropertyViolation:
         """The violation of ``prop`` with this run's workload attached."""
         return PropertyViolation(
-            prop, self.spec, slot, detail, self.params, self.requests, window=self.window, select=self.select
+            prop, self.spec, slot, detail, self.params, self.requests, window=self.window, select=self.select,
+            margin=self.margin,
         )
 
     def _on(self, prop: int) -> bool:
@@ -457,9 +466,10 @@ class Auditor:
             return
         delta = self.margin if self.margin is not None else margin_of(self.scheduler, p, self.max_s, self.max_o)
         if rec.memory < p.M - delta:
+            whence = "given" if self.margin is not None else "declared"
             raise self.fail(
                 6, rec.slot, f"{rec.queue} request(s) left waiting while memory is {rec.memory} < M − Δ = "
-                f"{p.M} − {delta} = {p.M - delta}"
+                f"{p.M} − {delta} = {p.M - delta} (Δ {whence})"
             )
 
     def _check_work_conservation(self, slot: _Slot) -> None:
@@ -603,6 +613,8 @@ def _add_check_arguments(p: argparse.ArgumentParser) -> None:
                    dest="properties", metavar="N", help="check only property N (repeatable; default: all)")
     p.add_argument("--window", type=positive, default=DEFAULT_WINDOW,
                    help=f"queue-head entries shown to the rule (default {DEFAULT_WINDOW})")
+    p.add_argument("--margin", type=int, default=None, metavar="D",
+                   help="Δ for property 6 in place of the scheduler's declared margin (e.g. a proved one)")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -630,7 +642,7 @@ def _run(args: argparse.Namespace) -> int:
         plan = parse_requests(args.requests)
         sched = load_scheduler(args.scheduler)
         aud = audit_plan(sched, params, plan, spec=args.scheduler, window=args.window,
-                         select=args.properties or ALL_PROPERTIES)
+                         select=args.properties or ALL_PROPERTIES, margin=args.margin)
     except PropertyViolation as exc:
         print(f"VIOLATION reproduced: {exc}")
         return 1

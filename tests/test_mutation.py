@@ -133,3 +133,22 @@ def test_a_livelock_is_property_8_in_the_test_the_failure_and_the_check_line(
     capsys.readouterr()
     assert cli_main(shlex.split(exc.audit)[1:]) == 1
     assert "property 8 (liveness after arrivals stop) violated" in capsys.readouterr().out
+
+
+def test_a_given_margin_travels_in_the_check_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """Property 6 checked with a Δ other than the declared one (props use a proved
+    Δ) prints ``--margin``, so that the check line reproduces the same failure."""
+    from kvstab.arrivals import fixed_arrivals
+    from kvstab.model import ModelParams
+    from kvstab.registry import load_scheduler
+
+    plan = fixed_arrivals([(0, 4, 3), (0, 4, 3), (0, 4, 3)])
+    params = ModelParams(M=12, chunk=4)
+    audit_plan(load_scheduler("lookahead"), params, plan, select={6})  # the declared Δ = M − 1 holds
+    with pytest.raises(PropertyViolation) as info:
+        audit_plan(load_scheduler("lookahead"), params, plan, select={6}, margin=0)
+    line = info.value.audit
+    assert line.endswith("--property 6 --margin 0"), line
+    capsys.readouterr()
+    assert cli_main(shlex.split(line)[1:]) == 1
+    assert "property 6 (drift bound" in capsys.readouterr().out
