@@ -50,18 +50,16 @@ pytest shows the property, the workload and the replay line first.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kvstab.arrivals import ArrivalPlan
 from kvstab.contract import ActiveEntry, Scheduler, View, WaitingEntry, traits_of
-from kvstab.errors import InvalidArgument, KvstabError
+from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams, tokens_held, unit_tokens
 from kvstab.ops import CONCRETE
-from kvstab.replay import add_workload_arguments, replay_command
+from kvstab.replay import replay_command
 from kvstab.simulator import Engine, SlotRecord
 from kvstab.theory.area import lifetime_area
 from kvstab.validation import MAX_COUNT, as_int, positive_int
@@ -81,7 +79,6 @@ __all__ = [
     "DEFAULT_WINDOW",
     "margin_of",
     "service_slots",
-    "main",
 ]
 
 #: What each numbered property checks (the numbering of docs/props.md).
@@ -594,64 +591,3 @@ def audit_plan(
         aud.step()
     aud.drain()
     return aud
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="kvstab check",
-        description="run a workload through every property check of the audit suite (the same flags as kvstab replay)",
-    )
-    add_workload_arguments(p)
-    _add_check_arguments(p)
-    return p
-
-
-def _add_check_arguments(p: argparse.ArgumentParser) -> None:
-    from kvstab.cli import positive_int as positive
-
-    p.add_argument("--property", type=int, action="append", choices=sorted(ALL_PROPERTIES), default=None,
-                   dest="properties", metavar="N", help="check only property N (repeatable; default: all)")
-    p.add_argument("--window", type=positive, default=DEFAULT_WINDOW,
-                   help=f"queue-head entries shown to the rule (default {DEFAULT_WINDOW})")
-    p.add_argument("--margin", type=int, default=None, metavar="D",
-                   help="Δ for property 6 in place of the scheduler's declared margin (e.g. a proved one)")
-
-
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``kvstab check`` (the same as ``python -m kvstab.checks``) to the CLI."""
-    p = sub.add_parser("check", help="run a workload through every property check of the audit suite")
-    add_workload_arguments(p)
-    _add_check_arguments(p)
-    p.set_defaults(func=_run)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Exit 1 and print the violation if the workload breaks a property, else 0."""
-    return _run(_parser().parse_args(argv))
-
-
-def _run(args: argparse.Namespace) -> int:
-    from kvstab.registry import load_scheduler
-    from kvstab.replay import parse_requests
-
-    try:
-        params = ModelParams(
-            M=args.M, chunk=args.chunk, block=args.block, max_num_seqs=args.max_num_seqs,
-            token_budget=args.token_budget,
-        )
-        plan = parse_requests(args.requests)
-        sched = load_scheduler(args.scheduler)
-        aud = audit_plan(sched, params, plan, spec=args.scheduler, window=args.window,
-                         select=args.properties or ALL_PROPERTIES, margin=args.margin)
-    except PropertyViolation as exc:
-        print(f"VIOLATION reproduced: {exc}")
-        return 1
-    except KvstabError as exc:
-        print(f"python -m kvstab.checks: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"all properties hold: {len(plan)} request(s), all finished by slot {aud.engine.slot - 1}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

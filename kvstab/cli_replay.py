@@ -9,11 +9,10 @@ check …`` line by changing one word.  Command-line floor: the runs are
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import sys
 
-from kvstab import flags
+from kvstab import flags, validation
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
 
@@ -110,10 +109,9 @@ def run_replay(args: argparse.Namespace) -> int:
 
 def run_check(args: argparse.Namespace) -> int:
     """``kvstab check``: exit 1 and print the violation if the workload breaks a property, else 0."""
-    from kvstab.checks import PropertyViolation, audit_plan
+    from kvstab.checks import ALL_PROPERTIES, PropertyViolation, audit_plan
     from kvstab.registry import load_scheduler
     from kvstab.replay import parse_requests
-    from kvstab.simulator import DEFAULT_WINDOW
 
     if not args.requests.strip():
         raise InvalidArgument(
@@ -122,13 +120,16 @@ def run_check(args: argparse.Namespace) -> int:
     params = _params(args)
     plan = parse_requests(args.requests)
     sched = load_scheduler(args.scheduler)
-    extra: dict[str, object] = {}
-    if "window" in inspect.signature(audit_plan).parameters:
-        extra["window"] = args.window
-    elif args.window != DEFAULT_WINDOW:
-        raise InvalidArgument(f"--window {args.window}: this kvstab's audit runs with the default window {DEFAULT_WINDOW} only")
     try:
-        aud = audit_plan(sched, params, plan, spec=args.scheduler, **extra)  # type: ignore[arg-type]
+        aud = audit_plan(
+            sched,
+            params,
+            plan,
+            spec=args.scheduler,
+            window=args.window,
+            select=args.properties or ALL_PROPERTIES,
+            margin=args.margin,
+        )
     except PropertyViolation as exc:
         print(f"VIOLATION reproduced: {exc}")
         return 1
@@ -137,6 +138,9 @@ def run_check(args: argparse.Namespace) -> int:
     if note:
         print(note)
     return 0
+
+
+_property_number = flags.arg_type(lambda name, v: validation.as_int(name, v, minimum=1, maximum=8), "the property number")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -151,4 +155,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     c = sub.add_parser("check", help="run a workload through every property check of the audit suite (properties 1–8)")
     add_workload_arguments(c, timeout=False)  # the audit builds its own engine
+    c.add_argument(
+        "--property", type=_property_number, action="append", default=None, dest="properties", metavar="N",
+        help="check only property N, 1-8 (repeatable; default: all)",
+    )
+    c.add_argument(
+        "--margin", type=flags.nonneg_int, default=None, metavar="D",
+        help="Δ for property 6 in place of the scheduler's declared margin (e.g. a proved one)",
+    )
     c.set_defaults(func=run_check)

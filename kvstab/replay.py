@@ -8,7 +8,6 @@ the violation happen slot by slot.
 
 from __future__ import annotations
 
-import argparse
 import shlex
 from dataclasses import dataclass
 
@@ -136,12 +135,3 @@ def replay_command(
     if waiting:
         parts += ["--waiting", ",".join(f"{s}:{o}" for s, o in waiting)]
     return " ".join(shlex.quote(p) for p in parts)
-
-
-def add_workload_arguments(p: argparse.ArgumentParser) -> None:
-    """Deprecated: kept only because ``kvstab/checks.py``'s old argparse half
-    imports it; the flags now live in the CLI floor
-    (``kvstab.cli_replay.add_workload_arguments``).  Delete with that half."""
-    from kvstab.cli_replay import add_workload_arguments as real  # layer-test allow-list: pending merge
-
-    real(p)

@@ -96,12 +96,13 @@ class Uniform:
         object.__setattr__(self, "b", _check_len("U(a, b): b", self.b))
         if self.b < self.a:
             raise InvalidArgument(f"U(a, b) needs a <= b, got a={self.a}, b={self.b}")
-        _check_span(f"U({self.a},{self.b})", self.b - self.a + 1)
 
     def sample(self, rng: np.random.Generator, n: int) -> IntArray:
         return rng.integers(self.a, self.b + 1, size=n, dtype=np.int64)
 
     def support(self) -> tuple[IntArray, FloatArray]:
+        # only code that must list every value calls this (the theory sums laws in closed form)
+        _check_span(f"U({self.a},{self.b})", self.b - self.a + 1)
         v = np.arange(self.a, self.b + 1, dtype=np.int64)
         return v, np.full(v.shape, 1.0 / v.size)
 
@@ -155,16 +156,23 @@ class Geometric:
     def __post_init__(self) -> None:
         object.__setattr__(self, "p", unit_fraction("geom(p, cap): p", self.p))
         object.__setattr__(self, "cap", _check_len("geom(p, cap): cap", self.cap))
-        _check_span(f"geom({self.p},{self.cap})", self.cap)
 
     def support(self) -> tuple[IntArray, FloatArray]:
+        _check_span(f"geom({self.p},{self.cap})", self.cap)
         v = np.arange(1, self.cap + 1, dtype=np.int64)
         w = float(self.p) * (1.0 - float(self.p)) ** (v - 1)
         return v, w / w.sum()
 
     def sample(self, rng: np.random.Generator, n: int) -> IntArray:
-        v, w = self.support()
-        return rng.choice(v, size=n, p=w)
+        # inversion of the truncated law: no support is listed, so a cap of 10⁹ costs nothing
+        p = float(self.p)
+        if p >= 1.0:
+            return np.ones(n, dtype=np.int64)
+        log_q = np.log1p(-p)
+        tail = -np.expm1(self.cap * log_q)  # P(X ≤ cap) = 1 − q^cap
+        u = rng.random(n)
+        x = np.ceil(np.log1p(-u * tail) / log_q)
+        return np.clip(x, 1, self.cap).astype(np.int64)
 
     @property
     def max(self) -> int:

@@ -250,7 +250,15 @@ def test_replay_command_line_carries_a_non_default_window() -> None:
 
 
 def test_trace_arrival_times_beyond_any_slot_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the trace loader refuses the row (file, line and value) ...
     f = _trace(tmp_path, [(0.0, 10, 3), (1e19, 10, 3)])
     rc, _, err = run(["simulate", "--trace-arrivals", str(f), "--M", "2000", "--no-progress"], capsys)
-    assert rc == 2 and "request 1 arrives at 1e+19 s" in err and "arrival slots must lie in [0, " in err
+    assert rc == 2 and "arrivals.csv:3: arrival='1e+19'" in err and "at most" in err
+    assert len(err.splitlines()) == 1
+    # ... and a time the loader accepts but that lands beyond any slot once scaled is refused by the plan
+    f = _trace(tmp_path, [(0.0, 10, 3), (1e11, 10, 3)])
+    rc, _, err = run(
+        ["simulate", "--trace-arrivals", str(f), "--time-scale", "1e6", "--M", "2000", "--no-progress"], capsys
+    )
+    assert rc == 2 and "request 1 arrives at" in err and "arrival slots must lie in [0, " in err
     assert len(err.splitlines()) == 1
