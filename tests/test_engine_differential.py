@@ -127,3 +127,19 @@ def test_negative_control_caught_at_the_same_slot() -> None:
     fast = _outcome("current-fit-no-preempt", params, plan, 100, "fast", "kvstab")
     assert isinstance(ref, tuple) and ref[0] == "violation"
     _same(ref, fast)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), rule=st.sampled_from(["current-fit-no-preempt", "current-fit", "reserve"]))
+def test_unchecked_runs_match_past_a_violation(data: st.DataObject, rule: str) -> None:
+    """``check=False``: the engines keep going past an overflow (or a token-budget overrun)
+    and must still agree slot for slot, ``drain`` with a minimum horizon included."""
+    params = data.draw(servers("vllm-v1"))  # budgets drawn often: the non-vLLM rules overrun them
+    horizon = data.draw(st.integers(1, 80))
+    plan = data.draw(plans(params, horizon))
+    drain = data.draw(st.booleans())
+    outs = [
+        run(load_scheduler(rule), params, plan, horizon, drain=drain, check=False, engine=e, max_slots=5000).result  # type: ignore[arg-type]
+        for e in ("reference", "fast")
+    ]
+    _same(outs[0], outs[1])
