@@ -343,4 +343,5 @@ def simulate(
     out = run(scheduler, params, plan, slots, drain=drain, check=check, window=window,
               progress=progress if on_slot is not None else None, max_slots=max_slots)
     assert out.result is not None  # record=True
+    progress(out.result.slots, None)  # the slots after the last report (the reference engine reports every 4096)
     return out.result
