@@ -178,7 +178,8 @@ def section_scaling(sizes: list[int], capacities: list[int]) -> None:
             params = ModelParams(M=M)
             plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, n)
             c0 = time.process_time()
-            run(load_scheduler("current-fit"), params, plan, horizon(plan), record=False)
+            T = horizon(plan)
+            run(load_scheduler("current-fit"), params, plan, T, record=False, max_slots=max(T, 10_000_000))
             cpu = time.process_time() - c0
             row += f"{cpu:>12.2f} ({cpu / max(len(plan), 1) * 1e9:>6.0f} ns)"
         print(row, flush=True)

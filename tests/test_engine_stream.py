@@ -97,3 +97,12 @@ def test_bad_arguments_are_one_line_errors() -> None:
         run(sched, PARAMS, plan)
     with pytest.raises(InvalidArgument, match="no scheduler can ever serve it"):
         run(sched, ModelParams(M=6, chunk=4), plan, 10)
+
+
+@pytest.mark.parametrize("rule", ["current-fit", "plugins.sample_plugins:ADMIT_NOTHING"])
+def test_simulate_drop_in_calls_on_slot_for_every_slot(rule: str) -> None:
+    """``kvstab.engine.simulate`` calls ``on_slot`` once per slot, in order, on any engine."""
+    plan = fixed_arrivals([(0, 4, 4), (3, 5, 2)])
+    seen: list[int] = []
+    res = simulate(load_scheduler(rule), PARAMS, plan, 5000, on_slot=seen.append)
+    assert seen == list(range(res.slots)) and res.slots == 5000

@@ -56,8 +56,8 @@ NCOLS = len(COLUMNS)
 
 # indices into the scalar state array ``st``
 ST_T, ST_I, ST_QH, ST_QL, ST_NA, ST_RESV = 0, 1, 2, 3, 4, 5
-ST_VKIND, ST_VSLOT, ST_VVALUE = 6, 7, 8
-ST_SIZE = 9
+ST_VKIND, ST_VSLOT, ST_VVALUE, ST_VMEM = 6, 7, 8, 9
+ST_SIZE = 10
 
 # return codes
 REACHED, VIOLATION, DRAINED = 0, 1, 2
@@ -370,6 +370,7 @@ def run_slots(
                 st[ST_VKIND] = vk
                 st[ST_VSLOT] = t
                 st[ST_VVALUE] = vv
+                st[ST_VMEM] = memory
                 status = VIOLATION
                 break
 

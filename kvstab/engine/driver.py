@@ -131,7 +131,7 @@ def _violation(state: _State, scheduler: str, params: ModelParams) -> InvariantV
         msg = f"slot {t}: {value} running requests exceed max_num_seqs={params.max_num_seqs}"
     else:
         msg = f"slot {t}: {value} tokens processed exceed the token budget {params.token_budget}"
-    memory = value if kind == K.V_MEMORY else -1
+    memory = int(state.st[K.ST_VMEM])  # the slot's memory, whatever was broken (as the reference reports it)
     return InvariantViolation(msg, slot=t, memory=memory, capacity=params.M, requests=running)
 
 
@@ -343,4 +343,5 @@ def simulate(
     out = run(scheduler, params, plan, slots, drain=drain, check=check, window=window,
               progress=progress if on_slot is not None else None, max_slots=max_slots)
     assert out.result is not None  # record=True
+    progress(out.result.slots, None)  # the slots after the last report (the reference engine reports every 4096)
     return out.result
