@@ -1,4 +1,4 @@
-"""``kvstab simulate``: run the reference simulator and set its throughput beside ``μ``.
+"""``kvstab simulate``: run the model (fast or reference engine) and set its throughput beside ``μ``.
 
 Command-line floor: argparse wiring and printing only; the run is
 :func:`kvstab.simulator.simulate`, the numbers it is compared with come from
@@ -111,7 +111,6 @@ def run(args: argparse.Namespace) -> int:
     from kvstab.contract import traits_of
     from kvstab.metrics import queue_slope, throughput, utilisation
     from kvstab.registry import load_scheduler
-    from kvstab.simulator import simulate
     from kvstab.theory import stability_report
     from kvstab.theory.certified import policy_guarantee
 
@@ -136,10 +135,7 @@ def run(args: argparse.Namespace) -> int:
     bar = _ProgressBar(slots, enabled=not args.json and not args.no_progress)
     t0 = time.perf_counter()
     try:
-        res = simulate(
-            scheduler, params, plan, slots, window=args.window, on_slot=bar, spec=args.scheduler,
-            decide_timeout=args.decide_timeout,
-        )
+        res, engine_used, engine_why = _run(args, scheduler, params, plan, slots, bar)
     finally:
         bar.close()
     wall = time.perf_counter() - t0
@@ -185,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
         "policy_certified_rate_per_s": certified,
         "policy_certified_rate_basis": certified_why,
         "measured_over_mu": (thr.value / args.bbar) / mu_formula,
+        "engine": engine_used,
+        "engine_reason": engine_why,
         "wall_s": wall,
     }
     if args.json:
@@ -238,7 +236,31 @@ def _print(o: dict[str, Any]) -> None:
         t.add_row("slots the queue window hid requests", f"{o['window_hid_slots']} (window {o['window']})", "")
     c.print(t)
     c.print(f"certified rate: {o['policy_certified_rate_basis']}")
-    c.print(f"measured / μ = {o['measured_over_mu']:.4f}   ({o['wall_s']:.1f} s wall)")
+    c.print(f"measured / μ = {o['measured_over_mu']:.4f}   ({o['wall_s']:.1f} s wall, {o['engine']} engine: {o['engine_reason']})")
+
+
+def _run(
+    args: argparse.Namespace, scheduler: Any, params: Any, plan: Any, slots: int, bar: _ProgressBar
+) -> tuple[Any, str, str]:
+    """Run on the engine ``--engine`` asks for: the fast engine where a built-in
+    has a compiled path (identical results, see docs/engine.md), the reference
+    engine otherwise — plug-ins keep it, so their faults are named by spec and
+    ``--decide-timeout`` applies.  Returns the result, the engine and why."""
+    from kvstab.engine import fast_rule
+    from kvstab.engine import run as engine_run
+    from kvstab.simulator import simulate
+
+    if args.engine == "fast" or (args.engine == "auto" and fast_rule(scheduler) is not None):
+        out = engine_run(
+            scheduler, params, plan, slots, window=args.window, engine="fast", progress=lambda t, _n: bar(t)
+        )
+        return out.result, out.engine, out.reason
+    why = "asked for" if args.engine == "reference" else "the scheduler has no compiled fast path"
+    res = simulate(
+        scheduler, params, plan, slots, window=args.window, on_slot=bar, spec=args.scheduler,
+        decide_timeout=args.decide_timeout,
+    )
+    return res, "reference", why
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -265,6 +287,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sim.add_argument("--seed", type=flags.seed, default=0, help="seed of the arrival generator (default 0)")
     sim.add_argument("--warmup", type=flags.fraction, default=0.25, help="warm-up fraction excluded from estimates (default 0.25)")
     sim.add_argument("--drop-oversize", action="store_true", help="drop requests whose s+o exceeds M (and report how many)")
+    sim.add_argument(
+        "--engine", choices=("auto", "fast", "reference"), default="auto",
+        help="auto (default): the compiled fast engine for built-ins, the reference engine for plug-ins; "
+        "fast refuses a scheduler without a fast path; reference: the readable slot loop",
+    )
     sim.add_argument("--json", action="store_true", help="machine-readable output")
     sim.add_argument("--no-progress", action="store_true", help="no progress bar")
     sim.set_defaults(func=run)

@@ -63,7 +63,8 @@ PREFIXES = {
     "kvstab.audit": AUDIT,
     "kvstab.schedulers": CORE,
     "kvstab.data": CORE,
-    "kvstab.engine": CORE,
+    # the fast engine reproduces vLLM's lifecycle too (kvstab.empirical.semantics): it sits beside empirical
+    "kvstab.engine": WINGS,
     # the property suite is a test tree: it may drive anything, the command line included
     "kvstab.props": DISPATCHER,
 }

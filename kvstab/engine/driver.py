@@ -242,19 +242,10 @@ def _reference_vllm(
 
     plan = _check_plan(plan, params, "vllm")
     eng = VllmEngine(scheduler, params, check=check, window=window)
-    i, n, t = 0, len(plan), 0
-    while True:
-        if slots is not None and not drain and t >= slots:
-            break
-        if drain and i >= n and eng.idle and (slots is None or t >= slots):
-            break
-        if t >= max_slots:
-            raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
-        while i < n and plan.slot[i] == t:
-            eng.arrive(int(plan.s[i]), int(plan.o[i]))
-            i += 1
-        eng.step()
-        t += 1
+    fed = eng.run(plan, slots, drain=drain, max_slots=max_slots)
+    unfinished = (fed < len(plan) or not eng.idle) if drain else (slots is not None and eng.slot < slots)
+    if unfinished:
+        raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
     return eng.result(dropped=plan.dropped)
 
 

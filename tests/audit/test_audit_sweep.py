@@ -53,7 +53,8 @@ def test_seeds_do_not_depend_on_grid_order(tmp_path: Path) -> None:
 
 
 def test_killed_sweep_resumes_to_identical_results(in_process: bytes, tmp_path: Path) -> None:
-    grid = [a if a != "1500" else "4000" for a in GRID]
+    # points long enough (about a second each on the fast engine) for the kill to land between them
+    grid = [a if a != "1500" else "1500000" for a in GRID]
     whole = tmp_path / "whole"
     assert main(["sweep", *grid, "--workers", "1", "--out", str(whole)]) == 0
     cut = tmp_path / "cut"

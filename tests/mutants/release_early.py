@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvstab.contract import ActiveEntry, Decision, View, WaitingEntry, fcfs_admit, held_first, held_next
+from kvstab.contract import ActiveEntry, Decision, Traits, View, WaitingEntry, fcfs_admit, held_first, held_next
 from kvstab.model import progress_after
 from kvstab.ops import BoolLike, IntLike, Ops
 from mutants._base import CurrentFitClaims
@@ -25,6 +25,8 @@ def held_next_released_early(view: View, a: ActiveEntry, ops: Ops) -> IntLike:
 class ReleaseEarly(CurrentFitClaims):
     name: str = "mutant-release-early"
     description: str = "current-fit that frees a finishing request's memory one slot too early"
+    # it reads o to spot the finishing request, so it must say it is clairvoyant (engines hide o otherwise)
+    traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=True, preempts=True)
 
     def decide(self, view: View, ops: Ops) -> Decision:
         prefix: IntLike = 0
