@@ -1,30 +1,31 @@
 """The Hypothesis property suite, run in process for one scheduler.
 
-The same checks as ``pytest props/ --scheduler SPEC`` at the profile asked
-for: :func:`run_properties` is the one place the audit runs the suite (the
-lead may switch it to ``pytest --pyargs kvstab.props`` when the suite ships
-as a package).  The suite is found beside the installed ``kvstab`` package
-(``props/`` in the source tree); if it is not there the result is
-``unavailable``, which never passes.
+The same checks as ``pytest --pyargs kvstab.props --scheduler SPEC`` (or
+``kvstab props``) at the profile asked for: :func:`run_properties` is the one
+place the audit runs the suite, which is installed with kvstab as the package
+``kvstab.props``.  If it cannot be imported the result is ``unavailable``,
+which never passes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-import kvstab
-
 __all__ = ["run_properties", "props_dir"]
 
 
 def props_dir() -> Path | None:
-    """The property suite's folder, or ``None`` if this install has none."""
-    d = Path(kvstab.__file__).resolve().parent.parent / "props"
+    """The installed property suite's folder (``kvstab.props``), or ``None`` if this install has none."""
+    spec = importlib.util.find_spec("kvstab.props")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    d = Path(next(iter(spec.submodule_search_locations)))
     return d if (d / "conftest.py").is_file() else None
 
 
@@ -60,24 +61,24 @@ def run_properties(spec: str | None, profile: str, select: str | None = None) ->
         return {"status": "unavailable", "summary": "not run: no spec loads this scheduler (pass module:attr)",
                 "passed": 0, "failed": [], "seconds": 0.0}
     if folder is None:
-        return {"status": "unavailable", "summary": "the property suite (props/) is not installed here",
+        return {"status": "unavailable", "summary": "the property suite (kvstab.props) is not installed here",
                 "passed": 0, "failed": [], "seconds": 0.0}
-    args = [str(folder), "--scheduler", spec, "-q", "-p", "no:cacheprovider", "--hypothesis-seed=0",
-            "--rootdir", str(folder.parent)]
+    args = ["--pyargs", "kvstab.props", "--scheduler", spec, "-q", "-p", "no:cacheprovider",
+            "--hypothesis-seed=0"]
     if select:
         args += ["-k", select]
     col = _Collector()
-    old = os.environ.get("HYPOTHESIS_PROFILE")
-    os.environ["HYPOTHESIS_PROFILE"] = profile
+    old = os.environ.get("KVSTAB_PROFILE")
+    os.environ["KVSTAB_PROFILE"] = profile
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
             code = pytest.main(args, plugins=[col])
     finally:
         if old is None:
-            os.environ.pop("HYPOTHESIS_PROFILE", None)
+            os.environ.pop("KVSTAB_PROFILE", None)
         else:
-            os.environ["HYPOTHESIS_PROFILE"] = old
+            os.environ["KVSTAB_PROFILE"] = old
     secs = time.perf_counter() - t0
     if int(code) == 0 and not col.failed:
         status = "passed"

@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "kvstab.empirical.cli",
     "kvstab.audit.cli",
     "kvstab.live.cli",
+    "kvstab.props_cli",
 )
 
 

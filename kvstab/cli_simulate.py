@@ -265,7 +265,7 @@ def _run(
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``kvstab simulate``."""
-    sim = sub.add_parser("simulate", help="run the reference simulator and compare throughput with μ")
+    sim = sub.add_parser("simulate", help="simulate a scheduler (fast or reference engine) and compare throughput with μ")
     flags.add_run_arguments(sim, scheduler_default="current-fit")
     sim.add_argument(
         "--workload", default=None,
