@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install everything the whole test suite needs beyond the `test` extra:
+#   - vLLM 0.33.0's scheduler on CPU (scripts/install-vllm.sh) for the
+#     cross-checks against the real vLLM scheduler;
+#   - pdflatex (Debian: texlive-latex-base) for the test that compiles
+#     `kvstab derive` output;
+#   - Chromium (Debian: chromium) for the test that renders `kvstab audit`'s
+#     HTML report in a real headless browser.
+# The system packages come from apt and need root; without root, the script
+# names what is missing and stops, so the suite never runs half-equipped.
+#
+# usage: scripts/install-test-tools.sh [PYTHON]   (PYTHON: the target environment)
+set -euo pipefail
+PY="${1:-python3}"
+here="$(cd "$(dirname "$0")" && pwd)"
+
+need=()
+command -v pdflatex >/dev/null 2>&1 || need+=(texlive-latex-base)
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-test-tools: missing ${need[*]}; install them (Debian: sudo apt-get install ${need[*]}) and rerun" >&2
+    exit 1
+  fi
+  echo "install-test-tools: apt-get install ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+bash "$here/install-vllm.sh" "$PY"
