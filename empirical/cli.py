@@ -43,6 +43,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         plots=not args.no_plots,
         plot_steps=args.plot_steps,
         progress=say,
+        engine=args.engine,
     )
     print(report.markdown())
     print(f"wrote {args.out}/compare.md, compare.csv, compare.tex" + (", queue.png, kv.png" if report.plots else ""))
@@ -79,5 +80,9 @@ def register(subparsers: Any) -> None:
     c.add_argument("--no-vllm", action="store_true", help="model only (no vLLM column)")
     c.add_argument("--no-profile", action="store_true", help="skip the A100 profile (b̄, requests/s, batch-time fit)")
     c.add_argument("--no-plots", action="store_true", help="write no PNG plots")
+    c.add_argument(
+        "--engine", choices=("fast", "reference"), default="fast",
+        help="engine of the vllm-v1 model's replay: fast (default, compiled) or reference; identical step logs",
+    )
     c.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     c.set_defaults(func=_cmd_compare, command="empirical compare")

@@ -136,8 +136,10 @@ def run_case(
     budget: int = PAPER_CHUNK,
     max_num_seqs: int = 256,
     block: int = 16,
+    engine: str = "fast",
 ) -> CaseResult:
-    """Replay one overloaded plan (rate ``load × μ_paper``) on vLLM and on the model."""
+    """Replay one overloaded plan (rate ``load × μ_paper``) on vLLM and on the model
+    (``engine``: the fast engine's replay or the reference one; identical logs)."""
     if not load > 1:
         raise InvalidArgument(f"a saturated-rate run needs load > 1 (arrivals above μ), got {load}")
     cfg = ReplayConfig.for_capacity(case.M, block, max_num_batched_tokens=budget, max_num_seqs=max_num_seqs)
@@ -146,7 +148,7 @@ def run_case(
     plan = case.plan(steps, load * mu_paper, seed)
     before = len(plan)
     plan = plan.fit_to(ModelParams(M=cfg.M, chunk=budget, block=block), drop_oversize=True)
-    model = replay_model(plan, cfg, steps)
+    model = model_replay(engine)(plan, cfg, steps)
     vlog = replay_vllm(plan, cfg, steps) if use_vllm else None
     measured = vlog if vlog is not None else model
     return CaseResult(
@@ -393,7 +395,20 @@ def writable_folder(out_dir: str) -> None:
         ) from None
 
 
-def plot_queues(out_dir: str, steps: int, seed: int, use_vllm: bool) -> list[str]:
+def model_replay(engine: str) -> Callable[[ArrivalPlan, ReplayConfig, int], StepLog]:
+    """The replay of the ``vllm-v1`` model on ``engine``: ``"fast"`` (the compiled
+    engine, :func:`kvstab.engine.replay_model`) or ``"reference"``; both give
+    the same :class:`StepLog` step for step (``tests/test_engine_*``)."""
+    if engine == "fast":
+        from kvstab.engine import replay_model as fast
+
+        return lambda plan, cfg, steps: fast(plan, cfg, steps)
+    if engine == "reference":
+        return lambda plan, cfg, steps: replay_model(plan, cfg, steps)
+    raise InvalidArgument(f"engine must be 'fast' or 'reference', got {engine!r}")
+
+
+def plot_queues(out_dir: str, steps: int, seed: int, use_vllm: bool, engine: str = "fast") -> list[str]:
     """Queue length and KV utilisation over time for P/D 1:1 at ``M = 131000``, at 0.8 μ and 1.2 μ."""
     plt = _pyplot()
     case = Case("P/D 1:1", PAPER_M, PAPER_WORKLOADS["paper-1:1"])
@@ -402,7 +417,7 @@ def plot_queues(out_dir: str, steps: int, seed: int, use_vllm: bool) -> list[str
     runs = {}
     for load in (0.8, 1.2):
         plan = case.plan(steps, load * mu, seed)
-        runs[load] = replay_vllm(plan, cfg, steps) if use_vllm else replay_model(plan, cfg, steps)
+        runs[load] = replay_vllm(plan, cfg, steps) if use_vllm else model_replay(engine)(plan, cfg, steps)
     src = "vLLM scheduler" if use_vllm else "vllm-v1 model"
     paths = []
     fig, ax = plt.subplots(figsize=(7, 3.5))
@@ -445,8 +460,10 @@ def compare(
     plots: bool = True,
     plot_steps: int = 6000,
     progress: Callable[[str], None] | None = None,
+    engine: str = "fast",
 ) -> Report:
     """Run every case, fit the batch-time model on the measured logs, write the report files into ``out_dir``."""
+    model_replay(engine)  # a bad engine name is one line before any work
     writable_folder(out_dir)  # checked before any case runs, so no work is lost
     if plots:
         _pyplot()  # likewise: a missing matplotlib is one line before the runs
@@ -455,12 +472,12 @@ def compare(
         if progress is not None:
             progress(f"{c.name} (M={c.M})")
         n = small_steps if (small_steps is not None and c.M <= SMALL_M) else steps
-        results.append(run_case(c, n, load=load, seed=seed, warmup=warmup, use_vllm=use_vllm))
+        results.append(run_case(c, n, load=load, seed=seed, warmup=warmup, use_vllm=use_vllm, engine=engine))
     fit = fit_report = None
     if profile is not None:
         logs = [r.measured for r in results]
         fit, fit_report = fit_batch_time(logs, [profile.step_times(g) for g in logs], seed=seed)
-    paths = plot_queues(out_dir, plot_steps, seed, use_vllm) if plots else []
+    paths = plot_queues(out_dir, plot_steps, seed, use_vllm, engine) if plots else []
     report = Report(results, profile, fit, fit_report, warmup, paths)
     with open(os.path.join(out_dir, "compare.md"), "w", encoding="utf-8") as fh:
         fh.write(report.markdown())

@@ -23,10 +23,11 @@ import numpy as np
 from kvstab.arrivals import fixed_arrivals, poisson_arrivals
 from kvstab.checks import margin_of
 from kvstab.contract import traits_of
+from kvstab.engine import simulate  # the fast engine: identical results, compiled for built-ins
 from kvstab.metrics import Estimate, queue_slope, throughput
 from kvstab.model import ModelParams, tokens_held
 from kvstab.pytest_plugin import AuditTarget, Budget
-from kvstab.simulator import SimResult, simulate
+from kvstab.simulator import SimResult
 from kvstab.theory.area import expected_g, lifetime_area, mu_per_slot
 from kvstab.workload import Uniform, Workload
 
