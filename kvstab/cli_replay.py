@@ -15,6 +15,7 @@ import sys
 from kvstab import flags, validation
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
+from kvstab.simulator import SlotRecord
 
 __all__ = ["register", "add_workload_arguments", "run_replay", "run_check"]
 
@@ -78,6 +79,7 @@ def run_replay(args: argparse.Namespace) -> int:
                     ],
                     "violation": str(out.violation) if out.violation else None,
                     "violation_slot": out.violation.slot if out.violation else None,
+                    "violation_memory": out.violation.memory if out.violation else None,
                     "pending": out.pending,
                 },
                 indent=2,
@@ -91,6 +93,12 @@ def run_replay(args: argparse.Namespace) -> int:
                 f"{list(r.admitted)} / {list(r.preempted)} / {list(r.completed)}"
             )
         if out.violation is not None:
+            r = out.violation.record
+            if isinstance(r, SlotRecord):  # the breaking slot's own row, marked
+                print(
+                    f"{r.slot:>5} {r.memory:>8} {params.M:>8} {r.queue:>6}  "
+                    f"{list(r.admitted)} / {list(r.preempted)} / {list(r.completed)}   <- breaks the invariant"
+                )
             print(f"VIOLATION reproduced: {out.violation}")
         elif out.pending:
             print(f"stopped after {len(out.records)} simulated slots: {out.pending} request(s) not yet arrived or unfinished")

@@ -56,9 +56,12 @@ class InvariantViolation(KvstabError):
         memory: int,
         capacity: int,
         requests: tuple[int, ...] = (),
+        record: object | None = None,
     ) -> None:
         super().__init__(message)
         self.slot = slot
         self.memory = memory
         self.capacity = capacity
         self.requests = requests
+        #: the engine's :class:`~kvstab.simulator.SlotRecord` of the breaking slot, when it has one
+        self.record = record

@@ -405,32 +405,39 @@ class Engine:
             memory += held
         self.active = running
 
+        broken: str | None = None
         if self.check:
             if memory > p.M:
-                raise InvariantViolation(
+                broken = (
                     f"slot {t}: scheduler {self.spec!r} uses {memory} tokens of KV memory, M={p.M} "
-                    f"(active requests {_ids(running)})",
-                    slot=t,
-                    memory=memory,
-                    capacity=p.M,
-                    requests=tuple(r.rid for r in running),
+                    f"(active requests {_ids(running)})"
                 )
-            if p.max_num_seqs is not None and len(running) > p.max_num_seqs:
-                raise InvariantViolation(
-                    f"slot {t}: {len(running)} running requests exceed max_num_seqs={p.max_num_seqs}",
-                    slot=t,
-                    memory=memory,
-                    capacity=p.M,
-                    requests=tuple(r.rid for r in running),
-                )
-            if p.token_budget is not None and tokens > p.token_budget:
-                raise InvariantViolation(
-                    f"slot {t}: {tokens} tokens processed exceed the token budget {p.token_budget}",
-                    slot=t,
-                    memory=memory,
-                    capacity=p.M,
-                    requests=tuple(r.rid for r in running),
-                )
+            elif p.max_num_seqs is not None and len(running) > p.max_num_seqs:
+                broken = f"slot {t}: {len(running)} running requests exceed max_num_seqs={p.max_num_seqs}"
+            elif p.token_budget is not None and tokens > p.token_budget:
+                broken = f"slot {t}: {tokens} tokens processed exceed the token budget {p.token_budget}"
+
+        if broken is not None:
+            # raised before the release, as always; the breaking slot's row travels with the
+            # violation (a replay shows it) but is not kept among the records
+            finishing = tuple(r.rid for r in running if r.progress >= r.s + r.o)
+            row = SlotRecord(
+                slot=t,
+                arrived=self._pending_arrivals,
+                admitted=tuple(r.rid for r in admitted),
+                preempted=tuple(r.rid for r in victims),
+                completed=finishing,
+                running=len(running),
+                memory=memory,
+                wasted=wasted,
+                tokens=tokens,
+                queue=len(self.waiting),
+                active_after=len(running) - len(finishing),
+                hidden=hidden,
+            )
+            raise InvariantViolation(
+                broken, slot=t, memory=memory, capacity=p.M, requests=tuple(r.rid for r in running), record=row
+            )
 
         # release finished requests at the end of the slot
         done = [r for r in running if r.progress >= r.s + r.o]
