@@ -71,6 +71,11 @@ def test_a_rule_that_breaks_the_class_premises_is_not_proved_unbounded(plugins, 
     assert isinstance(r.verdict, Unknown) and "fits(w, acc)" in r.verdict.reason
 
 
+def test_a_structure_that_changes_with_the_number_of_requests_is_outside_the_class(plugins, setting: Setting) -> None:  # type: ignore[no-untyped-def]
+    check = classify(plugins.SIZE_DEPENDENT, setting)
+    assert not check.member and "P0" in check.reason and "K = 4" in check.reason
+
+
 def test_relevance_guard_refuses_bounds_that_cannot_fill_M(plugins, budget: Budget) -> None:  # type: ignore[no-untyped-def]
     se = Setting(M=131000)
     small = Conjunct("requests ≤ 100 tokens", lambda st, s: z3.And(*[z3.Implies(e.present, e.s + e.o <= 100) for e in st.active]))
