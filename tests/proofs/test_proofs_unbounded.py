@@ -95,6 +95,8 @@ def test_built_ins_keep_what_they_declare(name: str, budget: Budget) -> None:
     r = prove_claims(load_scheduler(name), Setting(), K=2, Q=2, budget=budget)
     assert isinstance(r.verdict, Proved), [(c.name, str(c.verdict)) for c in r.claims]
     assert {c.name for c in r.claims} >= {"FCFS admissions", "oldest running request progresses", "lone head admitted"}
+    # the ranking function is checked for rules that run every request one full unit
+    assert ("no livelock (ranking function)" in {c.name for c in r.claims}) == (name != "vllm-v1")
 
 
 def test_reading_o_while_declaring_non_clairvoyance_is_refuted_with_a_pair(plugins, budget: Budget) -> None:  # type: ignore[no-untyped-def]
@@ -116,6 +118,8 @@ def test_reading_o_while_declaring_non_clairvoyance_is_refuted_with_a_pair(plugi
         ("skips_blocked_head", "FCFS admissions"),
         ("wrong_victim", "oldest running request progresses"),
         ("preempts_all", "oldest running request progresses"),
+        ("preempts_all", "no livelock (ranking function)"),
+        ("wrong_victim", "no livelock (ranking function)"),
         ("release_early", "non-clairvoyant"),
     ],
 )
