@@ -111,7 +111,10 @@ class ClaimResult:
 
 def _premises(pre: SymState, step: StepTerms, setting: Setting) -> list[z3.BoolRef]:
     """A well-formed state within memory, and the slot from it; queue slots filled in order."""
-    out = setting.base_constraints() + [well_formed(pre, setting, step.full_units), memory(pre, setting) <= setting.M_term]
+    out = setting.base_constraints() + [
+        well_formed(pre, setting, step.full_units),
+        memory(pre, setting) <= setting.M_term,
+    ]
     out += step.constraints()
     for a, b in zip(pre.waiting, pre.waiting[1:]):
         out.append(z3.Implies(b.present, a.present))
@@ -120,7 +123,9 @@ def _premises(pre: SymState, step: StepTerms, setting: Setting) -> list[z3.BoolR
     return out
 
 
-def _check(name: str, prem: list[z3.BoolRef], goal: z3.BoolRef, budget: Budget) -> tuple[Verdict, list[Obligation], z3.ModelRef | None]:
+def _check(
+    name: str, prem: list[z3.BoolRef], goal: z3.BoolRef, budget: Budget
+) -> tuple[Verdict, list[Obligation], z3.ModelRef | None]:
     """Vacuity guard, then ``prem ∧ ¬goal``: Proved, Refuted (with the model) or Unknown."""
     t0 = time.perf_counter()
     g = solve(prem, budget, f"claim-{name}-premises")
@@ -149,7 +154,9 @@ def _state(m: z3.ModelRef, st: SymState) -> tuple[Active, Waiting]:
         if z3.is_true(m.eval(e.present, model_completion=True))
     )
     wait = tuple(
-        (decode_int(m, e.s), decode_int(m, e.o)) for e in st.waiting if z3.is_true(m.eval(e.present, model_completion=True))
+        (decode_int(m, e.s), decode_int(m, e.o))
+        for e in st.waiting
+        if z3.is_true(m.eval(e.present, model_completion=True))
     )
     return act, wait
 
@@ -161,12 +168,19 @@ def _all(terms: list[z3.BoolRef]) -> z3.BoolRef:
 
 def _fcfs(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget: Budget) -> Claim:
     w = step.pre.waiting
-    goal = _all([z3.Implies(step.admit[j], _all([z3.Implies(w[i].present, step.admit[i]) for i in range(j)])) for j in range(len(w))])
+    goal = _all(
+        [
+            z3.Implies(step.admit[j], _all([z3.Implies(w[i].present, step.admit[i]) for i in range(j)]))
+            for j in range(len(w))
+        ]
+    )
     v, obs, m = _check("admissions form a prefix of the queue (FCFS)", prem, goal, budget)
     witness = ""
     if isinstance(v, Refuted) and m is not None:
         act, wait = _state(m, step.pre)
-        admitted = [j for j, e in enumerate(w) if z3.is_true(m.eval(z3.And(e.present, step.admit[j]), model_completion=True))]
+        admitted = [
+            j for j, e in enumerate(w) if z3.is_true(m.eval(z3.And(e.present, step.admit[j]), model_completion=True))
+        ]
         witness = f"M={decode_int(m, setting.M_term)}: active {list(act)} waiting {list(wait)} admits {admitted}"
     return Claim("FCFS admissions", v, tuple(obs), witness)
 
@@ -195,6 +209,46 @@ def _lone_head(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget
         _, wait = _state(m, step.pre)
         witness = f"M={decode_int(m, setting.M_term)}: empty server, waiting {list(wait)}: nobody is admitted"
     return Claim("empty server admits" if not fcfs else "lone head admitted", v, tuple(obs), witness)
+
+
+def _units_left(e: Entry, setting: Setting) -> z3.ArithRef:
+    """Slots ``e`` still needs with one full unit per slot: ``⌈(s − p)⁺/ŝ⌉ + s + o − max(p, s)``."""
+    s, o, p = e.s, e.o, e.p
+    rest = z3.If(s - p > 0, s - p, 0)
+    return (rest + setting.chunk - 1) / setting.chunk + s + o - z3.If(p > s, p, s)
+
+
+def _ranking(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget: Budget) -> Claim:
+    """No livelock: once arrivals stop, ``ρ = N·(T + 1) + r`` falls every slot."""
+    T = z3.Int("rank.T")
+    pre, post = step.pre, step.post
+    bound = [
+        z3.Implies(e.present, T >= _units_left(Entry(e.present, e.rid, e.s, e.o, z3.IntVal(0)), setting))
+        for e in pre.active + pre.waiting
+    ]
+
+    def rank(active: tuple[Entry, ...], waiting: tuple[Entry, ...]) -> tuple[z3.ArithRef, z3.ArithRef]:
+        n = z3.Sum([z3.If(e.present, 1, 0) for e in active + waiting] + [z3.IntVal(0)])
+        r: z3.ArithRef = T + 1
+        for e in reversed(active):  # the first present entry is the oldest running request
+            r = z3.If(e.present, _units_left(e, setting), r)
+        return n, r
+
+    # ρ = N·(T + 1) + r with 1 ≤ r ≤ T + 1 falls iff (N, r) falls lexicographically;
+    # that form keeps the query linear
+    (n0, r0), (n1, r1) = rank(pre.active, pre.waiting), rank(post.active, post.waiting)
+    falls = z3.Or(n1 < n0, z3.And(n1 == n0, r1 < r0))
+    nonempty = z3.Or(*[e.present for e in pre.active + pre.waiting])
+    v, obs, m = _check(
+        "ρ = N·(T + 1) + r decreases in every slot without arrivals", prem + bound + [nonempty], falls, budget
+    )
+    witness = ""
+    if isinstance(v, Refuted) and m is not None:
+        act, wait = _state(m, pre)
+        witness = (
+            f"M={decode_int(m, setting.M_term)}: active {list(act)} waiting {list(wait)}: the ranking does not fall"
+        )
+    return Claim("no livelock (ranking function)", v, tuple(obs), witness)
 
 
 def _shadow(st: SymState, tag: str) -> SymState:
@@ -286,4 +340,6 @@ def prove_claims(
     if not traits.negative_control and want("progress"):
         claims.append(_oldest(step, setting, prem, budget))
         claims.append(_lone_head(step, setting, prem, budget, traits.fcfs))
+        if step.full_units:
+            claims.append(_ranking(step, setting, prem, budget))
     return ClaimResult(scheduler.name, tuple(claims))

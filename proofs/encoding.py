@@ -35,7 +35,7 @@ import z3
 
 from kvstab.contract import ActiveEntry, Decision, Scheduler, View, WaitingEntry, check_decision_shape
 from kvstab.errors import InvalidArgument, InvalidScheduler, KvstabError
-from kvstab.model import ModelParams, progress_after, tokens_held
+from kvstab.model import PAPER_CHUNK, ModelParams, progress_after, tokens_held
 from kvstab.symbolic import Sym, Z3Ops, unwrap
 
 __all__ = ["Setting", "Entry", "SymState", "StepTerms", "encode_step", "compact", "fresh_state", "held"]
@@ -51,7 +51,7 @@ class Setting:
     ``x mod ŝ`` non-linear)."""
 
     M: int | None = field(default=None, metadata={"help": "KV capacity; None = a symbolic positive integer"})
-    chunk: int = field(default=512, metadata={"help": "chunked-prefill size ŝ (fixed)"})
+    chunk: int = field(default=PAPER_CHUNK, metadata={"help": "chunked-prefill size ŝ (fixed)"})
     block: int = field(default=1, metadata={"help": "KV block size B (fixed)"})
     token_budget: int | None = field(default=None, metadata={"help": "tokens per slot, None = unlimited"})
     max_num_seqs: int | None = field(default=None, metadata={"help": "cap on running requests, None = none"})

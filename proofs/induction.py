@@ -195,7 +195,18 @@ def check_inductive(
                 obs.append(Obligation("step", _vacuous(guard), 0.0, branch=bname, conjunct=gname))
                 continue
             query = prem + hints + [bcond, z3.Not(goal)]
-            ans, secs = _timed(f"step-{bname}-{gname}", query, budget)
+            found: Answer | None = None
+            secs = 0.0
+            if fail_fast:
+                # a first attempt expects counterexamples: one among states with
+                # one active and one queued request is cheap to find and as good
+                # as any (only sat is taken from the restricted query)
+                small, secs = _timed(f"step-{bname}-{gname}-small", query + _small_model(fr, active=2), budget)
+                found = small if small.status is Status.SAT else None
+            if found is None:
+                found, more = _timed(f"step-{bname}-{gname}", query, budget)
+                secs += more
+            ans = found
             info: dict[str, object] = {}
             if ans.status is Status.SAT:
                 # kept so that an Unknown overall verdict can point at the failing query
@@ -309,9 +320,9 @@ def _cti(scheduler: Scheduler, spec: str | None, setting: Setting, step: StepTer
     )
 
 
-def _small_model(fr: _Frame) -> list[z3.BoolRef]:
-    """Restrict the pre state to its first active and first queue slot."""
-    return [z3.Not(e.present) for e in fr.step.pre.active[1:] + fr.step.pre.waiting[1:]]
+def _small_model(fr: _Frame, active: int = 1) -> list[z3.BoolRef]:
+    """Restrict the pre state to its first ``active`` active slots and its first queue slot."""
+    return [z3.Not(e.present) for e in fr.step.pre.active[active:] + fr.step.pre.waiting[1:]]
 
 
 def houdini(
@@ -367,7 +378,7 @@ def houdini(
             if not (skip_wf and c.origin == "base" and c.name == "well-formed")
         ]
         goals += [(Conjunct(n, _constant(g)), g, safety_hints) for n, g in safety]
-        small = _small_model(fr)
+        small = _small_model(fr, active=2)
         for c, goal, hints in goals:
             # a counterexample among states with one active and one queued
             # request is cheap to find and as good as any (it is a real CTI)

@@ -45,6 +45,7 @@ is a prefix of the queue, and the argument holds for any list.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -96,7 +97,7 @@ class UnboundedResult:
 
 @dataclass(slots=True)
 class _Calls:
-    preempt: list[tuple[tuple[Any, ...], Any]] = field(default_factory=list)  # (result flags, kept)
+    preempt: list[tuple[tuple[Any, ...], Any, View]] = field(default_factory=list)  # (flags, kept, view)
     admit: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -107,7 +108,7 @@ def _observed(decide: Callable[..., Any], calls: _Calls) -> Iterator[None]:
 
     def spy_preempt(view: View, ops: Any) -> Any:
         out = real_preempt(view, ops)
-        calls.preempt.append(out)
+        calls.preempt.append((out[0], out[1], view))
         return out
 
     def spy_admit(view: View, ops: Any, fits: Any, start: Any, allowed: Any = True) -> Any:
@@ -185,11 +186,53 @@ def _uniform_cost(items: list[Any], state: SymState, setting: Setting) -> z3.Ari
     return terms[0]
 
 
+#: the view sizes (K, Q) at which the class premises are observed; the first is the one the obligations use
+SIZES: tuple[tuple[int, int], ...] = ((2, 2), (0, 1), (1, 0), (1, 1), (1, 3), (3, 1), (4, 4))
+
+
 def classify(scheduler: Scheduler, setting: Setting) -> ClassCheck:
-    """Check premises P1 and P2 on the rule itself (a symbolic run at ``K = 2``, ``Q = 2``)."""
+    """Check premises P0, P1 and P2 on the rule itself.
+
+    P1 and P2 are observed on symbolic runs at every size in :data:`SIZES`;
+    P0 — the rule's structure does not change with the number of entries (a
+    rule may loop over the view, but must not branch on its length) — is
+    checked there too: the same form, the same admission test and (P1b) the
+    same per-request term at every size.
+    """
+    first = _classify_at(scheduler, setting, *SIZES[0])
+    if not first.member:
+        return first
+    w, acc = _candidate()
+    ok0, acc0 = first.fits(w, acc) if first.fits else (None, None)
+    for K, Q in SIZES[1:]:
+        other = _classify_at(scheduler, setting, K, Q)
+        if not other.member or other.fits is None:
+            return ClassCheck(False, f"at K = {K}, Q = {Q}: {other.reason} (P0: the structure changes with size)")
+        if other.premises[0].split(":")[0] != first.premises[0].split(":")[0]:
+            return ClassCheck(False, f"P0: the rule's form differs at K = {K}, Q = {Q}")
+        ok1, acc1 = other.fits(w, acc)
+        if not (
+            z3.eq(z3.simplify(_as_bool(ok1)), z3.simplify(_as_bool(ok0)))
+            and z3.eq(z3.simplify(unwrap(acc1)), z3.simplify(unwrap(acc0)))
+        ):
+            return ClassCheck(False, f"P0: the admission test differs at K = {K}, Q = {Q}")
+        if first.cost is not None and other.cost is not None and K > 0:
+            canon = _entry("canon")
+            if not z3.eq(z3.simplify(_cost_of(first.cost, canon)), z3.simplify(_cost_of(other.cost, canon))):
+                return ClassCheck(False, f"P0: the per-request term differs at K = {K}, Q = {Q}")
+    sizes = ", ".join(f"({k}, {q})" for k, q in SIZES)
+    return dataclasses.replace(
+        first,
+        premises=first.premises
+        + (f"P0: the same form, admission test and per-request term at (K, Q) = {sizes}, checked",),
+    )
+
+
+def _classify_at(scheduler: Scheduler, setting: Setting, K: int, Q: int) -> ClassCheck:
+    """P1 and P2 observed on one symbolic run with ``K`` active and ``Q`` queued entries."""
     if setting.token_budget is not None or setting.max_num_seqs is not None:
         return ClassCheck(False, "a token budget or a max_num_seqs cap is set (the class has neither)")
-    state = fresh_state("cls", 2, 2)
+    state = fresh_state(f"cls{K}x{Q}", K, Q)
     view = view_of(state, setting)
     calls = _Calls()
     ops = _RecordingOps()
@@ -212,6 +255,8 @@ def classify(scheduler: Scheduler, setting: Setting) -> ClassCheck:
     pre = next((c for c in calls.preempt if c[0] is d.preempt), None)
     cost: z3.ArithRef | None = None
     if pre is not None:
+        if pre[2] is not view:
+            return ClassCheck(False, "preempt_newest ran on another view than the rule's")
         if adm["start"] is not pre[1]:
             return ClassCheck(
                 False, "admission does not start from the memory preempt_newest kept (the class needs start = kept)"
@@ -220,7 +265,8 @@ def classify(scheduler: Scheduler, setting: Setting) -> ClassCheck:
     elif all(z3.is_false(unwrap(x)) if not isinstance(x, bool) else not x for x in d.preempt):
         made = next((items for items, out in ops.sums if out is adm["start"]), None)
         cost = None if made is None else _uniform_cost(made, state, setting)
-        if cost is None:
+        empty_sum = K == 0 and made == []  # no active entry: the sum of no terms
+        if cost is None and not empty_sum:
             return ClassCheck(
                 False,
                 "it never preempts, but admission does not start from a sum of one per-request term over the "
@@ -228,7 +274,8 @@ def classify(scheduler: Scheduler, setting: Setting) -> ClassCheck:
             )
         form = (
             "P1b: no preemption; decision = fcfs_admit from Σ_active c(a), c one per-request term "
-            f"(c = {cost}), checked by observing the calls and comparing the terms"
+            f"(c = {cost if cost is not None else 'no active entry'}), checked by observing the calls and "
+            "comparing the terms"
         )
     else:
         return ClassCheck(False, "its preempt flags are not those of contract.preempt_newest (nor all false)")
@@ -248,15 +295,14 @@ def classify(scheduler: Scheduler, setting: Setting) -> ClassCheck:
         return ClassCheck(
             False, f"its admission test reads more than the candidate and the accumulator: {', '.join(sorted(stray))}"
         )
-    base = state.active[0]
     return ClassCheck(
         True,
         "preempt_newest, then fcfs_admit from the kept memory"
-        if cost is None
+        if pre is not None
         else "no preemption, fcfs_admit from a per-request sum",
         fits,
         (form, "P2: the admission test reads only (candidate, accumulator, M), checked on its terms"),
-        None if cost is None else (cost, base),
+        None if cost is None else (cost, state.active[0]),
     )
 
 
@@ -266,7 +312,9 @@ def _candidate() -> tuple[WaitingEntry, Sym]:
 
 
 def _entry(name: str) -> Entry:
-    return Entry(z3.Bool(f"{name}.present"), z3.Int(f"{name}.rid"), z3.Int(f"{name}.s"), z3.Int(f"{name}.o"), z3.Int(f"{name}.p"))
+    return Entry(
+        z3.Bool(f"{name}.present"), z3.Int(f"{name}.rid"), z3.Int(f"{name}.s"), z3.Int(f"{name}.o"), z3.Int(f"{name}.p")
+    )
 
 
 def _after(e: Entry, setting: Setting) -> z3.ArithRef:
@@ -292,7 +340,10 @@ def _obligation(
             v = Refuted(None, f"{conjunct}: false for some request")
         case _:
             v = Unknown(f"solver: {a.reason}", a.smt2)
-    return [Obligation(name, Proved("premises satisfiable (vacuity guard)"), t1 - t0, conjunct=conjunct + " [guard]"), Obligation(name, v, secs, conjunct=conjunct)]
+    return [
+        Obligation(name, Proved("premises satisfiable (vacuity guard)"), t1 - t0, conjunct=conjunct + " [guard]"),
+        Obligation(name, v, secs, conjunct=conjunct),
+    ]
 
 
 def _per_request(setting: Setting, budget: Budget) -> list[Obligation]:

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvstab.contract import Decision, Traits, View, WaitingEntry, fcfs_admit, held_first, preempt_newest, used_now
+from kvstab.contract import (
+    Decision,
+    Traits,
+    View,
+    WaitingEntry,
+    fcfs_admit,
+    held_first,
+    preempt_newest,
+    used_next,
+    used_now,
+)
 from kvstab.ops import BoolLike, IntLike, Ops
 
 
@@ -75,3 +85,29 @@ class ModestMargin:
 
 
 MODEST_MARGIN = ModestMargin()
+
+
+@dataclass(frozen=True, slots=True)
+class SizeDependent:
+    """current-fit while few requests run; with four or more it stops preempting (a structure that changes with K)."""
+
+    name: str = "size-dependent"
+    description: str = "current-fit below four running requests, current-fit-no-preempt from four"
+    traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=False, preempts=True)
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        def fits(w: WaitingEntry, acc: IntLike) -> tuple[BoolLike, IntLike]:
+            after = acc + held_first(view, w, ops)
+            return ops.le(after, view.M), after
+
+        # a Python branch on the view's length is allowed by the contract, but it
+        # means the structure seen at small sizes is not the one at large sizes
+        if len(view.active) < 4:
+            preempt, kept = preempt_newest(view, ops)
+            admit = fcfs_admit(view, ops, fits, kept, allowed=ops.not_(ops.or_(*preempt)))
+            return Decision(admit=admit, preempt=preempt)
+        admit = fcfs_admit(view, ops, fits, used_next(view, ops))
+        return Decision(admit=admit, preempt=tuple(False for _ in view.active))
+
+
+SIZE_DEPENDENT = SizeDependent()

@@ -71,6 +71,11 @@ def test_a_rule_that_breaks_the_class_premises_is_not_proved_unbounded(plugins, 
     assert isinstance(r.verdict, Unknown) and "fits(w, acc)" in r.verdict.reason
 
 
+def test_a_structure_that_changes_with_the_number_of_requests_is_outside_the_class(plugins, setting: Setting) -> None:  # type: ignore[no-untyped-def]
+    check = classify(plugins.SIZE_DEPENDENT, setting)
+    assert not check.member and "P0" in check.reason and "K = 4" in check.reason
+
+
 def test_relevance_guard_refuses_bounds_that_cannot_fill_M(plugins, budget: Budget) -> None:  # type: ignore[no-untyped-def]
     se = Setting(M=131000)
     small = Conjunct("requests ≤ 100 tokens", lambda st, s: z3.And(*[z3.Implies(e.present, e.s + e.o <= 100) for e in st.active]))
@@ -90,6 +95,8 @@ def test_built_ins_keep_what_they_declare(name: str, budget: Budget) -> None:
     r = prove_claims(load_scheduler(name), Setting(), K=2, Q=2, budget=budget)
     assert isinstance(r.verdict, Proved), [(c.name, str(c.verdict)) for c in r.claims]
     assert {c.name for c in r.claims} >= {"FCFS admissions", "oldest running request progresses", "lone head admitted"}
+    # the ranking function is checked for rules that run every request one full unit
+    assert ("no livelock (ranking function)" in {c.name for c in r.claims}) == (name != "vllm-v1")
 
 
 def test_reading_o_while_declaring_non_clairvoyance_is_refuted_with_a_pair(plugins, budget: Budget) -> None:  # type: ignore[no-untyped-def]
@@ -111,6 +118,8 @@ def test_reading_o_while_declaring_non_clairvoyance_is_refuted_with_a_pair(plugi
         ("skips_blocked_head", "FCFS admissions"),
         ("wrong_victim", "oldest running request progresses"),
         ("preempts_all", "oldest running request progresses"),
+        ("preempts_all", "no livelock (ranking function)"),
+        ("wrong_victim", "no livelock (ranking function)"),
         ("release_early", "non-clairvoyant"),
     ],
 )
