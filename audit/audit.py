@@ -160,12 +160,12 @@ def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile
                    smt2_dir: Path | None) -> dict[str, Any]:
     """The memory invariant (any ``M``, this server's ``ŝ``, ``B``, caps) and the margin ``Δ``
     at the profile's proof scale, with the scheduler's declared margin beside it."""
-    from kvstab.proofs.cli import _verdict_json
     from kvstab.proofs.encoding import Setting
     from kvstab.proofs.invariants import MENU
     from kvstab.proofs.margins import work_conservation_margin
     from kvstab.proofs.prove import prove
     from kvstab.proofs.solver import Budget
+    from kvstab.proofs.verdicts import verdict_json
 
     budget = Budget(rlimit=profile.proof_rlimit, seed=0) if smt2_dir is None else Budget(
         rlimit=profile.proof_rlimit, seed=0, smt2_dir=smt2_dir)
@@ -173,7 +173,7 @@ def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile
                       max_num_seqs=params.max_num_seqs)
     rep = prove(scheduler, K=profile.proof_K, Q=profile.proof_Q, setting=setting, budget=budget)
     out: dict[str, Any] = {
-        "invariant": {**_verdict_json(rep.verdict), "K": rep.K, "Q": rep.Q, "strengthening": list(rep.strengthening),
+        "invariant": {**verdict_json(rep.verdict), "K": rep.K, "Q": rep.Q, "strengthening": list(rep.strengthening),
                       "seconds": rep.seconds, "assumptions": list(getattr(rep.verdict, "assumptions", ()))},
         "margin": None,
     }
@@ -187,7 +187,7 @@ def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile
     m = work_conservation_margin(scheduler, small, profile.proof_K, profile.proof_Q, profile.margin_max_s,
                                  profile.margin_max_o, conjuncts=used, budget=budget)
     out["margin"] = {
-        **_verdict_json(m.verdict),
+        **verdict_json(m.verdict),
         "delta": m.delta,
         "declared": m.declared,
         "M": m.M,

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import z3
 
-from kvstab.contract import Decision, Scheduler, View, traits_of
+from kvstab.contract import ActiveEntry, Decision, Scheduler, View, WaitingEntry, traits_of
 from kvstab.ops import CONCRETE
 from kvstab.proofs.encoding import (
     Entry,
@@ -47,7 +47,6 @@ from kvstab.proofs.replaying import decode_int
 from kvstab.proofs.solver import Budget, Status, solve
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict, passed
 from kvstab.replay import replay_command
-from kvstab.simulator import Engine
 from kvstab.symbolic import unwrap
 
 __all__ = ["Claim", "ClaimResult", "Pair", "prove_claims"]
@@ -276,9 +275,19 @@ def _show(d: Decision) -> str:
 
 
 def _concrete_decision(scheduler: Scheduler, setting: Setting, M: int, act: Active, wait: Waiting) -> Decision:
-    eng = Engine(scheduler, setting.params(M), check=False, window=max(1, len(wait)))
-    eng.load_state(list(act), list(wait))
-    view: View = eng.view(len(wait))
+    # the rule itself, shown every o: engines hide o from a rule that declares it does not read it
+    # (kvstab.contract.visible_view), which is exactly the claim under test here
+    p = setting.params(M)
+    view = View(
+        active=tuple(ActiveEntry(i, s, o, prog) for i, (s, o, prog) in enumerate(act)),
+        waiting=tuple(WaitingEntry(len(act) + j, s, o) for j, (s, o) in enumerate(wait)),
+        M=p.M,
+        chunk=p.chunk,
+        block=p.block,
+        token_budget=p.token_budget,
+        max_num_seqs=p.max_num_seqs,
+        n_waiting=len(wait),
+    )
     return scheduler.decide(view, CONCRETE)
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvstab.contract import traits_of
 from kvstab.errors import InvalidArgument
+from kvstab.proofs.verdicts import verdict_json
 
 if TYPE_CHECKING:
     from kvstab.proofs.claims import ClaimResult
@@ -47,20 +48,6 @@ def _exit_code(v: Verdict) -> int:
         case Unknown():
             return 3
     raise AssertionError(f"not a verdict: {v!r}")
-
-
-def _verdict_json(v: Verdict) -> dict[str, Any]:
-    from kvstab.proofs.verdicts import Proved, Refuted, Unknown
-
-    out: dict[str, Any] = {"verdict": type(v).__name__}
-    match v:
-        case Proved():
-            out.update(method=v.method, assumptions=list(v.assumptions))
-        case Refuted():
-            out.update(detail=v.detail, trace=v.trace.to_json() if v.trace else None)
-        case Unknown():
-            out.update(reason=v.reason, smt2=v.smt2)
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +164,8 @@ def _json(args: argparse.Namespace, out: _Outcome) -> str:
         "notes": list(rep.notes),
         "strengthening": list(rep.strengthening),
         "houdini": list(rep.houdini_log),
-        "obligations": [{"check": o.label(), **_verdict_json(o.verdict)} for o in rep.obligations],
-        **_verdict_json(rep.verdict),
+        "obligations": [{"check": o.label(), **verdict_json(o.verdict)} for o in rep.obligations],
+        **verdict_json(rep.verdict),
     }
     if marg is not None:
         doc["margin"] = {
@@ -191,13 +178,13 @@ def _json(args: argparse.Namespace, out: _Outcome) -> str:
             "M": marg.M,
             "max_s": marg.max_s,
             "max_o": marg.max_o,
-            **_verdict_json(marg.verdict),
+            **verdict_json(marg.verdict),
         }
     if out.claims is not None:
         doc["claims"] = [
             {
                 "claim": c.name,
-                **_verdict_json(c.verdict),
+                **verdict_json(c.verdict),
                 "witness": c.witness,
                 "pair": None
                 if c.pair is None

@@ -23,6 +23,7 @@ __all__ = [
     "SlotState",
     "Obligation",
     "passed",
+    "verdict_json",
 ]
 
 
@@ -169,3 +170,18 @@ class Obligation:
         if self.conjunct:
             parts.append(self.conjunct)
         return " ".join(parts)
+
+
+def verdict_json(v: Verdict) -> dict[str, Any]:
+    """A verdict as JSON-ready data: its kind, and its method and assumptions,
+    its detail and trace, or its reason and saved query (``kvstab prove --json``
+    and ``kvstab audit``'s report use this one form)."""
+    out: dict[str, Any] = {"verdict": type(v).__name__}
+    match v:
+        case Proved():
+            out.update(method=v.method, assumptions=list(v.assumptions))
+        case Refuted():
+            out.update(detail=v.detail, trace=v.trace.to_json() if v.trace else None)
+        case Unknown():
+            out.update(reason=v.reason, smt2=v.smt2)
+    return out

@@ -120,7 +120,6 @@ def test_reading_o_while_declaring_non_clairvoyance_is_refuted_with_a_pair(plugi
         ("preempts_all", "oldest running request progresses"),
         ("preempts_all", "no livelock (ranking function)"),
         ("wrong_victim", "no livelock (ranking function)"),
-        ("release_early", "non-clairvoyant"),
     ],
 )
 def test_one_step_claims_catch_mutants_that_keep_memory(mutant: str, claim: str, budget: Budget) -> None:
