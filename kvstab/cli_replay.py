@@ -93,11 +93,11 @@ def run_replay(args: argparse.Namespace) -> int:
                 f"{list(r.admitted)} / {list(r.preempted)} / {list(r.completed)}"
             )
         if out.violation is not None:
-            r = out.violation.record
-            if isinstance(r, SlotRecord):  # the breaking slot's own row, marked
+            row = out.violation.record
+            if isinstance(row, SlotRecord):  # the breaking slot's own row, marked
                 print(
-                    f"{r.slot:>5} {r.memory:>8} {params.M:>8} {r.queue:>6}  "
-                    f"{list(r.admitted)} / {list(r.preempted)} / {list(r.completed)}   <- breaks the invariant"
+                    f"{row.slot:>5} {row.memory:>8} {params.M:>8} {row.queue:>6}  "
+                    f"{list(row.admitted)} / {list(row.preempted)} / {list(row.completed)}   <- breaks the invariant"
                 )
             print(f"VIOLATION reproduced: {out.violation}")
         elif out.pending:

@@ -18,10 +18,8 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from kvstab.contract import traits_of
 from kvstab.errors import InvalidArgument
 from kvstab.proofs.verdicts import verdict_json
 
@@ -133,13 +131,13 @@ def _certified(args: argparse.Namespace, marg: MarginResult) -> tuple[float | No
     """The rate ``kvstab.theory.certified.policy_guarantee`` certifies with the *proved* Δ (as a fraction of μ)."""
     from kvstab.proofs.prove import resolve
     from kvstab.theory.certified import policy_guarantee
+    from kvstab.workload import Uniform, Workload
 
     sched, _ = resolve(args.scheduler)
-    proved = SimpleNamespace(
-        name=sched.name, traits=traits_of(sched), margin=lambda params, max_s, max_o: marg.delta
-    )
     params = marg_params(args)
-    return policy_guarantee(proved, params, SimpleNamespace(max_s=marg.max_s, max_o=marg.max_o), 1.0)
+    # the margin run's length bounds, as a workload (the declared margin is read at the same bounds)
+    bounds = Workload(s=Uniform(1, marg.max_s), o=Uniform(1, marg.max_o))
+    return policy_guarantee(sched, params, bounds, 1.0, proved_margin=marg.delta)
 
 
 def marg_params(args: argparse.Namespace) -> Any:
