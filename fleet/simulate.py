@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
@@ -181,10 +182,18 @@ def replica_infos(replicas: Sequence[Replica], workload: Workload) -> tuple[tupl
     infos: list[ReplicaInfo] = []
     deltas: list[float] = []
     for i, r in enumerate(replicas):
-        rep = stability_report(workload, r.params, r.bbar)
-        infos.append(ReplicaInfo(i, rep.mu_per_s, r.params.M, r.bbar, rep.E_g))
-        deltas.append(rep.delta)
+        mu_s, eg, delta = _theory(workload, r.params, r.bbar)
+        infos.append(ReplicaInfo(i, mu_s, r.params.M, r.bbar, eg))
+        deltas.append(delta)
     return tuple(infos), deltas
+
+
+@lru_cache(maxsize=256)
+def _theory(workload: Workload, params: ModelParams, bbar: float) -> tuple[float, float, float]:
+    """``(μ, E[g], δ)`` of one replica; a search runs the same fleet many times
+    (a workload is keyed by identity: it is not hashable by value)."""
+    rep = stability_report(workload, params, bbar)
+    return rep.mu_per_s, rep.E_g, rep.delta
 
 
 def _check(replicas: Sequence[Replica], workload: Workload) -> None:
