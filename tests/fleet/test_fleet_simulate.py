@@ -1,0 +1,120 @@
+"""The fleet simulator: both paths agree request by request, routers route as documented."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvstab.errors import InvalidArgument
+from kvstab.fleet import Replica, load_router, poisson_times, simulate_fleet
+from kvstab.fleet.routers import ReplicaInfo, register_router
+from kvstab.fleet.simulate import replica_infos
+from kvstab.model import ModelParams
+from kvstab.simulator import simulate
+from kvstab.registry import load_scheduler
+from kvstab.arrivals import ArrivalPlan
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _fleet_support import PARAMS, WORKLOAD, two_speed_fleet  # noqa: E402
+
+
+@pytest.mark.parametrize("router", ["round-robin", "random:0.3,0.7", "weighted-rr"])
+def test_static_and_event_paths_agree_request_by_request(router: str) -> None:
+    """The fast engine per replica and the event loop over reference engines give
+    the same finish time to every request (heterogeneous M, b̄ and schedulers)."""
+    fleet = [
+        Replica(ModelParams(M=150, chunk=4), 0.01, "current-fit"),
+        Replica(ModelParams(M=220, chunk=3, block=2), 0.017, "vllm-v1"),
+    ]
+    arr = poisson_times(WORKLOAD, 500.0, 8.0, seed=3)
+    a = simulate_fleet(fleet, router, WORKLOAD, arr, seed=5)
+    b = simulate_fleet(fleet, router, WORKLOAD, arr, seed=5, path="event")
+    assert a.path == "static" and b.path == "event"
+    assert {r.engine for r in a.replicas} == {"fast"} and {r.engine for r in b.replicas} == {"reference"}
+    for x, y in zip(a.replicas, b.replicas):
+        assert np.array_equal(x.request_ids, y.request_ids)
+        assert np.array_equal(x.finish_s, y.finish_s, equal_nan=True)
+        assert x.stats.as_dict() == y.stats.as_dict()
+    assert sum(r.stats.arrived for r in a.replicas) == a.fleet.arrived == len(arr)
+
+
+def test_one_replica_is_the_single_server_model() -> None:
+    """A fleet of one replica is the reference simulator on the arrivals mapped to slots."""
+    rep = Replica(PARAMS, 0.02, "current-fit")
+    arr = poisson_times(WORKLOAD, 150.0, 6.0, seed=1)
+    res = simulate_fleet([rep], "jsq", WORKLOAD, arr)
+    slots = int(np.ceil(6.0 / 0.02))
+    plan = ArrivalPlan(np.floor(arr.time / 0.02).astype(np.int64), arr.s, arr.o)
+    ref = simulate(load_scheduler("current-fit"), PARAMS, plan, slots)
+    fin = np.where(ref.finish >= 0, (ref.finish + 1) * 0.02, np.nan)
+    assert np.array_equal(res.replicas[0].finish_s, fin, equal_nan=True)
+
+
+def test_routers_split_as_documented() -> None:
+    infos, _ = replica_infos(two_speed_fleet(), WORKLOAD)
+    rng = np.random.default_rng(0)
+    n = 30_000
+    rr = load_router("round-robin").assign(n, infos, rng)
+    assert np.array_equal(rr[:4], [0, 1, 0, 1])
+    wrr = load_router("weighted-rr").assign(n, infos, rng)  # ∝ μ: 2/3, 1/3
+    counts = np.cumsum(wrr == 0)
+    assert np.all(np.abs(counts - np.arange(1, n + 1) * 2 / 3) <= 1.0)
+    rnd = load_router("random:1,3").assign(n, infos, rng)
+    share = float(np.mean(rnd == 1))
+    half = 4 * np.sqrt(0.75 * 0.25 / n)
+    assert abs(share - 0.75) < half
+
+
+def test_state_dependent_routers_choose_from_state() -> None:
+    from kvstab.fleet.routers import ReplicaState
+
+    infos, _ = replica_infos(two_speed_fleet(), WORKLOAD)
+    rng = np.random.default_rng(0)
+    busy = ReplicaState(infos[0], waiting=3, running=4, kv_in_use=140, served_area=0)
+    calm = ReplicaState(infos[1], waiting=0, running=4, kv_in_use=20, served_area=0)
+    assert load_router("jsq").choose([busy, calm], rng) == 1
+    assert load_router("least-kv").choose([busy, calm], rng) == 1
+    assert load_router("power-of-d:2").choose([busy, calm], rng) == 1
+    # the fast replica (μ_0 = 2μ_1) holding 5 drains sooner than the slow one holding 3
+    a = ReplicaState(infos[0], waiting=1, running=4, kv_in_use=0, served_area=0)
+    b = ReplicaState(infos[1], waiting=0, running=3, kv_in_use=0, served_area=0)
+    assert load_router("kv-aware").choose([a, b], rng) == 0
+    assert load_router("jsq").choose([a, b], rng) == 1
+
+
+def test_bad_routers_and_fleets_are_one_line_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(InvalidArgument, match="unknown router"):
+        load_router("shortest")
+    with pytest.raises(InvalidArgument, match="takes no argument"):
+        load_router("jsq:3")
+    with pytest.raises(InvalidArgument, match="2 shares for 1 replicas|shares for"):
+        load_router("random:1,1").assign(5, [ReplicaInfo(0, 1.0, 10, 0.1, 5.0)], np.random.default_rng(0))
+    with pytest.raises(InvalidArgument, match="already registered"):
+        register_router("jsq", lambda arg: None)
+    with pytest.raises(InvalidArgument, match="at least one replica"):
+        simulate_fleet([], "round-robin", WORKLOAD, poisson_times(WORKLOAD, 1.0, 1.0))
+    big = Replica(ModelParams(M=10, chunk=4), 0.01)
+    with pytest.raises(InvalidArgument, match="replica 0"):
+        simulate_fleet([big], "round-robin", WORKLOAD, poisson_times(WORKLOAD, 1.0, 1.0))
+    # a plug-in router by module:attr, and one of the wrong shape
+    (tmp_path / "myrouters.py").write_text(
+        "from dataclasses import dataclass\n"
+        "@dataclass(frozen=True)\n"
+        "class First:\n"
+        "    name: str = 'first'\n"
+        "    state_dependent: bool = True\n"
+        "    def choose(self, states, rng):\n"
+        "        return 0\n"
+        "def make(arg):\n"
+        "    return First()\n"
+        "def broken(arg):\n"
+        "    return object()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    res = simulate_fleet(two_speed_fleet(), load_router("myrouters:make"), WORKLOAD, poisson_times(WORKLOAD, 50.0, 2.0))
+    assert res.replicas[1].stats.arrived == 0 and res.path == "event"
+    with pytest.raises(InvalidArgument, match="is not a router"):
+        load_router("myrouters:broken")
