@@ -103,11 +103,12 @@ def _load_trace(args: argparse.Namespace) -> Any:
     return tr
 
 
-def _rates(args: argparse.Namespace, trace: Any) -> Any:
-    """The trace's rate per window, on the scaled clock (``--time-scale`` stretches time)."""
+def _rates(args: argparse.Namespace, trace: Any) -> tuple[Any, float]:
+    """The trace's rate per ``--window`` of its own time, and the window's length,
+    both on the simulated clock (``--time-scale`` multiplies the trace's times)."""
     from kvstab.fleet.arrivals import window_rates
 
-    return window_rates(trace, args.window / args.time_scale) / args.time_scale
+    return window_rates(trace, args.window) / args.time_scale, args.window * args.time_scale
 
 
 def _arrivals(args: argparse.Namespace, workload: Any, trace: Any) -> Any:
@@ -116,7 +117,8 @@ def _arrivals(args: argparse.Namespace, workload: Any, trace: Any) -> Any:
     if (args.lam is None) == (trace is None):
         raise InvalidArgument("give either --lambda (Poisson arrivals) or --trace (the trace's own rate per window)")
     if trace is not None:
-        return piecewise_poisson(workload, _rates(args, trace), args.window, seed=args.seed)
+        rates, window = _rates(args, trace)
+        return piecewise_poisson(workload, rates, window, seed=args.seed)
     return poisson_times(workload, args.lam, args.horizon, seed=args.seed)
 
 
@@ -258,12 +260,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if trace is not None:
         from kvstab.fleet.arrivals import peak_window, piecewise_poisson
 
-        rates = _rates(args, trace)
+        rates, window = _rates(args, trace)
         w, lam = peak_window(rates)
         source = (f"peak of trace {args.trace}: window {w} of {len(rates)}, {args.window:g} s each"
                   f"{'' if args.time_scale == 1 else f', time ×{args.time_scale:g}'}")  # fmt: skip
         if not args.no_verify:
-            arrivals = piecewise_poisson(workload, rates, args.window, seed=args.seed)
+            arrivals = piecewise_poisson(workload, rates, window, seed=args.seed)
     else:
         lam = args.lam
         source = "--lambda"
@@ -303,8 +305,8 @@ def register(subparsers: Any) -> None:
     sim.add_argument("--lambda", dest="lam", type=flags.rate, default=None, help="Poisson arrival rate λ, req/s")
     sim.add_argument("--trace", default=None,
                      help="follow a trace's own arrival rate per window (a shipped name: azure-conv, azure-code, or a path)")  # fmt: skip
-    sim.add_argument("--window", type=_window, default=60.0, help="window of the trace's rate, seconds (default 60)")
-    sim.add_argument("--time-scale", type=_scale, default=1.0, help="stretch the trace's time by this factor (default 1)")
+    sim.add_argument("--window", type=_window, default=60.0, help="window of the trace's rate, seconds of trace time (default 60)")
+    sim.add_argument("--time-scale", type=_scale, default=1.0, help="multiply the trace's times by this factor (0.5: twice the rate; default 1)")
     sim.add_argument("--horizon", type=_horizon, default=600.0, help="seconds simulated with --lambda (default 600)")
     sim.add_argument("--path", choices=("auto", "static", "event"), default="auto",
                      help="auto: fast engine for state-independent routers, else the event loop; event: always")  # fmt: skip
@@ -325,8 +327,8 @@ def register(subparsers: Any) -> None:
     plan.add_argument("--menu", default=None, help="GPU menu, TOML or JSON (default: the shipped example)")
     plan.add_argument("--lambda", dest="lam", type=flags.rate, default=None, help="target load λ, req/s")
     plan.add_argument("--trace", default=None, help="plan for the peak window of a trace's own arrival rate")
-    plan.add_argument("--window", type=_window, default=60.0, help="window of the trace's rate, seconds (default 60)")
-    plan.add_argument("--time-scale", type=_scale, default=1.0, help="stretch the trace's time by this factor (default 1)")
+    plan.add_argument("--window", type=_window, default=60.0, help="window of the trace's rate, seconds of trace time (default 60)")
+    plan.add_argument("--time-scale", type=_scale, default=1.0, help="multiply the trace's times by this factor (0.5: twice the rate; default 1)")
     plan.add_argument("--workload", default=None, help="workload spec (default paper-1:1, or the trace's own law)")
     plan.add_argument("--rho", type=flags.unit_fraction, default=0.8, help="target utilisation ρ in (0, 1] (default 0.8)")
     plan.add_argument("--guarantee", action="store_true", help="plan on μ(1−δ), the proved-stable rate, instead of μ")

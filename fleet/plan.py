@@ -347,15 +347,14 @@ def verify_plan(
     horizon defaults to 40 mean request lifetimes on the slowest replica, and
     at least 20 000 requests.
     """
-    from kvstab.fleet.arrivals import poisson_times
     from kvstab.fleet.critical import evaluate_rate
 
     replicas = plan_replicas(plan)
     split = ",".join(f"{p:.12g}" for p in plan.replica_split())
     spec = router or f"weighted-rr:{split}"
     if horizon_s is None:
-        s, o = workload.sample(np.random.default_rng(0), 4096)
-        life = max(t.bbar * float(np.mean(-(-s // t.chunk) + o)) for t, n in zip(plan.types, plan.counts) if n)
+        ls, lo = workload.sample(np.random.default_rng(0), 4096)  # a mean lifetime n(s) + o, by sampling
+        life = max(t.bbar * float(np.mean(-(-ls // t.chunk) + lo)) for t, n in zip(plan.types, plan.counts) if n)
         horizon_s = max(40 * life, 20_000 / plan.lam)
     horizon_s = positive_float("the verification horizon (seconds)", horizon_s, maximum=1e9)
     threshold = 0.01 * plan.lam

@@ -371,7 +371,7 @@ def _event(
         engines[j].arrive(int(arrivals.s[k]), int(arrivals.o[k]))
         got[j].append(k)
     outs: list[_Outcome] = []
-    for eng, b, ids_list, rep in zip(engines, bbars, got, replicas):
+    for eng, b, ids_list in zip(engines, bbars, got):
         slots = _slots(arrivals.horizon_s, b)
         _advance(eng, slots)
         ids = np.asarray(ids_list, dtype=np.int64)
@@ -380,12 +380,11 @@ def _event(
             if rec.slot < slots:
                 memory[rec.slot] = rec.memory
         reqs = eng.requests
-        col = lambda f: np.fromiter((f(r) for r in reqs), dtype=np.int64, count=len(reqs))  # noqa: E731
+        cols = {k: np.fromiter((getattr(r, k) for r in reqs), dtype=np.int64, count=len(reqs))
+                for k in ("s", "first_admit", "finish", "preemptions")}  # fmt: skip
         outs.append(
-            _Outcome(
-                ids, arrivals.time[ids], col(lambda r: r.s), col(lambda r: r.first_admit), col(lambda r: r.finish),
-                col(lambda r: r.preemptions), memory, "reference",
-            )
+            _Outcome(ids, arrivals.time[ids], cols["s"], cols["first_admit"], cols["finish"], cols["preemptions"],
+                     memory, "reference")  # fmt: skip
         )
     return outs
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kvstab.errors import InvalidArgument
-from kvstab.fleet.plan import GpuType, load_menu, example_menu_path, solve_plan, verify_plan, SLO
+from kvstab.fleet.plan import SLO, GpuType, example_menu_path, load_menu, solve_plan, verify_plan
 from kvstab.workload import parse_workload
 
 W = parse_workload("s=U(1,8),o=U(1,8)")

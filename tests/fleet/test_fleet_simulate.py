@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvstab.arrivals import ArrivalPlan
 from kvstab.errors import InvalidArgument
 from kvstab.fleet import Replica, load_router, poisson_times, simulate_fleet
 from kvstab.fleet.routers import ReplicaInfo, register_router
 from kvstab.fleet.simulate import replica_infos
 from kvstab.model import ModelParams
-from kvstab.simulator import simulate
 from kvstab.registry import load_scheduler
-from kvstab.arrivals import ArrivalPlan
+from kvstab.simulator import simulate
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _fleet_support import PARAMS, WORKLOAD, two_speed_fleet  # noqa: E402
