@@ -17,9 +17,9 @@ replicas, stateless round-robin.  For each scheduler (``vllm-v1`` with vLLM's
 * the gap ``|8μ − λ*|/λ*`` beside the paper's measured 8-GPU gap (3.38 %),
 * the wall time of one fleet run at 8μ (static routing, fast engine),
 
-and writes ``queue-SCHEDULER.png``: the fleet's number in system against time
-at 0.9·λ* and 1.1·λ* (the shape of the paper's Fig. 4: bounded below the
-transition, linear growth above it).
+and writes ``queue-SCHEDULER.png``: the requests waiting in the 8 queues (left)
+and in the fleet (right) against time at 0.9·λ* and 1.1·λ* (the shape of the
+paper's Fig. 4: bounded below the transition, linear growth above it).
 """
 
 from __future__ import annotations
@@ -45,16 +45,23 @@ def _plot(path: str, runs: list[tuple[str, object]]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for label, res in runs:
-        ax.plot(res.grid_s, res.in_system.sum(axis=0), label=label)  # type: ignore[attr-defined]
+        ax.plot(res.grid_s, res.waiting.sum(axis=0), label=label)  # type: ignore[attr-defined]
+        ax2.plot(res.grid_s, res.in_system.sum(axis=0), label=label)  # type: ignore[attr-defined]
     ax.set_xlabel("time (s)")
-    ax.set_ylabel("requests in the fleet")
-    ax.set_title("8 replicas, round-robin, paper 1:1")
+    ax.set_ylabel("requests waiting (all 8 queues)")
+    ax2.set_xlabel("time (s)")
+    ax2.set_ylabel("requests in the fleet (waiting + running)")
+    fig.suptitle("8 replicas, round-robin, paper 1:1")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _fmt(e: object) -> str:
+    return "n/a" if e is None else f"{e.value:+.4f} [{e.low:+.4f}, {e.high:+.4f}]"  # type: ignore[attr-defined]
 
 
 def main() -> None:
@@ -101,8 +108,10 @@ def main() -> None:
             rate = f * cr.critical
             r = simulate_fleet(fleet, "round-robin", w, poisson_times(w, rate, args.horizon, seed=11))
             runs.append((f"λ = {f:g}·λ* = {rate:.2f}/s", r))
-            print(f"  at {f:g}·λ*: {r.fleet.in_system_end} in system at the end, growth "
-                  f"{r.fleet.queue_slope.value:+.4f}/s" if r.fleet.queue_slope else "")
+            tail = r.waiting.sum(axis=0)[len(r.grid_s) // 2 :]
+            print(f"  at {f:g}·λ*: waiting over the last half: mean {tail.mean():.1f}, max {tail.max():.0f}; "
+                  f"{r.fleet.in_system_end} in system at the end; growth "
+                  f"{_fmt(r.fleet.queue_slope)}/s")
         png = os.path.join(args.out, f"queue-{name}.png")
         _plot(png, runs)
         print(f"  figure                  : {png}")

@@ -150,6 +150,9 @@ class FleetResult:
     theory: FleetReport
     grid_s: FloatArray = field(repr=False, metadata={"help": "the time grid's edges, seconds"})
     in_system: FloatArray = field(repr=False, metadata={"help": "number in system per replica at each grid edge"})
+    waiting: FloatArray = field(
+        repr=False, metadata={"help": "requests waiting (not admitted) per replica at each grid edge"}
+    )
 
     @property
     def path_text(self) -> str:
@@ -220,6 +223,7 @@ class _Outcome:
     preemptions: IntArray
     memory: IntArray  # per slot from slot 0
     engine: str
+    queue: IntArray  # waiting at the end of each slot, from slot 0
 
 
 def _percentiles(x: FloatArray) -> dict[str, float]:
@@ -318,7 +322,9 @@ def _static(
         out = run(sched, rep.params, plan, slots, check=check, engine="auto", record=True)
         res = out.result
         assert res is not None  # record=True
-        outs.append(_Outcome(ids, t, res.s, res.first_admit, res.finish, res.preemptions, res.memory, out.engine))
+        outs.append(
+            _Outcome(ids, t, res.s, res.first_admit, res.finish, res.preemptions, res.memory, out.engine, res.queue)
+        )
     return outs
 
 
@@ -375,16 +381,19 @@ def _event(
         slots = _slots(arrivals.horizon_s, b)
         _advance(eng, slots)
         ids = np.asarray(ids_list, dtype=np.int64)
+        # slots skipped while idle keep no record: nothing held, nothing waiting
         memory = np.zeros(slots, dtype=np.int64)
+        queue = np.zeros(slots, dtype=np.int64)
         for rec in eng.records:
             if rec.slot < slots:
                 memory[rec.slot] = rec.memory
+                queue[rec.slot] = rec.queue
         reqs = eng.requests
         cols = {k: np.fromiter((getattr(r, k) for r in reqs), dtype=np.int64, count=len(reqs))
                 for k in ("s", "first_admit", "finish", "preemptions")}  # fmt: skip
         outs.append(
             _Outcome(ids, arrivals.time[ids], cols["s"], cols["first_admit"], cols["finish"], cols["preemptions"],
-                     memory, "reference")  # fmt: skip
+                     memory, "reference", queue)  # fmt: skip
         )
     return outs
 
@@ -435,9 +444,13 @@ def simulate_fleet(
     chunks = [r.params.chunk for r in replicas]
     results: list[ReplicaResult] = []
     series: list[FloatArray] = []
+    waiting: list[FloatArray] = []
     for i, out in enumerate(outs):
         st, q = _stats([out], [bbars[i]], [Ms[i]], [chunks[i]], edges, H, warmup)
         series.append(q)
+        # the queue at time t is the one left by the last slot that ended by t
+        last = np.floor(edges / bbars[i]).astype(np.int64) - 1
+        waiting.append(np.where(last >= 0, out.queue[np.clip(last, 0, out.queue.size - 1)], 0).astype(np.float64))
         fin = np.where(out.finish >= 0, (out.finish + 1) * bbars[i], np.nan)
         results.append(ReplicaResult(replicas[i], infos[i], st, out.engine, out.arrival_s, fin, out.ids))
     fleet, _ = _stats(outs, bbars, Ms, chunks, edges, H, warmup)
@@ -452,4 +465,5 @@ def simulate_fleet(
         theory=fleet_report([i.mu for i in infos], deltas, rate),
         grid_s=edges,
         in_system=np.vstack(series),
+        waiting=np.vstack(waiting),
     )

@@ -39,6 +39,8 @@ def test_static_and_event_paths_agree_request_by_request(router: str) -> None:
         assert np.array_equal(x.finish_s, y.finish_s, equal_nan=True)
         assert x.stats.as_dict() == y.stats.as_dict()
     assert sum(r.stats.arrived for r in a.replicas) == a.fleet.arrived == len(arr)
+    assert np.array_equal(a.waiting, b.waiting) and np.array_equal(a.in_system, b.in_system)
+    assert np.all(a.waiting <= a.in_system) and a.waiting.max() > 0
 
 
 def test_one_replica_is_the_single_server_model() -> None:
