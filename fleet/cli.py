@@ -237,8 +237,9 @@ def _markdown(plan: Any, ver: Any, source: str) -> str:
             f"Verified by simulation ({ver.path}, router {ver.router}, {ver.horizon_s:.4g} s): queue growth at λ "
             f"{ver.slope.value:+.4g} [{ver.slope.low:+.4g}, {ver.slope.high:+.4g}] req/s "
             f"({'stable' if ver.stable else 'NOT STABLE'}); measured capacity {ver.capacity.value:.5g} req/s; "
-            f"**measured margin {100 * ver.margin:.1f} %** (planned {100 * (1 - plan.rho):.1f} %); "
-            f"KV utilisation {ver.utilisation:.2f}; TTFT p50/p90/p99 {_pct(ver.ttft_s)} s; "
+            f"**measured margin {100 * ver.margin:.1f} %** (planned 1 − λ/Σnμ = {100 * (1 - plan.lam / plan.capacity):.1f} %, "
+            f"target ≥ 1 − ρ = {100 * (1 - plan.rho):.1f} %); "
+            f"on {ver.latency_run}: KV utilisation {ver.utilisation:.2f}; TTFT p50/p90/p99 {_pct(ver.ttft_s)} s; "
             f"end-to-end {_pct(ver.e2e_s)} s.",
         ]
         for o in d["slo"]:
@@ -265,7 +266,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         source = (f"peak of trace {args.trace}: window {w} of {len(rates)}, {args.window:g} s each"
                   f"{'' if args.time_scale == 1 else f', time ×{args.time_scale:g}'}")  # fmt: skip
         if not args.no_verify:
-            arrivals = piecewise_poisson(workload, rates, window, seed=args.seed)
+            arrivals = piecewise_poisson(workload, rates, window, seed=args.seed)  # the trace's rate, replayed
     else:
         lam = args.lam
         source = "--lambda"

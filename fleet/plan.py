@@ -301,6 +301,7 @@ class Verification:
     slo: tuple[tuple[str, float, float, bool], ...] = field(
         metadata={"help": "(objective, target s, measured s, met) for each SLO"}
     )
+    latency_run: str = field(default="Poisson arrivals at λ", metadata={"help": "the run the latencies come from"})
 
     @property
     def passed(self) -> bool:
@@ -321,6 +322,7 @@ class Verification:
             "utilisation": self.utilisation,
             "ttft_s": self.ttft_s,
             "e2e_s": self.e2e_s,
+            "latency_run": self.latency_run,
             "slo": [{"objective": o, "target_s": t, "measured_s": m, "met": ok} for o, t, m, ok in self.slo],
             "passed": self.passed,
         }
@@ -377,4 +379,6 @@ def verify_plan(
         stable=at.slope.low <= threshold and at.slope.value <= threshold, threshold=threshold,
         capacity=sat.throughput, margin=1 - plan.lam / sat.throughput.value, utilisation=run.fleet.utilisation,
         ttft_s=run.fleet.ttft_s, e2e_s=run.fleet.e2e_s, slo=tuple(checks),
+        latency_run="Poisson arrivals at λ" if arrivals is None else
+        f"the given arrivals ({len(arrivals)} requests over {arrivals.horizon_s:g} s)",
     )  # fmt: skip
