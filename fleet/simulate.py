@@ -205,10 +205,13 @@ def _check(replicas: Sequence[Replica], workload: Workload) -> None:
     for i, r in enumerate(replicas):
         if not isinstance(r, Replica):
             raise InvalidArgument(f"replica {i} must be a Replica, got {r!r}")
-        try:
-            workload.check_fits(r.params)
-        except InvalidArgument as exc:
-            raise InvalidArgument(f"replica {i} ({r.name or r.scheduler}): {exc}") from None
+        if not r.params.fits_total(workload.max_total):
+            # a size-blind router may send any request anywhere: every replica must fit every request
+            raise InvalidArgument(
+                f"replica {i} ({r.name or r.scheduler}): requests of workload {workload.describe()!r} need up to "
+                f"{r.params.peak(workload.max_total)} tokens at their peak but its M = {r.params.M}; a size-blind "
+                "router may send any request to any replica: raise M"
+            )
 
 
 @dataclass
