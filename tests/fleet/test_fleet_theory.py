@@ -101,3 +101,22 @@ def test_the_split_proportional_to_mu_beats_round_robin(router: str) -> None:
     lam, rr, _ = _growth("round-robin", 2.4, seed=1)
     _, opt, _ = _growth(router, 2.4, seed=1)
     assert _unstable(lam, rr) and _stable(lam, opt), (rr, opt)
+
+
+def test_the_critical_rate_search_brackets_round_robins_2mu2() -> None:
+    """Bisection on the growth finds round-robin's λ* a few % under 2μ_1 (current-fit
+    saturates a little below μ), and the saturated throughput agrees with it."""
+    from kvstab.fleet.critical import find_fleet_critical_rate
+
+    mu2 = _mu_slow()
+    cr = find_fleet_critical_rate(two_speed_fleet(), "round-robin", WORKLOAD, horizon_s=20.0, tolerance=0.02, seeds=3)
+    assert cr.theory_rate == pytest.approx(2 * mu2)
+    assert cr.resolved and cr.low <= cr.critical <= cr.high
+    assert 0.9 * 2 * mu2 < cr.critical < 2 * mu2, (cr.critical / mu2, cr.notes)
+    # at the overload 1.2·2μ_1 the fast replica serves all of its λ/2 = 1.2 μ_1 and the
+    # slow one its saturated rate, which is λ*/2
+    sat = cr.saturated
+    assert sat is not None
+    assert 1.2 * mu2 + cr.low / 2 - 0.02 * mu2 < sat.value < 1.2 * mu2 + cr.high / 2 + 0.02 * mu2, (sat, cr)
+    bad = [e for e in cr.evaluations if e.verdict == "stable" and e.rate > cr.high + cr.threshold]
+    assert not bad, bad
