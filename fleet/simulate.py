@@ -369,7 +369,8 @@ def _event(
     for k in range(n):
         t = float(arrivals.time[k])
         for eng, b in zip(engines, bbars):
-            _advance(eng, int(t // b))
+            # floor(t/b), as the static path maps arrivals (Python's t // b is not: 1.0 // 0.1 == 9.0)
+            _advance(eng, math.floor(t / b))
         if fixed is not None:
             j = int(fixed[k])
         else:

@@ -120,3 +120,50 @@ def test_bad_routers_and_fleets_are_one_line_errors(tmp_path: Path, monkeypatch:
     assert res.replicas[1].stats.arrived == 0 and res.path == "event"
     with pytest.raises(InvalidArgument, match="is not a router"):
         load_router("myrouters:broken")
+
+
+def test_arrivals_on_slot_boundaries_map_alike_on_both_paths() -> None:
+    """``t = 1.0`` s with ``b̄ = 0.1`` is slot 10 (``1.0 // 0.1`` is 9.0 in floating point)."""
+    from kvstab.fleet.arrivals import FleetArrivals
+
+    times = np.asarray([0.3, 0.7, 1.0, 1.0, 2.3, 2.9], dtype=np.float64)
+    arr = FleetArrivals(times, np.full(6, 3, dtype=np.int64), np.full(6, 2, dtype=np.int64), 4.0)
+    fleet = [Replica(ModelParams(M=20, chunk=4), 0.1)]
+    a = simulate_fleet(fleet, "round-robin", WORKLOAD, arr)
+    b = simulate_fleet(fleet, "round-robin", WORKLOAD, arr, path="event")
+    assert np.array_equal(a.replicas[0].finish_s, b.replicas[0].finish_s)
+
+
+def test_entry_point_routers_are_found_and_a_broken_one_is_skipped_with_its_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import kvstab.fleet.routers as routers
+
+    (tmp_path / "eprouters.py").write_text(
+        "from kvstab.fleet.routers import RoundRobin\n"
+        "def make(arg):\n"
+        "    return RoundRobin(name='ep-rr')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    class EP:
+        def __init__(self, name: str, value: str) -> None:
+            self.name, self.value = name, value
+
+    eps = [EP("ep-rr", "eprouters:make"), EP("jsq", "eprouters:make"), EP("gone", "no_such_module_x:make")]
+    monkeypatch.setattr(routers, "entry_points", lambda group: eps if group == routers.ENTRY_POINT_GROUP else [])
+    monkeypatch.setattr(routers, "_REGISTRY", None)
+    assert load_router("ep-rr").name == "ep-rr"
+    err = capsys.readouterr().err
+    assert "skipped router entry point 'jsq'" in err and "already registered" in err and "'gone'" in err
+    with pytest.raises(InvalidArgument, match="no_such_module_x"):
+        load_router("gone")
+    assert "jsq" in routers.router_names() and load_router("jsq").state_dependent
+
+
+def test_the_docs_list_every_built_in_router() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "fleet.md").read_text(encoding="utf-8")
+    from kvstab.fleet import router_names
+
+    for name in router_names():
+        assert f"| `{name}" in text, name
