@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/bench_fleet.py [--schedulers current-fit,vllm-v1] [--horizon 1500] [--seeds 3]
+    python benchmarks/bench_fleet.py [--schedulers current-fit,vllm-v1] [--horizon 6000] [--seeds 4]
                                      [--tolerance 0.01] [--out bench-fleet]
 
 The paper's setting (``docs/MODEL.md``): Meta-Llama-3-8B on A100s, M = 131 000,
@@ -67,8 +67,8 @@ def _fmt(e: object) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--schedulers", default="current-fit,vllm-v1")
-    ap.add_argument("--horizon", type=float, default=1500.0, help="seconds per replication")
-    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--horizon", type=float, default=6000.0, help="seconds per replication")
+    ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--tolerance", type=float, default=0.01, help="half-width target, × 8μ")
     ap.add_argument("--out", default="bench-fleet")
     args = ap.parse_args()

@@ -170,8 +170,9 @@ class WeightedRoundRobin:
     """Deterministic weighted round-robin with shares ``p_i`` (default ∝ μ_i).
 
     Replica ``i``'s ``j``-th request is due at ``(j + ½)/p_i`` on an arrival
-    counter; requests go out in order of due time (smooth WRR: the count each
-    replica has received after ``k`` requests stays within one of ``k·p_i``).
+    counter; requests go out in order of due time (smooth WRR: after ``k``
+    requests replica ``i`` has received ``k·p_i`` within ``(1 + N·p_i)/2`` —
+    within one when the shares are equal).
     """
 
     arg: str | None = None
