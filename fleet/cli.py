@@ -221,7 +221,7 @@ def _markdown(plan: Any, ver: Any, source: str) -> str:
         "# kvstab plan",
         "",
         f"Load λ = {plan.lam:.5g} req/s ({source}), target utilisation ρ = {plan.rho:g}"
-        f"{', guarantee rates μ(1−δ)' if plan.guarantee else ''}; solver: {plan.solver}.",
+        f"{', on certified rates' if plan.guarantee else ''}; solver: {plan.solver}.",
         "",
         "| GPU type | M (tokens) | b̄ (s) | μ (req/s) | replicas | available | req/s routed | load per replica | cost/h |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -332,7 +332,7 @@ def register(subparsers: Any) -> None:
     plan.add_argument("--time-scale", type=_scale, default=1.0, help="multiply the trace's times by this factor (0.5: twice the rate; default 1)")
     plan.add_argument("--workload", default=None, help="workload spec (default paper-1:1, or the trace's own law)")
     plan.add_argument("--rho", type=flags.unit_fraction, default=0.8, help="target utilisation ρ in (0, 1] (default 0.8)")
-    plan.add_argument("--guarantee", action="store_true", help="plan on μ(1−δ), the proved-stable rate, instead of μ")
+    plan.add_argument("--guarantee", action="store_true", help="plan on each scheduler's certified stable rate instead of μ (none for preempting schedulers)")
     plan.add_argument("--router", default=None, help="router for the verification (default weighted-rr with the plan's split)")
     plan.add_argument("--slo-ttft", type=_slo("ttft"), action="append", metavar="PCT=S", help="e.g. p99=2.5 (repeatable)")
     plan.add_argument("--slo-e2e", type=_slo("e2e"), action="append", metavar="PCT=S", help="e.g. p90=60 (repeatable)")

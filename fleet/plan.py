@@ -10,9 +10,10 @@ second sent to type ``k``, split evenly over its ``n_k`` replicas):
     minimise   Σ c_k·n_k
     subject to Σ x_k = λ,   0 ≤ x_k ≤ ρ·r_k·n_k,   n_k ∈ {0, …, a_k}
 
-with ``r_k = μ_k`` (``ρ`` is the target utilisation; ``--guarantee`` uses
-``r_k = μ_k(1 − δ_k)``, the rate below which a non-preempting replica is
-proved stable).  The per-replica constraint ``x_k/n_k ≤ ρ·r_k`` is the static
+with ``r_k = μ_k`` (``ρ`` is the target utilisation; ``--guarantee`` uses the
+rate certified for the type's scheduler, :func:`kvstab.theory.certified.policy_guarantee`:
+``μ_k(1 − Δ/M_k)`` for a non-preempting policy with a margin ``Δ``, nothing for
+a preempting one).  The per-replica constraint ``x_k/n_k ≤ ρ·r_k`` is the static
 split's stability condition of :mod:`kvstab.theory.fleet` (``λ·p_i < μ_i``)
 with the margin ``ρ``; the split it yields is ``p_i = x_k/(n_k·λ)``.  It is a
 mixed-integer linear program, written in cvxpy and solved with
@@ -151,7 +152,7 @@ class Plan:
 
     lam: float = field(metadata={"help": "the target load λ, req/s"})
     rho: float = field(metadata={"help": "target utilisation ρ"})
-    guarantee: bool = field(metadata={"help": "whether μ_k(1 − δ_k) was used instead of μ_k"})
+    guarantee: bool = field(metadata={"help": "whether the certified rates were used instead of μ_k"})
     types: tuple[GpuType, ...]
     mus: tuple[float, ...] = field(metadata={"help": "μ_k of each type, req/s"})
     deltas: tuple[float, ...] = field(metadata={"help": "δ_k of each type"})
@@ -206,6 +207,25 @@ def _rates(types: Sequence[GpuType], workload: Workload) -> tuple[list[float], l
     return mus, deltas
 
 
+def _certified(types: Sequence[GpuType], workload: Workload, mus: Sequence[float]) -> list[float]:
+    """Each type's certified stable rate (:func:`kvstab.theory.certified.policy_guarantee`
+    for its scheduler: ``μ(1 − Δ/M)`` for a non-preempting policy with a margin ``Δ``);
+    0 for a type whose scheduler has none.  None at all is refused: a guarantee
+    that covers no replica is no guarantee."""
+    from kvstab.registry import load_scheduler
+    from kvstab.theory.certified import policy_guarantee
+
+    rates: list[float] = []
+    why: list[str] = []
+    for t, m in zip(types, mus):
+        rate, reason = policy_guarantee(load_scheduler(t.scheduler), t.params(), workload, m)
+        rates.append(0.0 if rate is None else rate)
+        why.append(f"{t.name} ({t.scheduler}): {reason}")
+    if not any(r > 0 for r in rates):
+        raise InvalidArgument("--guarantee: no GPU type of the menu has a certified stable rate; " + "; ".join(why))
+    return rates
+
+
 def _infeasible(lam: float, rho: float, types: Sequence[GpuType], rates: Sequence[float], what: str) -> str:
     need = lam / rho
     have = sum(t.available * r for t, r in zip(types, rates))
@@ -235,8 +255,8 @@ def solve_plan(
         raise InvalidArgument("the GPU menu is empty")
     mus, deltas = _rates(types, workload)
     if guarantee:
-        rates = [m * (1 - d) if d < 1 else 0.0 for m, d in zip(mus, deltas)]
-        what = "μ_k(1−δ_k)"
+        rates = _certified(types, workload, mus)
+        what = "certified rate"
     else:
         rates = list(mus)
         what = "μ_k"

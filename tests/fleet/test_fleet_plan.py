@@ -74,13 +74,44 @@ def test_a_known_optimum() -> None:
     assert plan.counts == (2, 1) and plan.cost_per_hour == pytest.approx(7.0)
 
 
-def test_guarantee_plans_on_mu_one_minus_delta() -> None:
+CERTIFIED = """
+from dataclasses import dataclass
+from kvstab.contract import Decision, Traits
+
+
+@dataclass(frozen=True)
+class Certified:
+    name: str = "certified-double"
+    description: str = "a test double: declares a margin, never runs"
+    traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=False, preempts=False)
+
+    def margin(self, params, max_s, max_o):
+        return 15
+
+    def decide(self, view, ops):
+        return Decision(admit=tuple(False for _ in view.waiting), preempt=tuple(False for _ in view.active))
+
+
+SCHEDULER = Certified()
+"""
+
+
+def test_guarantee_plans_on_certified_rates_and_refuses_when_none_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     g = GpuType("g", M=150, bbar=0.02, cost_per_hour=1.0, available=50, chunk=4)
-    p = solve_plan([g], W, 1.0, 1.0)
-    lam = 4 * p.mus[0]  # exactly 4 replicas by μ; more by μ(1 − δ)
+    mu = solve_plan([g], W, 1.0, 1.0).mus[0]
+    lam = 4 * mu  # exactly 4 replicas by μ
     assert solve_plan([g], W, lam, 1.0).counts == (4,)
-    q = solve_plan([g], W, lam, 1.0, guarantee=True)
-    assert q.counts == (math.ceil(lam / (p.mus[0] * (1 - p.deltas[0]))),) and q.counts[0] > 4
+    # current-fit preempts: nothing is certified, and --guarantee says so instead of planning
+    with pytest.raises(InvalidArgument, match="no GPU type of the menu has a certified stable rate.*preempts"):
+        solve_plan([g], W, lam, 1.0, guarantee=True)
+    # a scheduler certified at μ(1 − Δ/M) = μ·(1 − 15/150): ⌈4/0.9⌉ = 5 replicas
+    (tmp_path / "certified_double.py").write_text(CERTIFIED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    c = replace(g, scheduler="certified_double:SCHEDULER")
+    q = solve_plan([c, g], W, lam, 1.0, guarantee=True)
+    assert q.counts == (math.ceil(4 / 0.9), 0)
 
 
 def test_infeasible_names_the_binding_constraint() -> None:
