@@ -92,6 +92,17 @@ def test_plan_for_a_trace_peak(capsys: pytest.CaptureFixture[str]) -> None:
     assert "peak of trace azure-code" in d["source"]
 
 
+def test_fleet_critical_json(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["fleet", "critical", *SMALL, "--horizon", "20", "--tolerance", "0.02", "--quiet", "--json"]
+    assert main(argv) == 0
+    d = json.loads(capsys.readouterr().out)
+    # round-robin on μ = (2μ_1, μ_1): theory 2μ_1 = Σμ·2/3, λ* a few % under it
+    assert d["theory_critical_per_s"] == pytest.approx(d["mu_total_per_s"] * 2 / 3)
+    assert 0.9 < d["critical_rate_per_s"] / d["theory_critical_per_s"] < 1.0
+    lo, hi = d["interval_per_s"]
+    assert lo <= d["critical_rate_per_s"] <= hi
+
+
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
