@@ -138,8 +138,9 @@ def find_fleet_critical_rate(
     """``λ*`` of ``replicas`` behind ``router`` to within ``tolerance·Σμ`` (see the module docstring).
 
     The bracket starts at the router's theoretical critical rate (round-robin:
-    ``N·min μ_i``; a random or weighted split: ``min μ_i/p_i``; a
-    state-dependent router: ``Σ μ_i``) ± 10 % and widens until it brackets.
+    ``N·min μ_i``; a random or weighted split: ``min μ_i/p_i`` with the shares it
+    gives over 200 000 draws; a state-dependent router: ``Σ μ_i``) ± 10 % and
+    widens until it brackets.
     ``overload`` (× that rate): also measure the saturated throughput there
     (``None``: skip).
     """
@@ -172,17 +173,28 @@ def find_fleet_critical_rate(
         return v
 
     lo, hi = 0.9 * theory, 1.1 * theory
-    while ev(lo).verdict != "stable" and len(evals) < max_evaluations:
-        hi, lo = lo, lo * 0.8
-    while ev(hi).verdict != "unstable" and len(evals) < max_evaluations:
+    low_ok = high_ok = False
+    while len(evals) < max_evaluations:
+        if ev(lo).verdict == "stable":
+            low_ok = True
+            break
+        hi, lo = lo, lo * 0.8  # lo was unstable: it bounds λ* from above
+        high_ok = True
+    while not high_ok and len(evals) < max_evaluations:
+        if ev(hi).verdict == "unstable":
+            high_ok = True
+            break
         lo, hi = hi, hi * 1.2
+    if not (low_ok and high_ok):
+        notes.append(f"no bracket within {max_evaluations} evaluations: no rate was found "
+                     f"{'stable' if not low_ok else 'unstable'}")  # fmt: skip
     while (hi - lo) / 2 > tol and len(evals) < max_evaluations:
         mid = (lo + hi) / 2
         if ev(mid).verdict == "stable":
             lo = mid
         else:
             hi = mid
-    resolved = (hi - lo) / 2 <= tol * (1 + 1e-9)
+    resolved = low_ok and high_ok and (hi - lo) / 2 <= tol * (1 + 1e-9)
     if not resolved:
         notes.append(f"the interval did not reach ±{tol:.4g}/s within {max_evaluations} evaluations")
     saturated = None
