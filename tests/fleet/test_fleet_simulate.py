@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kvstab.arrivals import ArrivalPlan
 from kvstab.errors import InvalidArgument
@@ -177,3 +179,31 @@ def test_the_docs_list_every_built_in_router() -> None:
 
     for name in router_names():
         assert f"| `{name}" in text, name
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=st.data(),
+    n=st.integers(1, 3),
+    router=st.sampled_from(["round-robin", "random", "weighted-rr:mu", "random:mu"]),
+    rate=st.floats(50.0, 600.0),
+    seed=st.integers(0, 2**16),
+)
+def test_both_paths_agree_on_random_fleets(data: st.DataObject, n: int, router: str, rate: float, seed: int) -> None:
+    """Any small heterogeneous fleet, any static router: the fast engine per replica and
+    the event loop give every request the same finish time."""
+    fleet = []
+    for _ in range(n):
+        M = data.draw(st.integers(16, 200), label="M")
+        block = data.draw(st.sampled_from([1, 2, 4]), label="block")
+        params = ModelParams(M=max(M, 16 + block), chunk=data.draw(st.integers(1, 8), label="chunk"), block=block)
+        bbar = data.draw(st.sampled_from([0.005, 0.01, 0.013, 0.02, 0.1]), label="bbar")
+        sched = data.draw(st.sampled_from(["current-fit", "vllm-v1", "reserve", "lookahead"]), label="scheduler")
+        fleet.append(Replica(params, bbar, sched))
+    arr = poisson_times(WORKLOAD, rate, 2.0, seed=seed)
+    a = simulate_fleet(fleet, router, WORKLOAD, arr, seed=seed)
+    b = simulate_fleet(fleet, router, WORKLOAD, arr, seed=seed, path="event")
+    for x, y in zip(a.replicas, b.replicas):
+        assert np.array_equal(x.request_ids, y.request_ids)
+        assert np.array_equal(x.finish_s, y.finish_s, equal_nan=True)
+    assert np.array_equal(a.waiting, b.waiting)
