@@ -1,8 +1,9 @@
 """``kvstab.fleet``: replicas behind a router — simulation, routers, capacity planning.
 
 Start with :func:`simulate_fleet` (a fleet of :class:`Replica` behind a router
-from :mod:`kvstab.fleet.routers`), :func:`find_fleet_critical_rate` (the
-fleet's critical rate by bisection on the queue growth) and :func:`plan_fleet`
+from :mod:`kvstab.fleet.routers`), :func:`kvstab.fleet.critical.find_fleet_critical_rate`
+(the fleet's critical rate by bisection on the queue growth) and
+:func:`kvstab.fleet.plan.solve_plan` / :func:`kvstab.fleet.plan.verify_plan`
 (the cheapest fleet from a GPU menu, by a mixed-integer program, verified by
 simulation).  The theory these are checked against is :mod:`kvstab.theory.fleet`.
 See ``docs/fleet.md``.
