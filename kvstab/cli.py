@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "kvstab.audit.cli",
     "kvstab.live.cli",
     "kvstab.props_cli",
+    "kvstab.fleet.cli",
 )
 
 

@@ -12,7 +12,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 cp -r "$root/kvstab" "$tmp/kvstab"
-for sub in theory proofs empirical audit live; do
+for sub in theory proofs empirical audit live fleet; do
   cp -r "$root/$sub" "$tmp/kvstab/$sub"
 done
 find "$tmp" -name __pycache__ -prune -exec rm -rf {} +

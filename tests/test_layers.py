@@ -35,6 +35,7 @@ PACKAGES = {
     "audit": "kvstab.audit",
     "live": "kvstab.live",
     "props": "kvstab.props",
+    "fleet": "kvstab.fleet",
 }
 
 CORE, THEORY, WINGS, AUDIT, CLI_HELPERS, COMMANDS, DISPATCHER = range(7)
@@ -50,6 +51,7 @@ EXACT = {
     "kvstab.audit.cli": COMMANDS,
     "kvstab.live.cli": COMMANDS,
     "kvstab.props_cli": COMMANDS,
+    "kvstab.fleet.cli": COMMANDS,
     "kvstab.checks": WINGS,
     "kvstab.strategies": WINGS,
     "kvstab.pytest_plugin": WINGS,
@@ -61,6 +63,7 @@ PREFIXES = {
     "kvstab.empirical": WINGS,
     "kvstab.live": WINGS,
     "kvstab.audit": AUDIT,
+    "kvstab.fleet": AUDIT,
     "kvstab.schedulers": CORE,
     "kvstab.data": CORE,
     # the fast engine reproduces vLLM's lifecycle too (kvstab.empirical.semantics): it sits beside empirical

@@ -1,0 +1,408 @@
+"""Routers: which replica of a fleet an arriving request goes to.
+
+Two kinds, because they cost differently to simulate:
+
+* **state-independent** routers (``state_dependent = False``) decide from the
+  arrival sequence alone — round-robin, weighted round-robin, a random split.
+  They implement ``assign(n, replicas, rng)``, which routes a whole plan at
+  once; the fleet simulator then runs every replica on its own with the fast
+  engine (exact: a replica's outcome depends only on the requests it gets).
+* **state-dependent** routers (``state_dependent = True``) look at the
+  replicas when a request arrives — join-shortest-queue, least KV in use,
+  power-of-d, the KV-aware router.  They implement ``choose(states, rng)``;
+  the simulator steps the replicas together in time order.
+
+Every router is **size-blind**: it never reads the request's ``s`` or ``o``
+(``kvstab.theory.fleet`` assumes so: each replica then sees the workload's
+own length law).
+
+Routers are found by name in one registry, like schedulers
+(:mod:`kvstab.registry`): the built-ins, plug-ins advertised in the
+entry-point group ``kvstab.routers`` (the value is ``module:attr`` naming a
+router factory), or a ``module:attr`` spec.  A spec may carry one argument
+after a colon: ``power-of-d:3``, ``random:0.7,0.3``, ``weighted-rr:mu``.
+A factory is called as ``factory(arg)`` with that argument (``None`` when
+there is none) and returns the router.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from kvstab.errors import InvalidArgument
+from kvstab.validation import positive_float, positive_int
+
+__all__ = [
+    "ReplicaInfo",
+    "ReplicaState",
+    "Router",
+    "RouterFactory",
+    "RoundRobin",
+    "WeightedRoundRobin",
+    "RandomSplit",
+    "JoinShortestQueue",
+    "LeastKV",
+    "PowerOfD",
+    "KVAware",
+    "load_router",
+    "router_names",
+    "register_router",
+    "ENTRY_POINT_GROUP",
+]
+
+ENTRY_POINT_GROUP = "kvstab.routers"
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    """What a router may know of a replica in advance (no state)."""
+
+    index: int = field(metadata={"help": "position of the replica in the fleet"})
+    mu: float = field(metadata={"help": "μ_i = M_i/(b̄_i·E_i[g]), requests per second"})
+    M: int = field(metadata={"help": "KV capacity, tokens"})
+    bbar: float = field(metadata={"help": "batch time b̄_i, seconds per slot"})
+    expected_g: float = field(metadata={"help": "E_i[g], token·slots of one request on this replica"})
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """A replica as a state-dependent router sees it when a request arrives."""
+
+    info: ReplicaInfo
+    waiting: int = field(metadata={"help": "requests in the queue"})
+    running: int = field(metadata={"help": "requests admitted and not finished"})
+    kv_in_use: int = field(metadata={"help": "KV tokens held after the replica's last slot"})
+    served_area: int = field(
+        metadata={"help": "area already served to the running requests in their current attempts (token·slots)"}
+    )
+
+    @property
+    def in_system(self) -> int:
+        """Waiting plus running."""
+        return self.waiting + self.running
+
+    @property
+    def predicted_drain_s(self) -> float:
+        """Seconds this replica needs to clear what it holds plus one more request,
+        predicted size-blind: each request counts ``E_i[g]`` of area, less the area
+        the running ones have been served, at ``M_i/b̄_i`` area per second — i.e.
+        the outstanding load in ``E[g]`` units over ``μ_i``."""
+        i = self.info
+        area = max(i.expected_g * (self.in_system + 1) - self.served_area, i.expected_g)
+        return area / i.expected_g / i.mu
+
+
+@runtime_checkable
+class Router(Protocol):
+    """A router: a ``name``, whether it reads the replicas' state, and the method of its kind."""
+
+    name: str
+    state_dependent: bool
+
+
+class StaticRouter(Router, Protocol):
+    """A state-independent router: routes a whole arrival sequence at once."""
+
+    def assign(self, n: int, replicas: Sequence[ReplicaInfo], rng: np.random.Generator) -> IntArray:
+        """The replica of each of ``n`` arrivals, in arrival order."""
+        ...
+
+
+class DynamicRouter(Router, Protocol):
+    """A state-dependent router: picks one replica per arrival."""
+
+    def choose(self, states: Sequence[ReplicaState], rng: np.random.Generator) -> int:
+        """The index of the replica the arriving request goes to."""
+        ...
+
+
+RouterFactory = Callable[[str | None], Any]
+
+
+def _weights(arg: str | None, replicas: Sequence[ReplicaInfo], default: str) -> npt.NDArray[np.float64]:
+    """Shares from ``mu`` (∝ μ_i), ``equal`` or a comma list of positive weights (normalised)."""
+    text = (arg or default).strip()
+    n = len(replicas)
+    if text == "mu":
+        w = np.asarray([r.mu for r in replicas], dtype=np.float64)
+    elif text == "equal":
+        w = np.ones(n)
+    else:
+        parts = [p for p in text.split(",")]
+        if len(parts) != n:
+            raise InvalidArgument(
+                f"router weights {text!r} give {len(parts)} shares for {n} replicas; "
+                "valid: 'mu', 'equal' or one positive number per replica"
+            )
+        w = np.asarray([positive_float("a router weight", p.strip(), maximum=1e12) for p in parts])
+    return w / w.sum()
+
+
+def _no_arg(name: str, arg: str | None) -> None:
+    if arg is not None:
+        raise InvalidArgument(f"router {name!r} takes no argument, got {name}:{arg}")
+
+
+@dataclass(frozen=True, slots=True)
+class RoundRobin:
+    """Request ``k`` goes to replica ``k mod N`` (the paper's 8-GPU experiment)."""
+
+    name: str = "round-robin"
+    state_dependent: bool = False
+
+    def assign(self, n: int, replicas: Sequence[ReplicaInfo], rng: np.random.Generator) -> IntArray:
+        """``0, 1, …, N−1, 0, 1, …``."""
+        return np.arange(n, dtype=np.int64) % len(replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedRoundRobin:
+    """Deterministic weighted round-robin with shares ``p_i`` (default ∝ μ_i).
+
+    Replica ``i``'s ``j``-th request is due at ``(j + ½)/p_i`` on an arrival
+    counter; requests go out in order of due time (smooth WRR: after ``k``
+    requests replica ``i`` has received ``k·p_i`` within ``(1 + N·p_i)/2`` —
+    within one when the shares are equal).
+    """
+
+    arg: str | None = None
+    name: str = "weighted-rr"
+    state_dependent: bool = False
+
+    def assign(self, n: int, replicas: Sequence[ReplicaInfo], rng: np.random.Generator) -> IntArray:
+        """The replicas in order of their due times."""
+        p = _weights(self.arg, replicas, "mu")
+        due: list[npt.NDArray[np.float64]] = []
+        who: list[IntArray] = []
+        for i, pi in enumerate(p):
+            if pi <= 0:
+                continue
+            k = int(np.ceil(n * pi)) + 1
+            due.append((np.arange(k) + 0.5) / pi)
+            who.append(np.full(k, i, dtype=np.int64))
+        d = np.concatenate(due)
+        w = np.concatenate(who)
+        order = np.lexsort((w, d))  # ties: lower index first, so the sequence is reproducible
+        return w[order][:n].copy()
+
+
+@dataclass(frozen=True, slots=True)
+class RandomSplit:
+    """Each request independently to replica ``i`` with probability ``p_i`` (default equal).
+
+    This is the split ``kvstab.theory.fleet`` proves exact results for: replica
+    ``i`` sees a Poisson stream of rate ``λ·p_i``.
+    """
+
+    arg: str | None = None
+    name: str = "random"
+    state_dependent: bool = False
+
+    def assign(self, n: int, replicas: Sequence[ReplicaInfo], rng: np.random.Generator) -> IntArray:
+        """Independent draws from the split."""
+        p = _weights(self.arg, replicas, "equal")
+        return rng.choice(len(replicas), size=n, p=p).astype(np.int64)
+
+
+def _argmin_random(keys: npt.NDArray[np.float64], rng: np.random.Generator) -> int:
+    """Index of the smallest key, ties broken uniformly at random (a fixed tie
+    order would favour low indices and bias the split)."""
+    best = np.flatnonzero(keys == keys.min())
+    return int(best[0] if best.size == 1 else rng.choice(best))
+
+
+@dataclass(frozen=True, slots=True)
+class JoinShortestQueue:
+    """To the replica with the fewest requests in system (waiting + running)."""
+
+    name: str = "jsq"
+    state_dependent: bool = True
+
+    def choose(self, states: Sequence[ReplicaState], rng: np.random.Generator) -> int:
+        """The least loaded replica by count."""
+        return _argmin_random(np.asarray([s.in_system for s in states], dtype=np.float64), rng)
+
+
+@dataclass(frozen=True, slots=True)
+class LeastKV:
+    """To the replica with the smallest fraction of its KV cache in use; ties by
+    requests in system."""
+
+    name: str = "least-kv"
+    state_dependent: bool = True
+
+    def choose(self, states: Sequence[ReplicaState], rng: np.random.Generator) -> int:
+        """The replica with the most free KV (as a fraction of ``M_i``)."""
+        frac = np.asarray([s.kv_in_use / s.info.M for s in states], dtype=np.float64)
+        # a replica with a queue is fuller than its KV says: break ties (and an idle KV
+        # behind a waiting queue) by the count in system
+        count = np.asarray([s.in_system for s in states], dtype=np.float64)
+        return _argmin_random(frac + count * 1e-9, rng)
+
+
+@dataclass(frozen=True, slots=True)
+class PowerOfD:
+    """Sample ``d`` distinct replicas uniformly; join the shortest of them (default ``d = 2``)."""
+
+    arg: str | None = None
+    name: str = "power-of-d"
+    state_dependent: bool = True
+
+    @property
+    def d(self) -> int:
+        """How many replicas are sampled per request."""
+        return 2 if self.arg is None else positive_int("power-of-d's d", self.arg, maximum=1 << 20)
+
+    def choose(self, states: Sequence[ReplicaState], rng: np.random.Generator) -> int:
+        """The shortest of ``d`` sampled replicas."""
+        d = min(self.d, len(states))
+        picked = rng.choice(len(states), size=d, replace=False)
+        counts = np.asarray([states[int(i)].in_system for i in picked], dtype=np.float64)
+        return int(picked[_argmin_random(counts, rng)])
+
+
+@dataclass(frozen=True, slots=True)
+class KVAware:
+    """To the replica that would drain soonest: the outstanding load in ``E_i[g]``
+    units over ``μ_i`` (:attr:`ReplicaState.predicted_drain_s`).  On a fleet with
+    different ``μ_i`` it is the rate-aware JSQ: a replica twice as fast may hold
+    twice the requests."""
+
+    name: str = "kv-aware"
+    state_dependent: bool = True
+
+    def choose(self, states: Sequence[ReplicaState], rng: np.random.Generator) -> int:
+        """The replica with the least predicted drain time."""
+        return _argmin_random(np.asarray([s.predicted_drain_s for s in states], dtype=np.float64), rng)
+
+
+def _plain(cls: type) -> RouterFactory:
+    def make(arg: str | None) -> Any:
+        _no_arg(cls.name, arg)  # type: ignore[attr-defined]
+        return cls()
+
+    return make
+
+
+_BUILTINS: dict[str, RouterFactory] = {
+    "round-robin": _plain(RoundRobin),
+    "weighted-rr": lambda arg: WeightedRoundRobin(arg),
+    "random": lambda arg: RandomSplit(arg),
+    "jsq": _plain(JoinShortestQueue),
+    "least-kv": _plain(LeastKV),
+    "power-of-d": lambda arg: PowerOfD(arg),
+    "kv-aware": _plain(KVAware),
+}
+
+
+def check_router_shape(obj: Any) -> str | None:
+    """What is wrong with ``obj`` as a router, or ``None``."""
+    name = getattr(obj, "name", None)
+    if not isinstance(name, str) or not name.strip():
+        return "it needs a non-empty string attribute 'name'"
+    dep = getattr(obj, "state_dependent", None)
+    if not isinstance(dep, bool):
+        return "it needs a bool attribute 'state_dependent'"
+    method = "choose" if dep else "assign"
+    if not callable(getattr(obj, method, None)):
+        kind = "choose(states, rng) -> int" if dep else "assign(n, replicas, rng) -> array of replica indices"
+        return f"a {'state-dependent' if dep else 'state-independent'} router needs a method {kind}"
+    return None
+
+
+class _Registry:
+    """Router factories keyed by name; a duplicate name raises."""
+
+    def __init__(self) -> None:
+        self.factories: dict[str, RouterFactory] = dict(_BUILTINS)
+        self.broken: dict[str, str] = {}
+
+    def add(self, name: str, factory: RouterFactory) -> None:
+        if name in self.factories:
+            raise InvalidArgument(f"a router named {name!r} is already registered")
+        if not callable(factory):
+            raise InvalidArgument(f"router {name!r}: a router factory must be callable as factory(arg)")
+        self.factories[name] = factory
+
+
+_REGISTRY: _Registry | None = None
+
+
+def _resolve(spec: str) -> Any:
+    mod_name, _, attr = spec.partition(":")
+    try:
+        obj: Any = importlib.import_module(mod_name)
+    except Exception as exc:  # any import-time failure of user code is one line
+        raise InvalidArgument(f"cannot import router module {mod_name!r}: {type(exc).__name__}: {exc}") from None
+    for part in attr.split("."):
+        if not part or not hasattr(obj, part):
+            raise InvalidArgument(f"module {mod_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _registry() -> _Registry:
+    global _REGISTRY
+    if _REGISTRY is None:
+        reg = _Registry()
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                reg.add(ep.name, _resolve(ep.value))
+            except Exception as exc:  # one broken package must not disable the built-ins
+                reason = f"router entry point {ep.name!r} ({ep.value}) in group {ENTRY_POINT_GROUP!r}: {exc}"
+                reg.broken[ep.name] = reason
+                sys.stderr.write(f"kvstab: warning: skipped {reason}\n")
+        _REGISTRY = reg
+    return _REGISTRY
+
+
+def register_router(name: str, factory: RouterFactory) -> None:
+    """Register ``factory`` (called as ``factory(arg)``) under ``name``."""
+    _registry().add(name, factory)
+
+
+def router_names() -> list[str]:
+    """The registered router names, sorted."""
+    return sorted(_registry().factories)
+
+
+def _build(factory: Any, arg: str | None, spec: str) -> Any:
+    try:
+        obj = factory(arg)
+    except InvalidArgument:
+        raise
+    except Exception as exc:
+        raise InvalidArgument(f"cannot build router {spec!r}: {type(exc).__name__}: {exc}") from None
+    problem = check_router_shape(obj)
+    if problem is not None:
+        raise InvalidArgument(f"{spec!r} is not a router: {problem}")
+    return obj
+
+
+def load_router(spec: str) -> Any:
+    """A router from ``name[:arg]`` (registered) or ``module:attr[:arg]`` (a factory)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise InvalidArgument(f"router spec must be a name such as round-robin, got {spec!r}")
+    spec = spec.strip()
+    reg = _registry()
+    name, _, arg = spec.partition(":")
+    if name in reg.factories:
+        return _build(reg.factories[name], arg or None, spec)
+    if name in reg.broken:
+        raise InvalidArgument(reg.broken[name])
+    if ":" in spec:
+        mod_name, _, rest = spec.partition(":")
+        attr, _, plug_arg = rest.partition(":")
+        if attr:
+            return _build(_resolve(f"{mod_name}:{attr}"), plug_arg or None, spec)
+    raise InvalidArgument(f"unknown router {spec!r}; known: {', '.join(router_names())} (or module:attr)")

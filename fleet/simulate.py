@@ -1,0 +1,473 @@
+"""Simulating a fleet: replicas behind a router, each on its own clock.
+
+Replica ``i`` is one server of the model (``docs/MODEL.md``) with its own
+:class:`~kvstab.model.ModelParams`, batch time ``b̄_i`` and scheduler.  Time is
+continuous across the fleet: replica ``i``'s slot ``k`` spans
+``[k·b̄_i, (k+1)·b̄_i)`` seconds, and a request the router sends it at time
+``t`` arrives in its slot ``⌊t/b̄_i⌋`` (before that slot's decision).
+
+Two paths, one semantics (``tests/fleet/test_fleet_simulate.py`` checks they
+agree request by request on a state-independent router):
+
+* **static** — a state-independent router routes the whole plan first; each
+  replica then runs alone on the fast engine (:func:`kvstab.engine.run`:
+  compiled for built-in schedulers, exact).  Seconds for 10⁶ requests.
+* **event loop** — a state-dependent router needs the replicas' state at each
+  arrival, so the replicas are stepped together in time order, each on the
+  reference :class:`kvstab.simulator.Engine` (``Engine.arrive`` /
+  ``Engine.step``; idle stretches are skipped).
+
+Statistics are taken on a common time grid of :data:`GRID` bins over the
+horizon ``H``, after a warm-up of ``warmup·H``: throughput (completions per
+second, batch means over the window), queue growth (increase of the number in
+system per second, batch means over the last half of the run — a stable queue
+started empty fills for a while, and that filling reads as growth), memory
+utilisation, TTFT and end-to-end latency percentiles (seconds; over requests
+that arrived in the window and finished: censored in an unstable run).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from kvstab.arrivals import ArrivalPlan
+from kvstab.errors import InvalidArgument
+from kvstab.fleet.arrivals import FleetArrivals
+from kvstab.fleet.routers import ReplicaInfo, ReplicaState, load_router
+from kvstab.metrics import Estimate, batch_means
+from kvstab.model import ModelParams, tokens_held
+from kvstab.theory import FleetReport, fleet_report, stability_report
+from kvstab.validation import MAX_SLOTS, positive_float
+from kvstab.workload import Workload
+
+__all__ = [
+    "Replica",
+    "Stats",
+    "ReplicaResult",
+    "FleetResult",
+    "simulate_fleet",
+    "replica_infos",
+    "GRID",
+    "WARMUP",
+    "SLOPE_START",
+    "Path",
+]
+
+#: bins of the common time grid the statistics are taken on
+GRID = 2000
+#: warm-up fraction of the horizon excluded from throughput, utilisation and latency
+WARMUP = 0.25
+#: queue growth is measured from this fraction of the horizon on
+SLOPE_START = 0.5
+#: batches of the batch-means intervals
+BATCHES = 20
+
+Path = Literal["auto", "static", "event"]
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """One replica of a fleet: its server, batch time and scheduler."""
+
+    params: ModelParams = field(metadata={"help": "the server (M, ŝ, B, token budget, max_num_seqs)"})
+    bbar: float = field(metadata={"help": "batch time b̄_i, seconds per slot"})
+    scheduler: str = field(default="current-fit", metadata={"help": "registered scheduler name or module:attr"})
+    name: str = field(default="", metadata={"help": "a label for reports (e.g. the GPU type)"})
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.params, ModelParams):
+            raise InvalidArgument(f"a replica's params must be ModelParams, got {self.params!r}")
+        object.__setattr__(self, "bbar", positive_float("a replica's batch time b̄", self.bbar, maximum=3600.0))
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Measured figures of one replica or of the whole fleet (rates per second)."""
+
+    arrived: int = field(metadata={"help": "requests routed here over the horizon"})
+    completed: int = field(metadata={"help": "requests finished over the horizon"})
+    throughput: Estimate | None = field(metadata={"help": "completions per second in the steady window"})
+    queue_slope: Estimate | None = field(
+        metadata={"help": "growth of the number in system, requests per second (last half of the run)"}
+    )
+    utilisation: float = field(metadata={"help": "mean KV in use / M in the steady window (fleet: Σ used / Σ M)"})
+    in_system_end: int = field(metadata={"help": "requests waiting or running at the horizon"})
+    preemptions: int = field(metadata={"help": "preemptions over the horizon"})
+    ttft_s: dict[str, float] = field(metadata={"help": "TTFT percentiles p50/p90/p99, seconds"})
+    e2e_s: dict[str, float] = field(metadata={"help": "end-to-end latency percentiles p50/p90/p99, seconds"})
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (estimates as ``[value, low, high]``)."""
+
+        def est(e: Estimate | None) -> list[float] | None:
+            return None if e is None else [e.value, e.low, e.high]
+
+        return {
+            "arrived": self.arrived,
+            "completed": self.completed,
+            "throughput_per_s": est(self.throughput),
+            "queue_growth_per_s": est(self.queue_slope),
+            "utilisation": self.utilisation,
+            "in_system_end": self.in_system_end,
+            "preemptions": self.preemptions,
+            "ttft_s": self.ttft_s,
+            "e2e_s": self.e2e_s,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaResult:
+    """One replica's run: its figures, which engine ran it, and its per-request outcomes."""
+
+    replica: Replica
+    info: ReplicaInfo
+    stats: Stats
+    engine: str = field(metadata={"help": "'fast', 'fast-plugin' or 'reference'"})
+    arrival_s: FloatArray = field(repr=False, metadata={"help": "arrival time of each request it received, seconds"})
+    finish_s: FloatArray = field(repr=False, metadata={"help": "end of each request's last slot, seconds (nan: unfinished)"})
+    request_ids: IntArray = field(repr=False, metadata={"help": "the fleet-wide index of each request it received"})
+
+
+@dataclass(frozen=True, slots=True)
+class FleetResult:
+    """A fleet run: per replica and fleet-wide figures, and the theory beside them."""
+
+    router: str
+    path: str = field(metadata={"help": "'static' (fast engine per replica) or 'event' (reference engines in time order)"})
+    horizon_s: float
+    rate_per_s: float = field(metadata={"help": "arrivals / horizon"})
+    replicas: tuple[ReplicaResult, ...]
+    fleet: Stats
+    theory: FleetReport
+    grid_s: FloatArray = field(repr=False, metadata={"help": "the time grid's edges, seconds"})
+    in_system: FloatArray = field(repr=False, metadata={"help": "number in system per replica at each grid edge"})
+    waiting: FloatArray = field(
+        repr=False, metadata={"help": "requests waiting (not admitted) per replica at each grid edge"}
+    )
+
+    @property
+    def path_text(self) -> str:
+        """Which path ran, in words."""
+        engines = sorted({r.engine for r in self.replicas})
+        if self.path == "static":
+            return f"static routing, each replica on its own ({'/'.join(engines)} engine)"
+        return "event loop over the replicas' clocks (reference engine per replica)"
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "router": self.router,
+            "path": self.path,
+            "engines": [r.engine for r in self.replicas],
+            "horizon_s": self.horizon_s,
+            "rate_per_s": self.rate_per_s,
+            "theory": self.theory.as_dict(),
+            "fleet": self.fleet.as_dict(),
+            "replicas": [
+                {"name": r.replica.name, "scheduler": r.replica.scheduler, "M": r.info.M, "bbar_s": r.info.bbar,
+                 "mu_per_s": r.info.mu, "engine": r.engine, **r.stats.as_dict()}
+                for r in self.replicas
+            ],
+        }
+
+
+def replica_infos(replicas: Sequence[Replica], workload: Workload) -> tuple[tuple[ReplicaInfo, ...], list[float]]:
+    """Each replica's ``μ_i``, ``E_i[g]`` (as :class:`ReplicaInfo`) and ``δ_i``."""
+    infos: list[ReplicaInfo] = []
+    deltas: list[float] = []
+    for i, r in enumerate(replicas):
+        mu_s, eg, delta = _theory(workload, r.params, r.bbar)
+        infos.append(ReplicaInfo(i, mu_s, r.params.M, r.bbar, eg))
+        deltas.append(delta)
+    return tuple(infos), deltas
+
+
+@lru_cache(maxsize=256)
+def _theory(workload: Workload, params: ModelParams, bbar: float) -> tuple[float, float, float]:
+    """``(μ, E[g], δ)`` of one replica; a search runs the same fleet many times
+    (a workload is keyed by identity: it is not hashable by value)."""
+    rep = stability_report(workload, params, bbar)
+    return rep.mu_per_s, rep.E_g, rep.delta
+
+
+def _check(replicas: Sequence[Replica], workload: Workload) -> None:
+    if not replicas:
+        raise InvalidArgument("a fleet needs at least one replica")
+    for i, r in enumerate(replicas):
+        if not isinstance(r, Replica):
+            raise InvalidArgument(f"replica {i} must be a Replica, got {r!r}")
+        if not r.params.fits_total(workload.max_total):
+            # a size-blind router may send any request anywhere: every replica must fit every request
+            raise InvalidArgument(
+                f"replica {i} ({r.name or r.scheduler}): requests of workload {workload.describe()!r} need up to "
+                f"{r.params.peak(workload.max_total)} tokens at their peak but its M = {r.params.M}; a size-blind "
+                "router may send any request to any replica: raise M"
+            )
+
+
+@dataclass
+class _Outcome:
+    """Per-request outcomes of one replica, in the order it received them."""
+
+    ids: IntArray
+    arrival_s: FloatArray
+    s: IntArray
+    first_admit: IntArray
+    finish: IntArray
+    preemptions: IntArray
+    memory: IntArray  # per slot from slot 0
+    engine: str
+    queue: IntArray  # waiting at the end of each slot, from slot 0
+
+
+def _percentiles(x: FloatArray) -> dict[str, float]:
+    if x.size == 0:
+        return {}
+    p = np.percentile(x, [50, 90, 99])
+    return {"p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2])}
+
+
+def _estimate(x: FloatArray, scale: float) -> Estimate | None:
+    return batch_means(x, BATCHES).scaled(scale) if x.size >= 4 else None
+
+
+def _grid_series(
+    arrival_s: FloatArray, finish_s: FloatArray, edges: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Completions per bin and number in system at each edge."""
+    dt = float(edges[1] - edges[0])
+    done = finish_s[np.isfinite(finish_s)]
+    nb = edges.size - 1
+    idx = np.minimum((done // dt).astype(np.int64), nb)  # finishes past the horizon land in an overflow bin
+    comp = np.bincount(idx, minlength=nb + 1)[:nb].astype(np.float64)
+    arrived = np.searchsorted(np.sort(arrival_s), edges, side="right")
+    finished = np.searchsorted(np.sort(done), edges, side="right")
+    return comp, (arrived - finished).astype(np.float64)
+
+
+def _stats(
+    outs: Sequence[_Outcome], bbars: Sequence[float], Ms: Sequence[int], chunks: Sequence[int], edges: FloatArray,
+    horizon: float, warmup: float,
+) -> tuple[Stats, FloatArray]:
+    """Figures of the requests of ``outs`` pooled (one replica, or the fleet)."""
+    dt = float(edges[1] - edges[0])
+    comp = np.zeros(edges.size - 1)
+    n_sys = np.zeros(edges.size)
+    lat_ttft: list[FloatArray] = []
+    lat_e2e: list[FloatArray] = []
+    used = 0.0
+    capacity = 0.0
+    arrived = completed = pre = 0
+    t0 = warmup * horizon
+    for out, b, M, chunk in zip(outs, bbars, Ms, chunks):
+        fin = np.where(out.finish >= 0, (out.finish + 1) * b, np.nan)
+        c, q = _grid_series(out.arrival_s, fin, edges)
+        comp += c
+        n_sys += q
+        k0 = int(math.ceil(t0 / b))
+        k1 = int(math.ceil(horizon / b))
+        mem = out.memory[k0:k1]
+        used += float(mem.mean()) if mem.size else 0.0
+        capacity += M
+        ok = (out.arrival_s >= t0) & (out.finish >= 0)
+        n_s = -(-out.s[ok] // chunk)
+        lat_ttft.append((out.first_admit[ok] + n_s) * b - out.arrival_s[ok])
+        lat_e2e.append((out.finish[ok] + 1) * b - out.arrival_s[ok])
+        arrived += int(out.arrival_s.size)
+        completed += int(np.count_nonzero(np.isfinite(fin) & (fin <= horizon)))
+        pre += int(out.preemptions.sum())
+    nb = edges.size - 1
+    b0 = int(warmup * nb)
+    s0 = int(SLOPE_START * nb)
+    stats = Stats(
+        arrived=arrived,
+        completed=completed,
+        throughput=_estimate(comp[b0:], 1 / dt),
+        queue_slope=_estimate(np.diff(n_sys[s0:]), 1 / dt),
+        utilisation=used / capacity if capacity else 0.0,
+        in_system_end=int(n_sys[-1]),
+        preemptions=pre,
+        ttft_s=_percentiles(np.concatenate(lat_ttft)),
+        e2e_s=_percentiles(np.concatenate(lat_e2e)),
+    )
+    return stats, n_sys
+
+
+def _static(
+    router: Any, replicas: Sequence[Replica], infos: Sequence[ReplicaInfo], arrivals: FleetArrivals, seed: int,
+    schedulers: Sequence[Any], check: bool,
+) -> list[_Outcome]:
+    from kvstab.engine import run
+
+    n = len(arrivals)
+    rng = np.random.default_rng([seed, 1])
+    where = np.asarray(router.assign(n, infos, rng), dtype=np.int64)
+    if where.shape != (n,) or (n and (where.min() < 0 or where.max() >= len(replicas))):
+        raise InvalidArgument(
+            f"router {router.name!r}: assign must return {n} replica indices in [0, {len(replicas)}), got shape "
+            f"{where.shape}"
+        )
+    outs: list[_Outcome] = []
+    for i, (rep, sched) in enumerate(zip(replicas, schedulers)):
+        ids = np.flatnonzero(where == i).astype(np.int64)
+        t = arrivals.time[ids]
+        slots = _slots(arrivals.horizon_s, rep.bbar)
+        plan = ArrivalPlan(np.floor(t / rep.bbar).astype(np.int64), arrivals.s[ids], arrivals.o[ids])
+        out = run(sched, rep.params, plan, slots, check=check, engine="auto", record=True)
+        res = out.result
+        assert res is not None  # record=True
+        outs.append(
+            _Outcome(ids, t, res.s, res.first_admit, res.finish, res.preemptions, res.memory, out.engine, res.queue)
+        )
+    return outs
+
+
+def _slots(horizon: float, bbar: float) -> int:
+    k = int(math.ceil(horizon / bbar))
+    if k > MAX_SLOTS:
+        raise InvalidArgument(f"a horizon of {horizon:g} s is {k} slots of b̄ = {bbar:g} s, more than {MAX_SLOTS}")
+    return max(k, 1)
+
+
+def _state(eng: Any, info: ReplicaInfo) -> ReplicaState:
+    block = eng.params.block
+    kv = sum(int(tokens_held(r.progress, block)) for r in eng.active)
+    served = sum(r.attempt_area for r in eng.active)
+    return ReplicaState(info, len(eng.waiting), len(eng.active), kv, served)
+
+
+def _advance(eng: Any, target: int) -> None:
+    """Step ``eng`` until its clock reaches slot ``target`` (idle stretches in one jump)."""
+    while eng.slot < target:
+        if eng.idle:
+            eng.skip_to(target)
+            return
+        eng.step()
+
+
+def _event(
+    router: Any, replicas: Sequence[Replica], infos: Sequence[ReplicaInfo], arrivals: FleetArrivals, seed: int,
+    schedulers: Sequence[Any], check: bool, static_router: bool,
+) -> list[_Outcome]:
+    from kvstab.simulator import Engine
+
+    n = len(arrivals)
+    rng = np.random.default_rng([seed, 1])
+    engines = [Engine(sch, rep.params, check=check, spec=rep.scheduler) for rep, sch in zip(replicas, schedulers)]
+    bbars = [rep.bbar for rep in replicas]
+    fixed = np.asarray(router.assign(n, infos, rng), dtype=np.int64) if static_router else None
+    got: list[list[int]] = [[] for _ in replicas]
+    for k in range(n):
+        t = float(arrivals.time[k])
+        for eng, b in zip(engines, bbars):
+            # floor(t/b), as the static path maps arrivals (Python's t // b is not: 1.0 // 0.1 == 9.0)
+            _advance(eng, math.floor(t / b))
+        if fixed is not None:
+            j = int(fixed[k])
+        else:
+            j = router.choose([_state(e, inf) for e, inf in zip(engines, infos)], rng)
+            if isinstance(j, bool) or not isinstance(j, (int, np.integer)) or not 0 <= j < len(engines):
+                raise InvalidArgument(f"router {router.name!r} chose {j!r}; valid: a replica index in [0, {len(engines)})")
+            j = int(j)
+        engines[j].arrive(int(arrivals.s[k]), int(arrivals.o[k]))
+        got[j].append(k)
+    outs: list[_Outcome] = []
+    for eng, b, ids_list in zip(engines, bbars, got):
+        slots = _slots(arrivals.horizon_s, b)
+        _advance(eng, slots)
+        ids = np.asarray(ids_list, dtype=np.int64)
+        # slots skipped while idle keep no record: nothing held, nothing waiting
+        memory = np.zeros(slots, dtype=np.int64)
+        queue = np.zeros(slots, dtype=np.int64)
+        for rec in eng.records:
+            if rec.slot < slots:
+                memory[rec.slot] = rec.memory
+                queue[rec.slot] = rec.queue
+        reqs = eng.requests
+        cols = {k: np.fromiter((getattr(r, k) for r in reqs), dtype=np.int64, count=len(reqs))
+                for k in ("s", "first_admit", "finish", "preemptions")}  # fmt: skip
+        outs.append(
+            _Outcome(ids, arrivals.time[ids], cols["s"], cols["first_admit"], cols["finish"], cols["preemptions"],
+                     memory, "reference", queue)  # fmt: skip
+        )
+    return outs
+
+
+def simulate_fleet(
+    replicas: Sequence[Replica],
+    router: str | Any,
+    workload: Workload,
+    arrivals: FleetArrivals,
+    *,
+    seed: int = 0,
+    path: Path = "auto",
+    check: bool = True,
+    warmup: float = WARMUP,
+    grid: int = GRID,
+) -> FleetResult:
+    """Run ``arrivals`` through ``router`` onto ``replicas`` up to ``arrivals.horizon_s``.
+
+    ``workload`` is the length law the arrivals were drawn from (for ``μ_i``,
+    ``δ_i`` and the theory beside the results).  ``path``: ``"auto"`` (static
+    for a state-independent router, else the event loop), ``"static"``
+    (refused for a state-dependent router) or ``"event"`` (the event loop even
+    for a state-independent router: the cross-check).  ``seed`` seeds the
+    router's own randomness.
+    """
+    from kvstab.registry import load_scheduler
+
+    _check(replicas, workload)
+    if path not in ("auto", "static", "event"):
+        raise InvalidArgument(f"path must be 'auto', 'static' or 'event', got {path!r}")
+    if not 0 <= warmup < SLOPE_START:
+        raise InvalidArgument(f"warm-up must be in [0, {SLOPE_START}), got {warmup!r}")
+    rt = load_router(router) if isinstance(router, str) else router
+    dependent = bool(rt.state_dependent)
+    if path == "static" and dependent:
+        raise InvalidArgument(f"router {rt.name!r} reads the replicas' state: it needs the event loop (path 'event')")
+    chosen = "event" if dependent or path == "event" else "static"
+    infos, deltas = replica_infos(replicas, workload)
+    schedulers = [load_scheduler(r.scheduler) for r in replicas]
+    if chosen == "static":
+        outs = _static(rt, replicas, infos, arrivals, seed, schedulers, check)
+    else:
+        outs = _event(rt, replicas, infos, arrivals, seed, schedulers, check, static_router=not dependent)
+    H = arrivals.horizon_s
+    edges = np.linspace(0.0, H, max(int(grid), 2 * BATCHES * 2) + 1)
+    bbars = [r.bbar for r in replicas]
+    Ms = [r.params.M for r in replicas]
+    chunks = [r.params.chunk for r in replicas]
+    results: list[ReplicaResult] = []
+    series: list[FloatArray] = []
+    waiting: list[FloatArray] = []
+    for i, out in enumerate(outs):
+        st, q = _stats([out], [bbars[i]], [Ms[i]], [chunks[i]], edges, H, warmup)
+        series.append(q)
+        # the queue at time t is the one left by the last slot that ended by t
+        last = np.floor(edges / bbars[i]).astype(np.int64) - 1
+        waiting.append(np.where(last >= 0, out.queue[np.clip(last, 0, out.queue.size - 1)], 0).astype(np.float64))
+        fin = np.where(out.finish >= 0, (out.finish + 1) * bbars[i], np.nan)
+        results.append(ReplicaResult(replicas[i], infos[i], st, out.engine, out.arrival_s, fin, out.ids))
+    fleet, _ = _stats(outs, bbars, Ms, chunks, edges, H, warmup)
+    rate = len(arrivals) / H
+    return FleetResult(
+        router=rt.name,
+        path=chosen,
+        horizon_s=H,
+        rate_per_s=rate,
+        replicas=tuple(results),
+        fleet=fleet,
+        theory=fleet_report([i.mu for i in infos], deltas, rate),
+        grid_s=edges,
+        in_system=np.vstack(series),
+        waiting=np.vstack(waiting),
+    )
