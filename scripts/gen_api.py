@@ -28,8 +28,10 @@ SECTIONS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "kvstab.contract",
         ("View", "ActiveEntry", "WaitingEntry", "Decision", "Scheduler", "Traits", "traits_of",
-         "fcfs_admit", "preempt_newest", "held_now", "held_next", "held_first", "used_now", "used_next"),
-        "What a rule sees and returns, what it claims, and the helpers every built-in uses.",
+         "fcfs_admit", "preempt_newest", "held_now", "held_next", "held_first", "used_now", "used_next",
+         "visible_view", "check_decision_values"),
+        "What a rule sees and returns, what it claims, the helpers every built-in uses, and how engines "
+        "show a rule its view (no `o` for a non-clairvoyant rule) and check its decision.",
     ),
     ("kvstab.ops", ("Ops", "CONCRETE"), "The operations a rule is written against (run concretely or by z3)."),
     ("kvstab.model", ("ModelParams", "Request", "tokens_held", "first_chunk_tokens", "progress_after"),
@@ -44,6 +46,13 @@ SECTIONS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "Hypothesis strategies for adversarial workloads (for your own tests)."),
     ("kvstab.pytest_plugin", ("AuditTarget", "Budget", "BUDGETS", "budget"),
      "The pytest plugin: the scheduler under audit and the profiles' budgets."),
+    ("kvstab.engine", ("run", "simulate", "Run", "Summary", "fast_rule"),
+     "The fast engine: the reference model's outcomes at compiled speed, and which engine ran."),
+    ("kvstab.audit", ("run_point", "Point", "PointResult", "find_critical_rate", "StabilityRegion", "get_profile"),
+     "The end-to-end audit's building blocks: one simulation point and the critical rate."),
+    ("kvstab.fleet", ("Replica", "simulate_fleet", "load_router", "register_router", "ReplicaState", "ReplicaInfo"),
+     "Fleets and routers."),
+    ("kvstab.data", ("data_dir", "trace_path", "profile_dir"), "The data shipped with kvstab."),
     ("kvstab.errors", ("KvstabError", "InvalidArgument", "InvalidScheduler", "InvariantViolation"),
      "The exceptions kvstab raises."),
 )
