@@ -190,6 +190,58 @@ def _uniform_cost(items: list[Any], state: SymState, setting: Setting) -> z3.Ari
 SIZES: tuple[tuple[int, int], ...] = ((2, 2), (0, 1), (1, 0), (1, 1), (1, 3), (3, 1), (4, 4))
 
 
+def _reads_sizes(scheduler: Scheduler) -> str | None:
+    """Where the rule's own module reads how many entries a view has, or ``None``.
+
+    The symbolic runs below observe the rule at a handful of sizes; Python code
+    that branches on ``len(view.active)`` at a size beyond them would pass
+    unseen.  So P0 is also checked statically: the rule's classes (its MRO)
+    and the functions of their own modules they call may not call ``len``,
+    read ``n_waiting``, or index ``active``/``waiting`` by position (the
+    contract's helpers live elsewhere and fold over the whole view).  Code
+    whose source cannot be read is outside the class.
+    """
+    import ast
+    import inspect
+    import textwrap
+
+    # the rule's classes, and the module-level functions of their modules they call (transitively)
+    todo: list[Any] = [c for c in type(scheduler).__mro__ if c is not object]
+    seen: set[int] = set()
+    sources: list[tuple[str, int, str]] = []  # (who, first line, source)
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        try:
+            lines, first = inspect.getsourcelines(obj)
+            src = textwrap.dedent("".join(lines))
+        except (OSError, TypeError):
+            return f"source of {getattr(obj, '__qualname__', obj)!r} cannot be read, so P0 cannot be checked statically"
+        sources.append((getattr(obj, "__qualname__", repr(obj)), first, src))
+        module = inspect.getmodule(obj)
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.Name) and module is not None:
+                fn = getattr(module, node.id, None)
+                if inspect.isfunction(fn) and fn.__module__ == module.__name__:
+                    todo.append(fn)
+    for who, first, src in sources:
+        for node in ast.walk(ast.parse(src)):
+            where = f"{who} (line {first + getattr(node, 'lineno', 1) - 1})"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len":
+                return f"{where} calls len() (the number of entries may change the rule's structure)"
+            if isinstance(node, ast.Attribute) and node.attr == "n_waiting":
+                return f"{where} reads n_waiting"
+            if (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr in ("active", "waiting")
+            ):
+                return f"{where} indexes view.{node.value.attr} by position"
+    return None
+
+
 def classify(scheduler: Scheduler, setting: Setting) -> ClassCheck:
     """Check premises P0, P1 and P2 on the rule itself.
 
@@ -199,6 +251,9 @@ def classify(scheduler: Scheduler, setting: Setting) -> ClassCheck:
     checked there too: the same form, the same admission test and (P1b) the
     same per-request term at every size.
     """
+    static = _reads_sizes(scheduler)
+    if static is not None:
+        return ClassCheck(False, f"P0 (static): {static}")
     first = _classify_at(scheduler, setting, *SIZES[0])
     if not first.member:
         return first
@@ -224,7 +279,11 @@ def classify(scheduler: Scheduler, setting: Setting) -> ClassCheck:
     return dataclasses.replace(
         first,
         premises=first.premises
-        + (f"P0: the same form, admission test and per-request term at (K, Q) = {sizes}, checked",),
+        + (
+            f"P0: the same form, admission test and per-request term at (K, Q) = {sizes}, checked; "
+            "the rule's module never reads the number of entries (no len(), n_waiting or positional index), "
+            "checked on its source",
+        ),
     )
 
 

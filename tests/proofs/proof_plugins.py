@@ -111,3 +111,27 @@ class SizeDependent:
 
 
 SIZE_DEPENDENT = SizeDependent()
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdBeyondSizes:
+    """current-fit that admits against 2·M once five or more requests run: it overflows, but only
+    at sizes larger than those at which the class premises are observed symbolically."""
+
+    name: str = "threshold-beyond-sizes"
+    description: str = "current-fit, but the admission limit doubles from five running requests"
+    traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=False, preempts=True)
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        limit = view.M * 2 if len(view.active) >= 5 else view.M
+
+        def fits(w: WaitingEntry, acc: IntLike) -> tuple[BoolLike, IntLike]:
+            after = acc + held_first(view, w, ops)
+            return ops.le(after, limit), after
+
+        preempt, kept = preempt_newest(view, ops)
+        admit = fcfs_admit(view, ops, fits, kept, allowed=ops.not_(ops.or_(*preempt)))
+        return Decision(admit=admit, preempt=preempt)
+
+
+THRESHOLD_BEYOND_SIZES = ThresholdBeyondSizes()

@@ -73,7 +73,15 @@ def test_a_rule_that_breaks_the_class_premises_is_not_proved_unbounded(plugins, 
 
 def test_a_structure_that_changes_with_the_number_of_requests_is_outside_the_class(plugins, setting: Setting) -> None:  # type: ignore[no-untyped-def]
     check = classify(plugins.SIZE_DEPENDENT, setting)
-    assert not check.member and "P0" in check.reason and "K = 4" in check.reason
+    assert not check.member and "P0 (static)" in check.reason and "SizeDependent (line" in check.reason
+    assert "calls len()" in check.reason
+
+
+def test_a_size_threshold_beyond_the_observed_sizes_is_outside_the_class(plugins, setting: Setting) -> None:  # type: ignore[no-untyped-def]
+    """A rule that changes only from 5 running requests on looks the same at every size the
+    symbolic runs observe (K ≤ 4); the static check of its source still puts it outside."""
+    check = classify(plugins.THRESHOLD_BEYOND_SIZES, setting)
+    assert not check.member and "P0 (static)" in check.reason and "calls len()" in check.reason
 
 
 def test_relevance_guard_refuses_bounds_that_cannot_fill_M(plugins, budget: Budget) -> None:  # type: ignore[no-untyped-def]
