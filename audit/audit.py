@@ -28,7 +28,7 @@ from typing import Any
 from kvstab.audit.profiles import AuditProfile
 from kvstab.audit.stability import StabilityRegion, find_critical_rate, region_summary
 from kvstab.contract import Scheduler
-from kvstab.errors import InvalidArgument
+from kvstab.errors import InvalidArgument, InvalidScheduler, InvariantViolation
 from kvstab.model import ModelParams
 
 __all__ = ["AuditConfig", "AuditResult", "Check", "run_audit", "SECTIONS", "SKIPPABLE", "EXIT", "SCHEMA_VERSION"]
@@ -173,7 +173,8 @@ def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile
                       max_num_seqs=params.max_num_seqs)
     rep = prove(scheduler, K=profile.proof_K, Q=profile.proof_Q, setting=setting, budget=budget)
     out: dict[str, Any] = {
-        "invariant": {**verdict_json(rep.verdict), "K": rep.K, "Q": rep.Q, "strengthening": list(rep.strengthening),
+        "invariant": {**verdict_json(rep.verdict), "K": rep.K, "Q": rep.Q, "unbounded": rep.unbounded,
+                      "strengthening": list(rep.strengthening),
                       "seconds": rep.seconds, "assumptions": list(getattr(rep.verdict, "assumptions", ()))},
         "margin": None,
     }
@@ -205,8 +206,11 @@ def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile
 def _check_proofs(p: dict[str, Any]) -> list[Check]:
     inv = p["invariant"]
     v = inv["verdict"]
+    scope = (" for any number of requests" if inv.get("unbounded")
+             else f" for at most {inv['K']} active and {inv['Q']} queued requests")
     checks = [Check("memory invariant", {"Proved": "pass", "Refuted": "fail"}.get(v, "unknown"),
-                    f"{v}" + (f" ({inv.get('reason')})" if v == "Unknown" else "")
+                    f"{v}" + (scope if v == "Proved" else "")
+                    + (f" ({inv.get('reason')})" if v == "Unknown" else "")
                     + (f": {inv.get('detail')}" if v == "Refuted" else ""))]
     m = p.get("margin")
     if m is None:
@@ -298,10 +302,19 @@ def run_audit(
     mu = th["mu_per_s"]
     for name, obj in [(config.scheduler, sched), *baselines]:
         log(f"stability: {name}")
-        region = find_critical_rate(
-            name, config.params, config.workload, config.bbar, mu, profile,
-            scheduler_object=obj if obj is scheduler_object else None, seed=config.seed, executor=executor, log=log,
-        )
+        try:
+            region = find_critical_rate(
+                name, config.params, config.workload, config.bbar, mu, profile,
+                scheduler_object=obj if obj is scheduler_object else None, seed=config.seed, executor=executor,
+                log=log,
+            )
+        except (InvariantViolation, InvalidScheduler) as exc:
+            # the scheduler broke the model in the audit's own simulations: that is a finding, not bad input
+            res.checks.append(Check(f"simulation of {name}", "fail", f"{type(exc).__name__}: {exc}"))
+            log(f"  {name} broke the model in simulation: {exc}")
+            res.seconds["stability"] = time.perf_counter() - t
+            res.complete = True
+            return res
         res.regions[name] = region
         log(f"  λ* = {region.critical_rate:.5g}/s [{region.low:.5g}, {region.high:.5g}] = {region.critical_rate / mu:.4f}·μ")
         on_progress(res)

@@ -65,3 +65,17 @@ class InvariantViolation(KvstabError):
         self.requests = requests
         #: the engine's :class:`~kvstab.simulator.SlotRecord` of the breaking slot, when it has one
         self.record = record
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # keyword-only attributes: the default exception pickling (args only) cannot rebuild it,
+        # and a violation must cross process pools (sweeps, the audit's workers) intact
+        return (_rebuild_violation, (type(self), str(self), self.slot, self.memory, self.capacity, self.requests,
+                                     self.record))
+
+
+def _rebuild_violation(
+    cls: type[InvariantViolation], message: str, slot: int, memory: int, capacity: int,
+    requests: tuple[int, ...], record: object | None,
+) -> InvariantViolation:
+    """Unpickle an :class:`InvariantViolation` with every attribute."""
+    return cls(message, slot=slot, memory=memory, capacity=capacity, requests=requests, record=record)

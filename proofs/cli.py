@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 __all__ = ["register"]
 
+#: the most active (and queued) requests the declared claims are checked with
+CLAIMS_MAX = 3
+
 #: exit status of a margin the proof contradicts (declared smaller than proved)
 MARGIN_CONTRADICTED = 4
 
@@ -53,6 +56,9 @@ class _Outcome:
     report: ProofReport
     margin: MarginResult | None
     claims: ClaimResult | None = None
+    #: the bounds the claims were checked at (they are bounded proofs, whatever the memory verdict's scope)
+    claims_K: int = 0
+    claims_Q: int = 0
 
 
 def _check_smt2_dir(text: str) -> Path:
@@ -123,7 +129,11 @@ def _run(args: argparse.Namespace) -> _Outcome:
     if args.claims:
         from kvstab.proofs.claims import prove_claims
 
-        claims = prove_claims(sched, setting, K=min(args.K, 3), Q=min(args.Q, 3), spec=args.scheduler, budget=budget)
+        # the two-copy and progress obligations grow fast with K and Q: they are checked at most at 3 and 3,
+        # and every output says so
+        cK, cQ = min(args.K, CLAIMS_MAX), min(args.Q, CLAIMS_MAX)
+        claims = prove_claims(sched, setting, K=cK, Q=cQ, spec=args.scheduler, budget=budget)
+        return _Outcome(rep, marg, claims, cK, cQ)
     return _Outcome(rep, marg, claims)
 
 
@@ -179,10 +189,12 @@ def _json(args: argparse.Namespace, out: _Outcome) -> str:
             **verdict_json(marg.verdict),
         }
     if out.claims is not None:
+        doc["claims_bounds"] = {"K": out.claims_K, "Q": out.claims_Q}
         doc["claims"] = [
             {
                 "claim": c.name,
                 **verdict_json(c.verdict),
+                "bounds": f"at most {out.claims_K} active and {out.claims_Q} queued requests",
                 "witness": c.witness,
                 "pair": None
                 if c.pair is None
@@ -233,8 +245,12 @@ def _text(args: argparse.Namespace, out: _Outcome) -> str:
         case Unknown() if v.smt2:
             lines.append(f"  query kept at {v.smt2}")
     if out.claims is not None:
+        lines.append(
+            f"declared claims, bounded: checked with at most {out.claims_K} active and {out.claims_Q} queued "
+            f"requests (not for any number; --K/--Q above {CLAIMS_MAX} are capped here)"
+        )
         for c in out.claims.claims:
-            lines.append(f"claim {c.name}: {c.verdict}")
+            lines.append(f"claim {c.name}: {c.verdict}  [K ≤ {out.claims_K}, Q ≤ {out.claims_Q}]")
             if c.witness:
                 lines += [f"  {line}" for line in c.witness.splitlines()]
     if marg is not None:

@@ -113,3 +113,19 @@ def test_json_flag_prints_the_report(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert {c["name"]: c["status"] for c in data["checks"]}["gate --require-rate"] == "pass"
     lo, hi = data["stability"]["reserve"]["critical_rate_ci_per_s"]
     assert lo <= 1.0 <= hi
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_scheduler_that_overflows_in_the_audits_simulations_fails_the_audit(
+    workers: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Breaking the memory invariant in the stability runs is a FAIL (exit 1) with the violation —
+    not bad input — also when the violation comes back from a worker process."""
+    code = main(["audit", "--scheduler", "current-fit-no-preempt", *SMALL, "--profile", "dev", "--skip", "proofs",
+                 "--skip", "properties", "--baseline", "none", "--workers", workers, "--quiet",
+                 "--out", str(tmp_path / "out")])
+    assert code == 1
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["verdict"] == "FAIL"
+    failed = [c for c in report["checks"] if c["status"] == "fail"]
+    assert failed and "InvariantViolation" in failed[0]["detail"] and "M=" in failed[0]["detail"]
