@@ -12,7 +12,7 @@ from typing import Any
 
 from kvstab import validation as v
 from kvstab.errors import InvalidArgument
-from kvstab.flags import arg_type, nonneg_int, positive_float, positive_int, rate, seed
+from kvstab.flags import arg_type, positive_float, positive_int, rate, seed
 
 __all__ = ["register"]
 
@@ -274,6 +274,9 @@ def _print_run(o: dict[str, Any]) -> None:
         print(f"  /metrics: {srv['metrics_error']}")
 
 
+_port = arg_type(lambda name, value: v.as_int(name, value, minimum=0, maximum=65535), "the port")
+
+
 def register(subparsers: Any) -> None:
     """Add ``kvstab serve`` and ``kvstab bench``."""
     s = subparsers.add_parser(
@@ -283,7 +286,7 @@ def register(subparsers: Any) -> None:
     )
     s.add_argument("--emulate", action="store_true", help="emulate a vLLM server (the only mode)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    s.add_argument("--port", type=nonneg_int, default=8000, help="port (default 8000; 0 = any free port)")
+    s.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 = any free port)")
     s.add_argument("--M", type=_tokens, default=16_384, help="KV capacity in tokens (default 16384)")
     s.add_argument("--block", type=_tokens, default=16, help="KV block size (default 16)")
     s.add_argument("--max-num-batched-tokens", type=_tokens, default=512, help="token budget = chunk ŝ (default 512)")

@@ -370,9 +370,11 @@ class FleetReport:
             f"fleet of {len(self.mus)} replicas, μ_i = {vec(self.mus)} req/s ({deltas}; a size-blind router)",
             f"  any router      : unstable above Σ μ_i = {rate(self.ideal_rate)}",
             f"  optimal split   : p_i ∝ μ_i = ({vec(self.optimal_split)}), critical at Σ μ_i",
-            f"  guarantee split : {guard}, stable below Σ μ_i(1−δ_i) = {rate(self.optimal_guarantee)}",
-            f"  round-robin     : critical at N·min μ_i = {rate(self.round_robin_rate)}, stable below "
-            f"{rate(self.round_robin_guarantee)}; loses {100 * self.round_robin_loss:.3g}% of Σ μ_i",
+            f"  guarantee split : {guard}, stable below Σ μ_i(1−δ_i) = {rate(self.optimal_guarantee)} "
+            "if every replica's policy never preempts and is work-conserving (the premise; not certified otherwise)",
+            f"  round-robin     : critical at N·min μ_i = {rate(self.round_robin_rate)}; stable below "
+            f"{rate(self.round_robin_guarantee)} taken as a premise, not proved (see kvstab.theory.fleet); "
+            f"loses {100 * self.round_robin_loss:.3g}% of Σ μ_i",
         ]
         if self.lam_per_s is not None:
             ok_opt = self.lam_per_s < self.ideal_rate
