@@ -270,9 +270,13 @@ def solve_plan(
     avail = np.asarray([t.available for t in types], dtype=np.float64)
     # a tiny price per replica breaks cost ties towards fewer replicas (fewer to run)
     tie = 1e-6 * float(cost.min())
+    # flows as shares of λ (y = x/λ), and each replica's share capped at 1: y_k ≤ min(1, ρ·r_k/λ)·n_k is the
+    # same constraint (a share never exceeds 1) but keeps the coefficients in [0, 1] — with μ ~ 10⁵ and
+    # λ ~ 10⁻² the unscaled program is one the MILP solver wrongly calls infeasible
+    cap_share = np.minimum(1.0, rho * r / lam)
     problem = cp.Problem(
         cp.Minimize(cost @ n + tie * cp.sum(n)),
-        [cp.sum(x) == lam, x >= 0, x <= rho * cp.multiply(r, n), n >= 0, n <= avail],
+        [cp.sum(x) == 1, x >= 0, x <= cp.multiply(cap_share, n), n >= 0, n <= avail],
     )
     solver = "SCIPY" if "SCIPY" in cp.installed_solvers() else "HIGHS"
     try:

@@ -164,3 +164,15 @@ def test_menus_load_from_toml_and_json_and_refuse_bad_entries(tmp_path: Path) ->
         with pytest.raises(InvalidArgument, match=why) as err:
             load_menu(p)
         assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("lam", [0.05, 1e-3, 1.0])
+def test_a_tiny_load_on_fast_replicas_is_one_cheapest_gpu(lam: float) -> None:
+    """μ ~ 10⁵ req/s against λ ~ 10⁻³: the program is scaled so the solver sees it is feasible
+    (unscaled, the MILP solver called it infeasible)."""
+    menu = load_menu(example_menu_path())
+    w = parse_workload("s=U(1,8),o=U(1,8)")
+    plan = solve_plan(menu, w, lam, 0.8)
+    assert sum(plan.counts) == 1
+    assert plan.cost_per_hour == min(g.cost_per_hour for g in menu)
+    assert math.isclose(sum(plan.flows), lam)
