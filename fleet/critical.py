@@ -121,6 +121,19 @@ def evaluate_rate(
     return RateVerdict(rate, slope, _pooled(thr), verdict, how, reps, first)
 
 
+#: the fewest mean request lifetimes a run of the critical-rate search may hold
+MIN_LIFETIMES = 12
+
+
+def mean_service_slots(workload: Workload, replicas: Sequence[Replica]) -> float:
+    """``E[n(s) + o]``: the mean slots a request is served for, with the largest chunk of the fleet
+    (a lower bound on the lifetime, so the horizon check never refuses a run it should allow)."""
+    chunk = max(r.params.chunk for r in replicas)
+    rng = np.random.default_rng(0)
+    s, o = workload.sample(rng, 20_000)
+    return float(np.mean(-(-s // chunk) + o))
+
+
 def find_fleet_critical_rate(
     replicas: Sequence[Replica],
     router: str,
@@ -153,6 +166,14 @@ def find_fleet_critical_rate(
         raise InvalidArgument("seeds must be at least 2 for an interval")
     horizon_s = positive_float("the horizon (seconds)", horizon_s, maximum=1e9)
     infos, _ = replica_infos(replicas, workload)
+    # a run must hold many request lifetimes, or the queue's warm-up reads as growth and λ* comes out
+    # low with a confident interval: refuse horizons under MIN_LIFETIMES mean lifetimes on the slowest replica
+    life = max(i.bbar for i in infos) * mean_service_slots(workload, replicas)
+    if horizon_s < MIN_LIFETIMES * life:
+        raise InvalidArgument(
+            f"the horizon {horizon_s:g} s holds fewer than {MIN_LIFETIMES} mean request lifetimes ({life:.3g} s each "
+            f"on the slowest replica), so λ* would be biased low; use --horizon {math.ceil(MIN_LIFETIMES * life)} or more"
+        )
     mus = [i.mu for i in infos]
     total = float(sum(mus))
     rt = load_router(router)

@@ -134,3 +134,13 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], needle: str, capsys: 
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err and "Traceback" not in err, err
+
+
+def test_critical_refuses_a_horizon_too_short_to_trust(capsys: pytest.CaptureFixture[str]) -> None:
+    """A run of a few request lifetimes reads the queue's warm-up as growth (λ* biased low with a
+    confident interval): such a horizon is refused in one line that says what would do."""
+    from kvstab.cli import main as cli_main
+
+    assert cli_main(["fleet", "critical", "--horizon", "200"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "mean request lifetimes" in err and "--horizon" in err
