@@ -149,14 +149,24 @@ def run_sweep(
     ck = out / CHECKPOINT
     if ck.exists() and not resume:
         raise InvalidArgument(f"{ck} exists from an earlier sweep; pass --resume to continue it, or another --out")
+    # every point's workload must fit its server: checked before any point runs or any checkpoint is made
+    checked: set[tuple[str, Any]] = set()
+    for c in cells:
+        if (c.point.workload, c.point.params) not in checked:
+            load_workload(c.point.workload).check_fits(c.point.params)
+            checked.add((c.point.workload, c.point.params))
     done = read_checkpoint(ck)
     todo = [c for c in cells if c.key not in done]
     log(f"sweep: {len(cells)} points, {len(cells) - len(todo)} already done, {len(todo)} to run")
-    with open(ck, "a", encoding="utf-8") as fh:
+    handle: list[Any] = []  # the checkpoint, opened when the first point finishes (a failed start leaves none)
+    try:
 
         def record(cell: _Cell, r: PointResult) -> None:
             row = _row(cell, r)
             done[cell.key] = row
+            if not handle:
+                handle.append(open(ck, "a", encoding="utf-8"))  # noqa: SIM115 - closed in the finally below
+            fh = handle[0]
             fh.write(json.dumps({"key": cell.key, "row": row}, allow_nan=True) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
@@ -170,6 +180,9 @@ def run_sweep(
             futures: dict[Future[PointResult], _Cell] = {executor.submit(run_point, c.point): c for c in todo}
             for f in as_completed(futures):
                 record(futures[f], f.result())
+    finally:
+        for fh in handle:
+            fh.close()
     rows = [done[c.key] for c in cells]
     write_csv(rows, out / "sweep.csv")
     if rows:
