@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from kvstab.errors import KvstabError
+from kvstab.errors import InvariantViolation, KvstabError
 
 __all__ = ["main", "build_parser", "add_model_arguments", "positive_float", "positive_int"]
 
@@ -126,6 +126,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except InvariantViolation as exc:
+        # the scheduler broke the model: a finding about the scheduler (exit 1, as replay and check
+        # give), not bad input
+        sys.stderr.write(f"kvstab {args.command}: invariant violated: {_one_line(exc)}\n")
+        return 1
     except KvstabError as exc:
         sys.stderr.write(f"kvstab {args.command}: error: {_one_line(exc)}\n")
         return 2

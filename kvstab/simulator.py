@@ -413,9 +413,12 @@ class Engine:
                     f"(active requests {_ids(running)})"
                 )
             elif p.max_num_seqs is not None and len(running) > p.max_num_seqs:
-                broken = f"slot {t}: {len(running)} running requests exceed max_num_seqs={p.max_num_seqs}"
+                broken = f"slot {t}: scheduler {self.spec!r} runs {len(running)} requests, more than max_num_seqs={p.max_num_seqs}"
             elif p.token_budget is not None and tokens > p.token_budget:
-                broken = f"slot {t}: {tokens} tokens processed exceed the token budget {p.token_budget}"
+                broken = (
+                    f"slot {t}: scheduler {self.spec!r} processes {tokens} tokens, more than the token budget "
+                    f"{p.token_budget} (a rule that ignores the budget breaks it)"
+                )
 
         if broken is not None:
             # raised before the release, as always; the breaking slot's row travels with the

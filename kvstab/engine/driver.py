@@ -128,9 +128,12 @@ def _violation(state: _State, scheduler: str, params: ModelParams) -> InvariantV
     if kind == K.V_MEMORY:
         msg = f"slot {t}: scheduler {scheduler!r} uses {value} tokens of KV memory, M={params.M} (active requests {shown})"
     elif kind == K.V_SEQS:
-        msg = f"slot {t}: {value} running requests exceed max_num_seqs={params.max_num_seqs}"
+        msg = f"slot {t}: scheduler {scheduler!r} runs {value} requests, more than max_num_seqs={params.max_num_seqs}"
     else:
-        msg = f"slot {t}: {value} tokens processed exceed the token budget {params.token_budget}"
+        msg = (
+            f"slot {t}: scheduler {scheduler!r} processes {value} tokens, more than the token budget "
+            f"{params.token_budget} (a rule that ignores the budget breaks it)"
+        )
     memory = int(state.st[K.ST_VMEM])  # the slot's memory, whatever was broken (as the reference reports it)
     return InvariantViolation(msg, slot=t, memory=memory, capacity=params.M, requests=running)
 
