@@ -45,6 +45,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvstab import validation
+from kvstab.data import TRACES, trace_path
 from kvstab.errors import InvalidArgument, TraceError
 
 __all__ = ["Trace", "load_trace", "TRACE_FORMATS", "ARRIVAL_UNITS", "MAX_ARRIVAL_S"]
@@ -248,16 +249,19 @@ def _is_jsonl(path: str) -> bool:
 
 
 def load_trace(path: str | os.PathLike[str]) -> Trace:
-    """Load a trace file in any format of :data:`TRACE_FORMATS` (detected from its columns).
+    """Load a trace file in any format of :data:`TRACE_FORMATS` (detected from its columns),
+    or a trace shipped with kvstab by its short name (``azure-conv``, …; see :mod:`kvstab.data`).
 
     Raises :class:`~kvstab.errors.TraceError` (one line: file, line, reason)
     for a missing, unreadable or malformed file.
     """
     p = os.fspath(path)
+    if not os.path.exists(p) and p in TRACES:
+        p = str(trace_path(p))  # a shipped trace by its short name (azure-conv, azure-code, sharegpt, arxiv)
     if os.path.isdir(p):
         raise TraceError(p, None, "is a directory; give a trace file (CSV or JSON Lines) inside it")
     if not os.path.exists(p):
-        raise TraceError(p, None, "no such file")
+        raise TraceError(p, None, f"no such file (nor a shipped trace: {', '.join(sorted(TRACES))})")
     if not os.path.isfile(p):
         raise TraceError(p, None, "is not a regular file; give a trace file (CSV or JSON Lines)")
     try:

@@ -53,9 +53,14 @@ _capacity = arg_type(v.positive_int, "a replica's KV capacity M_i", maximum=v.MA
 
 
 def _readable_file(path: str, what: str) -> str:
-    """``path`` if it names a readable regular file, else one clear line."""
+    """``path`` if it names a readable regular file (or a trace shipped with kvstab, by short name),
+    else one clear line."""
+    from kvstab.data import TRACES, trace_path
+
+    if not os.path.exists(path) and path in TRACES:
+        path = str(trace_path(path))
     if not os.path.exists(path):
-        raise InvalidArgument(f"{what} {path!r}: no such file")
+        raise InvalidArgument(f"{what} {path!r}: no such file (nor a shipped trace: {', '.join(sorted(TRACES))})")
     if os.path.isdir(path):
         raise InvalidArgument(f"{what} {path!r} is a directory; give a trace file (CSV or JSONL)")
     if not os.path.isfile(path):
