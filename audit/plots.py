@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from kvstab.audit.stability import StabilityRegion
 
@@ -45,11 +46,7 @@ def throughput_plot(regions: Sequence[StabilityRegion], mu: float, mu_delta: flo
     ax.set_ylabel("throughput (requests/s)")
     ax.set_title("Throughput vs λ (bands: λ* intervals)")
     ax.legend(fontsize=8, loc="upper left")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, ax, path)
 
 
 def queue_plot(region: StabilityRegion, path: Path) -> Path:
@@ -67,6 +64,11 @@ def queue_plot(region: StabilityRegion, path: Path) -> Path:
     ax.set_ylabel("requests in system")
     ax.set_title(f"{region.scheduler}: queue just below and above λ* = {region.critical_rate:.4g}/s")
     ax.legend(fontsize=8)
+    return _save(plt, fig, ax, path)
+
+
+def _save(plt: Any, fig: Any, ax: Any, path: Path) -> Path:
+    """Grid, layout, write the PNG and free the figure (every plot of the report ends so)."""
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
@@ -85,11 +87,7 @@ def _per_rate(regions: Sequence[StabilityRegion], path: Path, attr: str, ylabel:
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, ax, path)
 
 
 def memory_plot(regions: Sequence[StabilityRegion], path: Path) -> Path:
