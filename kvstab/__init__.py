@@ -6,7 +6,17 @@ sub-packages ``kvstab.theory``, ``kvstab.proofs`` and ``kvstab.empirical``
 build on it.  Start reading at ``docs/ARCHITECTURE.md``.
 """
 
-from kvstab.contract import ActiveEntry, Decision, Scheduler, Traits, View, WaitingEntry, traits_of, visible_view
+from kvstab.contract import (
+    ActiveEntry,
+    Decision,
+    Scheduler,
+    StateVar,
+    Traits,
+    View,
+    WaitingEntry,
+    traits_of,
+    visible_view,
+)
 from kvstab.errors import InvalidArgument, InvalidScheduler, InvariantViolation, KvstabError, TraceError
 from kvstab.model import ModelParams, Request, tokens_held
 from kvstab.ops import CONCRETE, Ops
@@ -29,6 +39,7 @@ __all__ = [
     "Request",
     "Scheduler",
     "SimResult",
+    "StateVar",
     "TraceError",
     "Traits",
     "View",

@@ -56,6 +56,10 @@ __all__ = [
     "HiddenOutput",
     "visible_view",
     "hidden_output",
+    "StateVar",
+    "state_vars_of",
+    "initial_state",
+    "check_next_state",
 ]
 
 
@@ -94,6 +98,10 @@ class View:
     token_budget: IntLike | None = field(default=None, metadata={"help": "tokens per slot, None = unlimited"})
     max_num_seqs: IntLike | None = field(default=None, metadata={"help": "cap on active requests, None = none"})
     n_waiting: IntLike = field(default=0, metadata={"help": "length of the whole queue (≥ len(waiting))"})
+    state: tuple[Any, ...] = field(
+        default=(),
+        metadata={"help": "the scheduler's own state, one value per declared StateVar, in declaration order"},
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +114,16 @@ class Decision:
     the waiting entries (an entry that is not admitted, or is preempted, gets
     nothing whatever its grant).  ``None`` grants one full unit to everyone.
     A grant is clamped to one unit (``≤ ŝ`` prompt tokens, ``≤ 1`` output token).
+    ``state`` (optional) is the rule's next state (see :class:`StateVar`): the
+    engine shows it in the next slot's ``view.state``.
     """
 
     admit: tuple[BoolLike, ...]
     preempt: tuple[BoolLike, ...]
     grants: tuple[IntLike, ...] | None = None
+    #: the scheduler's state after this slot, one value per declared
+    #: :class:`StateVar` (``None``: unchanged; a stateless rule leaves it ``None``)
+    state: tuple[Any, ...] | None = None
 
 
 DecideFn = Callable[[View, Ops], Decision]
@@ -166,9 +179,7 @@ def traits_of(scheduler: object) -> Traits:
     who = getattr(scheduler, "name", type(scheduler).__name__)
     declared = getattr(scheduler, "traits", NO_TRAITS)
     if not isinstance(declared, Traits):
-        raise InvalidScheduler(
-            f"scheduler {who!r}: traits must be a kvstab.Traits(...), got {type(declared).__name__}"
-        )
+        raise InvalidScheduler(f"scheduler {who!r}: traits must be a kvstab.Traits(...), got {type(declared).__name__}")
     for attr in dir(scheduler):
         if attr.startswith("_") or attr == "traits":
             continue
@@ -276,7 +287,109 @@ def visible_view(view: View, traits: Traits, who: str = "the scheduler") -> View
         token_budget=view.token_budget,
         max_num_seqs=view.max_num_seqs,
         n_waiting=view.n_waiting,
+        state=view.state,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class StateVar:
+    """One variable of a scheduler's own state, carried by the engine from slot to slot.
+
+    Many real schedulers keep state across steps (SGLang's ``new_token_ratio``,
+    a token bucket, an adaptive watermark).  A rule stays pure: it declares its
+    state as ``state_vars = (StateVar(...), ...)``, reads the current values in
+    ``view.state`` (declaration order) and returns the next values in
+    ``Decision.state``.  The engine starts every run at ``initial`` and checks,
+    every slot, that each next value is a finite number within ``[lo, hi]`` (an
+    integer unless ``real``) — the bounds are the state invariant the proofs
+    assume of the pre-state and must re-establish in the post-state, so a
+    concrete run checks the same declaration z3 relies on.
+    """
+
+    name: str = field(metadata={"help": "the variable's name (unique within the scheduler)"})
+    initial: int | float = field(metadata={"help": "its value in the empty system, at the start of every run"})
+    lo: int | float = field(metadata={"help": "least value the rule may ever give it"})
+    hi: int | float = field(metadata={"help": "greatest value the rule may ever give it"})
+    real: bool = field(default=False, metadata={"help": "a real number (float; z3 Real) rather than an integer"})
+    help: str = field(default="", metadata={"help": "one line saying what it is"})
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise InvalidScheduler(f"a state variable's name must be an identifier, got {self.name!r}")
+        for attr in ("initial", "lo", "hi"):
+            bad = _bad_state_value(getattr(self, attr), self.real)
+            if bad is not None:
+                raise InvalidScheduler(f"state variable {self.name!r}: {attr} is {bad}")
+        if not (self.lo <= self.initial <= self.hi):
+            raise InvalidScheduler(
+                f"state variable {self.name!r}: initial value {self.initial!r} is outside its bounds "
+                f"[{self.lo!r}, {self.hi!r}]"
+            )
+
+
+def _bad_state_value(v: object, real: bool) -> str | None:
+    """What is wrong with ``v`` as a concrete value of a state variable, or ``None``."""
+    if isinstance(v, HiddenOutput):
+        v._read()
+    if isinstance(v, bool) or not isinstance(v, (numbers.Integral, float) if real else numbers.Integral):
+        kind = "a finite number" if real else "an integer"
+        return f"{v!r} ({type(v).__name__}), not {kind}"
+    if isinstance(v, float) and not math.isfinite(v):
+        return f"{v!r}, not finite"
+    return None
+
+
+def state_vars_of(scheduler: object) -> tuple[StateVar, ...]:
+    """The :class:`StateVar` s a scheduler declares (``()`` for a stateless rule).
+
+    Raises :class:`InvalidScheduler` unless ``state_vars`` is a tuple of
+    ``StateVar`` with distinct names.
+    """
+    who = getattr(scheduler, "name", type(scheduler).__name__)
+    declared = getattr(scheduler, "state_vars", ())
+    if not isinstance(declared, tuple) or not all(isinstance(v, StateVar) for v in declared):
+        raise InvalidScheduler(
+            f"scheduler {who!r}: state_vars must be a tuple of kvstab.StateVar(...), got {declared!r}"
+        )
+    names = [v.name for v in declared]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise InvalidScheduler(f"scheduler {who!r}: state variable names must be distinct, repeated: {dup}")
+    return declared
+
+
+def initial_state(state_vars: Sequence[StateVar]) -> tuple[int | float, ...]:
+    """The state every run starts from: each variable's ``initial``."""
+    return tuple(v.initial for v in state_vars)
+
+
+def check_next_state(
+    decision: Decision, current: tuple[Any, ...], state_vars: Sequence[StateVar], who: str
+) -> tuple[Any, ...]:
+    """The state after a *concrete* decision: ``current`` if ``decision.state``
+    is ``None``, else its values once checked against ``state_vars`` (one per
+    variable, finite, an integer unless ``real``, within ``[lo, hi]``);
+    :class:`InvalidScheduler` names the variable otherwise."""
+    nxt = decision.state
+    if nxt is None:
+        return current
+    if not isinstance(nxt, tuple) or len(nxt) != len(state_vars):
+        names = ", ".join(v.name for v in state_vars) or "none"
+        raise InvalidScheduler(
+            f"scheduler {who!r}: decision.state must be a tuple of {len(state_vars)} values "
+            f"(declared state variables: {names}), got {nxt!r}"
+        )
+    out: list[Any] = []
+    for var, value in zip(state_vars, nxt):
+        if isinstance(value, np.generic):
+            value = value.item()
+        bad = _bad_state_value(value, var.real)
+        if bad is None and not (var.lo <= value <= var.hi):
+            bad = f"{value!r}, outside its declared bounds [{var.lo!r}, {var.hi!r}]"
+        if bad is not None:
+            raise InvalidScheduler(f"scheduler {who!r}: next value of state variable {var.name!r} is {bad}")
+        out.append(value)
+    return tuple(out)
 
 
 @runtime_checkable
@@ -289,7 +402,9 @@ class Scheduler(Protocol):
       clairvoyance, preemption, negative control); see :class:`Traits` and
       :func:`traits_of`;
     * ``margin(params, max_s, max_o) -> int`` — a declared
-      work-conservation margin ``Δ`` (tokens) for props until a proof gives one.
+      work-conservation margin ``Δ`` (tokens) for props until a proof gives one;
+    * ``state_vars: tuple[StateVar, ...]`` — the rule's own state, carried by
+      the engine (``view.state`` in, ``Decision.state`` out); see :class:`StateVar`.
     """
 
     @property
@@ -406,6 +521,11 @@ def check_decision_shape(decision: object, view: View, who: str) -> Decision:
             f"scheduler {who!r}: decision.preempt has {len(decision.preempt)} entries, the view has "
             f"{len(view.active)} active requests"
         )
+    if decision.state is not None and (not isinstance(decision.state, tuple) or len(decision.state) != len(view.state)):
+        raise InvalidScheduler(
+            f"scheduler {who!r}: decision.state must be None or a tuple of {len(view.state)} values "
+            f"(one per declared state variable), got {decision.state!r}"
+        )
     if decision.grants is not None and len(decision.grants) != len(view.active) + len(view.waiting):
         raise InvalidScheduler(
             f"scheduler {who!r}: decision.grants has {len(decision.grants)} entries, expected "
@@ -460,6 +580,7 @@ def check_scheduler_shape(obj: Any) -> str | None:
             return f"it needs a non-empty string attribute {attr!r}"
     try:
         traits_of(obj)
+        state_vars_of(obj)
     except InvalidScheduler as exc:
         return str(exc).split(": ", 1)[-1]
     decide = getattr(obj, "decide", None)

@@ -40,7 +40,10 @@ from kvstab.contract import (
     WaitingEntry,
     check_decision_shape,
     check_decision_values,
+    check_next_state,
     hidden_output,
+    initial_state,
+    state_vars_of,
     traits_of,
     visible_view,
 )
@@ -91,6 +94,7 @@ class SlotRecord:
     queue: int  # waiting at the end of the slot
     active_after: int  # active at the end of the slot (after releases)
     hidden: int = 0  # waiting requests the queue window hid from the rule's final decision
+    state: tuple[int | float, ...] = ()  # the scheduler's own state after this slot (stateful rules only)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -213,6 +217,9 @@ class Engine:
         self.window = positive_int("the queue window", window, maximum=2**31 - 1)
         self.spec = spec or scheduler.name
         self.traits = traits_of(scheduler)
+        self.state_vars = state_vars_of(scheduler)
+        #: the scheduler's own state (``view.state``), carried from slot to slot
+        self.sched_state: tuple[int | float, ...] = initial_state(self.state_vars)
         if decide_timeout is not None:
             decide_timeout = positive_float("the decide timeout", decide_timeout, maximum=86_400.0)
             if threading.current_thread() is not threading.main_thread():
@@ -247,13 +254,21 @@ class Engine:
         self,
         active: list[tuple[int, int, int]] = (),  # type: ignore[assignment]
         waiting: list[tuple[int, int]] = (),  # type: ignore[assignment]
+        sched_state: tuple[int | float, ...] | None = None,
     ) -> None:
         """Start from a given state instead of the empty system (used to replay
         a counterexample to induction): ``active`` as ``(s, o, progress)`` in
-        admission order, ``waiting`` as ``(s, o)`` in queue order.  Only on a
+        admission order, ``waiting`` as ``(s, o)`` in queue order, and the
+        scheduler's own state (``None``: its initial state).  Only on a
         fresh engine; ids are given in that order (active first)."""
         if self.requests:
             raise InvalidArgument("load_state needs a fresh engine (no request has arrived yet)")
+        if sched_state is not None:
+            probe = Decision(admit=(), preempt=(), state=tuple(sched_state))
+            try:
+                self.sched_state = check_next_state(probe, self.sched_state, self.state_vars, self.spec)
+            except InvalidScheduler as exc:
+                raise InvalidArgument(f"load_state: {exc}") from None
         for s, o, prog in active:
             rid = self.arrive(s, o)
             r = self.requests[rid]
@@ -269,6 +284,14 @@ class Engine:
             self.arrive(s, o)
         # a loaded state is not an arrival of this slot
         self._pending_arrivals = len(waiting)
+
+    def requeue(self, victims: list[RequestState]) -> None:
+        """Put this slot's preempted requests (admission order) back in the queue.
+
+        kvstab's model, like vLLM v1, puts them at the head, oldest admission
+        first (vLLM's repeated prepend); an engine with another lifecycle may
+        put them elsewhere (SGLang appends retracted requests to the tail)."""
+        self.waiting.extendleft(reversed(victims))
 
     def on_preempt(self, r: RequestState) -> None:
         """Called for each victim of a preemption while it still has its
@@ -300,6 +323,7 @@ class Engine:
             token_budget=p.token_budget,
             max_num_seqs=p.max_num_seqs,
             n_waiting=len(self.waiting),
+            state=self.sched_state,
         )
 
     def _ask(self, view: View) -> Decision:
@@ -328,7 +352,10 @@ class Engine:
     def _checked(self, decision: object, view: View, where: str) -> Decision:
         """``decision`` if it has the contract's shape and types, else :class:`InvalidScheduler`."""
         try:
-            return check_decision_values(check_decision_shape(decision, view, self.spec), self.spec)
+            checked = check_decision_values(check_decision_shape(decision, view, self.spec), self.spec)
+            if checked.state is not None:
+                check_next_state(checked, view.state, self.state_vars, self.spec)
+            return checked
         except InvalidScheduler as exc:
             raise InvalidScheduler(f"{where}: {self._unnamed(exc)}") from None
 
@@ -381,8 +408,7 @@ class Engine:
         victim_ids = {r.rid for r in victims}
         kept = [r for r in actives if r.rid not in victim_ids]
         if victims:
-            # oldest admitted victim ends up first, as vLLM's repeated prepend does
-            self.waiting.extendleft(reversed(victims))
+            self.requeue(victims)
         for r in admitted:
             if r.first_admit < 0:
                 r.first_admit = t
@@ -449,6 +475,8 @@ class Engine:
                 r.finish = t
             self.active = [r for r in running if r.progress < r.s + r.o]
 
+        if decision.state is not None:  # checked by _checked; the state moves with the slot
+            self.sched_state = tuple(v.item() if isinstance(v, np.generic) else v for v in decision.state)
         rec = SlotRecord(
             slot=t,
             arrived=self._pending_arrivals,
@@ -462,6 +490,7 @@ class Engine:
             queue=len(self.waiting),
             active_after=len(self.active),
             hidden=hidden,
+            state=self.sched_state,
         )
         self.records.append(rec)
         self._pending_arrivals = 0
