@@ -5,8 +5,11 @@ with the decision read off a tape (:mod:`kvstab.engine.tape`) instead of a Pytho
 finish by itself, and returns a status:
 
 * ``NEED_TAPE`` — the slot needs a view shape ``(K, Q)`` with no tape yet; the
-  driver traces it and calls again (the slot's arrivals are kept in ``st``, and
-  nothing else of the slot has happened yet, so the call resumes it);
+  driver traces it, or (for a shape met only a few times so far) asks the rule
+  itself and passes the answer as a *one-slot* tape (``once_*``: constant
+  outputs, valid until the slot ends), and calls again (the slot's arrivals are
+  kept in ``st``, and nothing else of the slot has happened yet, so the call
+  resumes it);
 * ``BAIL`` — something only the reference engine can report exactly happened:
   an invariant broke (with ``check``), a grant was negative, a next state left
   its bounds, a division by zero, a value beyond ±2⁶¹.  The driver then runs
@@ -27,8 +30,8 @@ from kvstab.engine._kernel import _njit, held
 from kvstab.engine.tape import LIMIT, OP
 
 # indices into the scalar state array ``st``
-ST_T, ST_I, ST_QH, ST_QL, ST_NA, ST_PEND, ST_NEEDK, ST_NEEDQ, ST_HID = 0, 1, 2, 3, 4, 5, 6, 7, 8
-ST_SIZE = 9
+ST_T, ST_I, ST_QH, ST_QL, ST_NA, ST_PEND, ST_NEEDK, ST_NEEDQ, ST_HID, ST_NONCE = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
+ST_SIZE = 10
 
 # return codes
 REACHED, DRAINED, NEED_TAPE, BAIL = 0, 2, 3, 4
@@ -151,6 +154,9 @@ def run_plugin_slots(
     outs: np.ndarray,
     tflags: np.ndarray,
     tid: np.ndarray,
+    once_k: np.ndarray,
+    once_q: np.ndarray,
+    once_id: np.ndarray,
     R: np.ndarray,
     tmp: np.ndarray,
     scr: np.ndarray,
@@ -168,6 +174,7 @@ def run_plugin_slots(
     na = st[ST_NA]
     pend = st[ST_PEND]
     hid = st[ST_HID]
+    nonce = st[ST_NONCE]
     status = REACHED
     while True:
         if drain and i >= n and na == 0 and ql == 0 and t >= drain_min and pend < 0:
@@ -189,12 +196,17 @@ def run_plugin_slots(
         Q = 0
         while True:
             Q = min(w, ql)
-            if na >= tid.shape[0] or Q >= tid.shape[1] or tid[na, Q] < 0:
-                st[ST_NEEDK] = na
-                st[ST_NEEDQ] = Q
-                status = NEED_TAPE
-                break
-            tape = tid[na, Q]
+            tape = -1
+            for x in range(nonce):
+                if once_k[x] == na and once_q[x] == Q:
+                    tape = once_id[x]
+            if tape < 0:
+                if na >= tid.shape[0] or Q >= tid.shape[1] or tid[na, Q] < 0:
+                    st[ST_NEEDK] = na
+                    st[ST_NEEDQ] = Q
+                    status = NEED_TAPE
+                    break
+                tape = tid[na, Q]
             for k in range(na):
                 r = act[k]
                 R[4 * k] = r
@@ -360,6 +372,7 @@ def run_plugin_slots(
         out[7, row] = tokens
         out[8, row] = ql
         pend = -1
+        nonce = 0  # one-slot tapes expire with their slot
         t += 1
 
     st[ST_T] = t
@@ -369,4 +382,5 @@ def run_plugin_slots(
     st[ST_NA] = na
     st[ST_PEND] = pend
     st[ST_HID] = hid
+    st[ST_NONCE] = nonce
     return status
