@@ -42,7 +42,7 @@ EngineChoice = Literal["auto", "fast", "reference"]
 BATCH = 1 << 16
 
 #: the shortest run on which ``engine="auto"`` takes the plug-in path (measured in
-#: benchmarks/bench_engine.py: tracing a few hundred view shapes costs about a second)
+#: benchmarks/bench_engine.py: taping the shapes a paper-scale run meets costs about a second)
 PLUGIN_MIN_SLOTS = 20_000
 
 _RULES: dict[type, int] = {
