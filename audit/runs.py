@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument
-from kvstab.model import ModelParams
+from kvstab.model import ModelParams, prefill_slots
 from kvstab.workload import Workload, parse_workload
 
 __all__ = ["Point", "PointResult", "run_point", "derive_seed", "load_workload", "BATCHES", "SERIES_POINTS"]
@@ -149,7 +149,7 @@ def run_point(point: Point, scheduler: Scheduler | None = None) -> PointResult:
     # TTFT: the first token is sampled with the last prefill chunk (vLLM), n(s)
     # slots after the first admission — exact without a token budget and
     # without a preemption during the first prefill
-    n_s = -(-res.s[done] // point.params.chunk)
+    n_s = prefill_slots(res.s[done], point.params.chunk)
     ttft = res.first_admit[done] + n_s - res.arrival[done]
     e2e = res.finish[done] + 1 - res.arrival[done]
     step = max(1, point.slots // SERIES_POINTS)

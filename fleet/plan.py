@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from kvstab.errors import InvalidArgument
-from kvstab.model import ModelParams
+from kvstab.model import ModelParams, prefill_slots
 from kvstab.validation import MAX_COUNT, MAX_TOKENS, nonneg_int, positive_float, positive_int, unit_fraction
 from kvstab.workload import Workload
 
@@ -380,7 +380,7 @@ def verify_plan(
     spec = router or f"weighted-rr:{split}"
     if horizon_s is None:
         ls, lo = workload.sample(np.random.default_rng(0), 4096)  # a mean lifetime n(s) + o, by sampling
-        life = max(t.bbar * float(np.mean(-(-ls // t.chunk) + lo)) for t, n in zip(plan.types, plan.counts) if n)
+        life = max(t.bbar * float(np.mean(prefill_slots(ls, t.chunk) + lo)) for t, n in zip(plan.types, plan.counts) if n)
         horizon_s = max(40 * life, 20_000 / plan.lam)
     horizon_s = positive_float("the verification horizon (seconds)", horizon_s, maximum=1e9)
     threshold = 0.01 * plan.lam
