@@ -183,7 +183,7 @@ def _dask_executor(address: str, workers: int) -> _DaskExecutor:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from kvstab.audit.sweep import SweepGrid, run_sweep
+    from kvstab.audit.sweep import SweepGrid, json_row, run_sweep
     from kvstab.registry import load_scheduler
 
     out = writable_dir(args.out)
@@ -202,7 +202,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     with _executor(args.workers, args.dask) as ex:
         rows = run_sweep(grid, out, executor=ex, resume=args.resume, log=_log(not args.quiet and not args.json))
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([json_row(r) for r in rows], indent=2, allow_nan=False))
     else:
         print(f"kvstab sweep: {len(rows)} points → {out / 'sweep.csv'} (checkpoint {out / 'points.jsonl'}, plot {out / 'sweep.png'})")
     return 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, as_completed
@@ -30,7 +31,7 @@ from kvstab.audit.runs import Point, PointResult, derive_seed, load_workload, ru
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
 
-__all__ = ["SweepGrid", "grid_points", "run_sweep", "CSV_COLUMNS", "CHECKPOINT", "point_key"]
+__all__ = ["SweepGrid", "grid_points", "run_sweep", "CSV_COLUMNS", "CHECKPOINT", "point_key", "json_row"]
 
 CHECKPOINT = "points.jsonl"
 CSV_COLUMNS = [
@@ -110,6 +111,30 @@ def _row(cell: _Cell, r: PointResult) -> dict[str, Any]:
         **{f"ttft_p{q}_slots": v for q, v in zip((50, 90, 99), r.ttft)},
         **{f"e2e_p{q}_slots": v for q, v in zip((50, 90, 99), r.e2e)},
     }
+
+
+#: why a column of a row can be undefined (NaN in the CSV, null in JSON)
+_UNDEFINED = {
+    "ttft": "no request that arrived after the warm-up finished within the horizon: no latency to take percentiles of",
+    "e2e": "no request that arrived after the warm-up finished within the horizon: no latency to take percentiles of",
+}
+
+
+def json_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` as strict JSON: an undefined (NaN) value becomes ``null`` and
+    ``undefined`` says why, column by column (JSON has no NaN; a parser that
+    follows the standard refuses the ``NaN`` Python would print)."""
+    out: dict[str, Any] = {}
+    why: dict[str, str] = {}
+    for k, v in row.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            out[k] = None
+            why[k] = _UNDEFINED.get(k.split("_", 1)[0], "not a number: the run measured nothing to divide by")
+        else:
+            out[k] = v
+    if why:
+        out["undefined"] = why
+    return out
 
 
 def read_checkpoint(path: Path) -> dict[str, dict[str, Any]]:

@@ -3,6 +3,7 @@ to exactly the rows of an uninterrupted one."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -93,3 +94,18 @@ def test_bad_sweep_input_is_one_line_and_exit_2(
         code = int(exc.code or 0)
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and fragment in err, err
+
+
+def test_json_output_is_strict_json_with_the_undefined_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 40 slots and o = 100: no request finishes, so the latency percentiles are undefined
+    argv = ["sweep", "--workload", "s=const(10),o=const(100)", "--M", "1000", "--rates", "1", "--slots", "40",
+            "--workers", "1", "--quiet", "--json", "--out", str(tmp_path)]
+    assert main(argv) == 0
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} is not JSON")
+
+    rows = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert rows[0]["ttft_p50_slots"] is None and rows[0]["e2e_p99_slots"] is None
+    assert "no request" in rows[0]["undefined"]["ttft_p50_slots"]
+    assert rows[0]["throughput_per_s"] == 0.0 and "throughput_per_s" not in rows[0]["undefined"]
