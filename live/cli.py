@@ -136,6 +136,13 @@ def _cmd_import(args: argparse.Namespace) -> int:
     if args.M is None or args.bbar is None:
         raise InvalidArgument("comparing an imported result with μ needs the server's --M (tokens) and --bbar (s)")
     params = ModelParams(M=args.M, chunk=args.chunk, block=args.block)
+    if not params.fits_total(workload.max_total):
+        # the run's server held these requests: an M they do not fit in is not that server's
+        raise InvalidArgument(
+            f"requests of {workload.describe()} need up to {params.peak(workload.max_total)} KV tokens at their "
+            f"peak but --M is {args.M} (block {args.block}): no server with that capacity serves them; give the "
+            "capacity of the server that ran the benchmark"
+        )
     rep = stability_report(workload, params, args.bbar)
     out = {
         "tool": res.tool, "path": res.path, "throughput_per_s": res.throughput_per_s, "completed": res.completed,
