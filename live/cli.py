@@ -206,6 +206,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     trace, workload = _workload(args)
     if trace is None and args.rate is None:
         raise InvalidArgument("give --rate (requests/s, or a list like 5,10,20) or --trace with arrival times")
+    if args.time_scale is not None and (trace is None or args.rate is not None):
+        raise InvalidArgument(
+            "--time-scale stretches a --trace's own arrival times; with --rate the arrivals are Poisson and it does "
+            "nothing: drop --time-scale, or --rate to replay the trace's times"
+        )
     cfg = BenchConfig(
         url=args.url, api=args.api, model=args.model, stream=not args.no_stream, duration=args.duration,
         warmup=args.warmup, scrape_interval=args.scrape_interval, timeout=args.timeout, chunk=args.chunk,
@@ -213,7 +218,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     )
     # a trace with --rate lends its lengths (their joint law) to Poisson arrivals; without, its own times
     schedules = (
-        [trace_schedule(trace, args.time_scale, args.requests)] if args.rate is None
+        [trace_schedule(trace, args.time_scale or 1.0, args.requests)] if args.rate is None
         else [poisson_schedule(workload, lam, args.requests, args.seed + i) for i, lam in enumerate(args.rate)]
     )
     runs: list[dict[str, Any]] = []
@@ -324,7 +329,8 @@ def register(subparsers: Any) -> None:
     b.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
     b.add_argument("--workload", default=None, help="length law of the requests (default paper-1:1)")
     b.add_argument("--trace", default=None, help="a trace: its lengths, and its arrival times when no --rate")
-    b.add_argument("--time-scale", type=positive_float, default=1.0, help="with --trace: multiply its arrival times")
+    b.add_argument("--time-scale", type=positive_float, default=None,
+                   help="with --trace and no --rate: multiply its arrival times (default 1)")
     b.add_argument("--rate", type=_rates, default=None, help="arrival rate(s) in requests/s: 8 or 4,8,16")
     b.add_argument("--requests", type=_count, default=1000, help="most requests per run (default 1000)")
     b.add_argument("--duration", type=_duration, default=60.0, help="most seconds per run (default 60)")

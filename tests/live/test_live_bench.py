@@ -194,6 +194,19 @@ def test_bench_refuses_bad_flags_before_any_work(tmp_path: Path, capsys: pytest.
     assert "--emulate" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("extra", [["--rate", "5"], ["--rate", "5", "--trace", "TRACE"]])
+def test_time_scale_without_trace_times_is_refused(
+    tmp_path: Path, extra: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("s,o,arrival\n10,5,0.0\n12,6,0.5\n")
+    argv = ["bench", "--url", "http://127.0.0.1:9", "--time-scale", "2", "--out", "",
+            *[str(trace) if a == "TRACE" else a for a in extra]]
+    assert main(argv) == 2  # before any request: port 9 is never contacted
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--time-scale stretches a --trace's own arrival times" in err[0]
+
+
 def test_server_refuses_requests_that_never_fit(server: ServerHandle) -> None:
     import urllib.error
     import urllib.request
