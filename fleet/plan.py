@@ -197,11 +197,15 @@ def _rates(types: Sequence[GpuType], workload: Workload) -> tuple[list[float], l
     mus: list[float] = []
     deltas: list[float] = []
     for t in types:
-        try:
-            workload.check_fits(t.params())
-        except InvalidArgument as exc:
-            raise InvalidArgument(f"GPU type {t.name}: {exc}") from None
-        rep = stability_report(workload, t.params(), t.bbar)
+        params = t.params()
+        if not params.fits_total(workload.max_total):
+            # no --drop-oversize here: a dropped request is load the plan would silently not carry
+            raise InvalidArgument(
+                f"GPU type {t.name} (M = {t.M}): requests of workload {workload.describe()!r} need up to "
+                f"{params.peak(workload.max_total)} tokens at their peak, and the fleet may route any request to any "
+                "replica; raise its M in the menu, remove it from the menu, or plan for a workload that fits"
+            )
+        rep = stability_report(workload, params, t.bbar)
         mus.append(rep.mu_per_s)
         deltas.append(rep.delta)
     return mus, deltas

@@ -144,6 +144,16 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], needle: str, capsys: 
     assert err.count("\n") == 1 and needle in err and "Traceback" not in err, err
 
 
+def test_plan_names_the_gpu_type_a_workload_does_not_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    menu = tmp_path / "menu.toml"
+    menu.write_text(MENU)
+    assert main(["plan", "--menu", str(menu), "--lambda", "5", "--workload", "s=U(1,200),o=U(1,8)", "--no-verify"]) == 2
+    err = capsys.readouterr().err
+    # plan takes no --drop-oversize, so its message must not send the user to it
+    assert err.count("\n") == 1 and "GPU type small (M = 150)" in err and "raise its M in the menu" in err
+    assert "--drop-oversize" not in err
+
+
 def test_critical_refuses_a_horizon_too_short_to_trust(capsys: pytest.CaptureFixture[str]) -> None:
     """A run of a few request lifetimes reads the queue's warm-up as growth (λ* biased low with a
     confident interval): such a horizon is refused in one line that says what would do."""
