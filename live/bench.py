@@ -42,7 +42,7 @@ from kvstab.traces import Trace
 from kvstab.workload import Workload
 
 __all__ = ["BenchConfig", "BenchError", "RequestRecord", "RunResult", "run_bench", "Schedule", "poisson_schedule",
-           "trace_schedule"]
+           "trace_schedule", "server_max_model_len"]
 
 
 #: the error of a request still in flight when the run ended (not a failure: the run stops an overloaded server)
@@ -61,6 +61,12 @@ class Schedule:
     s: np.ndarray
     o: np.ndarray
     rate: float | None  # the offered rate, None for a trace's own times
+    dropped: int = 0  # requests left out because s + o exceeds the server's max_model_len
+
+    def fitting(self, max_total: int) -> Schedule:
+        """The requests with ``s + o ≤ max_total``, at their own times (the rest counted in ``dropped``)."""
+        keep = self.s + self.o <= max_total
+        return Schedule(self.t[keep], self.s[keep], self.o[keep], self.rate, self.dropped + int((~keep).sum()))
 
 
 def poisson_schedule(workload: Workload, rate: float, n: int, seed: int) -> Schedule:
@@ -120,6 +126,7 @@ class RunResult:
     stopped_by: str = "duration"
     error: str | None = None
     metrics_error: str | None = None
+    dropped: int = 0  # requests of the schedule left out: s + o above the server's max_model_len
 
     def summary(self, workload: Workload, cfg: BenchConfig, *, M: int | None = None, bbar: float | None = None) -> dict[str, Any]:
         """The run's figures (kvstab's JSON); ``M``/``bbar`` override what the scrapes measured."""
@@ -133,6 +140,7 @@ class RunResult:
             "stopped_by": self.stopped_by,
             "error": self.error,
             "sent": len(self.records),
+            "dropped_oversize": self.dropped,
             "completed": int(done.size),
             "failed": sum(1 for r in self.records if r.error is not None and r.error != UNFINISHED),
             "unfinished": sum(1 for r in self.records if r.error == UNFINISHED),
@@ -193,6 +201,7 @@ class _Client:
         self.session = session
         self.base = cfg.url.rstrip("/")
         self.model = cfg.model or ""
+        self.max_model_len: int | None = None
         self._word_tokens: float | None = None
 
     async def preflight(self) -> None:
@@ -215,6 +224,10 @@ class _Client:
             raise BenchError(f"{self.base}/v1/models lists no model")
         if not self.model:
             self.model = ids[0]
+        # vLLM's model card carries max_model_len: the longest s + o it accepts (longer: HTTP 400)
+        card = next((m for m in data["data"] if m["id"] == self.model), None)
+        mml = card.get("max_model_len") if isinstance(card, dict) else None
+        self.max_model_len = mml if isinstance(mml, int) and not isinstance(mml, bool) and mml > 0 else None
 
     async def scrape(self, t: float) -> Snapshot:
         try:
@@ -293,6 +306,16 @@ class _Client:
         rec.tokens = usage_tokens if usage_tokens is not None else chunks
 
 
+async def server_max_model_len(cfg: BenchConfig) -> int | None:
+    """The server's ``max_model_len`` from ``GET /v1/models`` (``None`` if it does not say);
+    :class:`BenchError` if the server cannot be reached or is not OpenAI-compatible."""
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.timeout, sock_read=cfg.timeout)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        client = _Client(cfg, session)
+        await client.preflight()
+        return client.max_model_len
+
+
 async def run_bench(
     cfg: BenchConfig,
     schedule: Schedule,
@@ -301,7 +324,7 @@ async def run_bench(
     stop: asyncio.Event | None = None,
 ) -> RunResult:
     """Send ``schedule`` to the server; returns what was measured even when the run ends early."""
-    res = RunResult(rate=schedule.rate)
+    res = RunResult(rate=schedule.rate, dropped=schedule.dropped)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.timeout, sock_read=max(cfg.timeout, 60.0))
     stop = stop if stop is not None else asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -188,7 +188,14 @@ class _Progress:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from kvstab.live.bench import BenchConfig, poisson_schedule, run_bench, trace_schedule
+    from kvstab.live.bench import (
+        BenchConfig,
+        BenchError,
+        poisson_schedule,
+        run_bench,
+        server_max_model_len,
+        trace_schedule,
+    )
     from kvstab.live.formats import llmd_report
 
     args.workload_given = args.workload is not None
@@ -221,9 +228,30 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         [trace_schedule(trace, args.time_scale or 1.0, args.requests)] if args.rate is None
         else [poisson_schedule(workload, lam, args.requests, args.seed + i) for i, lam in enumerate(args.rate)]
     )
+    # a request longer than the server's context is refused by it (HTTP 400): find out before sending any
+    try:
+        max_len = asyncio.run(server_max_model_len(cfg))
+    except BenchError:
+        max_len = None  # the run meets the same error, and reports it with what it kept
+    law, fit_p = workload, 1.0
+    if max_len is not None and workload.max_total > max_len:
+        if not args.drop_oversize:
+            raise InvalidArgument(
+                f"the server's max_model_len is {max_len} tokens (GET /v1/models) but requests of workload "
+                f"{workload.describe()} have s + o up to {workload.max_total}: it would refuse them; give a --workload "
+                "that fits, or --drop-oversize to leave those requests out (and count them)"
+            )
+        # μ is of what the server is sent: the law given s + o <= max_model_len
+        law, fit_p = workload.conditioned(max_len)
+        schedules = [sched.fitting(max_len) for sched in schedules]
+        sys.stderr.write(
+            f"kvstab bench: --drop-oversize: left out {sum(x.dropped for x in schedules)} request(s) with s + o above "
+            f"max_model_len {max_len}; μ is of the law given fitting (P = {fit_p:.4g})\n"
+        )
     runs: list[dict[str, Any]] = []
     reports: list[dict[str, Any]] = []
     doc: dict[str, Any] = {"url": args.url, "api": args.api, "workload": workload.describe(), "chunk": args.chunk,
+                           "max_model_len": max_len, "theory_workload": law.describe(), "fit_probability": fit_p,
                            "runs": runs}
     status = 0
     for sched in schedules:
@@ -233,7 +261,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             res = asyncio.run(run_bench(cfg, sched, progress=bar))
         finally:
             bar.close()
-        summary = res.summary(workload, cfg, M=args.M, bbar=args.bbar)
+        summary = res.summary(law, cfg, M=args.M, bbar=args.bbar)
         runs.append(summary)
         done = [r for r in res.records if r.error is None and r.done is not None]
         reports.append(llmd_report(
@@ -274,8 +302,9 @@ def _print_run(o: dict[str, Any]) -> None:
     srv = o["server"]
     lo, hi = o.get("throughput_per_s_ci95") or (None, None)
     rate_txt = "trace times" if o["offered_rate_per_s"] is None else f"{o['offered_rate_per_s']:g} req/s"
+    left_out = f", {o['dropped_oversize']} left out (s + o > max_model_len)" if o.get("dropped_oversize") else ""
     print(f"offered {rate_txt}: {o['sent']} sent, {o['completed']} completed, {o['failed']} failed, "
-          f"{o['unfinished']} unfinished in {o['elapsed_s']:.1f} s ({o['stopped_by']})")
+          f"{o['unfinished']} unfinished in {o['elapsed_s']:.1f} s ({o['stopped_by']}){left_out}")
     print(f"  throughput      {_fmt(o.get('throughput_per_s'))} req/s  [{_fmt(lo)}, {_fmt(hi)}]")
     print(f"  μ = M/(b̄·E[g])  {_fmt(o['mu_per_s'])} req/s   (M={o['M']}, b̄={_fmt(o['bbar_s'], '.5f')} s)")
     print(f"  measured / μ    {_fmt(o['measured_over_mu'])}")
@@ -347,6 +376,9 @@ def register(subparsers: Any) -> None:
     b.add_argument("--llmd-report", default=None, help="also write an llm-d benchmark report (v0.2) here")
     b.add_argument("--import", dest="import_result", default=None, metavar="FILE",
                    help="compare a 'vllm bench serve' result JSON or AIPerf profile_export_aiperf.json with μ")
+    b.add_argument("--drop-oversize", action="store_true",
+                   help="leave out requests longer (s + o) than the server's max_model_len, and count them; "
+                   "μ is then of the law given fitting")
     b.add_argument("--json", action="store_true", help="print the result as JSON")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.set_defaults(func=_cmd_bench)

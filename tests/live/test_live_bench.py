@@ -207,6 +207,39 @@ def test_time_scale_without_trace_times_is_refused(
     assert len(err) == 1 and "--time-scale stretches a --trace's own arrival times" in err[0]
 
 
+def test_default_workload_longer_than_the_servers_context_is_refused_before_sending(
+    server: ServerHandle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "b.json"
+    # paper-1:1 (s + o up to 3200) against max_model_len 1025: every request would be answered HTTP 400
+    rc = main(["bench", "--url", server.url, "--rate", "5", "--no-progress", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "max_model_len is 1025" in err[0] and "--drop-oversize" in err[0]
+    assert server.emulator is not None and server.emulator.truth.steps == 0 and not out.exists()
+
+
+def test_drop_oversize_sends_only_what_fits_and_takes_mu_of_it(
+    server: ServerHandle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvstab.model import ModelParams
+    from kvstab.theory import stability_report
+
+    spec = "s=U(32,700),o=U(32,700)"
+    out = tmp_path / "b.json"
+    rc = main(["bench", "--url", server.url, "--workload", spec, "--rate", "30", "--requests", "40", "--duration", "3",
+               "--chunk", "256", "--no-progress", "--drop-oversize", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    doc = json.loads(out.read_text())
+    run = doc["runs"][0]
+    assert run["dropped_oversize"] > 0 and run["sent"] + run["dropped_oversize"] == 40 and run["failed"] == 0
+    law, p = parse_workload(spec).conditioned(1025)
+    assert doc["fit_probability"] == pytest.approx(p) and doc["max_model_len"] == 1025
+    rep = stability_report(law, ModelParams(M=run["M"], chunk=256, block=16), run["bbar_s"])
+    assert run["mu_per_s"] == pytest.approx(rep.mu_per_s)
+    assert f"left out {run['dropped_oversize']} request(s)" in err
+
+
 def test_server_refuses_requests_that_never_fit(server: ServerHandle) -> None:
     import urllib.error
     import urllib.request
