@@ -306,13 +306,17 @@ def _print_run(o: dict[str, Any]) -> None:
     print(f"offered {rate_txt}: {o['sent']} sent, {o['completed']} completed, {o['failed']} failed, "
           f"{o['unfinished']} unfinished in {o['elapsed_s']:.1f} s ({o['stopped_by']}){left_out}")
     print(f"  throughput      {_fmt(o.get('throughput_per_s'))} req/s  [{_fmt(lo)}, {_fmt(hi)}]")
-    print(f"  μ = M/(b̄·E[g])  {_fmt(o['mu_per_s'])} req/s   (M={o['M']}, b̄={_fmt(o['bbar_s'], '.5f')} s)")
+    busy = srv.get("busy_fraction")
+    print(f"  μ = M/(b̄·E[g])  {_fmt(o['mu_per_s'])} req/s   (M={o['M']}, b̄={_fmt(o['bbar_s'], '.5f')} s"
+          f"{f' over busy steps, busy {100 * busy:.0f} %' if busy is not None and o['bbar_s'] == srv.get('bbar_busy_s') else ''})")
     print(f"  measured / μ    {_fmt(o['measured_over_mu'])}")
     ci = srv.get("queue_slope_per_s_ci95") or (None, None)
     print(f"  queue slope     {_fmt(srv.get('queue_slope_per_s'))} req/s  [{_fmt(ci[0])}, {_fmt(ci[1])}]"
           f"   KV use {_fmt(srv.get('kv_utilisation'), '.3f')}   preemptions {srv.get('preemptions', '—')}")
     if srv.get("metrics_error"):
         print(f"  /metrics: {srv['metrics_error']}")
+    if o.get("saturation_warning"):
+        print(f"  warning: {o['saturation_warning']}")
 
 
 _port = arg_type(lambda name, value: v.as_int(name, value, minimum=0, maximum=65535), "the port")

@@ -4,10 +4,11 @@ The emulator keeps its own ground truth (its step durations, its completions,
 its ``M``); the harness only sees HTTP responses and ``/metrics``.  Tolerances:
 
 * ``M`` exactly (it is read from ``vllm:cache_config_info``);
-* ``b̄`` within 10 %: the harness divides the window's wall time by the steps
-  the ``vllm:iteration_tokens_total`` histogram counted; the emulator averages
-  the steps that ended in the window (they differ by the steps straddling the
-  window's edges and the scrape times);
+* ``b̄`` within 10 %: the harness divides the time some request of its own was
+  in flight in the window by the steps the ``vllm:iteration_tokens_total``
+  histogram counted; the emulator averages the steps that ended in the window
+  (they differ by the steps straddling the window's edges, the scrape times
+  and the HTTP latency at the ends of each busy period);
 * the saturated rate within 15 % of the emulator's own completions per second
   in the same window (the same events, seen by the client when each response
   ends: the difference is the completions near the window's edges);
@@ -72,6 +73,25 @@ def test_harness_recovers_the_emulators_ground_truth(server: ServerHandle) -> No
     slope_low = out["server"]["queue_slope_per_s_ci95"][0]
     assert slope_low > 0  # overloaded: the number in system grows
     assert 0.5 < out["server"]["kv_utilisation"] <= 1.0
+    assert out["saturated"] is True and out["saturation_warning"] is None
+    assert out["server"]["busy_fraction"] > 0.98
+
+
+def test_below_saturation_bbar_counts_busy_steps_only_and_the_run_is_flagged(server: ServerHandle) -> None:
+    w = parse_workload(WORKLOAD)
+    cfg = BenchConfig(url=server.url, stream=False, duration=6.0, chunk=256, scrape_interval=0.25)
+    # 2 req/s against μ ≈ 20: the server is idle about half the time
+    res = asyncio.run(run_bench(cfg, poisson_schedule(w, 2.0, 400, seed=3)))
+    assert res.error is None and res.metrics_error is None
+    out = res.summary(w, cfg)
+    assert server.emulator is not None
+    lo, hi = res.origin + res.elapsed * cfg.warmup, res.origin + res.elapsed
+    truth = server.emulator.truth.bbar(lo, hi)
+    assert out["bbar_s"] == pytest.approx(truth, rel=0.10)
+    # elapsed time over steps counts the idle half as stepping
+    assert out["server"]["bbar_steps_s"] > 1.5 * truth and out["server"]["busy_fraction"] < 0.8
+    assert out["saturated"] is False and "below saturation" in out["saturation_warning"]
+    assert "idle" in out["saturation_warning"] and "biased" in out["saturation_warning"]
 
 
 def test_streaming_chat_with_calibrated_text_returns_exact_lengths(server: ServerHandle) -> None:

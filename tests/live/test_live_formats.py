@@ -105,6 +105,24 @@ def test_server_estimates_from_scrapes() -> None:
     assert est.kv_utilisation == pytest.approx(0.9)
 
 
+def test_bbar_over_busy_time_leaves_idle_time_out() -> None:
+    from kvstab.live.bench import RequestRecord, RunResult
+
+    snaps = [
+        parse_metrics(METRICS.format(run=1, wait=0, pre=0, steps=50 * k, tokens=500 * k), float(k)) for k in range(5)
+    ]
+    run = RunResult(rate=1.0, elapsed=4.0)
+    # in flight [0.5, 1.5] ∪ [1.0, 2.0] ∪ [3.0, 3.5] ∪ [3.9, end): 1.5 + 0.5 + 0.1 = 2.1 s busy of 4
+    run.records = [RequestRecord(1, 1, 0.5, done=1.5), RequestRecord(1, 1, 1.0, done=2.0),
+                   RequestRecord(1, 1, 3.0, done=3.5), RequestRecord(1, 1, 3.9, error="unfinished at the end of the run"),
+                   RequestRecord(1, 1, 2.5, done=2.5, error="HTTP 400: too long")]  # fmt: skip
+    busy = run.busy_time(0.0, 4.0)
+    assert busy == pytest.approx(2.1)
+    est = server_estimates(snaps, busy_s=busy)
+    assert est.bbar_busy_s == pytest.approx(2.1 / 200) and est.bbar_s == est.bbar_busy_s
+    assert est.bbar_steps_s == pytest.approx(4.0 / 200) and est.busy_fraction == pytest.approx(2.1 / 4)
+
+
 @pytest.mark.parametrize("text", ["<html>not found</html>", "process_cpu_seconds_total 1.0\n"])
 def test_metrics_that_are_not_vllms(text: str) -> None:
     with pytest.raises(MetricsUnavailable):
