@@ -93,4 +93,6 @@ class VllmEngine(Engine):
     def on_preempt(self, r: RequestState) -> None:
         """The victim comes back with its outputs folded into the prompt."""
         self.recomputed[r.rid] += r.progress  # every token whose KV it throws away is computed again
+        if r.progress >= r.s:  # outputs kept: the rule sees them as `prior` (docs/scheduler-contract.md)
+            r.prior += r.progress - r.s + 1
         r.s, r.o = resumed_lengths(r.s, r.o, r.progress)

@@ -37,7 +37,12 @@ through an :class:`Auditor`, which keeps a *shadow* account of every request
    whenever the oldest running request is never preempted, advances a full
    unit each slot, and a lone head is always admitted); with a token budget
    the oldest request advances at least one token a slot, and the bound is
-   ``Σ (s + o)``.
+   ``Σ (s + o)``.  A rule declaring ``stalls_running`` (prefill-only steps,
+   as SGLang's) gives up the first premise; what it keeps is that every slot
+   with a request in the system does at least one token of work, so the drain
+   is bounded by the work left, ``Σ (s + o)``, plus the progress its
+   preemptions throw away during the drain (each counted as it happens; a
+   drain past 20× the static bound is reported as a livelock all the same).
 
 A failure raises :class:`PropertyViolation`, an ``AssertionError`` (so
 Hypothesis shrinks it) whose message names the property, the slot and two
@@ -254,6 +259,7 @@ class Auditor:
         #: set when a drain with property 8 off was stopped far past its bound
         #: (a livelock is property 8's to report, not the selected property's)
         self.stalled = False
+        self._before_state: tuple[int | float, ...] = self.engine.sched_state
         #: how often each check's premise held (vacuity guard: a property whose
         #: premise never held was not tested); keys are property numbers,
         #: "3-preempted" for finished requests that had been preempted and
@@ -264,7 +270,14 @@ class Auditor:
     def fail(self, prop: int, slot: int | None, detail: str) -> PropertyViolation:
         """The violation of ``prop`` with this run's workload attached."""
         return PropertyViolation(
-            prop, self.spec, slot, detail, self.params, self.requests, window=self.window, select=self.select,
+            prop,
+            self.spec,
+            slot,
+            detail,
+            self.params,
+            self.requests,
+            window=self.window,
+            select=self.select,
             margin=self.margin,
         )
 
@@ -302,6 +315,7 @@ class Auditor:
         eng, p = self.engine, self.params
         before_active = {r.rid: r.progress for r in eng.active}
         before_waiting = [r.rid for r in eng.waiting]
+        self._before_state = eng.sched_state  # the state the rule decided in (property 7 asks it again)
         rec = eng.step()
         active_ids = [r.rid for r in eng.active]
         running = active_ids + list(rec.completed)
@@ -351,7 +365,9 @@ class Auditor:
         if memory:
             self.exercised[1] += 1
         if self._on(1) and memory > self.params.M:
-            raise self.fail(1, slot.rec.slot, f"memory {memory} > M={self.params.M} (running requests {sorted(slot.running)})")
+            raise self.fail(
+                1, slot.rec.slot, f"memory {memory} > M={self.params.M} (running requests {sorted(slot.running)})"
+            )
 
     def _check_conservation(self, slot: _Slot) -> None:
         """Property 2: each request waiting, active or finished exactly once;
@@ -390,8 +406,10 @@ class Auditor:
             if first and len(first) != first[-1] + 1:
                 skipped = [i for i in range(first[-1]) if not self.admitted_ever[i]]
                 raise self.fail(
-                    2, t, f"scheduler declares FCFS but request {first[-1]} was admitted before "
-                    f"earlier arrival(s) {skipped[:8]}"
+                    2,
+                    t,
+                    f"scheduler declares FCFS but request {first[-1]} was admitted before "
+                    f"earlier arrival(s) {skipped[:8]}",
                 )
 
     def _check_area_per_slot(self, slot: _Slot) -> None:
@@ -429,8 +447,10 @@ class Auditor:
                 kind = "preempted" if self.preempted_ever[rid] else "never preempted"
                 relation = "≥ unavoidable area" if partial else "= g"
                 raise self.fail(
-                    3, t, f"request {rid} (s={r.s}, o={r.o}, {kind}) finished with served area {served}, "
-                    f"expected {relation} + wasted = {g} + {wasted} (engine: served {r.served}, wasted {r.wasted})"
+                    3,
+                    t,
+                    f"request {rid} (s={r.s}, o={r.o}, {kind}) finished with served area {served}, "
+                    f"expected {relation} + wasted = {g} + {wasted} (engine: served {r.served}, wasted {r.wasted})",
                 )
 
     def _check_lyapunov(self, slot: _Slot, excess: int) -> None:
@@ -446,8 +466,10 @@ class Auditor:
             expected = self.V + self.arrived_g - rec.memory + rec.wasted + excess
             if V_after != expected:
                 raise self.fail(
-                    5, rec.slot, f"V after the slot is {V_after}, but V + Σg(arrivals) − used + wasted + excess = "
-                    f"{self.V} + {self.arrived_g} − {rec.memory} + {rec.wasted} + {excess} = {expected}"
+                    5,
+                    rec.slot,
+                    f"V after the slot is {V_after}, but V + Σg(arrivals) − used + wasted + excess = "
+                    f"{self.V} + {self.arrived_g} − {rec.memory} + {rec.wasted} + {excess} = {expected}",
                 )
         self.V = V_after
         self.arrived_g = 0
@@ -465,8 +487,10 @@ class Auditor:
         if rec.memory < p.M - delta:
             whence = "given" if self.margin is not None else "declared"
             raise self.fail(
-                6, rec.slot, f"{rec.queue} request(s) left waiting while memory is {rec.memory} < M − Δ = "
-                f"{p.M} − {delta} = {p.M - delta} (Δ {whence})"
+                6,
+                rec.slot,
+                f"{rec.queue} request(s) left waiting while memory is {rec.memory} < M − Δ = "
+                f"{p.M} − {delta} = {p.M - delta} (Δ {whence})",
             )
 
     def _check_work_conservation(self, slot: _Slot) -> None:
@@ -502,13 +526,16 @@ class Auditor:
             token_budget=p.token_budget,
             max_num_seqs=p.max_num_seqs,
             n_waiting=len(slot.waiting_ids),
+            state=self._before_state,
         )
         again = self.scheduler.decide(view, CONCRETE)
         more = [rid for rid, a in zip(head, again.admit) if a]
         if more and not any(again.preempt):
             raise self.fail(
-                7, rec.slot, f"the scheduler left request(s) {more} waiting that its own rule admits on top of "
-                f"this slot's decision (admitted {list(rec.admitted)})"
+                7,
+                rec.slot,
+                f"the scheduler left request(s) {more} waiting that its own rule admits on top of "
+                f"this slot's decision (admitted {list(rec.admitted)})",
             )
 
     def _check_head_against_peaks(self, slot: _Slot) -> None:
@@ -530,9 +557,11 @@ class Auditor:
         self.exercised["7-engine"] += 1
         if reserved + need <= p.M:
             raise self.fail(
-                7, rec.slot, f"the queue head, request {head.rid} (s={head.s}, o={head.o}, peak {need}), was left "
+                7,
+                rec.slot,
+                f"the queue head, request {head.rid} (s={head.s}, o={head.o}, peak {need}), was left "
                 f"waiting although the peaks of the {len(slot.running)} request(s) that ran sum to {reserved} and "
-                f"{reserved} + {need} ≤ M={p.M}: admitting it could never overflow memory"
+                f"{reserved} + {need} ≤ M={p.M}: admitting it could never overflow memory",
             )
 
     # --- runs
@@ -543,22 +572,36 @@ class Auditor:
         (``stalled``): a livelock is property 8's to report."""
         __tracebackhide__ = True
         reqs = self.engine.requests
-        bound = sum(service_slots(r.s, r.o, self.params) for r in reqs if r.finish < 0)
+        by_work = self.traits.stalls_running
+        if by_work:
+            bound = sum(r.s + r.o for r in reqs if r.finish < 0)
+            name = "Σ(s+o) + progress lost to preemption"
+        else:
+            bound = sum(service_slots(r.s, r.o, self.params) for r in reqs if r.finish < 0)
+            name = "Σ(s+o)" if self.params.token_budget is not None else "Σ(n(s)+o)"
         taken = 0
+        lost = 0  # progress thrown away by preemptions during the drain (stalls_running only)
         if bound:
             self.exercised[8] += 1
-        limit = bound if self._on(8) else 20 * bound + 100
+        livelock = 20 * bound + 100
         while not self.engine.idle:
+            limit = min(bound + lost, livelock) if self._on(8) else livelock
             if taken >= limit:
                 if not self._on(8):
                     self.stalled = True
                     return taken
                 stuck = [r.rid for r in reqs if r.finish < 0]
+                shown = f"{bound} + {lost} lost" if by_work else f"{bound}"
                 raise self.fail(
-                    8, None, f"requests {stuck[:12]} still unfinished {taken} slots after arrivals stopped; "
-                    f"bound {'Σ(s+o)' if self.params.token_budget is not None else 'Σ(n(s)+o)'} = {bound}"
+                    8,
+                    None,
+                    f"requests {stuck[:12]} still unfinished {taken} slots after arrivals stopped; "
+                    f"bound {name} = {shown}",
                 )
-            self.step()
+            before = {r.rid: r.progress for r in self.engine.active} if by_work else {}
+            rec = self.step()
+            if by_work:
+                lost += sum(before.get(rid, 0) for rid in rec.preempted)
             taken += 1
         return taken
 

@@ -63,6 +63,14 @@ __all__ = [
 ]
 
 
+#: what ``prior`` means on a view entry (one text for both kinds of entry)
+PRIOR_HELP = (
+    "output tokens produced before a preemption and kept: a lifecycle that resumes a victim by "
+    "recomputing its prompt and outputs (vLLM, SGLang) folds them into s and o as s + prior, o - prior; "
+    "0 under kvstab's restart-from-scratch lifecycle"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class ActiveEntry:
     """An active (admitted, unfinished) request as a scheduler sees it."""
@@ -72,6 +80,7 @@ class ActiveEntry:
     o: IntLike = field(metadata={"help": "output length (a non-clairvoyant policy must not read it)"})
     progress: IntLike = field(metadata={"help": "tokens processed so far, 0 < progress < s + o"})
     present: BoolLike = field(default=True, metadata={"help": "whether this slot holds a request"})
+    prior: IntLike = field(default=0, metadata={"help": PRIOR_HELP})
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +91,7 @@ class WaitingEntry:
     s: IntLike = field(metadata={"help": "prompt length"})
     o: IntLike = field(metadata={"help": "output length (a non-clairvoyant policy must not read it)"})
     present: BoolLike = field(default=True, metadata={"help": "whether this slot holds a request"})
+    prior: IntLike = field(default=0, metadata={"help": PRIOR_HELP})
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +160,13 @@ class Traits:
     negative_control: bool = field(
         default=False, metadata={"help": "deliberately broken (excluded from default audits, expected to fail)"}
     )
+    stalls_running: bool = field(
+        default=False,
+        metadata={
+            "help": "may give running requests no work in a slot that no token budget forces "
+            "(SGLang's prefill-only steps); liveness is then bounded by total work, not by n(s) + o"
+        },
+    )
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -159,8 +176,12 @@ class Traits:
 
     def tags(self) -> list[str]:
         """The traits that hold, as short tags (for listings)."""
-        names = ("fcfs", "clairvoyant", "preempts", "work_conserving", "negative_control")
-        return [n.replace("_", "-") if n == "negative_control" else n for n in names if getattr(self, n)]
+        names = ("fcfs", "clairvoyant", "preempts", "work_conserving", "stalls_running", "negative_control")
+        return [
+            n if n in ("fcfs", "clairvoyant", "preempts", "work_conserving") else n.replace("_", "-")
+            for n in names
+            if getattr(self, n)
+        ]
 
 
 TRAIT_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Traits))
@@ -279,8 +300,10 @@ def visible_view(view: View, traits: Traits, who: str = "the scheduler") -> View
         return view  # already hidden (an engine may build the view that way; see Engine.view)
     # direct constructors, not dataclasses.replace: this runs before every decision
     return View(
-        active=tuple(ActiveEntry(a.rid, a.s, hidden_output(who, a.rid), a.progress, a.present) for a in view.active),
-        waiting=tuple(WaitingEntry(w.rid, w.s, hidden_output(who, w.rid), w.present) for w in view.waiting),
+        active=tuple(
+            ActiveEntry(a.rid, a.s, hidden_output(who, a.rid), a.progress, a.present, a.prior) for a in view.active
+        ),
+        waiting=tuple(WaitingEntry(w.rid, w.s, hidden_output(who, w.rid), w.present, w.prior) for w in view.waiting),
         M=view.M,
         chunk=view.chunk,
         block=view.block,

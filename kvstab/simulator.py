@@ -76,6 +76,7 @@ class RequestState:
     preemptions: int = 0
     first_admit: int = -1
     finish: int = -1
+    prior: int = 0  # outputs kept from earlier attempts (lifecycles that resume; shown as entry.prior)
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,12 +309,14 @@ class Engine:
         w = self.window if window is None else window
         head = [self.waiting[i] for i in range(min(w, len(self.waiting)))]
         if self.traits.clairvoyant:
-            active = tuple(ActiveEntry(r.rid, r.s, r.o, r.progress) for r in self.active)
-            waiting = tuple(WaitingEntry(r.rid, r.s, r.o) for r in head)
+            active = tuple(ActiveEntry(r.rid, r.s, r.o, r.progress, True, r.prior) for r in self.active)
+            waiting = tuple(WaitingEntry(r.rid, r.s, r.o, True, r.prior) for r in head)
         else:
             who = self.spec
-            active = tuple(ActiveEntry(r.rid, r.s, hidden_output(who, r.rid), r.progress) for r in self.active)
-            waiting = tuple(WaitingEntry(r.rid, r.s, hidden_output(who, r.rid)) for r in head)
+            active = tuple(
+                ActiveEntry(r.rid, r.s, hidden_output(who, r.rid), r.progress, True, r.prior) for r in self.active
+            )
+            waiting = tuple(WaitingEntry(r.rid, r.s, hidden_output(who, r.rid), True, r.prior) for r in head)
         return View(
             active=active,
             waiting=waiting,
@@ -505,6 +508,16 @@ class Engine:
         if slot > self.slot:
             self.slot = int(slot)
 
+    def _idle_is_still(self) -> bool:
+        """Whether an idle slot would change nothing: always for a stateless
+        rule; for a stateful one only if the rule, shown the empty system,
+        keeps its state (SGLang resets its ratio when idle: that slot is
+        stepped, and the gap after it skipped)."""
+        if not self.state_vars:
+            return True
+        _, decision = self.decide()
+        return decision.state is None or tuple(decision.state) == self.sched_state
+
     @property
     def idle(self) -> bool:
         """No request waiting or active."""
@@ -527,7 +540,8 @@ class Engine:
         ``drain`` the run stops when the engine reaches slot ``slots``; with
         ``drain`` once every row has arrived and the system is empty (and not
         before slot ``slots`` if given).  ``skip_idle`` jumps over slots in
-        which nothing waits, runs or arrives (no record is kept for them);
+        which nothing waits, runs or arrives (no record is kept for them; a
+        stateful rule is stepped through idle slots until its state stops changing);
         ``on_slot(t)`` is called after each simulated slot.  At most
         ``max_slots`` slots are stepped.  Returns how many rows of ``plan``
         were fed: fewer than ``len(plan)``, or a non-idle engine after a
@@ -551,7 +565,7 @@ class Engine:
                 break
             if steps >= max_slots:
                 break
-            if skip_idle and self.idle and not self._pending_arrivals:
+            if skip_idle and self.idle and not self._pending_arrivals and self._idle_is_still():
                 nxt = int(arr[i]) if i < n else None
                 if nxt is None:
                     target = slots

@@ -131,3 +131,19 @@ def test_load_state_sets_and_checks_the_scheduler_state() -> None:
     assert not eng.step().admitted
     with pytest.raises(InvalidArgument, match="outside its declared bounds"):
         Engine(Spaced(), _params()).load_state(sched_state=(9,))
+
+
+def test_idle_gaps_are_skipped_only_once_the_state_is_still() -> None:
+    """A countdown keeps counting while the system is idle: those slots are stepped,
+    and the gap is skipped only once the state stops changing."""
+    from kvstab.arrivals import fixed_arrivals
+
+    plan = fixed_arrivals([(0, 10, 1), (100, 10, 1)])
+    eng = Engine(Spaced(), _params())
+    eng.run(plan, drain=True, skip_idle=True)
+    slots = [r.slot for r in eng.records]
+    # slot 0 admits and prefills (wait := 3), slot 1 decodes the last token (wait 2) and frees the
+    # server; the countdown runs 1, 0 in idle slots 2 and 3, then nothing changes until slot 100
+    assert slots == [0, 1, 2, 3, 100, 101]  # the drain ends once the second request is done
+    assert [r.state for r in eng.records[:4]] == [(3,), (2,), (1,), (0,)]
+    assert eng.records[slots.index(100)].admitted == (1,)
