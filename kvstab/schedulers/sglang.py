@@ -51,7 +51,8 @@ requests (``new_token_ratio_tracker.py:41``); otherwise it decays by
 
 **State** (``state_vars``): ``new_token_ratio`` (real, in ``[0, 1]``: a
 retraction can set it below the decay floor, and the next decay lifts it back
-to the floor) and ``batch_is_full`` (0/1).  The flag is cleared at the start
+to the floor; an idle step, with nothing running or waiting, resets it to its
+initial value, ``scheduler.py:5318``) and ``batch_is_full`` (0/1).  The flag is cleared at the start
 of the next step when a request leaves the running batch — one finishing,
 one retracted, or a prefill batch whose chunked request continues
 (``scheduler.py:3951``, ``:3968``, ``:4545``) — so the rule clears it in the
@@ -313,27 +314,7 @@ class Sglang:
         outs = [a.progress - a.s + 1 + _prior(a) for a in actives]  # len(output_ids)
         prompts = [a.s - _prior(a) for a in actives]  # len(origin_input_ids)
         others_held = ops.sum(ops.ite(d, 0, h) for d, h in zip(decoding, held))
-        n = len(actives)
-
-        def before(j: int, i: int) -> BoolLike:
-            """Whether entry ``j`` is retracted before entry ``i`` (both decoding): fewer
-            outputs, then a longer prompt, then later in the batch (a stable sort, popped from its end)."""
-            same = ops.eq(outs[j], outs[i])
-            key_less = ops.or_(ops.lt(outs[j], outs[i]), ops.and_(same, ops.lt(prompts[i], prompts[j])))
-            if j > i:
-                return ops.or_(key_less, ops.and_(same, ops.eq(prompts[j], prompts[i])))
-            return key_less
-
-        preempt: list[BoolLike] = []
-        for i in range(n):
-            others = [j for j in range(n) if j != i]
-            first = ops.not_(ops.or_(*[ops.and_(decoding[j], before(j, i)) for j in others]))
-            last = ops.not_(ops.or_(*[ops.and_(decoding[j], before(i, j)) for j in others]))
-            # check_decode_mem on the requests not retracted before i (i included)
-            rest = ops.sum(ops.ite(ops.and_(decoding[j], ops.not_(before(j, i))), need[j] + held[j], 0) for j in others)
-            rest_fits = ops.le(rest + need[i] + held[i], view.M - others_held)
-            # the loop pops at least once, then while the rest does not fit; it keeps the last
-            preempt.append(ops.and_(retracting, decoding[i], ops.not_(last), ops.or_(first, ops.not_(rest_fits))))
+        preempt = _retraction(view, ops, retracting, decoding, need, held, outs, prompts, others_held)
 
         kept = [ops.and_(d, ops.not_(p)) for d, p in zip(decoding, preempt)]
         n_kept = ops.count(kept)
@@ -342,7 +323,9 @@ class Sglang:
         estimate = (sum_out + self.retract_decode_steps * n_kept) / (sum_max_new + 1)
         after_retract = ops.min(1.0, estimate)
         decayed = ops.max(ratio - self.ratio_decay, self.ratio_min)
-        next_ratio = ops.ite(decode, ops.ite(retracting, after_retract, decayed), ratio)
+        # an idle step (nothing runs, nothing waits) resets the ratio (on_idle, scheduler.py:5318)
+        idle = ops.and_(ops.eq(n_active, 0), ops.not_(ops.or_(*[w.present for w in view.waiting])))
+        next_ratio = ops.ite(decode, ops.ite(retracting, after_retract, decayed), ops.ite(idle, self.ratio_init, ratio))
 
         decode_grants = [ops.ite(ops.and_(decode, k), 1, 0) for k in kept]
         final_grants = [ops.ite(prefill, g, dg) for g, dg in zip(grants, decode_grants)]
@@ -365,6 +348,52 @@ class Sglang:
             grants=tuple(final_grants) + tuple(waiting_grants),
             state=(next_ratio, next_full),
         )
+
+
+def _retraction(
+    view: View,
+    ops: Ops,
+    retracting: BoolLike,
+    decoding: list[BoolLike],
+    need: list[IntLike],
+    held: list[IntLike],
+    outs: list[IntLike],
+    prompts: list[IntLike],
+    others_held: IntLike,
+) -> list[BoolLike]:
+    """Which active entries ``retract_decode`` (``schedule_batch.py:3451``) retracts.
+
+    SGLang sorts the running batch by ``(outputs, −prompt)`` descending (a stable
+    sort) and pops from its end: the first pop is unconditional, then it pops
+    while ``check_decode_mem`` fails on what is left, and it always keeps one.
+    Because the check only gets easier as requests leave, entry ``i`` is popped
+    iff it is not last in that order and it is either first or the requests not
+    popped before it (itself included) do not fit.
+    """
+    n = len(view.active)
+    if retracting is False:
+        # the concrete common case: no retraction, and every flag below has `retracting` as a conjunct
+        return [False] * n
+
+    def before(j: int, i: int) -> BoolLike:
+        """Whether entry ``j`` is popped before entry ``i``: fewer outputs, then a
+        longer prompt, then later in the batch (stable sort, popped from the end)."""
+        same = ops.eq(outs[j], outs[i])
+        key_less = ops.or_(ops.lt(outs[j], outs[i]), ops.and_(same, ops.lt(prompts[i], prompts[j])))
+        if j > i:
+            return ops.or_(key_less, ops.and_(same, ops.eq(prompts[j], prompts[i])))
+        return key_less
+
+    earlier = [[ops.and_(decoding[j], before(j, i)) if j != i else False for j in range(n)] for i in range(n)]
+    flags: list[BoolLike] = []
+    for i in range(n):
+        first = ops.not_(ops.or_(*earlier[i]))
+        last = ops.not_(ops.or_(*[ops.and_(decoding[j], earlier[j][i]) for j in range(n) if j != i]))
+        # check_decode_mem on the requests not popped before i (i included)
+        rest = ops.sum(ops.ite(ops.and_(decoding[j], ops.not_(earlier[i][j])), need[j] + held[j], 0) for j in range(n))
+        rest_fits = ops.le(rest, view.M - others_held)
+        flags.append(ops.and_(retracting, decoding[i], ops.not_(last), ops.or_(first, ops.not_(rest_fits))))
+    return flags
 
 
 SCHEDULER = Sglang()
