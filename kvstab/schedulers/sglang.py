@@ -80,7 +80,11 @@ the reservation takes ``free − Σ reserved`` with the running requests'
 remaining outputs counted in full (instead of ``⌊remaining_total⌋``), and a
 chunk is never granted more than free memory; SGLang's admission test keeps
 both out of its reachable states (a chunked request was admitted with its
-whole prompt reserved, and no decode runs while it is in flight).
+whole prompt reserved, and no decode runs while it is in flight).  A chunk
+``ŝ`` that is not a whole number of pages, which SGLang refuses
+(``chunked_prefill_size % page_size == 0``, ``arg_groups/validation_hook.py:244``),
+is rounded up to pages for the batch's budget (the engine still clamps each
+request to ``ŝ`` tokens a slot).
 
 Traits: FCFS of first admissions holds (retracted requests rejoin the tail
 and are re-admissions), the rule preempts (retraction), it reads ``o``, and it
@@ -158,6 +162,11 @@ class Sglang:
                 raise InvalidArgument(f"sglang: {name} must be a positive finite number, got {v!r}")
         if self.block > self.M:
             raise InvalidArgument(f"sglang: page size block={self.block} exceeds M={self.M}")
+        if self.chunk % self.block:
+            raise InvalidArgument(
+                f"sglang: chunk={self.chunk} must be a multiple of the page size block={self.block} "
+                "(SGLang's chunked_prefill_size % page_size == 0)"
+            )
 
     # --- configuration derived from the knobs
     def params(self) -> ModelParams:
@@ -221,7 +230,8 @@ class Sglang:
             ops.ite(d, ops.min(a.s + a.o - a.progress, clip) * ratio, 0) for a, d in zip(actives, decoding)
         )
         current_offset: IntLike = 0
-        rem_chunk: IntLike = view.chunk
+        # SGLang requires whole pages (validation_hook.py:244); another chunk is rounded up to pages
+        rem_chunk: IntLike = paged(view.chunk)
         rem_input: IntLike = self.max_prefill_tokens
         grants: list[IntLike] = [0] * len(actives)
         reserved_used: IntLike = 0  # tokens this batch allocates (the memory clamp's account)
