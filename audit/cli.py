@@ -183,7 +183,7 @@ def _dask_executor(address: str, workers: int) -> _DaskExecutor:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from kvstab.audit.sweep import SweepGrid, run_sweep
+    from kvstab.audit.sweep import SweepGrid, json_row, run_sweep
     from kvstab.registry import load_scheduler
 
     out = writable_dir(args.out)
@@ -197,12 +197,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         workloads=tuple(specs or [workload_spec(None, None)]),
         M=tuple(args.M), chunk=tuple(args.chunk), bbar=tuple(args.bbar), block=args.block,
         rates=tuple(args.rates or ()), loads=tuple(args.loads or ()), slots=args.slots,
-        replicates=args.replicates, seed=args.seed,
+        replicates=args.replicates, seed=args.seed, drop_oversize=args.drop_oversize,
     )
     with _executor(args.workers, args.dask) as ex:
         rows = run_sweep(grid, out, executor=ex, resume=args.resume, log=_log(not args.quiet and not args.json))
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([json_row(r) for r in rows], indent=2, allow_nan=False))
     else:
         print(f"kvstab sweep: {len(rows)} points → {out / 'sweep.csv'} (checkpoint {out / 'points.jsonl'}, plot {out / 'sweep.png'})")
     return 0
@@ -279,6 +279,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--slots", type=slots, default=10_000, help="slots per point (default 10000)")
     s.add_argument("--replicates", type=positive_int, default=1, help="seeds per grid cell (default 1)")
     s.add_argument("--seed", type=seed, default=0, help="base seed (default 0)")
+    s.add_argument("--drop-oversize", action="store_true",
+                   help="drop requests whose s+o exceeds M (and report how many); μ is then of the law given fitting")
     s.add_argument("--out", required=True, metavar="DIR", help="folder for sweep.csv, points.jsonl, sweep.png")
     s.add_argument("--resume", action="store_true", help="continue the sweep checkpointed in --out")
     s.add_argument("--workers", type=arg_type(v.positive_int, "the number of workers", maximum=256),

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument
-from kvstab.model import ModelParams
+from kvstab.model import ModelParams, prefill_slots
 from kvstab.workload import Workload, parse_workload
 
 __all__ = ["Point", "PointResult", "run_point", "derive_seed", "load_workload", "BATCHES", "SERIES_POINTS"]
@@ -51,6 +51,9 @@ class Point:
     slots: int = field(metadata={"help": "horizon in slots"})
     seed: int = field(metadata={"help": "seed of the arrival generator"})
     series: bool = field(default=False, metadata={"help": "keep downsampled queue and memory series"})
+    drop_oversize: bool = field(
+        default=False, metadata={"help": "drop arrivals whose s + o cannot fit in M (else the workload must fit)"}
+    )
 
     def __post_init__(self) -> None:
         if not (isinstance(self.rate, (int, float)) and math.isfinite(self.rate) and self.rate > 0):
@@ -82,6 +85,7 @@ class PointResult:
     memory_series: tuple[float, ...] = ()
     series_step: int = 1
     wall_s: float = 0.0
+    dropped: int = 0  # arrivals that could not fit in M, dropped (Point.drop_oversize)
 
 
 def derive_seed(*key: object) -> int:
@@ -132,6 +136,8 @@ def run_point(point: Point, scheduler: Scheduler | None = None) -> PointResult:
     sched = scheduler if scheduler is not None else _scheduler(point.scheduler)
     workload = load_workload(point.workload)
     plan = poisson_arrivals(workload, point.rate, point.bbar, point.slots, seed=point.seed)
+    if point.drop_oversize:
+        plan = plan.fit_to(point.params, drop_oversize=True)
     out = run(sched, point.params, plan, point.slots, engine="auto")
     res = out.result
     assert res is not None  # record=True keeps the per-slot arrays this summary reads
@@ -149,7 +155,7 @@ def run_point(point: Point, scheduler: Scheduler | None = None) -> PointResult:
     # TTFT: the first token is sampled with the last prefill chunk (vLLM), n(s)
     # slots after the first admission — exact without a token budget and
     # without a preemption during the first prefill
-    n_s = -(-res.s[done] // point.params.chunk)
+    n_s = prefill_slots(res.s[done], point.params.chunk)
     ttft = res.first_admit[done] + n_s - res.arrival[done]
     e2e = res.finish[done] + 1 - res.arrival[done]
     step = max(1, point.slots // SERIES_POINTS)
@@ -173,4 +179,5 @@ def run_point(point: Point, scheduler: Scheduler | None = None) -> PointResult:
         memory_series=tuple(float(v) for v in res.memory[::step] / point.params.M) if point.series else (),
         series_step=step,
         wall_s=time.perf_counter() - t0,
+        dropped=plan.dropped,
     )

@@ -48,7 +48,7 @@ from kvstab.audit.runs import Point, PointResult, derive_seed, load_workload, ru
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument
 from kvstab.metrics import Estimate
-from kvstab.model import ModelParams
+from kvstab.model import ModelParams, prefill_slots
 from kvstab.validation import MAX_SLOTS
 
 __all__ = ["RateEvaluation", "StabilityRegion", "find_critical_rate", "horizon", "run_points", "OVERLOAD"]
@@ -136,10 +136,10 @@ def horizon(workload_spec: str, params: ModelParams, mu_per_slot: float, profile
     if w.s is not None and w.o is not None:
         sv, sp = w.s.support()
         ov, op = w.o.support()
-        life = float(np.dot(-(-sv // params.chunk), sp) + np.dot(ov, op))
+        life = float(np.dot(prefill_slots(sv, params.chunk), sp) + np.dot(ov, op))
     else:
         js, jo = np.asarray(w.joint_s), np.asarray(w.joint_o)
-        life = float(np.mean(-(-js // params.chunk) + jo))
+        life = float(np.mean(prefill_slots(js, params.chunk) + jo))
     slots = max(profile.min_lifetimes * life, profile.completions / mu_per_slot)
     if slots > MAX_SLOTS:
         raise InvalidArgument(f"the audit would need {slots:.0f} slots per run (more than {MAX_SLOTS}); lower the profile")

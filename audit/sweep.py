@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, as_completed
@@ -30,14 +31,14 @@ from kvstab.audit.runs import Point, PointResult, derive_seed, load_workload, ru
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
 
-__all__ = ["SweepGrid", "grid_points", "run_sweep", "CSV_COLUMNS", "CHECKPOINT", "point_key"]
+__all__ = ["SweepGrid", "grid_points", "run_sweep", "CSV_COLUMNS", "CHECKPOINT", "point_key", "json_row"]
 
 CHECKPOINT = "points.jsonl"
 CSV_COLUMNS = [
     "scheduler", "workload", "M", "chunk", "block", "bbar_s", "rate_per_s", "load_over_mu", "mu_per_s", "replicate",
     "seed", "slots", "arrived", "completed", "throughput_per_s", "growth_per_slot", "in_system_end",
     "memory_utilisation", "waste_fraction", "preemptions", "ttft_p50_slots", "ttft_p90_slots", "ttft_p99_slots",
-    "e2e_p50_slots", "e2e_p90_slots", "e2e_p99_slots",
+    "e2e_p50_slots", "e2e_p90_slots", "e2e_p99_slots", "fit_probability", "dropped_oversize",
 ]
 
 
@@ -56,6 +57,9 @@ class SweepGrid:
     replicates: int = field(default=1, metadata={"help": "seeds per grid cell"})
     seed: int = field(default=0, metadata={"help": "base seed"})
     block: int = field(default=1, metadata={"help": "KV block size B"})
+    drop_oversize: bool = field(
+        default=False, metadata={"help": "drop requests that cannot fit in M; μ is then of the law given fitting"}
+    )
 
     def __post_init__(self) -> None:
         for name in ("schedulers", "workloads", "M", "chunk", "bbar"):
@@ -67,8 +71,11 @@ class SweepGrid:
 
 def point_key(p: Point, replicate: int) -> str:
     """The identity of a point in the checkpoint (its seed is derived from it)."""
-    return json.dumps([p.scheduler, p.workload, p.params.M, p.params.chunk, p.params.block, p.bbar,
-                       repr(p.rate), p.slots, replicate])
+    key: list[Any] = [p.scheduler, p.workload, p.params.M, p.params.chunk, p.params.block, p.bbar, repr(p.rate),
+                      p.slots, replicate]
+    if p.drop_oversize:  # named only when set, so checkpoints written before the flag keep their keys
+        key.append("drop-oversize")
+    return json.dumps(key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +83,7 @@ class _Cell:
     point: Point
     replicate: int
     mu: float
+    fit_p: float = 1.0  # P(s + o fits in M): the share of arrivals that reach the server
 
     @property
     def key(self) -> str:
@@ -83,18 +91,24 @@ class _Cell:
 
 
 def grid_points(grid: SweepGrid) -> list[_Cell]:
-    """Every point of the grid, in grid order, with its derived seed and ``μ``."""
+    """Every point of the grid, in grid order, with its derived seed and ``μ``.
+
+    With ``drop_oversize``, ``μ`` is of the law given ``s + o`` fitting in ``M``
+    (what reaches the server), and a load ``x`` offers ``x·μ`` of fitting
+    requests: the arrival rate is ``x·μ/P(fit)``."""
     from kvstab.theory import stability_report
 
     cells: list[_Cell] = []
     for wl, M, chunk, bbar in itertools.product(grid.workloads, grid.M, grid.chunk, grid.bbar):
         params = ModelParams(M=M, chunk=chunk, block=grid.block)
-        mu = stability_report(load_workload(wl), params, bbar).mu_per_s
-        rates = [*grid.rates, *(x * mu for x in grid.loads)]
+        law, fit_p = load_workload(wl).given_fit(params) if grid.drop_oversize else (load_workload(wl), 1.0)
+        mu = stability_report(law, params, bbar).mu_per_s
+        rates = [*grid.rates, *(x * mu / fit_p for x in grid.loads)]
         for sched, rate, rep in itertools.product(grid.schedulers, rates, range(grid.replicates)):
             # the seed ignores the scheduler: every scheduler meets the same arrivals
             seed = derive_seed("sweep", grid.seed, wl, M, chunk, grid.block, bbar, repr(rate), grid.slots, rep)
-            cells.append(_Cell(Point(sched, params, wl, bbar, rate, grid.slots, seed), rep, mu))
+            point = Point(sched, params, wl, bbar, rate, grid.slots, seed, drop_oversize=grid.drop_oversize)
+            cells.append(_Cell(point, rep, mu, fit_p))
     return cells
 
 
@@ -102,14 +116,39 @@ def _row(cell: _Cell, r: PointResult) -> dict[str, Any]:
     p = cell.point
     return {
         "scheduler": p.scheduler, "workload": p.workload, "M": p.params.M, "chunk": p.params.chunk,
-        "block": p.params.block, "bbar_s": p.bbar, "rate_per_s": p.rate, "load_over_mu": p.rate / cell.mu,
+        "block": p.params.block, "bbar_s": p.bbar, "rate_per_s": p.rate, "load_over_mu": p.rate * cell.fit_p / cell.mu,
         "mu_per_s": cell.mu, "replicate": cell.replicate, "seed": p.seed, "slots": p.slots, "arrived": r.arrived,
         "completed": r.completed, "throughput_per_s": r.throughput / p.bbar, "growth_per_slot": r.slope,
         "in_system_end": r.in_system_end, "memory_utilisation": r.utilisation, "waste_fraction": r.waste,
         "preemptions": r.preemptions,
         **{f"ttft_p{q}_slots": v for q, v in zip((50, 90, 99), r.ttft)},
         **{f"e2e_p{q}_slots": v for q, v in zip((50, 90, 99), r.e2e)},
+        "fit_probability": cell.fit_p, "dropped_oversize": r.dropped,
     }
+
+
+#: why a column of a row can be undefined (NaN in the CSV, null in JSON)
+_UNDEFINED = {
+    "ttft": "no request that arrived after the warm-up finished within the horizon: no latency to take percentiles of",
+    "e2e": "no request that arrived after the warm-up finished within the horizon: no latency to take percentiles of",
+}
+
+
+def json_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` as strict JSON: an undefined (NaN) value becomes ``null`` and
+    ``undefined`` says why, column by column (JSON has no NaN; a parser that
+    follows the standard refuses the ``NaN`` Python would print)."""
+    out: dict[str, Any] = {}
+    why: dict[str, str] = {}
+    for k, v in row.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            out[k] = None
+            why[k] = _UNDEFINED.get(k.split("_", 1)[0], "not a number: the run measured nothing to divide by")
+        else:
+            out[k] = v
+    if why:
+        out["undefined"] = why
+    return out
 
 
 def read_checkpoint(path: Path) -> dict[str, dict[str, Any]]:
@@ -153,7 +192,7 @@ def run_sweep(
     checked: set[tuple[str, Any]] = set()
     for c in cells:
         if (c.point.workload, c.point.params) not in checked:
-            load_workload(c.point.workload).check_fits(c.point.params)
+            load_workload(c.point.workload).check_fits(c.point.params, drop_oversize=grid.drop_oversize)
             checked.add((c.point.workload, c.point.params))
     done = read_checkpoint(ck)
     todo = [c for c in cells if c.key not in done]

@@ -103,6 +103,30 @@ def _load_trace(args: argparse.Namespace) -> Any:
     return tr
 
 
+#: what ``--window`` and ``--time-scale`` are when a trace is given without them
+DEFAULT_WINDOW_S = 60.0
+DEFAULT_TIME_SCALE = 1.0
+
+
+def _arrival_source(args: argparse.Namespace, trace: Any, what: str) -> None:
+    """Exactly one of ``--lambda`` and ``--trace``; the flags that shape a trace's rate
+    (``--window``, ``--time-scale``) refused with ``--lambda``, where they would do
+    nothing, and their defaults filled in with ``--trace``."""
+    if (args.lam is None) == (trace is None):
+        raise InvalidArgument(f"give either --lambda ({what}) or --trace (the trace's own rate per window)")
+    shaping = [flag for flag, value in (("--window", args.window), ("--time-scale", args.time_scale))
+               if value is not None]  # fmt: skip
+    if trace is None and shaping:
+        raise InvalidArgument(
+            f"{' and '.join(shaping)} shape{'' if len(shaping) > 1 else 's'} the rate of a --trace; with --lambda "
+            f"{'they do' if len(shaping) > 1 else 'it does'} nothing: drop {' and '.join(shaping)} or give --trace"
+        )
+    if args.window is None:
+        args.window = DEFAULT_WINDOW_S
+    if args.time_scale is None:
+        args.time_scale = DEFAULT_TIME_SCALE
+
+
 def _rates(args: argparse.Namespace, trace: Any) -> tuple[Any, float]:
     """The trace's rate per ``--window`` of its own time, and the window's length,
     both on the simulated clock (``--time-scale`` multiplies the trace's times)."""
@@ -114,12 +138,15 @@ def _rates(args: argparse.Namespace, trace: Any) -> tuple[Any, float]:
 def _arrivals(args: argparse.Namespace, workload: Any, trace: Any) -> Any:
     from kvstab.fleet.arrivals import piecewise_poisson, poisson_times
 
-    if (args.lam is None) == (trace is None):
-        raise InvalidArgument("give either --lambda (Poisson arrivals) or --trace (the trace's own rate per window)")
+    _arrival_source(args, trace, "Poisson arrivals")
     if trace is not None:
+        if args.horizon is not None:
+            raise InvalidArgument(
+                "--horizon is how long Poisson arrivals at --lambda run; a --trace runs for its own span: drop --horizon"
+            )
         rates, window = _rates(args, trace)
         return piecewise_poisson(workload, rates, window, seed=args.seed)
-    return poisson_times(workload, args.lam, args.horizon, seed=args.seed)
+    return poisson_times(workload, args.lam, args.horizon if args.horizon is not None else 600.0, seed=args.seed)
 
 
 def _est(e: Any) -> str:
@@ -256,8 +283,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     trace = _load_trace(args)
     workload = _workload(args, trace)
     arrivals = None
-    if (args.lam is None) == (trace is None):
-        raise InvalidArgument("give either --lambda (a target load) or --trace (plan for the trace's peak window)")
+    _arrival_source(args, trace, "a target load")
     if trace is not None:
         from kvstab.fleet.arrivals import peak_window, piecewise_poisson
 
@@ -306,9 +332,9 @@ def register(subparsers: Any) -> None:
     sim.add_argument("--lambda", dest="lam", type=flags.rate, default=None, help="Poisson arrival rate λ, req/s")
     sim.add_argument("--trace", default=None,
                      help="follow a trace's own arrival rate per window (a shipped name: azure-conv, azure-code, or a path)")  # fmt: skip
-    sim.add_argument("--window", type=_window, default=60.0, help="window of the trace's rate, seconds of trace time (default 60)")
-    sim.add_argument("--time-scale", type=_scale, default=1.0, help="multiply the trace's times by this factor (0.5: twice the rate; default 1)")
-    sim.add_argument("--horizon", type=_horizon, default=600.0, help="seconds simulated with --lambda (default 600)")
+    sim.add_argument("--window", type=_window, default=None, help="with --trace: window of its rate, seconds of trace time (default 60)")
+    sim.add_argument("--time-scale", type=_scale, default=None, help="with --trace: multiply its times by this factor (0.5: twice the rate; default 1)")
+    sim.add_argument("--horizon", type=_horizon, default=None, help="with --lambda: seconds simulated (default 600)")
     sim.add_argument("--path", choices=("auto", "static", "event"), default="auto",
                      help="auto: fast engine for state-independent routers, else the event loop; event: always")  # fmt: skip
     sim.set_defaults(func=_cmd_simulate)
@@ -328,8 +354,8 @@ def register(subparsers: Any) -> None:
     plan.add_argument("--menu", default=None, help="GPU menu, TOML or JSON (default: the shipped example)")
     plan.add_argument("--lambda", dest="lam", type=flags.rate, default=None, help="target load λ, req/s")
     plan.add_argument("--trace", default=None, help="plan for the peak window of a trace's own arrival rate")
-    plan.add_argument("--window", type=_window, default=60.0, help="window of the trace's rate, seconds of trace time (default 60)")
-    plan.add_argument("--time-scale", type=_scale, default=1.0, help="multiply the trace's times by this factor (0.5: twice the rate; default 1)")
+    plan.add_argument("--window", type=_window, default=None, help="with --trace: window of its rate, seconds of trace time (default 60)")
+    plan.add_argument("--time-scale", type=_scale, default=None, help="with --trace: multiply its times by this factor (0.5: twice the rate; default 1)")
     plan.add_argument("--workload", default=None, help="workload spec (default paper-1:1, or the trace's own law)")
     plan.add_argument("--rho", type=flags.unit_fraction, default=0.8, help="target utilisation ρ in (0, 1] (default 0.8)")
     plan.add_argument("--guarantee", action="store_true", help="plan on each scheduler's certified stable rate instead of μ (none for preempting schedulers)")

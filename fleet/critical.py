@@ -33,6 +33,7 @@ from kvstab.errors import InvalidArgument
 from kvstab.fleet.arrivals import poisson_times
 from kvstab.fleet.simulate import SLOPE_START, FleetResult, Replica, replica_infos, simulate_fleet
 from kvstab.metrics import Estimate
+from kvstab.model import prefill_slots
 from kvstab.validation import positive_float, positive_int
 from kvstab.workload import Workload
 
@@ -131,7 +132,7 @@ def mean_service_slots(workload: Workload, replicas: Sequence[Replica]) -> float
     chunk = max(r.params.chunk for r in replicas)
     rng = np.random.default_rng(0)
     s, o = workload.sample(rng, 20_000)
-    return float(np.mean(-(-s // chunk) + o))
+    return float(np.mean(prefill_slots(s, chunk) + o))
 
 
 def find_fleet_critical_rate(

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from kvstab.errors import InvalidArgument
-from kvstab.model import ModelParams
+from kvstab.model import ModelParams, prefill_slots
 from kvstab.validation import MAX_COUNT, MAX_TOKENS, nonneg_int, positive_float, positive_int, unit_fraction
 from kvstab.workload import Workload
 
@@ -197,11 +197,15 @@ def _rates(types: Sequence[GpuType], workload: Workload) -> tuple[list[float], l
     mus: list[float] = []
     deltas: list[float] = []
     for t in types:
-        try:
-            workload.check_fits(t.params())
-        except InvalidArgument as exc:
-            raise InvalidArgument(f"GPU type {t.name}: {exc}") from None
-        rep = stability_report(workload, t.params(), t.bbar)
+        params = t.params()
+        if not params.fits_total(workload.max_total):
+            # no --drop-oversize here: a dropped request is load the plan would silently not carry
+            raise InvalidArgument(
+                f"GPU type {t.name} (M = {t.M}): requests of workload {workload.describe()!r} need up to "
+                f"{params.peak(workload.max_total)} tokens at their peak, and the fleet may route any request to any "
+                "replica; raise its M in the menu, remove it from the menu, or plan for a workload that fits"
+            )
+        rep = stability_report(workload, params, t.bbar)
         mus.append(rep.mu_per_s)
         deltas.append(rep.delta)
     return mus, deltas
@@ -380,7 +384,7 @@ def verify_plan(
     spec = router or f"weighted-rr:{split}"
     if horizon_s is None:
         ls, lo = workload.sample(np.random.default_rng(0), 4096)  # a mean lifetime n(s) + o, by sampling
-        life = max(t.bbar * float(np.mean(-(-ls // t.chunk) + lo)) for t, n in zip(plan.types, plan.counts) if n)
+        life = max(t.bbar * float(np.mean(prefill_slots(ls, t.chunk) + lo)) for t, n in zip(plan.types, plan.counts) if n)
         horizon_s = max(40 * life, 20_000 / plan.lam)
     horizon_s = positive_float("the verification horizon (seconds)", horizon_s, maximum=1e9)
     threshold = 0.01 * plan.lam

@@ -42,7 +42,7 @@ from kvstab.errors import InvalidArgument
 from kvstab.fleet.arrivals import FleetArrivals
 from kvstab.fleet.routers import ReplicaInfo, ReplicaState, load_router
 from kvstab.metrics import Estimate, batch_means
-from kvstab.model import ModelParams, tokens_held
+from kvstab.model import ModelParams, prefill_slots, tokens_held
 from kvstab.theory import FleetReport, fleet_report, stability_report
 from kvstab.validation import MAX_SLOTS, positive_float
 from kvstab.workload import Workload
@@ -279,7 +279,7 @@ def _stats(
         used += float(mem.mean()) if mem.size else 0.0
         capacity += M
         ok = (out.arrival_s >= t0) & (out.finish >= 0)
-        n_s = -(-out.s[ok] // chunk)
+        n_s = prefill_slots(out.s[ok], chunk)
         lat_ttft.append((out.first_admit[ok] + n_s) * b - out.arrival_s[ok])
         lat_e2e.append((out.finish[ok] + 1) * b - out.arrival_s[ok])
         arrived += int(out.arrival_s.size)

@@ -118,20 +118,24 @@ def run(args: argparse.Namespace) -> int:
     scheduler = load_scheduler(args.scheduler)
     workload, trace_plan, slots, source = _workload_and_plan(args, params)
     workload.check_fits(params, drop_oversize=args.drop_oversize)
-    theory = stability_report(workload, params, args.bbar)
+    # the server sees only the requests that fit: with --drop-oversize the theory is of the law given fitting
+    law, fit_p = workload.given_fit(params) if args.drop_oversize else (workload, 1.0)
+    theory = stability_report(law, params, args.bbar)
     mu_formula = theory.mu_per_s
     delta = theory.delta  # uses the block-rounded peak, what a request really needs
-    certified, certified_why = policy_guarantee(scheduler, params, workload, mu_formula)
+    certified, certified_why = policy_guarantee(scheduler, params, law, mu_formula)
     if trace_plan is None:
-        rate = args.rate if args.rate is not None else args.load * mu_formula
+        # --load is the load of what reaches the server: λ·P(fit) = load·μ
+        rate = args.rate if args.rate is not None else args.load * mu_formula / fit_p
         plan = poisson_arrivals(workload, rate, args.bbar, slots, seed=args.seed)
         source = f"Poisson, seed {args.seed}"
         plan = plan.fit_to(params, drop_oversize=args.drop_oversize)
+        fit_rate = rate * fit_p
     else:
-        plan = trace_plan.fit_to(params, drop_oversize=args.drop_oversize)
         # λ of what is offered inside the simulated window, not of all the trace's rows
-        inside = int((plan.slot < slots).sum())
-        rate = inside / (slots * args.bbar)
+        rate = int((trace_plan.slot < slots).sum()) / (slots * args.bbar)
+        plan = trace_plan.fit_to(params, drop_oversize=args.drop_oversize)
+        fit_rate = int((plan.slot < slots).sum()) / (slots * args.bbar)
     bar = _ProgressBar(slots, enabled=not args.json and not args.no_progress)
     t0 = time.perf_counter()
     try:
@@ -160,10 +164,17 @@ def run(args: argparse.Namespace) -> int:
         "scheduler_traits": traits_of(scheduler).tags(),
         "warmup_fraction": args.warmup,
         "arrival_rate_per_s": rate,
-        "offered_load_lambda_over_mu": rate / mu_formula,
+        "fitting_rate_per_s": fit_rate,
+        "offered_load_lambda_over_mu": fit_rate / mu_formula,
         "arrived": int(res.arrived.sum()),
         "completed": completed,
         "dropped_oversize": plan.dropped,
+        "theory_workload": law.describe(),
+        "fit_probability": fit_p,
+        "theory_note": (
+            f"μ, E[g] and δ are of {law.describe()}: the law given s + o fitting in M (P = {fit_p:.4g}), what reaches "
+            "the server; λ/μ counts the requests that fit"
+        ) if law is not workload else None,
         "throughput_per_slot": thr.value,
         "throughput_per_slot_ci95": [thr.low, thr.high],
         "throughput_per_s": thr.value / args.bbar,
@@ -196,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print(o: dict[str, Any]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     c = Console(highlight=False)
@@ -215,7 +227,8 @@ def _print(o: dict[str, Any]) -> None:
     )
     lo, hi = o["throughput_per_slot_ci95"]
     t.add_row("throughput (req/slot)", f"{o['throughput_per_slot']:.5f}  [{lo:.5f}, {hi:.5f}]", f"μ·b̄ = {o['mu_formula_per_slot']:.5f}")
-    t.add_row("arrival rate λ (req/s)", f"{o['arrival_rate_per_s']:.4f}", f"λ/μ = {o['offered_load_lambda_over_mu']:.3f}")
+    t.add_row("arrival rate λ (req/s)", f"{o['arrival_rate_per_s']:.4f}", f"λ/μ = {o['offered_load_lambda_over_mu']:.3f}"
+              if o["theory_note"] is None else f"λ·P(fit)/μ = {o['offered_load_lambda_over_mu']:.3f}")
     md = o["mu_1_minus_delta_per_s"]
     t.add_row(
         "paper's μ(1−δ)",
@@ -237,6 +250,8 @@ def _print(o: dict[str, Any]) -> None:
     if o["window_hid_slots"] and "fcfs" not in o["scheduler_traits"]:  # a head-of-line rule is not affected by what lies behind its head
         t.add_row("slots the queue window hid requests", f"{o['window_hid_slots']} (window {o['window']})", "")
     c.print(t)
+    if o["theory_note"] is not None:
+        c.print(escape(f"dropped {o['dropped_oversize']} request(s) that cannot fit; {o['theory_note']}"))
     c.print(f"certified rate: {o['policy_certified_rate_basis']}")
     c.print(f"measured / μ = {o['measured_over_mu']:.4f}   ({o['wall_s']:.1f} s wall, {o['engine']} engine: {o['engine_reason']})")
 

@@ -30,6 +30,7 @@ __all__ = [
     "progress_after",
     "is_prefilling",
     "first_chunk_tokens",
+    "prefill_slots",
     "check_positive_int",
     "PAPER_M",
     "PAPER_CHUNK",
@@ -162,3 +163,12 @@ def progress_after(
 def first_chunk_tokens(s: IntLike, chunk: IntLike, ops: Ops = CONCRETE) -> IntLike:
     """Progress of a fresh request after its first slot: ``min(s, ŝ)``."""
     return ops.min(s, chunk)
+
+
+def prefill_slots(s: IntLike, chunk: IntLike, ops: Ops = CONCRETE) -> IntLike:
+    """``n(s) = ⌈s/ŝ⌉``: the slots a prompt of ``s`` tokens takes to prefill, one chunk a slot.
+
+    The one definition of ``n(s)``: ``g``, the lifetime ``n(s) + o`` and the
+    first token's slot all count it.  ``s`` may be a numpy array of prompts
+    (the concrete ``ceil_div`` is elementwise floor division)."""
+    return ops.ceil_div(s, chunk)

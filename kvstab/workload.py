@@ -303,6 +303,50 @@ class Workload:
                 "such requests and report how many)"
             )
 
+    def conditioned(self, max_total: int) -> tuple[Workload, float]:
+        """The law of ``(s, o)`` given ``s + o ≤ max_total``, and ``P(s + o ≤ max_total)``.
+
+        What a server sees when the requests that cannot fit are dropped: its
+        ``E[g]``, ``μ`` and ``δ`` are this law's, not the whole law's.  Exact:
+        a joint law keeps its rows that fit; independent marginals become the
+        joint law of the pairs that fit, each pair repeated in proportion to
+        its probability — the marginals' support counts (one each for
+        ``U``/``const``, the observation counts for ``empirical``).  A
+        geometric marginal has no such integer weights and is refused, as is
+        a grid of more than :data:`MAX_SUPPORT` rows.  The whole law itself
+        when everything fits; :class:`InvalidArgument` when nothing does."""
+        limit = int(max_total)
+        if self.max_total <= limit:
+            return self, 1.0
+        if self.min_total > limit:
+            raise InvalidArgument(f"no request of workload {self.describe()!r} has s + o <= {limit}")
+        name = f"{self.describe()} | s+o<={limit}"
+        if self.s is None or self.o is None:
+            assert self.joint_s is not None and self.joint_o is not None
+            keep = self.joint_s + self.joint_o <= limit
+            return Workload.joint(self.joint_s[keep], self.joint_o[keep], name=name), float(keep.mean())
+        vs, cs = _support_counts(self.s)
+        vo, co = _support_counts(self.o)
+        # o's support is increasing: the o that fit beside s = vs[i] are a prefix of it, of length k[i]
+        k = np.searchsorted(vo, limit - vs, side="right")
+        cum_o = np.concatenate(([0], np.cumsum(co)))
+        rows = int(np.dot(cs, cum_o[k]))
+        if rows > MAX_SUPPORT:
+            raise InvalidArgument(
+                f"the law of workload {self.describe()!r} given s + o <= {limit} has {rows} weighted pairs (more than "
+                f"{MAX_SUPPORT}); give it as a trace of (s, o) rows"
+            )
+        i = np.repeat(np.arange(vs.size), k)
+        j = np.arange(i.size) - np.repeat(np.cumsum(k) - k, k)
+        weight = cs[i] * co[j]
+        prob = float(np.dot(cs, cum_o[k]) / (cs.sum() * co.sum()))
+        return Workload.joint(np.repeat(vs[i], weight), np.repeat(vo[j], weight), name=name), prob
+
+    def given_fit(self, params: ModelParams) -> tuple[Workload, float]:
+        """:meth:`conditioned` on fitting ``params``' memory: the largest ``s + o``
+        whose peak ``B⌈(s + o)/B⌉`` is at most ``M`` is ``B⌊M/B⌋``."""
+        return self.conditioned(params.block * (params.M // params.block))
+
     @property
     def max_s(self) -> int:
         """``ess sup s``."""
@@ -326,6 +370,20 @@ class Workload:
         if self.s is not None and self.o is not None:
             return f"s={self.s.describe()},o={self.o.describe()}"
         return f"joint({self.joint_s.size if self.joint_s is not None else 0} rows)"
+
+
+def _support_counts(dist: LengthDist) -> tuple[IntArray, IntArray]:
+    """A marginal's support and integer weights proportional to its probabilities."""
+    if isinstance(dist, (Uniform, Fixed)):
+        v, _ = dist.support()
+        return v, np.ones(v.size, dtype=np.int64)
+    if isinstance(dist, EmpiricalDist):
+        v, c = np.unique(np.asarray(dist.values, dtype=np.int64), return_counts=True)
+        return v, c.astype(np.int64)
+    raise InvalidArgument(
+        f"the law {dist.describe()} has no integer weights, so kvstab cannot condition it on s + o fitting exactly; "
+        "lower its cap so that every request fits, or give the lengths as a trace"
+    )
 
 
 def _paper(name: str, s: tuple[int, int], o: tuple[int, int]) -> Workload:

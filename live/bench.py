@@ -12,7 +12,11 @@ The steady-state window is the run after its first ``warmup`` fraction;
 throughput there is completions per second (batch means over equal bins give
 its interval), and ``μ = M/(b̄·E[g])`` comes from :func:`kvstab.theory.stability_report`
 with ``M`` and ``b̄`` measured by the scrapes (:mod:`kvstab.live.scrape`) and
-``E[g]`` from the workload that was sent.
+``E[g]`` from the workload that was sent.  ``b̄`` is the time the server was
+busy (some request of the run in flight) over the steps it took; a run whose
+queue did not grow, or whose server sat idle, is flagged below saturation
+(``saturated``, ``saturation_warning``): its throughput is the offered rate,
+and ``b̄`` comes from smaller batches than a saturated server runs.
 
 Errors that make the measurement meaningless — the URL does not answer, the
 server is not OpenAI-compatible, it returns fewer tokens than ``min_tokens``
@@ -42,7 +46,7 @@ from kvstab.traces import Trace
 from kvstab.workload import Workload
 
 __all__ = ["BenchConfig", "BenchError", "RequestRecord", "RunResult", "run_bench", "Schedule", "poisson_schedule",
-           "trace_schedule"]
+           "trace_schedule", "server_max_model_len"]
 
 
 #: the error of a request still in flight when the run ended (not a failure: the run stops an overloaded server)
@@ -61,6 +65,12 @@ class Schedule:
     s: np.ndarray
     o: np.ndarray
     rate: float | None  # the offered rate, None for a trace's own times
+    dropped: int = 0  # requests left out because s + o exceeds the server's max_model_len
+
+    def fitting(self, max_total: int) -> Schedule:
+        """The requests with ``s + o ≤ max_total``, at their own times (the rest counted in ``dropped``)."""
+        keep = self.s + self.o <= max_total
+        return Schedule(self.t[keep], self.s[keep], self.o[keep], self.rate, self.dropped + int((~keep).sum()))
 
 
 def poisson_schedule(workload: Workload, rate: float, n: int, seed: int) -> Schedule:
@@ -120,11 +130,55 @@ class RunResult:
     stopped_by: str = "duration"
     error: str | None = None
     metrics_error: str | None = None
+    dropped: int = 0  # requests of the schedule left out: s + o above the server's max_model_len
+
+    def busy_time(self, start: float, end: float) -> float:
+        """How long within ``[start, end]`` some request of this run was in flight (sent, not yet done).
+
+        A server steps exactly while it holds a request, so this is its busy
+        time, up to the network's latency at the ends of each busy period (the
+        harness is its only client)."""
+        spans = []
+        for r in self.records:
+            if r.error is not None and r.error != UNFINISHED:
+                continue  # refused or broken: it held the server for no step
+            hi = min(end, r.done if r.done is not None else self.elapsed)
+            lo = max(start, r.sent)
+            if hi > lo:
+                spans.append((lo, hi))
+        return _union_length(spans)
+
+    @staticmethod
+    def _saturation(est: Any, *, measured_bbar: bool) -> tuple[bool | None, str | None]:
+        """Whether the run was saturated (the queue grew and the server was never idle), and if not, why the
+        numbers that assume it are biased; ``None`` when the scrapes cannot tell."""
+        if est is None:
+            return None, None
+        ci, idle = est.queue_slope_ci95, (None if est.busy_fraction is None else 1.0 - est.busy_fraction)
+        if ci is None and idle is None:
+            return None, None
+        reasons = []
+        if ci is not None and ci[0] <= 0:
+            reasons.append(f"the queue did not grow (slope interval [{ci[0]:.3g}, {ci[1]:.3g}] req/s is not above 0)")
+        if idle is not None and idle > IDLE_TOLERANCE:
+            reasons.append(f"the server was idle {100 * idle:.0f} % of the window")
+        if not reasons:
+            return True, None
+        bias = (
+            "b̄ is measured over busy steps only, but a real server's steps are shorter on the smaller batches of "
+            "an unsaturated run, so b̄ may be biased low and μ from it high" if measured_bbar
+            else "μ was computed from the given --bbar"
+        )
+        return False, (
+            f"below saturation: {' and '.join(reasons)}; the throughput is the offered rate, not the saturated "
+            f"rate, and {bias}: offer more than μ to measure it"
+        )
 
     def summary(self, workload: Workload, cfg: BenchConfig, *, M: int | None = None, bbar: float | None = None) -> dict[str, Any]:
         """The run's figures (kvstab's JSON); ``M``/``bbar`` override what the scrapes measured."""
         from kvstab.theory import stability_report
 
+        bbar_given = bbar is not None
         start = self.elapsed * cfg.warmup
         done = np.array([r.done for r in self.records if r.done is not None and r.error is None], dtype=float)
         out: dict[str, Any] = {
@@ -133,6 +187,7 @@ class RunResult:
             "stopped_by": self.stopped_by,
             "error": self.error,
             "sent": len(self.records),
+            "dropped_oversize": self.dropped,
             "completed": int(done.size),
             "failed": sum(1 for r in self.records if r.error is not None and r.error != UNFINISHED),
             "unfinished": sum(1 for r in self.records if r.error == UNFINISHED),
@@ -153,10 +208,12 @@ class RunResult:
         out["mean_ttft_s"] = float(np.mean(ttft)) if ttft else None
         server: dict[str, Any] = {"metrics_error": self.metrics_error}
         win = [s for s in self.snapshots if s.t >= start]
+        est_s = None
         if len(win) >= 2:
-            est_s = server_estimates(win)
+            est_s = server_estimates(win, busy_s=self.busy_time(win[0].t, win[-1].t))
             server.update(
                 M=est_s.M, block_size=est_s.block_size, num_gpu_blocks=est_s.num_gpu_blocks,
+                bbar_busy_s=est_s.bbar_busy_s, busy_fraction=est_s.busy_fraction,
                 bbar_steps_s=est_s.bbar_steps_s, bbar_itl_s=est_s.bbar_itl_s, steps=est_s.steps,
                 mean_step_tokens=est_s.mean_step_tokens, queue_slope_per_s=est_s.queue_slope_per_s,
                 queue_slope_per_s_ci95=list(est_s.queue_slope_ci95) if est_s.queue_slope_ci95 else None,
@@ -168,6 +225,7 @@ class RunResult:
             server["metrics_error"] = f"only {len(win)} scrape(s) in the window; lengthen the run"
         out["server"] = server
         out["M"], out["bbar_s"] = M, bbar
+        out["saturated"], out["saturation_warning"] = self._saturation(est_s, measured_bbar=not bbar_given)
         if M is not None and bbar is not None and bbar > 0:
             block = server.get("block_size") or 1
             params = ModelParams(M=M, chunk=cfg.chunk, block=min(block, M))
@@ -182,6 +240,22 @@ class RunResult:
         return out
 
 
+#: the idle share of the window above which a run is called unsaturated (scrape timing and HTTP latency
+#: make a saturated server look idle for well under 1 %)
+IDLE_TOLERANCE = 0.02
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    """The total length of the union of closed intervals."""
+    total, end = 0.0, -math.inf
+    for lo, hi in sorted(intervals):
+        if hi <= end:
+            continue
+        total += hi - max(lo, end)
+        end = hi
+    return total
+
+
 def _prompt_ids(rng: np.random.Generator, s: int) -> list[int]:
     # random ids: identical prompts would hit vLLM's prefix cache, which kvstab's model does not have
     return [int(x) for x in rng.integers(1000, 20000, size=s)]
@@ -193,6 +267,7 @@ class _Client:
         self.session = session
         self.base = cfg.url.rstrip("/")
         self.model = cfg.model or ""
+        self.max_model_len: int | None = None
         self._word_tokens: float | None = None
 
     async def preflight(self) -> None:
@@ -215,6 +290,10 @@ class _Client:
             raise BenchError(f"{self.base}/v1/models lists no model")
         if not self.model:
             self.model = ids[0]
+        # vLLM's model card carries max_model_len: the longest s + o it accepts (longer: HTTP 400)
+        card = next((m for m in data["data"] if m["id"] == self.model), None)
+        mml = card.get("max_model_len") if isinstance(card, dict) else None
+        self.max_model_len = mml if isinstance(mml, int) and not isinstance(mml, bool) and mml > 0 else None
 
     async def scrape(self, t: float) -> Snapshot:
         try:
@@ -293,6 +372,16 @@ class _Client:
         rec.tokens = usage_tokens if usage_tokens is not None else chunks
 
 
+async def server_max_model_len(cfg: BenchConfig) -> int | None:
+    """The server's ``max_model_len`` from ``GET /v1/models`` (``None`` if it does not say);
+    :class:`BenchError` if the server cannot be reached or is not OpenAI-compatible."""
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.timeout, sock_read=cfg.timeout)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        client = _Client(cfg, session)
+        await client.preflight()
+        return client.max_model_len
+
+
 async def run_bench(
     cfg: BenchConfig,
     schedule: Schedule,
@@ -301,7 +390,7 @@ async def run_bench(
     stop: asyncio.Event | None = None,
 ) -> RunResult:
     """Send ``schedule`` to the server; returns what was measured even when the run ends early."""
-    res = RunResult(rate=schedule.rate)
+    res = RunResult(rate=schedule.rate, dropped=schedule.dropped)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.timeout, sock_read=max(cfg.timeout, 60.0))
     stop = stop if stop is not None else asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -136,6 +136,13 @@ def _cmd_import(args: argparse.Namespace) -> int:
     if args.M is None or args.bbar is None:
         raise InvalidArgument("comparing an imported result with μ needs the server's --M (tokens) and --bbar (s)")
     params = ModelParams(M=args.M, chunk=args.chunk, block=args.block)
+    if not params.fits_total(workload.max_total):
+        # the run's server held these requests: an M they do not fit in is not that server's
+        raise InvalidArgument(
+            f"requests of {workload.describe()} need up to {params.peak(workload.max_total)} KV tokens at their "
+            f"peak but --M is {args.M} (block {args.block}): no server with that capacity serves them; give the "
+            "capacity of the server that ran the benchmark"
+        )
     rep = stability_report(workload, params, args.bbar)
     out = {
         "tool": res.tool, "path": res.path, "throughput_per_s": res.throughput_per_s, "completed": res.completed,
@@ -181,7 +188,14 @@ class _Progress:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from kvstab.live.bench import BenchConfig, poisson_schedule, run_bench, trace_schedule
+    from kvstab.live.bench import (
+        BenchConfig,
+        BenchError,
+        poisson_schedule,
+        run_bench,
+        server_max_model_len,
+        trace_schedule,
+    )
     from kvstab.live.formats import llmd_report
 
     args.workload_given = args.workload is not None
@@ -199,6 +213,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     trace, workload = _workload(args)
     if trace is None and args.rate is None:
         raise InvalidArgument("give --rate (requests/s, or a list like 5,10,20) or --trace with arrival times")
+    if args.time_scale is not None and (trace is None or args.rate is not None):
+        raise InvalidArgument(
+            "--time-scale stretches a --trace's own arrival times; with --rate the arrivals are Poisson and it does "
+            "nothing: drop --time-scale, or --rate to replay the trace's times"
+        )
     cfg = BenchConfig(
         url=args.url, api=args.api, model=args.model, stream=not args.no_stream, duration=args.duration,
         warmup=args.warmup, scrape_interval=args.scrape_interval, timeout=args.timeout, chunk=args.chunk,
@@ -206,12 +225,33 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     )
     # a trace with --rate lends its lengths (their joint law) to Poisson arrivals; without, its own times
     schedules = (
-        [trace_schedule(trace, args.time_scale, args.requests)] if args.rate is None
+        [trace_schedule(trace, args.time_scale or 1.0, args.requests)] if args.rate is None
         else [poisson_schedule(workload, lam, args.requests, args.seed + i) for i, lam in enumerate(args.rate)]
     )
+    # a request longer than the server's context is refused by it (HTTP 400): find out before sending any
+    try:
+        max_len = asyncio.run(server_max_model_len(cfg))
+    except BenchError:
+        max_len = None  # the run meets the same error, and reports it with what it kept
+    law, fit_p = workload, 1.0
+    if max_len is not None and workload.max_total > max_len:
+        if not args.drop_oversize:
+            raise InvalidArgument(
+                f"the server's max_model_len is {max_len} tokens (GET /v1/models) but requests of workload "
+                f"{workload.describe()} have s + o up to {workload.max_total}: it would refuse them; give a --workload "
+                "that fits, or --drop-oversize to leave those requests out (and count them)"
+            )
+        # μ is of what the server is sent: the law given s + o <= max_model_len
+        law, fit_p = workload.conditioned(max_len)
+        schedules = [sched.fitting(max_len) for sched in schedules]
+        sys.stderr.write(
+            f"kvstab bench: --drop-oversize: left out {sum(x.dropped for x in schedules)} request(s) with s + o above "
+            f"max_model_len {max_len}; μ is of the law given fitting (P = {fit_p:.4g})\n"
+        )
     runs: list[dict[str, Any]] = []
     reports: list[dict[str, Any]] = []
     doc: dict[str, Any] = {"url": args.url, "api": args.api, "workload": workload.describe(), "chunk": args.chunk,
+                           "max_model_len": max_len, "theory_workload": law.describe(), "fit_probability": fit_p,
                            "runs": runs}
     status = 0
     for sched in schedules:
@@ -221,7 +261,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             res = asyncio.run(run_bench(cfg, sched, progress=bar))
         finally:
             bar.close()
-        summary = res.summary(workload, cfg, M=args.M, bbar=args.bbar)
+        summary = res.summary(law, cfg, M=args.M, bbar=args.bbar)
         runs.append(summary)
         done = [r for r in res.records if r.error is None and r.done is not None]
         reports.append(llmd_report(
@@ -262,16 +302,21 @@ def _print_run(o: dict[str, Any]) -> None:
     srv = o["server"]
     lo, hi = o.get("throughput_per_s_ci95") or (None, None)
     rate_txt = "trace times" if o["offered_rate_per_s"] is None else f"{o['offered_rate_per_s']:g} req/s"
+    left_out = f", {o['dropped_oversize']} left out (s + o > max_model_len)" if o.get("dropped_oversize") else ""
     print(f"offered {rate_txt}: {o['sent']} sent, {o['completed']} completed, {o['failed']} failed, "
-          f"{o['unfinished']} unfinished in {o['elapsed_s']:.1f} s ({o['stopped_by']})")
+          f"{o['unfinished']} unfinished in {o['elapsed_s']:.1f} s ({o['stopped_by']}){left_out}")
     print(f"  throughput      {_fmt(o.get('throughput_per_s'))} req/s  [{_fmt(lo)}, {_fmt(hi)}]")
-    print(f"  μ = M/(b̄·E[g])  {_fmt(o['mu_per_s'])} req/s   (M={o['M']}, b̄={_fmt(o['bbar_s'], '.5f')} s)")
+    busy = srv.get("busy_fraction")
+    print(f"  μ = M/(b̄·E[g])  {_fmt(o['mu_per_s'])} req/s   (M={o['M']}, b̄={_fmt(o['bbar_s'], '.5f')} s"
+          f"{f' over busy steps, busy {100 * busy:.0f} %' if busy is not None and o['bbar_s'] == srv.get('bbar_busy_s') else ''})")
     print(f"  measured / μ    {_fmt(o['measured_over_mu'])}")
     ci = srv.get("queue_slope_per_s_ci95") or (None, None)
     print(f"  queue slope     {_fmt(srv.get('queue_slope_per_s'))} req/s  [{_fmt(ci[0])}, {_fmt(ci[1])}]"
           f"   KV use {_fmt(srv.get('kv_utilisation'), '.3f')}   preemptions {srv.get('preemptions', '—')}")
     if srv.get("metrics_error"):
         print(f"  /metrics: {srv['metrics_error']}")
+    if o.get("saturation_warning"):
+        print(f"  warning: {o['saturation_warning']}")
 
 
 _port = arg_type(lambda name, value: v.as_int(name, value, minimum=0, maximum=65535), "the port")
@@ -317,7 +362,8 @@ def register(subparsers: Any) -> None:
     b.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
     b.add_argument("--workload", default=None, help="length law of the requests (default paper-1:1)")
     b.add_argument("--trace", default=None, help="a trace: its lengths, and its arrival times when no --rate")
-    b.add_argument("--time-scale", type=positive_float, default=1.0, help="with --trace: multiply its arrival times")
+    b.add_argument("--time-scale", type=positive_float, default=None,
+                   help="with --trace and no --rate: multiply its arrival times (default 1)")
     b.add_argument("--rate", type=_rates, default=None, help="arrival rate(s) in requests/s: 8 or 4,8,16")
     b.add_argument("--requests", type=_count, default=1000, help="most requests per run (default 1000)")
     b.add_argument("--duration", type=_duration, default=60.0, help="most seconds per run (default 60)")
@@ -334,6 +380,9 @@ def register(subparsers: Any) -> None:
     b.add_argument("--llmd-report", default=None, help="also write an llm-d benchmark report (v0.2) here")
     b.add_argument("--import", dest="import_result", default=None, metavar="FILE",
                    help="compare a 'vllm bench serve' result JSON or AIPerf profile_export_aiperf.json with μ")
+    b.add_argument("--drop-oversize", action="store_true",
+                   help="leave out requests longer (s + o) than the server's max_model_len, and count them; "
+                   "μ is then of the law given fitting")
     b.add_argument("--json", action="store_true", help="print the result as JSON")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.set_defaults(func=_cmd_bench)

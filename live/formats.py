@@ -4,7 +4,8 @@ Read (the fields relied on; everything else is ignored):
 
 * ``vllm bench serve --save-result`` JSON: ``request_throughput`` (req/s),
   ``completed``, ``duration`` (s), and, when present, ``input_lens`` /
-  ``output_lens`` (per request) — the workload whose ``E[g]`` gives ``μ``;
+  ``output_lens`` (per request, paired by index; an output of 0 marks a
+  failed request, left out) — the workload whose ``E[g]`` gives ``μ``;
   ``output_throughput`` and ``total_input_tokens``/``total_output_tokens`` are
   carried along.
 * AIPerf ``profile_export_aiperf.json``: metric entries holding a stats block
@@ -61,15 +62,39 @@ def _number(path: str, name: str, value: object) -> float:
     return float(value)
 
 
+def _lengths(path: str, ins: object, outs: object) -> Workload | None:
+    """The joint law of the requests that completed: ``input_lens[i]`` with ``output_lens[i]``.
+
+    vLLM writes ``output_lens[i] = 0`` for a request that failed (it produced
+    nothing), so those rows are left out; the two lists must pair up one to
+    one, or the law would pair one request's prompt with another's output."""
+    if not isinstance(ins, list) or not isinstance(outs, list) or not ins:
+        return None
+    if len(ins) != len(outs):
+        raise InvalidArgument(
+            f"{path}: input_lens has {len(ins)} entries but output_lens has {len(outs)}; they must pair up one per "
+            "request (is the file cut or edited?)"
+        )
+    pairs: list[tuple[int, int]] = []
+    for k, (i, o) in enumerate(zip(ins, outs)):
+        ok_i = isinstance(i, int) and not isinstance(i, bool) and i >= 1
+        ok_o = isinstance(o, int) and not isinstance(o, bool) and o >= 0
+        if not (ok_i and ok_o):
+            raise InvalidArgument(
+                f"{path}: request {k} has input_lens {i!r}, output_lens {o!r}; valid: an integer >= 1 and an "
+                "integer >= 0 (0: a failed request)"
+            )
+        if o > 0:
+            pairs.append((i, o))
+    if not pairs:
+        return None
+    s, o = np.array(pairs, dtype=np.int64).T
+    return Workload.joint(s, o, name=f"lengths of {path}")
+
+
 def _vllm(path: str, data: dict[str, Any]) -> ExternalResult:
     thr = _number(path, "request_throughput", data["request_throughput"])
-    workload = None
-    ins, outs = data.get("input_lens"), data.get("output_lens")
-    if isinstance(ins, list) and isinstance(outs, list) and ins and len(ins) == len(outs):
-        pairs = [(i, o) for i, o in zip(ins, outs) if isinstance(i, int) and isinstance(o, int) and i > 0 and o > 0]
-        if pairs:
-            s, o = np.array(pairs, dtype=np.int64).T
-            workload = Workload.joint(s, o, name=f"lengths of {path}")
+    workload = _lengths(path, data.get("input_lens"), data.get("output_lens"))
     completed = data.get("completed")
     duration = data.get("duration")
     return ExternalResult(

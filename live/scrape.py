@@ -7,9 +7,12 @@ snapshots of a window into the quantities ``μ`` needs:
 
 * ``M = (num_gpu_blocks − 1) · block_size`` — vLLM's pool holds one reserved
   null block (as :class:`kvstab.empirical.replay.ReplayConfig` models it);
-* ``b̄`` = elapsed time / engine steps, the steps counted by the
-  ``vllm:iteration_tokens_total`` histogram (one observation per step): exact
-  for a server that is never idle, which a saturated run is; the mean
+* ``b̄`` = busy time / engine steps, the steps counted by the
+  ``vllm:iteration_tokens_total`` histogram (one observation per step), the
+  busy time given by the caller (the harness: the time some request of its
+  own was in flight — a server steps exactly while it holds a request; vLLM
+  exports no step durations).  Without it, elapsed time / steps, which counts
+  idle time as stepping and is too large below saturation.  The mean
   inter-token latency (``vllm:inter_token_latency_seconds``, or the older
   ``vllm:time_per_output_token_seconds``) is reported beside it (it also
   counts the steps a preempted request waits);
@@ -86,7 +89,7 @@ class ServerEstimates:
     M: int | None
     block_size: int | None
     num_gpu_blocks: int | None
-    bbar_steps_s: float | None
+    bbar_steps_s: float | None  # elapsed time / steps: counts idle time, biased up below saturation
     bbar_itl_s: float | None
     steps: int | None
     mean_step_tokens: float | None
@@ -95,11 +98,22 @@ class ServerEstimates:
     kv_utilisation: float | None
     preemptions: int | None
     scrapes: int
+    busy_s: float | None = None  # of the window's time, how long the server held a request
+    bbar_busy_s: float | None = None  # busy time / steps
+    window_s: float = 0.0  # the last scrape's time − the first's
+
+    @property
+    def busy_fraction(self) -> float | None:
+        """The share of the window the server was busy (``None`` if not known)."""
+        return None if self.busy_s is None or self.window_s <= 0 else min(1.0, self.busy_s / self.window_s)
 
     @property
     def bbar_s(self) -> float | None:
-        """The b̄ kvstab uses: per step when steps are counted, else the inter-token latency."""
-        return self.bbar_steps_s if self.bbar_steps_s is not None else self.bbar_itl_s
+        """The b̄ kvstab uses: busy time per step, else elapsed time per step, else the inter-token latency."""
+        for x in (self.bbar_busy_s, self.bbar_steps_s, self.bbar_itl_s):
+            if x is not None:
+                return x
+        return None
 
 
 def _delta(a: Snapshot, b: Snapshot, name: str) -> float | None:
@@ -115,8 +129,9 @@ def _slope(t: np.ndarray, y: np.ndarray) -> tuple[float, tuple[float, float]] | 
     return float(res.slope), (float(res.slope) - half, float(res.slope) + half)
 
 
-def server_estimates(snaps: list[Snapshot]) -> ServerEstimates:
-    """Estimates from the scrapes of a window (first and last bound it)."""
+def server_estimates(snaps: list[Snapshot], busy_s: float | None = None) -> ServerEstimates:
+    """Estimates from the scrapes of a window (first and last bound it); ``busy_s``:
+    how long within that window the server held a request, for ``b̄`` over busy steps."""
     if len(snaps) < 2:
         raise InvalidArgument(f"need at least 2 scrapes of /metrics in the window, got {len(snaps)}")
     a, b = snaps[0], snaps[-1]
@@ -152,4 +167,7 @@ def server_estimates(snaps: list[Snapshot]) -> ServerEstimates:
         kv_utilisation=float(np.mean(kv_known)) if kv_known else None,
         preemptions=int(pre) if pre is not None else None,
         scrapes=len(snaps),
+        busy_s=busy_s,
+        bbar_busy_s=busy_s / steps if busy_s is not None and steps else None,
+        window_s=b.t - a.t,
     )

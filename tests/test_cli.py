@@ -97,6 +97,31 @@ def test_drop_oversize_reports_count(capsys: pytest.CaptureFixture[str]) -> None
     assert json.loads(out)["dropped_oversize"] > 0
 
 
+def test_drop_oversize_takes_mu_from_the_law_given_fitting(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvstab.model import ModelParams
+    from kvstab.theory import stability_report
+    from kvstab.workload import parse_workload
+
+    # most requests cannot fit: s + o <= 250 for about one in five
+    argv = ["simulate", "--workload", "s=U(1,400),o=U(1,400)", "--M", "250", "--chunk", "64", "--slots", "2000",
+            "--load", "1.5", "--drop-oversize", "--no-progress"]
+    rc, out, err = run([*argv, "--json"], capsys)
+    assert rc == 0, err
+    d = json.loads(out)
+    params = ModelParams(M=250, chunk=64)
+    law, p = parse_workload("s=U(1,400),o=U(1,400)").given_fit(params)
+    rep = stability_report(law, params, d["bbar_s"])
+    assert d["fit_probability"] == pytest.approx(p) and 0.15 < p < 0.25
+    assert d["mu_formula_per_s"] == pytest.approx(rep.mu_per_s) and d["E_g_tokens_slots"] == pytest.approx(rep.E_g)
+    assert d["delta"] == pytest.approx(rep.delta) and d["delta"] <= 1
+    # --load 1.5 is the load of the requests that reach the server
+    assert d["offered_load_lambda_over_mu"] == pytest.approx(1.5)
+    assert d["arrival_rate_per_s"] == pytest.approx(1.5 * rep.mu_per_s / p)
+    assert "given s + o fitting in M" in d["theory_note"]
+    rc, out, _ = run(argv, capsys)
+    assert rc == 0 and "given s + o fitting in M" in " ".join(out.split()) and "E[g]" in out
+
+
 def test_replay_command_reproduces_a_violation(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run(
         ["replay", "--scheduler", "current-fit-no-preempt", "--M", "20", "--chunk", "4", "--requests", "0:4:8,0:4:8"],

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kvstab.errors import InvalidArgument
-from kvstab.model import ModelParams, Request, progress_after, tokens_held, unit_tokens
+from kvstab.model import ModelParams, Request, is_prefilling, prefill_slots, progress_after, tokens_held, unit_tokens
 
 
 @pytest.mark.parametrize("s,o", [(0, 1), (1, 0), (-3, 5), (1.5, 2), ("x", 4), (True, 2), (2**41, 1)])
@@ -70,3 +74,41 @@ def test_grants_are_clamped_to_one_unit(s: int, p: int, chunk: int, grant: int) 
     nxt = progress_after(s, p, chunk, grant)
     assert p <= nxt <= p + unit
     assert nxt - p == max(0, min(grant, unit))
+
+
+@given(s=st.integers(1, 5000), chunk=st.integers(1, 1024))
+def test_prefill_slots_counts_the_slots_prefill_takes(s: int, chunk: int) -> None:
+    """``n(s)`` is the number of unit steps spent in prefill, for ints and numpy arrays alike."""
+    p, slots = 0, 0
+    while is_prefilling(s, p):
+        p = progress_after(s, p, chunk)
+        slots += 1
+    assert prefill_slots(s, chunk) == slots
+    arr = np.array([s, s + 1], dtype=np.int64)
+    assert prefill_slots(arr, chunk).tolist() == [slots, prefill_slots(s + 1, chunk)]
+
+
+def test_prefill_slots_is_symbolic_under_z3() -> None:
+    import z3
+
+    from kvstab.symbolic import Z3Ops, unwrap, wrap
+
+    x = z3.Int("s")
+    n = unwrap(prefill_slots(wrap(x), 7, Z3Ops()))
+    solver = z3.Solver()
+    solver.add(x >= 1, n * 7 < x)  # ⌈s/7⌉·7 ≥ s for every s: no model
+    assert solver.check() == z3.unsat
+
+
+def test_n_of_s_is_computed_by_the_one_helper() -> None:
+    """No module of the audit, fleet and live wings re-derives ``⌈s/ŝ⌉`` inline."""
+    root = Path(__file__).resolve().parents[1]
+    inline = re.compile(r"-\(-[^()]*//\s*[\w.]*chunk\)|chunk\s*-\s*1\)\s*//")
+    found = [
+        f"{path.relative_to(root)}:{i}"
+        for folder in ("audit", "fleet", "live")
+        for path in sorted((root / folder).glob("*.py"))
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if inline.search(line)
+    ]
+    assert not found, f"n(s) computed inline (use kvstab.model.prefill_slots): {found}"

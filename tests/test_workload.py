@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from kvstab.errors import InvalidArgument
-from kvstab.workload import PAPER_WORKLOADS, Fixed, Geometric, Uniform, parse_workload
+from kvstab.model import ModelParams
+from kvstab.workload import PAPER_WORKLOADS, Fixed, Geometric, Uniform, Workload, parse_workload
 
 
 def test_paper_workloads() -> None:
@@ -75,3 +76,60 @@ def test_huge_laws_are_laws_but_never_listed() -> None:
         assert x.min() >= 1 and x.max() <= w.s.max
         with pytest.raises(InvalidArgument, match=f"ranges over {span} values"):
             w.s.support()
+
+
+def _brute(w: Workload, limit: int) -> tuple[dict[tuple[int, int], float], float]:
+    """The law given s + o <= limit by listing every pair with its probability."""
+    assert w.s is not None and w.o is not None
+    (vs, ps), (vo, po) = w.s.support(), w.o.support()
+    pairs = {(int(a), int(b)): float(p * q) for a, p in zip(vs, ps) for b, q in zip(vo, po) if a + b <= limit}
+    total = sum(pairs.values())
+    return {k: v / total for k, v in pairs.items()}, total
+
+
+def _law(w: Workload) -> dict[tuple[int, int], float]:
+    assert w.joint_s is not None and w.joint_o is not None
+    rows = list(zip(w.joint_s.tolist(), w.joint_o.tolist()))
+    return {k: rows.count(k) / len(rows) for k in set(rows)}
+
+
+@pytest.mark.parametrize("spec,limit", [("s=U(1,9),o=U(2,7)", 8), ("s=const(4),o=U(1,9)", 6), ("s=U(3,5),o=const(2)", 6)])
+def test_conditioned_independent_law_is_exact(spec: str, limit: int) -> None:
+    w = parse_workload(spec)
+    law, p = w.conditioned(limit)
+    want, p_want = _brute(w, limit)
+    assert p == pytest.approx(p_want) and _law(law) == pytest.approx(want)
+    assert law.max_total <= limit
+
+
+def test_conditioned_empirical_marginals_keep_their_weights(tmp_path: Path) -> None:
+    f = tmp_path / "t.csv"
+    f.write_text("s,o\n1,1\n1,2\n1,5\n3,2\n")  # s: 1 three times, 3 once; o: 1, 2, 2, 5
+    w = parse_workload(f"trace({f}),independent")
+    law, p = w.conditioned(4)
+    want, p_want = _brute(w, 4)
+    assert p == pytest.approx(p_want) and _law(law) == pytest.approx(want)
+
+
+def test_conditioned_joint_law_keeps_the_rows_that_fit() -> None:
+    w = Workload.joint([1, 5, 2, 9], [1, 1, 3, 9])
+    law, p = w.conditioned(6)
+    assert p == 0.75 and sorted(zip(law.joint_s.tolist(), law.joint_o.tolist())) == [(1, 1), (2, 3), (5, 1)]
+    assert w.conditioned(18) == (w, 1.0)
+
+
+@pytest.mark.parametrize("M,block", [(100, 1), (100, 16), (64, 16), (17, 16)])
+def test_given_fit_is_the_law_of_requests_the_server_can_hold(M: int, block: int) -> None:
+    params = ModelParams(M=M, chunk=8, block=block)
+    law, _ = parse_workload("s=U(1,80),o=U(1,80)").given_fit(params)
+    assert params.fits_total(law.max_total)
+    assert not params.fits_total(block * (M // block) + 1)
+
+
+def test_conditioning_is_refused_where_it_cannot_be_exact() -> None:
+    with pytest.raises(InvalidArgument, match="no integer weights"):
+        parse_workload("s=U(1,10),o=geom(0.1,100)").conditioned(50)
+    with pytest.raises(InvalidArgument, match="no request"):
+        parse_workload("s=U(10,20),o=U(10,20)").conditioned(19)
+    with pytest.raises(InvalidArgument, match="weighted pairs"):
+        parse_workload("s=U(1,200000),o=U(1,200000)").conditioned(100000)

@@ -42,7 +42,7 @@ EngineChoice = Literal["auto", "fast", "reference"]
 BATCH = 1 << 16
 
 #: the shortest run on which ``engine="auto"`` takes the plug-in path (measured in
-#: benchmarks/bench_engine.py: tracing a few hundred view shapes costs about a second)
+#: benchmarks/bench_engine.py: taping the shapes a paper-scale run meets costs about a second)
 PLUGIN_MIN_SLOTS = 20_000
 
 _RULES: dict[type, int] = {
@@ -103,8 +103,16 @@ class _State:
         return self.act[: int(self.st[K.ST_NA])].copy()
 
     def step(
-        self, pol: int, life: int, params: ModelParams, check: bool, comp: bool, t_end: int, drain: bool,
-        drain_min: int, out: IntArray,
+        self,
+        pol: int,
+        life: int,
+        params: ModelParams,
+        check: bool,
+        comp: bool,
+        t_end: int,
+        drain: bool,
+        drain_min: int,
+        out: IntArray,
     ) -> int:
         return int(
             K.run_slots(
@@ -196,49 +204,79 @@ def run(
         raise InvalidArgument(f"slots must be a positive integer, got {slots!r}")
     if slots is not None and slots > MAX_SLOTS:
         raise InvalidArgument(f"slots must be at most {MAX_SLOTS}, got {slots}")
-    from kvstab.engine.plugin import Untraceable, plugin_path
+    from kvstab.engine.plugin import Bail, Untraceable, plugin_path
 
     pol = fast_rule(scheduler)
     start = time.perf_counter()
     if engine != "reference" and pol is not None:
         summary, result = _run_fast(
-            pol, scheduler.name, params, plan, slots, drain, check, lifecycle, record, progress, max_slots,
-            warmup, batches,
+            pol,
+            scheduler.name,
+            params,
+            plan,
+            slots,
+            drain,
+            check,
+            lifecycle,
+            record,
+            progress,
+            max_slots,
+            warmup,
+            batches,
         )
         return Run("fast", summary, result, time.perf_counter() - start, "compiled fast path of a built-in rule")
     why = "no compiled fast path for this scheduler"
+    handed_over = False
     long_run = drain or (slots is not None and slots >= PLUGIN_MIN_SLOTS)
     if engine == "auto" and not long_run:
-        why += f"; the plug-in path pays off only from {PLUGIN_MIN_SLOTS} slots (tracing costs ~10 ms per view shape)"
+        why += f"; the plug-in path pays off only from {PLUGIN_MIN_SLOTS} slots (taping costs ~1 ms per view shape)"
     elif engine != "reference":
         path, why = plugin_path(scheduler, lifecycle)
         if path is not None:
             try:
-                res = path.simulate(
+                summ, res = path.run(
                     params, plan, slots, drain=drain, check=check, window=window, max_slots=max_slots,
-                    progress=progress,
+                    record=record, progress=progress, warmup=warmup, batches=batches,
                 )  # fmt: skip
             except Untraceable as exc:
-                # met a view shape the rule cannot be traced on: nothing is lost, run the reference engine
-                path, why = None, f"the rule cannot be traced ({exc}); ran the reference engine"
+                # met a view shape the rule cannot be taped on: nothing is lost, run the reference engine
+                path, why = None, f"the rule cannot be traced to a tape ({exc}); ran the reference engine"
+            except Bail as exc:
+                # a broken invariant, a bad grant or state, or an out-of-range value: the reference
+                # engine reports it exactly (it raises, or computes with Python's integers)
+                handed_over, why = True, f"the compiled loop handed over at {exc}; ran the reference engine"
             else:
-                summ = StreamStats.of_result(res, slots is not None and not drain, warmup, batches)
-                return Run("fast-plugin", summ, res if record else None, time.perf_counter() - start, why)
-    if engine == "fast":
+                return Run("fast-plugin", summ, res, time.perf_counter() - start, why)
+    if engine == "fast" and not handed_over:
         raise InvalidArgument(f"scheduler {scheduler.name!r} has no fast path ({why}); use engine='reference'")
     if lifecycle == "vllm":
         res = _reference_vllm(scheduler, params, plan, slots, drain, check, window, max_slots)
     else:
         on_slot = None if progress is None else (lambda t: progress(t + 1, slots) if (t + 1) % 4096 == 0 else None)
-        res = reference_simulate(scheduler, params, plan, slots, drain=drain, check=check, window=window,
-                                 on_slot=on_slot, max_slots=max_slots)
+        res = reference_simulate(
+            scheduler,
+            params,
+            plan,
+            slots,
+            drain=drain,
+            check=check,
+            window=window,
+            on_slot=on_slot,
+            max_slots=max_slots,
+        )
     summ = StreamStats.of_result(res, slots is not None and not drain, warmup, batches)
     return Run("reference", summ, res if record else None, time.perf_counter() - start, why)
 
 
 def _reference_vllm(
-    scheduler: Scheduler, params: ModelParams, plan: ArrivalPlan, slots: int | None, drain: bool, check: bool,
-    window: int, max_slots: int,
+    scheduler: Scheduler,
+    params: ModelParams,
+    plan: ArrivalPlan,
+    slots: int | None,
+    drain: bool,
+    check: bool,
+    window: int,
+    max_slots: int,
 ) -> SimResult:
     """The reference engine with vLLM's lifecycle, driven like ``simulate``."""
     from kvstab.empirical.semantics import VllmEngine
@@ -253,9 +291,19 @@ def _reference_vllm(
 
 
 def _run_fast(
-    pol: int, name: str, params: ModelParams, plan: ArrivalPlan, slots: int | None, drain: bool, check: bool,
-    lifecycle: Lifecycle, record: bool, progress: Callable[[int, int | None], None] | None, max_slots: int,
-    warmup: float, batches: int,
+    pol: int,
+    name: str,
+    params: ModelParams,
+    plan: ArrivalPlan,
+    slots: int | None,
+    drain: bool,
+    check: bool,
+    lifecycle: Lifecycle,
+    record: bool,
+    progress: Callable[[int, int | None], None] | None,
+    max_slots: int,
+    warmup: float,
+    batches: int,
 ) -> tuple[Summary, SimResult | None]:
     plan = _check_plan(plan, params, lifecycle)
     life = K.VLLM_LIFE if lifecycle == "vllm" else K.KVSTAB_LIFE
@@ -334,8 +382,17 @@ def simulate(
                 on_slot(k)
         done[0] = t
 
-    out = run(scheduler, params, plan, slots, drain=drain, check=check, window=window,
-              progress=progress if on_slot is not None else None, max_slots=max_slots)
+    out = run(
+        scheduler,
+        params,
+        plan,
+        slots,
+        drain=drain,
+        check=check,
+        window=window,
+        progress=progress if on_slot is not None else None,
+        max_slots=max_slots,
+    )
     assert out.result is not None  # record=True
     progress(out.result.slots, None)  # the slots after the last report (the reference engine reports every 4096)
     return out.result

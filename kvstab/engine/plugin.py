@@ -1,319 +1,217 @@
-"""Plug-in rules on a faster path: the rule traced once per view shape, run as straight-line code.
+"""Plug-in rules on a faster path: the rule taped once per view shape, run by a compiled loop.
 
-A rule written against :class:`kvstab.ops.Ops` may not branch on the values
-it reads (the contract; z3 could not run it otherwise), so for a given *shape*
-of view — how many active entries, how many waiting entries shown, and the
-server's fixed parameters — it computes one fixed expression of the values.
-:class:`TracingOps` runs the rule once on placeholder values and records that
-expression as Python source, one assignment per operation; the source is
-compiled and cached per shape, and every later slot with that shape calls the
-compiled function on plain lists of ``s``, ``o`` and progress instead of
-building a :class:`~kvstab.contract.View` and dispatching every operation
-through ``ops``.
+A rule written against :class:`kvstab.ops.Ops` computes, for one shape of view
+(``K`` active and ``Q`` shown waiting entries), one fixed expression of the
+view's values.  :func:`kvstab.engine.tape.trace_tape` records that expression
+as a tape of int64 register operations, once per shape (cached across runs),
+and :func:`kvstab.engine._plugin_kernel.run_plugin_slots` runs
+:meth:`kvstab.simulator.Engine.step`'s slot — window widening, preemption,
+admission, work, checks, release, the scheduler's state — in numba, reading
+each decision off the tape.  It returns to Python only to tape a shape it has
+not met, and hands the run to the reference engine whenever something happens
+that only the reference reports exactly (a broken invariant, a bad grant or
+state, a division by zero, an integer beyond ±2⁶¹): the outcome is the
+reference engine's in every case (``tests/test_engine_plugin*.py``).
 
-Soundness: the traced function performs the same operations as
-:data:`kvstab.ops.CONCRETE` on the same inputs (``ConcreteOps``' own
-semantics: ``all``/``any`` for the connectives, floor and ceiling division as
-there), so its decision is the rule's decision.  A rule that does anything
-else with a value — converts it to ``bool``/``int``, indexes with it, hashes
-it, calls a non-ops function on it — raises :class:`Untraceable` while being
-traced, and the run falls back to the reference engine (the :class:`Run` says
-so).  Everything else of the slot (preemption, admission, work, invariant
-checks) is the reference engine's own code: :class:`PluginEngine` overrides
-only how the decision is computed.
+Why a tape and not fewer rule calls: at paper scale (1:1, ``M = 131000``,
+``λ = 1.2·μ``) 61 % of slots admit, preempt or complete something, so a path
+that calls the rule only when something can change still calls it in most
+slots; what costs is each call and each slot's Python, and the tape removes both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from kvstab.arrivals import ArrivalPlan
-from kvstab.contract import ActiveEntry, Decision, Scheduler, View, WaitingEntry, check_decision_shape, traits_of
+from kvstab.contract import (
+    ActiveEntry,
+    Scheduler,
+    StateVar,
+    View,
+    WaitingEntry,
+    check_decision_shape,
+    check_decision_values,
+    check_next_state,
+    hidden_output,
+    state_vars_of,
+    traits_of,
+)
+from kvstab.engine import _kernel as K
+from kvstab.engine import _plugin_kernel as PK
+from kvstab.engine.stream import StreamStats, Summary
+from kvstab.engine.tape import LIMIT, OP, Tape, Untraceable, trace_tape
 from kvstab.errors import InvalidArgument, InvalidScheduler
 from kvstab.model import ModelParams
-from kvstab.simulator import Engine, SimResult
+from kvstab.ops import CONCRETE
+from kvstab.simulator import SimResult
 
-__all__ = ["plugin_path", "PluginPath", "PluginEngine", "TracingOps", "Untraceable", "trace_rule"]
+__all__ = ["plugin_path", "PluginPath", "Untraceable", "trace_rule", "Bail"]
 
-
-class Untraceable(Exception):
-    """The rule did something with a value that a fixed expression cannot record."""
-
-
-class _Node:
-    """A value of the traced rule: the name of a local of the generated code."""
-
-    __slots__ = ("name", "tracer")
-
-    def __init__(self, name: str, tracer: TracingOps) -> None:
-        self.name = name
-        self.tracer = tracer
-
-    def _bin(self, other: Any, op: str, swap: bool = False) -> _Node:
-        a, b = self.name, self.tracer.term(other)
-        return self.tracer.emit(f"{b} {op} {a}" if swap else f"{a} {op} {b}")
-
-    def __add__(self, o: Any) -> _Node:
-        return self._bin(o, "+")
-
-    def __radd__(self, o: Any) -> _Node:
-        return self._bin(o, "+", True)
-
-    def __sub__(self, o: Any) -> _Node:
-        return self._bin(o, "-")
-
-    def __rsub__(self, o: Any) -> _Node:
-        return self._bin(o, "-", True)
-
-    def __mul__(self, o: Any) -> _Node:
-        return self._bin(o, "*")
-
-    def __rmul__(self, o: Any) -> _Node:
-        return self._bin(o, "*", True)
-
-    def __floordiv__(self, o: Any) -> _Node:
-        return self._bin(o, "//")
-
-    def __rfloordiv__(self, o: Any) -> _Node:
-        return self._bin(o, "//", True)
-
-    def __mod__(self, o: Any) -> _Node:
-        return self._bin(o, "%")
-
-    def __neg__(self) -> _Node:
-        return self.tracer.emit(f"-{self.name}")
-
-    def __lt__(self, o: Any) -> _Node:
-        return self._bin(o, "<")
-
-    def __le__(self, o: Any) -> _Node:
-        return self._bin(o, "<=")
-
-    def __gt__(self, o: Any) -> _Node:
-        return self._bin(o, ">")
-
-    def __ge__(self, o: Any) -> _Node:
-        return self._bin(o, ">=")
-
-    def __eq__(self, o: Any) -> _Node:  # type: ignore[override]
-        return self._bin(o, "==")
-
-    def __ne__(self, o: Any) -> _Node:  # type: ignore[override]
-        return self._bin(o, "!=")
-
-    def _refuse(self, *_: Any) -> Any:
-        raise Untraceable(f"the rule used a value with Python control flow or conversion ({self.name})")
-
-    __bool__ = __index__ = __int__ = __float__ = __hash__ = __iter__ = __len__ = _refuse  # type: ignore[assignment]
+#: slots per call of the compiled loop (as the built-in fast path)
+BATCH = 1 << 16
 
 
-class TracingOps:
-    """The ops interface recording straight-line Python (``ConcreteOps``' semantics)."""
-
-    symbolic = False  # engines build concrete views for it; rules must not look
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self._n = 0
-
-    def emit(self, expr: str) -> _Node:
-        self._n += 1
-        name = f"v{self._n}"
-        self.lines.append(f"    {name} = {expr}")
-        return _Node(name, self)
-
-    def term(self, x: Any) -> str:
-        if isinstance(x, _Node):
-            if x.tracer is not self:
-                raise Untraceable("a value from another trace")
-            return x.name
-        if isinstance(x, (bool, np.bool_)):
-            return "True" if x else "False"
-        if isinstance(x, (int, np.integer)):
-            return str(int(x))
-        raise Untraceable(f"the rule combined a value with {type(x).__name__} {x!r}")
-
-    def _all(self, xs: Iterable[Any]) -> list[str]:
-        return [self.term(x) for x in xs]
-
-    def const(self, value: int) -> Any:
-        return int(value)
-
-    def ite(self, cond: Any, then: Any, other: Any) -> Any:
-        if isinstance(cond, (bool, np.bool_)):  # decided by the shape alone
-            return then if cond else other
-        if isinstance(then, tuple) or isinstance(other, tuple):
-            raise Untraceable("ite on tuples")
-        return self.emit(f"{self.term(then)} if {self.term(cond)} else {self.term(other)}")
-
-    def min(self, *xs: Any) -> Any:
-        return self.emit(f"min({', '.join(self._all(xs))},)") if any(isinstance(x, _Node) for x in xs) else min(xs)
-
-    def max(self, *xs: Any) -> Any:
-        return self.emit(f"max({', '.join(self._all(xs))},)") if any(isinstance(x, _Node) for x in xs) else max(xs)
-
-    def and_(self, *xs: Any) -> Any:
-        if not any(isinstance(x, _Node) for x in xs):
-            return all(xs)
-        return self.emit(f"all(({', '.join(self._all(xs))},))")
-
-    def or_(self, *xs: Any) -> Any:
-        if not any(isinstance(x, _Node) for x in xs):
-            return any(xs)
-        return self.emit(f"any(({', '.join(self._all(xs))},))")
-
-    def not_(self, x: Any) -> Any:
-        return self.emit(f"not {x.name}") if isinstance(x, _Node) else (not x)
-
-    def sum(self, xs: Iterable[Any]) -> Any:
-        items = list(xs)
-        if not any(isinstance(x, _Node) for x in items):
-            return sum(items)
-        return self.emit(f"sum(({', '.join(self._all(items))},))")
-
-    def lt(self, a: Any, b: Any) -> Any:
-        return self._cmp(a, b, "<")
-
-    def le(self, a: Any, b: Any) -> Any:
-        return self._cmp(a, b, "<=")
-
-    def eq(self, a: Any, b: Any) -> Any:
-        return self._cmp(a, b, "==")
-
-    def _cmp(self, a: Any, b: Any, op: str) -> Any:
-        if not isinstance(a, _Node) and not isinstance(b, _Node):
-            return {"<": a < b, "<=": a <= b, "==": a == b}[op]
-        return self.emit(f"{self.term(a)} {op} {self.term(b)}")
-
-    def div(self, a: Any, b: Any) -> Any:
-        if not isinstance(a, _Node) and not isinstance(b, _Node):
-            return a // b
-        return self.emit(f"{self.term(a)} // {self.term(b)}")
-
-    def ceil_div(self, a: Any, b: Any) -> Any:
-        if not isinstance(a, _Node) and not isinstance(b, _Node):
-            return -(-a // b)
-        return self.emit(f"-(-{self.term(a)} // {self.term(b)})")
-
-    def count(self, xs: Iterable[Any]) -> Any:
-        items = list(xs)
-        if not any(isinstance(x, _Node) for x in items):
-            return sum(1 for x in items if x)
-        return self.emit(f"sum(1 for x in ({', '.join(self._all(items))},) if x)")
+class Bail(Exception):
+    """The compiled loop met something only the reference engine reports exactly;
+    the driver runs the reference engine instead."""
 
 
-#: a compiled decision: (s, o, progress of the actives; s, o of the waiting; n_waiting)
-#: -> (admit flags, preempt flags, grants or None)
-Compiled = Callable[..., tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...] | None]]
+#: tapes shared by runs (a sweep runs one rule at many rates): (scheduler, params, K, Q) -> tape
+_TAPES: dict[tuple[Any, ModelParams, int, int], Tape] = {}
+_TAPES_MAX = 20_000
 
 
-def trace_rule(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Compiled:
-    """The rule's decision for views of ``K`` active and ``Q`` shown waiting
-    entries, as a compiled function; raises :class:`Untraceable`."""
-    tr = TracingOps()
-    leaf = lambda name: _Node(name, tr)  # noqa: E731
-    view = View(
-        active=tuple(
-            ActiveEntry(leaf(f"ar[{i}]"), leaf(f"as_[{i}]"), leaf(f"ao[{i}]"), leaf(f"ap[{i}]")) for i in range(K)
-        ),
-        waiting=tuple(WaitingEntry(leaf(f"wr[{j}]"), leaf(f"ws[{j}]"), leaf(f"wo[{j}]")) for j in range(Q)),
+def trace_rule(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Tape:
+    """:func:`~kvstab.engine.tape.trace_tape`, cached across runs when the scheduler
+    is hashable (frozen dataclasses are)."""
+    try:
+        key = (scheduler, params, K, Q)
+        hit = _TAPES.get(key)
+    except TypeError:  # an unhashable scheduler: tape per run only
+        return trace_tape(scheduler, params, K, Q)
+    if hit is None:
+        if len(_TAPES) >= _TAPES_MAX:
+            _TAPES.clear()
+        hit = _TAPES[key] = trace_tape(scheduler, params, K, Q)
+    return hit
+
+
+#: a shape is taped the (TRACE_AFTER + 1)-th time a run meets it; until then the rule is
+#: asked directly (taping a shape of ~100 active entries costs about what 4 direct calls do,
+#: and at paper scale half the shapes a run meets are met once or twice)
+TRACE_AFTER = 3
+
+
+def _cached(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> bool:
+    try:
+        return (scheduler, params, K, Q) in _TAPES
+    except TypeError:
+        return False
+
+
+def _view(
+    scheduler: Scheduler, params: ModelParams, shape: tuple[int, int], st: np.ndarray, act: np.ndarray,
+    qbuf: np.ndarray, ps: np.ndarray, po: np.ndarray, prog: np.ndarray, sv: np.ndarray,
+) -> View:  # fmt: skip
+    """The view the kernel's current slot shows the rule (as :meth:`Engine.view` builds it)."""
+    K, Q = shape
+    qh, ql, cap = int(st[PK.ST_QH]), int(st[PK.ST_QL]), qbuf.shape[0]
+    who = scheduler.name
+    seen = traits_of(scheduler).clairvoyant
+
+    def out_len(r: int) -> Any:
+        return int(po[r]) if seen else hidden_output(who, r)
+
+    acts = [int(r) for r in act[:K]]
+    heads = [int(qbuf[(qh + j) % cap]) for j in range(Q)]
+    return View(
+        active=tuple(ActiveEntry(r, int(ps[r]), out_len(r), int(prog[r])) for r in acts),
+        waiting=tuple(WaitingEntry(r, int(ps[r]), out_len(r)) for r in heads),
         M=params.M,
         chunk=params.chunk,
         block=params.block,
         token_budget=params.token_budget,
         max_num_seqs=params.max_num_seqs,
-        n_waiting=leaf("nw"),
+        n_waiting=ql,
+        state=tuple(int(v) for v in sv),
     )
+
+
+def _answer(scheduler: Scheduler, view: View, svars: tuple[StateVar, ...]) -> Tape:
+    """The rule's own decision on ``view`` as a tape of constants (valid for this slot only);
+    :class:`Bail` for anything the reference engine would report (it then runs and reports it)."""
+    who = scheduler.name
     try:
-        decision = scheduler.decide(view, tr)  # type: ignore[arg-type]
-    except Untraceable:
-        raise
-    except InvalidScheduler:
-        raise
-    except Exception as exc:
-        raise Untraceable(f"{type(exc).__name__}: {exc}") from None
-    decision = check_decision_shape(decision, view, scheduler.name)
-    parts = [
-        "(" + "".join(f"{tr.term(x)}, " for x in decision.admit) + ")",
-        "(" + "".join(f"{tr.term(x)}, " for x in decision.preempt) + ")",
-        "None" if decision.grants is None else "(" + "".join(f"{tr.term(x)}, " for x in decision.grants) + ")",
-    ]
-    src = "def decide(ar, as_, ao, ap, wr, ws, wo, nw):\n" + "\n".join(tr.lines) + f"\n    return {', '.join(parts)}\n"
-    env: dict[str, Any] = {}
-    exec(compile(src, f"<kvstab trace of {scheduler.name} K={K} Q={Q}>", "exec"), env)  # noqa: S102
-    return env["decide"]  # type: ignore[no-any-return]
+        decision = scheduler.decide(view, CONCRETE)
+        decision = check_decision_values(check_decision_shape(decision, view, who), who)
+        if decision.state is not None:
+            check_next_state(decision, view.state, svars, who)
+    except Exception as exc:  # the reference engine raises this as InvalidScheduler, naming the slot
+        raise Bail(f"a decision the reference engine refuses ({type(exc).__name__})") from None
+    values = [int(bool(x)) for x in decision.admit] + [int(bool(x)) for x in decision.preempt]
+    if decision.grants is not None:
+        values += [int(g) for g in decision.grants]
+    if decision.state is not None:
+        values += [int(v) for v in decision.state]
+    if any(abs(v) > LIMIT for v in values):
+        raise Bail("a value beyond the 64-bit registers")
+    base = 4 * len(view.active) + 3 * len(view.waiting) + 1 + len(view.state)
+    regs = np.arange(base, base + len(values), dtype=np.int64)
+    code = np.zeros((len(values), 5), dtype=np.int64)
+    code[:, 0] = OP["CONST"]
+    code[:, 1] = regs
+    code[:, 2] = values
+    return Tape(
+        K=len(view.active),
+        Q=len(view.waiting),
+        code=code,
+        outputs=regs,
+        n_regs=base + len(values),
+        has_grants=decision.grants is not None,
+        has_state=decision.state is not None,
+    )
 
 
-#: traces shared by runs (a sweep runs one rule at many rates): (scheduler, params, K, Q) -> code
-_TRACES: dict[tuple[Any, ModelParams, int, int], Compiled] = {}
-_TRACES_MAX = 20_000
+class _TapeSet:
+    """The tapes of one run as the flat arrays the kernel reads, grown as shapes are met."""
 
+    def __init__(self) -> None:
+        self.code = np.zeros((1024, 5), dtype=np.int64)
+        self.rows = 0
+        self.outs = np.zeros(1024, dtype=np.int64)
+        self.nouts = 0
+        self.tstart = np.zeros(64, dtype=np.int64)
+        self.tlen = np.zeros(64, dtype=np.int64)
+        self.ostart = np.zeros(64, dtype=np.int64)
+        self.tflags = np.zeros(64, dtype=np.int64)
+        self.count = 0
+        self.tid = np.full((16, 16), -1, dtype=np.int64)
+        self.R = np.zeros(64, dtype=np.int64)
+        self.once_k = np.zeros(64, dtype=np.int64)
+        self.once_q = np.zeros(64, dtype=np.int64)
+        self.once_id = np.zeros(64, dtype=np.int64)
 
-def _traced(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Compiled:
-    """:func:`trace_rule`, cached across runs when the scheduler is hashable (frozen dataclasses are)."""
-    try:
-        key = (scheduler, params, K, Q)
-        hit = _TRACES.get(key)
-    except TypeError:  # an unhashable scheduler: trace per engine only
-        return trace_rule(scheduler, params, K, Q)
-    if hit is None:
-        if len(_TRACES) >= _TRACES_MAX:
-            _TRACES.clear()
-        hit = _TRACES[key] = trace_rule(scheduler, params, K, Q)
-    return hit
+    @staticmethod
+    def _grow(a: np.ndarray, need: int) -> np.ndarray:
+        if need <= a.shape[0]:
+            return a
+        b = np.zeros((max(need, 2 * a.shape[0]),) + a.shape[1:], dtype=a.dtype)
+        b[: a.shape[0]] = a
+        return b
 
-
-class PluginEngine(Engine):
-    """The reference engine with the decision computed by the traced rule
-    (one compiled function per view shape, cached)."""
-
-    def __init__(self, scheduler: Scheduler, params: ModelParams, *, check: bool = True, window: int = 8) -> None:
-        super().__init__(scheduler, params, check=check, window=window)
-        self._compiled: dict[tuple[int, int], Compiled] = {}
-
-    def _decision(self, K: int, Q: int) -> Decision:
-        fn = self._compiled.get((K, Q))
-        if fn is None:
-            fn = self._compiled[(K, Q)] = _traced(self.scheduler, self.params, K, Q)
-        act = self.active
-        head = [self.waiting[i] for i in range(Q)]
-        admit, preempt, grants = fn(
-            [r.rid for r in act], [r.s for r in act], [r.o for r in act], [r.progress for r in act],
-            [r.rid for r in head], [r.s for r in head], [r.o for r in head], len(self.waiting),
-        )  # fmt: skip
-        return Decision(admit=admit, preempt=preempt, grants=grants)
-
-    def decide(self) -> tuple[View, Decision]:
-        """The window-widening loop of :meth:`Engine.decide`, on the compiled rule."""
-        w = self.window
-        while True:
-            Q = min(w, len(self.waiting))
-            decision = self._decision(len(self.active), Q)
-            for name, vals in (("admit", decision.admit), ("preempt", decision.preempt)):
-                for v in vals:
-                    if not isinstance(v, (bool, np.bool_)):
-                        raise InvalidScheduler(
-                            f"scheduler {self.scheduler.name!r}: decision.{name} must hold booleans, got {v!r}"
-                        )
-            if Q < len(self.waiting) and Q > 0 and all(decision.admit):
-                w *= 2
-                continue
-            return _WindowView(Q), decision  # type: ignore[return-value]
-
-
-@dataclass(frozen=True, slots=True)
-class _WindowView:
-    """What :meth:`Engine.step` reads of the view: how many waiting entries were shown."""
-
-    shown: int
-
-    @property
-    def waiting(self) -> range:
-        return range(self.shown)
+    def add(self, tape: Tape, st: np.ndarray | None = None) -> None:
+        """Add ``tape`` for its shape, or (given the kernel's ``st``) for the current slot only."""
+        rows, nout, k = tape.code.shape[0], tape.outputs.shape[0], self.count
+        self.code = self._grow(self.code, self.rows + rows)
+        self.code[self.rows : self.rows + rows] = tape.code
+        self.outs = self._grow(self.outs, self.nouts + nout)
+        self.outs[self.nouts : self.nouts + nout] = tape.outputs
+        for name in ("tstart", "tlen", "ostart", "tflags"):
+            setattr(self, name, self._grow(getattr(self, name), k + 1))
+        self.tstart[k], self.tlen[k], self.ostart[k] = self.rows, rows, self.nouts
+        self.tflags[k] = (1 if tape.has_grants else 0) | (2 if tape.has_state else 0)
+        self.rows += rows
+        self.nouts += nout
+        self.count += 1
+        self.R = self._grow(self.R, tape.n_regs)
+        if st is not None:
+            x = int(st[PK.ST_NONCE])
+            for name in ("once_k", "once_q", "once_id"):
+                setattr(self, name, self._grow(getattr(self, name), x + 1))
+            self.once_k[x], self.once_q[x], self.once_id[x] = tape.K, tape.Q, k
+            st[PK.ST_NONCE] = x + 1
+            return
+        if tape.K >= self.tid.shape[0] or tape.Q >= self.tid.shape[1]:
+            tid = np.full((max(tape.K + 1, 2 * self.tid.shape[0]), max(tape.Q + 1, 2 * self.tid.shape[1])), -1,
+                          dtype=np.int64)  # fmt: skip
+            tid[: self.tid.shape[0], : self.tid.shape[1]] = self.tid
+            self.tid = tid
+        self.tid[tape.K, tape.Q] = k
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,7 +220,7 @@ class PluginPath:
 
     scheduler: Scheduler
 
-    def simulate(
+    def run(
         self,
         params: ModelParams,
         plan: ArrivalPlan,
@@ -332,43 +230,123 @@ class PluginPath:
         check: bool,
         window: int,
         max_slots: int,
+        record: bool = True,
         progress: Callable[[int, int | None], None] | None = None,
-    ) -> SimResult:
-        """:func:`kvstab.simulator.simulate` on :class:`PluginEngine` (same loop, same result)."""
+        warmup: float = 0.25,
+        batches: int = 20,
+    ) -> tuple[Summary, SimResult | None]:
+        """:func:`kvstab.simulator.simulate`'s run on the compiled loop: the summary and
+        (with ``record``) the :class:`SimResult`.  Raises :class:`Bail` where the
+        reference engine must run instead, :class:`Untraceable` for a shape the rule
+        cannot be taped on."""
         if slots is None and not drain:
             raise InvalidArgument("simulate needs a number of slots, or drain=True")
         plan = plan.fit_to(params)
-        eng = PluginEngine(self.scheduler, params, check=check, window=window)
-        n, i, t = len(plan), 0, 0
-        arr_slot = plan.slot
+        n = len(plan)
+        svars = state_vars_of(self.scheduler)
+        pslot = np.ascontiguousarray(plan.slot, dtype=np.int64)
+        ps = np.ascontiguousarray(plan.s, dtype=np.int64)
+        po = np.ascontiguousarray(plan.o, dtype=np.int64)
+        z = lambda: np.zeros(n, dtype=np.int64)  # noqa: E731
+        prog, att, served, wasted, npre = z(), z(), z(), z(), z()
+        first = np.full(n, -1, dtype=np.int64)
+        fin = np.full(n, -1, dtype=np.int64)
+        qbuf = np.zeros(n + 1, dtype=np.int64)
+        act = np.zeros(n + 1, dtype=np.int64)
+        tmp = np.zeros(n + 1, dtype=np.int64)
+        scr = np.zeros(n + 1, dtype=np.int64)
+        st = np.zeros(PK.ST_SIZE, dtype=np.int64)
+        st[PK.ST_PEND] = -1
+        sv = np.array([int(v.initial) for v in svars], dtype=np.int64)
+        svlo = np.array([int(v.lo) for v in svars], dtype=np.int64)
+        svhi = np.array([int(v.hi) for v in svars], dtype=np.int64)
+        tapes = _TapeSet()
+        visits: dict[tuple[int, int], int] = {}
+        fixed = slots is not None and not drain
+        horizon = min(int(slots), max_slots) if fixed else max_slots  # type: ignore[arg-type]
+        drain_min = 0 if slots is None else int(slots)
+        stats = StreamStats(params.M, horizon if fixed else None, warmup, batches, keep_all=record)
+        out = np.zeros((K.NCOLS, min(BATCH, max(horizon, 1))), dtype=np.int64)
+        budget = -1 if params.token_budget is None else params.token_budget
+        maxseq = -1 if params.max_num_seqs is None else params.max_num_seqs
         while True:
-            if slots is not None and not drain and t >= slots:
-                break
-            if drain and i >= n and eng.idle and (slots is None or t >= slots):
+            t0 = int(st[PK.ST_T])
+            t_end = min(t0 + out.shape[1], horizon)
+            out[:] = 0
+            while True:
+                status = PK.run_plugin_slots(
+                    params.M, params.chunk, params.block, budget, maxseq, check, window, t_end, drain, drain_min,
+                    t0, pslot, ps, po, prog, att, served, wasted, npre, first, fin, qbuf, act, st, sv, svlo, svhi,
+                    tapes.code, tapes.tstart, tapes.tlen, tapes.ostart, tapes.outs, tapes.tflags, tapes.tid,
+                    tapes.once_k, tapes.once_q, tapes.once_id, tapes.R, tmp, scr, out,
+                )  # fmt: skip
+                if status != PK.NEED_TAPE:
+                    break
+                shape = (int(st[PK.ST_NEEDK]), int(st[PK.ST_NEEDQ]))
+                met = visits[shape] = visits.get(shape, 0) + 1
+                if met > TRACE_AFTER or _cached(self.scheduler, params, *shape):
+                    tapes.add(trace_rule(self.scheduler, params, *shape))
+                else:  # ski rental: ask the rule itself until the shape has cost what taping it would
+                    view = _view(self.scheduler, params, shape, st, act, qbuf, ps, po, prog, sv)
+                    tapes.add(_answer(self.scheduler, view, svars), st)
+            if status == PK.BAIL:
+                raise Bail(f"slot {int(st[PK.ST_T])}")
+            t = int(st[PK.ST_T])
+            stats.add(out[:, : t - t0])
+            if progress is not None:
+                progress(t, horizon if fixed else None)
+            if status == PK.DRAINED or (fixed and t >= horizon):
                 break
             if t >= max_slots:
                 raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
-            while i < n and arr_slot[i] == t:
-                eng.arrive(int(plan.s[i]), int(plan.o[i]))
-                i += 1
-            eng.step()
-            t += 1
-            if progress is not None and t % 4096 == 0:
-                progress(t, slots)
-        return eng.result(dropped=plan.dropped)
+        if fixed and t < int(slots):  # type: ignore[arg-type]
+            raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
+        arrived = int(st[PK.ST_I])
+        arrival = pslot[:arrived].copy()
+        finish = fin[:arrived].copy()
+        summary = stats.summary(arrival, finish, wasted[:arrived], served[:arrived], npre[:arrived], t)
+        if not record:
+            return summary, None
+        cols = stats.columns()
+        result = SimResult(
+            scheduler=self.scheduler.name,
+            params=params,
+            slots=t,
+            arrived=cols["arrived"],
+            admitted=cols["admitted"],
+            preempted=cols["preempted"],
+            completed=cols["completed"],
+            running=cols["running"],
+            memory=cols["memory"],
+            wasted=cols["wasted"],
+            tokens=cols["tokens"],
+            queue=cols["queue"],
+            s=ps[:arrived].copy(),
+            o=po[:arrived].copy(),
+            arrival=arrival,
+            first_admit=first[:arrived].copy(),
+            finish=finish,
+            preemptions=npre[:arrived].copy(),
+            served=served[:arrived].copy(),
+            request_wasted=wasted[:arrived].copy(),
+            dropped=plan.dropped,
+            window=window,
+            window_hid_slots=int(st[PK.ST_HID]),
+        )
+        return summary, result
 
 
 def plugin_path(scheduler: Scheduler, lifecycle: str) -> tuple[PluginPath | None, str]:
     """The faster path for a plug-in rule, or ``None`` and the reason there is none.
 
-    The rule is traced on a small view (2 active, 2 waiting entries) to find out
-    early whether it is traceable at all; every other shape is traced when the
-    run first meets it, and an untraceable shape there also falls back."""
+    The rule is taped on a small view (2 active, 2 waiting entries) to find out
+    early whether it can be taped at all; every other shape is taped when the
+    run first meets it, and an untapeable shape there also falls back."""
     if lifecycle != "kvstab":
         return None, "the plug-in path runs kvstab's lifecycle only"
     try:
         traits_of(scheduler)
-        trace_rule(scheduler, ModelParams(M=64, chunk=4), 2, 2)
+        trace_tape(scheduler, ModelParams(M=64, chunk=4), 2, 2)
     except (Untraceable, InvalidScheduler) as exc:
-        return None, f"the rule cannot be traced ({exc})"
-    return PluginPath(scheduler), "the rule traced to straight-line code once per view shape"
+        return None, f"the rule cannot be traced to a tape ({exc})"
+    return PluginPath(scheduler), "the rule taped to register code once per view shape, run by a compiled loop"

@@ -3,6 +3,7 @@ to exactly the rows of an uninterrupted one."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -93,3 +94,40 @@ def test_bad_sweep_input_is_one_line_and_exit_2(
         code = int(exc.code or 0)
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and fragment in err, err
+
+
+def test_json_output_is_strict_json_with_the_undefined_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 40 slots and o = 100: no request finishes, so the latency percentiles are undefined
+    argv = ["sweep", "--workload", "s=const(10),o=const(100)", "--M", "1000", "--rates", "1", "--slots", "40",
+            "--workers", "1", "--quiet", "--json", "--out", str(tmp_path)]
+    assert main(argv) == 0
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} is not JSON")
+
+    rows = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert rows[0]["ttft_p50_slots"] is None and rows[0]["e2e_p99_slots"] is None
+    assert "no request" in rows[0]["undefined"]["ttft_p50_slots"]
+    assert rows[0]["throughput_per_s"] == 0.0 and "throughput_per_s" not in rows[0]["undefined"]
+
+
+def test_drop_oversize_runs_the_requests_that_fit_against_their_own_mu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvstab.model import ModelParams
+    from kvstab.theory import stability_report
+    from kvstab.workload import parse_workload
+
+    spec = "s=U(1,400),o=U(1,400)"  # about one request in five fits M = 250
+    argv = ["sweep", "--workload", spec, "--M", "250", "--chunk", "64", "--loads", "1.2", "--slots", "2000",
+            "--workers", "1", "--quiet"]
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 2
+    assert "pass --drop-oversize" in capsys.readouterr().err
+    assert main([*argv, "--drop-oversize", "--json", "--out", str(tmp_path / "b")]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    params = ModelParams(M=250, chunk=64)
+    law, p = parse_workload(spec).given_fit(params)
+    mu = stability_report(law, params, 0.0372).mu_per_s
+    assert row["mu_per_s"] == pytest.approx(mu) and row["fit_probability"] == pytest.approx(p)
+    assert row["load_over_mu"] == pytest.approx(1.2) and row["rate_per_s"] == pytest.approx(1.2 * mu / p)
+    assert row["dropped_oversize"] > row["arrived"]  # most arrivals could not fit

@@ -117,6 +117,14 @@ def test_fleet_critical_json(capsys: pytest.CaptureFixture[str]) -> None:
         (["fleet", "simulate", "--trace", "/no/such.csv"], "no such file"),
         (["fleet", "simulate", "--lambda", "1", "--path", "static", "--router", "jsq"], "needs the event loop"),
         (["fleet", "simulate", "--lambda", "1e9", "--horizon", "1e6"], "more than a fleet run holds"),
+        # flags that shape a trace's rate do nothing with --lambda, and a trace runs for its own span
+        (["fleet", "simulate", "--lambda", "1", "--window", "30"], "--window shapes the rate of a --trace"),
+        (["fleet", "simulate", "--lambda", "1", "--time-scale", "2"], "--time-scale shapes the rate of a --trace"),
+        (["fleet", "simulate", "--lambda", "1", "--window", "30", "--time-scale", "2"],
+         "--window and --time-scale shape the rate of a --trace; with --lambda they do nothing"),
+        (["fleet", "simulate", "--trace", "azure-conv", "--horizon", "10"], "drop --horizon"),
+        (["plan", "--lambda", "5", "--time-scale", "0.5"], "--time-scale shapes the rate of a --trace"),
+        (["plan", "--lambda", "5", "--window", "10"], "drop --window or give --trace"),
         (["fleet", "critical", "--seeds", "1"], "at least 2"),
         (["plan", "--lambda", "1e6", "--no-verify"], "available"),
         (["plan"], "either --lambda"),
@@ -134,6 +142,16 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], needle: str, capsys: 
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err and "Traceback" not in err, err
+
+
+def test_plan_names_the_gpu_type_a_workload_does_not_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    menu = tmp_path / "menu.toml"
+    menu.write_text(MENU)
+    assert main(["plan", "--menu", str(menu), "--lambda", "5", "--workload", "s=U(1,200),o=U(1,8)", "--no-verify"]) == 2
+    err = capsys.readouterr().err
+    # plan takes no --drop-oversize, so its message must not send the user to it
+    assert err.count("\n") == 1 and "GPU type small (M = 150)" in err and "raise its M in the menu" in err
+    assert "--drop-oversize" not in err
 
 
 def test_critical_refuses_a_horizon_too_short_to_trust(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,10 +4,11 @@ The emulator keeps its own ground truth (its step durations, its completions,
 its ``M``); the harness only sees HTTP responses and ``/metrics``.  Tolerances:
 
 * ``M`` exactly (it is read from ``vllm:cache_config_info``);
-* ``b̄`` within 10 %: the harness divides the window's wall time by the steps
-  the ``vllm:iteration_tokens_total`` histogram counted; the emulator averages
-  the steps that ended in the window (they differ by the steps straddling the
-  window's edges and the scrape times);
+* ``b̄`` within 10 %: the harness divides the time some request of its own was
+  in flight in the window by the steps the ``vllm:iteration_tokens_total``
+  histogram counted; the emulator averages the steps that ended in the window
+  (they differ by the steps straddling the window's edges, the scrape times
+  and the HTTP latency at the ends of each busy period);
 * the saturated rate within 15 % of the emulator's own completions per second
   in the same window (the same events, seen by the client when each response
   ends: the difference is the completions near the window's edges);
@@ -72,6 +73,25 @@ def test_harness_recovers_the_emulators_ground_truth(server: ServerHandle) -> No
     slope_low = out["server"]["queue_slope_per_s_ci95"][0]
     assert slope_low > 0  # overloaded: the number in system grows
     assert 0.5 < out["server"]["kv_utilisation"] <= 1.0
+    assert out["saturated"] is True and out["saturation_warning"] is None
+    assert out["server"]["busy_fraction"] > 0.98
+
+
+def test_below_saturation_bbar_counts_busy_steps_only_and_the_run_is_flagged(server: ServerHandle) -> None:
+    w = parse_workload(WORKLOAD)
+    cfg = BenchConfig(url=server.url, stream=False, duration=6.0, chunk=256, scrape_interval=0.25)
+    # 2 req/s against μ ≈ 20: the server is idle about half the time
+    res = asyncio.run(run_bench(cfg, poisson_schedule(w, 2.0, 400, seed=3)))
+    assert res.error is None and res.metrics_error is None
+    out = res.summary(w, cfg)
+    assert server.emulator is not None
+    lo, hi = res.origin + res.elapsed * cfg.warmup, res.origin + res.elapsed
+    truth = server.emulator.truth.bbar(lo, hi)
+    assert out["bbar_s"] == pytest.approx(truth, rel=0.10)
+    # elapsed time over steps counts the idle half as stepping
+    assert out["server"]["bbar_steps_s"] > 1.5 * truth and out["server"]["busy_fraction"] < 0.8
+    assert out["saturated"] is False and "below saturation" in out["saturation_warning"]
+    assert "idle" in out["saturation_warning"] and "biased" in out["saturation_warning"]
 
 
 def test_streaming_chat_with_calibrated_text_returns_exact_lengths(server: ServerHandle) -> None:
@@ -192,6 +212,52 @@ def test_bench_refuses_bad_flags_before_any_work(tmp_path: Path, capsys: pytest.
     assert "does not exist" in capsys.readouterr().err
     assert main(["serve", "--port", "0"]) == 2
     assert "--emulate" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra", [["--rate", "5"], ["--rate", "5", "--trace", "TRACE"]])
+def test_time_scale_without_trace_times_is_refused(
+    tmp_path: Path, extra: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("s,o,arrival\n10,5,0.0\n12,6,0.5\n")
+    argv = ["bench", "--url", "http://127.0.0.1:9", "--time-scale", "2", "--out", "",
+            *[str(trace) if a == "TRACE" else a for a in extra]]
+    assert main(argv) == 2  # before any request: port 9 is never contacted
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--time-scale stretches a --trace's own arrival times" in err[0]
+
+
+def test_default_workload_longer_than_the_servers_context_is_refused_before_sending(
+    server: ServerHandle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "b.json"
+    # paper-1:1 (s + o up to 3200) against max_model_len 1025: every request would be answered HTTP 400
+    rc = main(["bench", "--url", server.url, "--rate", "5", "--no-progress", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "max_model_len is 1025" in err[0] and "--drop-oversize" in err[0]
+    assert server.emulator is not None and server.emulator.truth.steps == 0 and not out.exists()
+
+
+def test_drop_oversize_sends_only_what_fits_and_takes_mu_of_it(
+    server: ServerHandle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvstab.model import ModelParams
+    from kvstab.theory import stability_report
+
+    spec = "s=U(32,700),o=U(32,700)"
+    out = tmp_path / "b.json"
+    rc = main(["bench", "--url", server.url, "--workload", spec, "--rate", "30", "--requests", "40", "--duration", "3",
+               "--chunk", "256", "--no-progress", "--drop-oversize", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    doc = json.loads(out.read_text())
+    run = doc["runs"][0]
+    assert run["dropped_oversize"] > 0 and run["sent"] + run["dropped_oversize"] == 40 and run["failed"] == 0
+    law, p = parse_workload(spec).conditioned(1025)
+    assert doc["fit_probability"] == pytest.approx(p) and doc["max_model_len"] == 1025
+    rep = stability_report(law, ModelParams(M=run["M"], chunk=256, block=16), run["bbar_s"])
+    assert run["mu_per_s"] == pytest.approx(rep.mu_per_s)
+    assert f"left out {run['dropped_oversize']} request(s)" in err
 
 
 def test_server_refuses_requests_that_never_fit(server: ServerHandle) -> None:

@@ -105,6 +105,24 @@ def test_server_estimates_from_scrapes() -> None:
     assert est.kv_utilisation == pytest.approx(0.9)
 
 
+def test_bbar_over_busy_time_leaves_idle_time_out() -> None:
+    from kvstab.live.bench import RequestRecord, RunResult
+
+    snaps = [
+        parse_metrics(METRICS.format(run=1, wait=0, pre=0, steps=50 * k, tokens=500 * k), float(k)) for k in range(5)
+    ]
+    run = RunResult(rate=1.0, elapsed=4.0)
+    # in flight [0.5, 1.5] ∪ [1.0, 2.0] ∪ [3.0, 3.5] ∪ [3.9, end): 1.5 + 0.5 + 0.1 = 2.1 s busy of 4
+    run.records = [RequestRecord(1, 1, 0.5, done=1.5), RequestRecord(1, 1, 1.0, done=2.0),
+                   RequestRecord(1, 1, 3.0, done=3.5), RequestRecord(1, 1, 3.9, error="unfinished at the end of the run"),
+                   RequestRecord(1, 1, 2.5, done=2.5, error="HTTP 400: too long")]  # fmt: skip
+    busy = run.busy_time(0.0, 4.0)
+    assert busy == pytest.approx(2.1)
+    est = server_estimates(snaps, busy_s=busy)
+    assert est.bbar_busy_s == pytest.approx(2.1 / 200) and est.bbar_s == est.bbar_busy_s
+    assert est.bbar_steps_s == pytest.approx(4.0 / 200) and est.busy_fraction == pytest.approx(2.1 / 4)
+
+
 @pytest.mark.parametrize("text", ["<html>not found</html>", "process_cpu_seconds_total 1.0\n"])
 def test_metrics_that_are_not_vllms(text: str) -> None:
     with pytest.raises(MetricsUnavailable):
@@ -129,3 +147,41 @@ def test_serve_refuses_a_bad_batch_time(value: str, capsys: pytest.CaptureFixtur
         main(["serve", "--emulate", "--batch-time", value])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "argument --batch-time" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "ins,outs,reason",
+    [
+        ([10, 20, 30], [20, 20], "input_lens has 3 entries but output_lens has 2"),
+        ([10, 20], [20, 20, 20], "input_lens has 2 entries but output_lens has 3"),
+        ([10, "x"], [20, 20], "request 1 has input_lens 'x'"),
+        ([10, 20], [20, -1], "request 1 has input_lens 20, output_lens -1"),
+        ([0, 20], [20, 20], "request 0 has input_lens 0"),
+    ],
+)
+def test_vllm_lengths_that_do_not_pair_up_are_one_line(
+    tmp_path: Path, ins: list[object], outs: list[object], reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({**VLLM_RESULT, "input_lens": ins, "output_lens": outs}))
+    assert main(["bench", "--import", str(f), "--M", "4096", "--bbar", "0.03", "--out", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and reason in err[0]
+
+
+def test_vllm_failed_requests_are_left_out_of_the_law(tmp_path: Path) -> None:
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({**VLLM_RESULT, "input_lens": [10, 5000, 30], "output_lens": [20, 0, 20]}))
+    res = load_result(str(f))
+    assert res.workload is not None and res.workload.max_total == 50 and res.workload.max_s == 30
+
+
+def test_imported_requests_that_do_not_fit_M_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(VLLM_RESULT))  # s + o up to 50
+    assert main(["bench", "--import", str(f), "--M", "40", "--bbar", "0.03", "--block", "1", "--out", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "need up to 50 KV tokens" in err[0] and "--M is 40" in err[0]
+    assert main(["bench", "--import", str(f), "--M", "4096", "--bbar", "0.03", "--workload", "s=U(10,3000),o=const(2000)",
+                 "--out", ""]) == 2
+    assert "need up to 5008 KV tokens" in capsys.readouterr().err

@@ -1,0 +1,386 @@
+"""The compiled slot loop of the plug-in path: :meth:`kvstab.simulator.Engine.step`
+with the decision read off a tape (:mod:`kvstab.engine.tape`) instead of a Python call.
+
+:func:`run_plugin_slots` runs slots until ``t_end``, a drain, or a slot it cannot
+finish by itself, and returns a status:
+
+* ``NEED_TAPE`` — the slot needs a view shape ``(K, Q)`` with no tape yet; the
+  driver traces it, or (for a shape met only a few times so far) asks the rule
+  itself and passes the answer as a *one-slot* tape (``once_*``: constant
+  outputs, valid until the slot ends), and calls again (the slot's arrivals are
+  kept in ``st``, and nothing else of the slot has happened yet, so the call
+  resumes it);
+* ``BAIL`` — something only the reference engine can report exactly happened:
+  an invariant broke (with ``check``), a grant was negative, a next state left
+  its bounds, a division by zero, a value beyond ±2⁶¹.  The driver then runs
+  the reference engine, which raises (or computes) exactly what it always does.
+
+Everything else mirrors ``Engine.step`` line by line: the window-widening
+loop, preemption (victims to the queue head, oldest admission first),
+admission from the window, work by grants clamped to one unit, the memory,
+``max_num_seqs`` and token-budget checks, release at the end of the slot, and
+the scheduler's state applied with the slot.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvstab.engine._kernel import _njit, held
+from kvstab.engine.tape import LIMIT, OP
+
+# indices into the scalar state array ``st``
+ST_T, ST_I, ST_QH, ST_QL, ST_NA, ST_PEND, ST_NEEDK, ST_NEEDQ, ST_HID, ST_NONCE = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
+ST_SIZE = 10
+
+# return codes
+REACHED, DRAINED, NEED_TAPE, BAIL = 0, 2, 3, 4
+
+_CONST, _ADD, _SUB, _MUL, _FDIV, _MOD, _NEG = (
+    OP["CONST"],
+    OP["ADD"],
+    OP["SUB"],
+    OP["MUL"],
+    OP["FDIV"],
+    OP["MOD"],
+    OP["NEG"],
+)
+_LT, _LE, _GT, _GE, _EQ, _NE = OP["LT"], OP["LE"], OP["GT"], OP["GE"], OP["EQ"], OP["NE"]
+_ITE, _MIN, _MAX, _AND, _OR, _NOT, _TRUTH = OP["ITE"], OP["MIN"], OP["MAX"], OP["AND"], OP["OR"], OP["NOT"], OP["TRUTH"]
+_ADDC, _SUBC, _MULC = OP["ADDC"], OP["SUBC"], OP["MULC"]
+_LIMIT = LIMIT
+
+
+@_njit(cache=True)
+def eval_tape(code: np.ndarray, start: int, nrows: int, R: np.ndarray) -> bool:
+    """Run tape rows ``start`` … ``start + nrows - 1`` on registers ``R``;
+    ``False`` if a division by zero or a value beyond ±2⁶¹ stopped it."""
+    for x in range(start, start + nrows):
+        op = code[x, 0]
+        d = code[x, 1]
+        a = code[x, 2]
+        b = code[x, 3]
+        if op == _ADD:
+            R[d] = R[a] + R[b]
+        elif op == _ITE:
+            R[d] = R[b] if R[a] != 0 else R[code[x, 4]]
+        elif op == _LT:
+            R[d] = 1 if R[a] < R[b] else 0
+        elif op == _LE:
+            R[d] = 1 if R[a] <= R[b] else 0
+        elif op == _MIN:
+            R[d] = R[b] if R[b] < R[a] else R[a]  # Python's min keeps the first of equals
+        elif op == _SUB:
+            R[d] = R[a] - R[b]
+        elif op == _CONST:
+            R[d] = a
+        elif op == _AND:
+            R[d] = 1 if (R[a] != 0 and R[b] != 0) else 0
+        elif op == _OR:
+            R[d] = 1 if (R[a] != 0 or R[b] != 0) else 0
+        elif op == _NOT:
+            R[d] = 1 if R[a] == 0 else 0
+        elif op == _TRUTH:
+            R[d] = 1 if R[a] != 0 else 0
+        elif op == _MAX:
+            R[d] = R[b] if R[b] > R[a] else R[a]
+        elif op == _GT:
+            R[d] = 1 if R[a] > R[b] else 0
+        elif op == _GE:
+            R[d] = 1 if R[a] >= R[b] else 0
+        elif op == _EQ:
+            R[d] = 1 if R[a] == R[b] else 0
+        elif op == _NE:
+            R[d] = 1 if R[a] != R[b] else 0
+        elif op == _MUL:
+            R[d] = R[a] * R[b]
+        elif op == _FDIV or op == _MOD:
+            y = R[b]
+            if y == 0:
+                return False
+            # numba's integer // and % round towards -inf, as Python's do
+            R[d] = R[a] // y if op == _FDIV else R[a] % y
+        elif op == _NEG:  # registers stay within ±2⁶¹, so a negation cannot overflow
+            R[d] = -R[a]
+        elif op == _ADDC or op == _SUBC:
+            v = R[a] + R[b] if op == _ADDC else R[a] - R[b]
+            if v > _LIMIT or v < -_LIMIT:
+                return False
+            R[d] = v
+        elif op == _MULC:
+            xa = R[a]
+            y = R[b]
+            if xa != 0 and abs(y) > _LIMIT // abs(xa):
+                return False
+            R[d] = xa * y
+        else:
+            return False
+    return True
+
+
+@_njit(cache=True)
+def run_plugin_slots(
+    M: int,
+    chunk: int,
+    B: int,
+    budget: int,
+    maxseq: int,
+    check: bool,
+    window: int,
+    t_end: int,
+    drain: bool,
+    drain_min: int,
+    t_base: int,
+    pslot: np.ndarray,
+    ps: np.ndarray,
+    po: np.ndarray,
+    prog: np.ndarray,
+    att: np.ndarray,
+    served: np.ndarray,
+    wasted: np.ndarray,
+    npre: np.ndarray,
+    first: np.ndarray,
+    fin: np.ndarray,
+    qbuf: np.ndarray,
+    act: np.ndarray,
+    st: np.ndarray,
+    sv: np.ndarray,
+    svlo: np.ndarray,
+    svhi: np.ndarray,
+    code: np.ndarray,
+    tstart: np.ndarray,
+    tlen: np.ndarray,
+    ostart: np.ndarray,
+    outs: np.ndarray,
+    tflags: np.ndarray,
+    tid: np.ndarray,
+    once_k: np.ndarray,
+    once_q: np.ndarray,
+    once_id: np.ndarray,
+    R: np.ndarray,
+    tmp: np.ndarray,
+    scr: np.ndarray,
+    out: np.ndarray,
+) -> int:
+    """Run slots ``st[ST_T]`` … ``t_end - 1`` (see the module docstring), writing slot
+    ``t``'s row at ``out[:, t - t_base]``; returns a status code."""
+    n = pslot.shape[0]
+    cap = qbuf.shape[0]
+    nst = sv.shape[0]
+    t = st[ST_T]
+    i = st[ST_I]
+    qh = st[ST_QH]
+    ql = st[ST_QL]
+    na = st[ST_NA]
+    pend = st[ST_PEND]
+    hid = st[ST_HID]
+    nonce = st[ST_NONCE]
+    status = REACHED
+    while True:
+        if drain and i >= n and na == 0 and ql == 0 and t >= drain_min and pend < 0:
+            status = DRAINED
+            break
+        if t >= t_end:
+            break
+        if pend < 0:  # this slot's arrivals join the tail of the queue
+            pend = 0
+            while i < n and pslot[i] == t:
+                qbuf[(qh + ql) % cap] = i
+                ql += 1
+                i += 1
+                pend += 1
+
+        # --- the decision, widening the window while the rule admits all it sees
+        w = window
+        tape = -1
+        Q = 0
+        while True:
+            Q = min(w, ql)
+            tape = -1
+            for x in range(nonce):
+                if once_k[x] == na and once_q[x] == Q:
+                    tape = once_id[x]
+            if tape < 0:
+                if na >= tid.shape[0] or Q >= tid.shape[1] or tid[na, Q] < 0:
+                    st[ST_NEEDK] = na
+                    st[ST_NEEDQ] = Q
+                    status = NEED_TAPE
+                    break
+                tape = tid[na, Q]
+            for k in range(na):
+                r = act[k]
+                R[4 * k] = r
+                R[4 * k + 1] = ps[r]
+                R[4 * k + 2] = po[r]
+                R[4 * k + 3] = prog[r]
+            base = 4 * na
+            for j in range(Q):
+                r = qbuf[(qh + j) % cap]
+                R[base + 3 * j] = r
+                R[base + 3 * j + 1] = ps[r]
+                R[base + 3 * j + 2] = po[r]
+            base += 3 * Q
+            R[base] = ql
+            for m in range(nst):
+                R[base + 1 + m] = sv[m]
+            if not eval_tape(code, tstart[tape], tlen[tape], R):
+                status = BAIL
+                break
+            o0 = ostart[tape]
+            # the reference checks every answer: grants are integers >= 0, a next state within its bounds
+            og = o0 + Q + na
+            if tflags[tape] & 1:
+                for x in range(na + Q):
+                    if R[outs[og + x]] < 0:
+                        status = BAIL
+                if status == BAIL:
+                    break
+                og += na + Q
+            if tflags[tape] & 2:
+                for m in range(nst):
+                    v = R[outs[og + m]]
+                    if v < svlo[m] or v > svhi[m]:
+                        status = BAIL
+                if status == BAIL:
+                    break
+            all_admit = True
+            for j in range(Q):
+                if R[outs[o0 + j]] == 0:
+                    all_admit = False
+            if Q < ql and Q > 0 and all_admit:
+                w *= 2
+                continue
+            break
+        if status != REACHED:
+            break
+        o0 = ostart[tape]
+        flags = tflags[tape]
+        hidden = ql - Q
+        row = t - t_base
+
+        # --- preemption: memory and progress lost, attempt area wasted
+        nv = 0
+        step_wasted = 0
+        for k in range(na):
+            if R[outs[o0 + Q + k]] != 0:
+                r = act[k]
+                step_wasted += att[r]
+                wasted[r] += att[r]
+                att[r] = 0
+                prog[r] = 0
+                npre[r] += 1
+                nv += 1
+        # grants by position (actives, then the window), read before the active list changes
+        if flags & 1:
+            og = o0 + Q + na
+            for k in range(na):
+                tmp[act[k]] = R[outs[og + k]]
+            for j in range(Q):
+                tmp[qbuf[(qh + j) % cap]] = R[outs[og + na + j]]
+        # --- admission from the window: admitted leave, the others keep their order at the head
+        nadmit = 0
+        for j in range(Q):
+            if R[outs[o0 + j]] != 0:
+                nadmit += 1
+        kept = 0
+        for k in range(na):
+            if R[outs[o0 + Q + k]] == 0:
+                act[kept] = act[k]
+                kept += 1
+        if nadmit > 0:
+            # running = kept + admitted (queue order); the window's refused go back to the head
+            x = kept
+            nrefused = 0
+            for j in range(Q):
+                r = qbuf[(qh + j) % cap]
+                if R[outs[o0 + j]] != 0:
+                    act[x] = r
+                    x += 1
+                    if first[r] < 0:
+                        first[r] = t
+                else:
+                    scr[nrefused] = r
+                    nrefused += 1
+            qh = (qh + Q) % cap
+            ql -= Q
+            for y in range(nrefused - 1, -1, -1):
+                qh = (qh - 1) % cap
+                qbuf[qh] = scr[y]
+                ql += 1
+        running = kept + nadmit
+        # victims to the head of the queue, oldest admission first (Engine.requeue)
+        if nv > 0:
+            for k in range(na - 1, -1, -1):
+                if R[outs[o0 + Q + k]] != 0:
+                    qh = (qh - 1) % cap
+                    qbuf[qh] = R[4 * k]  # the input registers still hold the original active list
+                    ql += 1
+        na_before = na
+        na = running
+
+        # --- work: every running request advances by its grant (clamped to one unit)
+        tokens = 0
+        memory = 0
+        for k in range(na):
+            r = act[k]
+            p0 = prog[r]
+            sr = ps[r]
+            u = min(chunk, sr - p0) if p0 < sr else 1
+            if flags & 1:
+                g = tmp[r]
+                if g < u:
+                    u = g
+                if u < 0:
+                    u = 0
+            p1 = p0 + u
+            prog[r] = p1
+            tokens += u
+            h = held(p1, B)
+            att[r] += h
+            served[r] += h
+            memory += h
+        if check and (memory > M or (maxseq >= 0 and na > maxseq) or (budget >= 0 and tokens > budget)):
+            status = BAIL
+            break
+
+        # --- release the finished at the end of the slot (admission order kept)
+        done = 0
+        x = 0
+        for k in range(na):
+            r = act[k]
+            if prog[r] >= ps[r] + po[r]:
+                fin[r] = t
+                done += 1
+            else:
+                act[x] = r
+                x += 1
+        na = x
+        if flags & 2:
+            og = o0 + Q + na_before + ((na_before + Q) if flags & 1 else 0)
+            for m in range(nst):
+                sv[m] = R[outs[og + m]]
+        if hidden > 0:
+            hid += 1
+
+        out[0, row] = pend
+        out[1, row] = nadmit
+        out[2, row] = nv
+        out[3, row] = done
+        out[4, row] = running
+        out[5, row] = memory
+        out[6, row] = step_wasted
+        out[7, row] = tokens
+        out[8, row] = ql
+        pend = -1
+        nonce = 0  # one-slot tapes expire with their slot
+        t += 1
+
+    st[ST_T] = t
+    st[ST_I] = i
+    st[ST_QH] = qh
+    st[ST_QL] = ql
+    st[ST_NA] = na
+    st[ST_PEND] = pend
+    st[ST_HID] = hid
+    st[ST_NONCE] = nonce
+    return status

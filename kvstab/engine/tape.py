@@ -1,0 +1,434 @@
+"""A plug-in rule traced to a *tape*: straight-line register code the compiled slot loop evaluates.
+
+A rule written against :class:`kvstab.ops.Ops` may not branch on the values it
+reads (the contract; z3 could not run it otherwise), so for one *shape* of view
+— ``K`` active entries, ``Q`` shown waiting entries, the server's fixed
+parameters — it computes one fixed expression of the view's values.
+:class:`TapeOps` runs the rule once on recording values and writes that
+expression down as a tape: one row ``(op, dst, a, b, c)`` per operation on
+int64 registers.  :mod:`kvstab.engine._plugin_kernel` evaluates the tape every
+slot inside its numba loop, so a plug-in rule costs a few nanoseconds per
+operation instead of a Python call per operation.
+
+Exactness (the tape computes what :data:`kvstab.ops.CONCRETE` computes):
+
+* every operation has Python's integer semantics on int64 (floor division and
+  modulo round towards −∞; bools are 0/1 and add as ints);
+* each register carries static bounds (interval arithmetic from the inputs'
+  ranges); an addition, subtraction, negation or product whose bounds could
+  leave ±2⁶¹ is emitted as a *checked* operation that stops the run when the
+  value really does, and a division or modulo stops it on a zero divisor — the
+  driver then runs the reference engine, which reproduces Python's own outcome
+  (a big integer, or the plug-in's ``ZeroDivisionError`` as ``InvalidScheduler``);
+* each register carries its Python type (``bool``, ``int``, or either, as with
+  ``min(True, 2)``): a decision whose ``admit``/``preempt`` entries are not
+  surely ``bool``, grants or next state not surely ``int``, is not taped;
+* anything else a rule does with a value — ``bool()``/``int()``, indexing,
+  hashing, floats, a non-ops function — raises :class:`Untraceable` while the
+  rule is traced; the run then takes the reference engine (and says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kvstab.contract import (
+    ActiveEntry,
+    HiddenOutput,
+    Scheduler,
+    View,
+    WaitingEntry,
+    check_decision_shape,
+    hidden_output,
+    state_vars_of,
+    traits_of,
+)
+from kvstab.errors import InvalidScheduler
+from kvstab.model import ModelParams
+from kvstab.validation import MAX_TOKENS
+
+__all__ = ["Tape", "TapeOps", "Untraceable", "trace_tape", "OPS", "LIMIT"]
+
+
+class Untraceable(Exception):
+    """The rule did something with a value that a fixed expression cannot record."""
+
+
+#: opcodes of a tape row ``(op, dst, a, b, c)``; the kernel's ``_eval`` mirrors this list
+OPS = ("CONST ADD SUB MUL FDIV MOD NEG LT LE GT GE EQ NE ITE MIN MAX AND OR NOT TRUTH ADDC SUBC MULC").split()
+OP = {name: i for i, name in enumerate(OPS)}
+
+#: registers hold values within ±LIMIT; a value that could leave it is computed by a checked operation
+LIMIT = 1 << 61
+
+#: bounds of the view's values (request ids and queue lengths: far beyond any plan)
+_LEN = (1, MAX_TOKENS)
+_PROGRESS = (0, 2 * MAX_TOKENS)
+_COUNT = (0, MAX_TOKENS)
+
+#: Python types a register may hold: surely bool, surely int, or either
+BOOL, INT, EITHER = "b", "i", "?"
+
+
+class _V:
+    """A value of the traced rule: a register of the tape, its type and bounds."""
+
+    __slots__ = ("reg", "kind", "lo", "hi", "tape")
+
+    def __init__(self, reg: int, kind: str, lo: int, hi: int, tape: TapeOps) -> None:
+        self.reg, self.kind, self.lo, self.hi, self.tape = reg, kind, lo, hi, tape
+
+    def __add__(self, o: Any) -> Any:
+        return self.tape.arith(OP["ADD"], self, o)
+
+    def __radd__(self, o: Any) -> Any:
+        return self.tape.arith(OP["ADD"], o, self)
+
+    def __sub__(self, o: Any) -> Any:
+        return self.tape.arith(OP["SUB"], self, o)
+
+    def __rsub__(self, o: Any) -> Any:
+        return self.tape.arith(OP["SUB"], o, self)
+
+    def __mul__(self, o: Any) -> Any:
+        return self.tape.arith(OP["MUL"], self, o)
+
+    def __rmul__(self, o: Any) -> Any:
+        return self.tape.arith(OP["MUL"], o, self)
+
+    def __floordiv__(self, o: Any) -> Any:
+        return self.tape.arith(OP["FDIV"], self, o)
+
+    def __rfloordiv__(self, o: Any) -> Any:
+        return self.tape.arith(OP["FDIV"], o, self)
+
+    def __mod__(self, o: Any) -> Any:
+        return self.tape.arith(OP["MOD"], self, o)
+
+    def __rmod__(self, o: Any) -> Any:
+        return self.tape.arith(OP["MOD"], o, self)
+
+    def __neg__(self) -> Any:
+        return self.tape.neg(self)
+
+    def __lt__(self, o: Any) -> Any:
+        return self.tape.cmp(OP["LT"], self, o)
+
+    def __le__(self, o: Any) -> Any:
+        return self.tape.cmp(OP["LE"], self, o)
+
+    def __gt__(self, o: Any) -> Any:
+        return self.tape.cmp(OP["GT"], self, o)
+
+    def __ge__(self, o: Any) -> Any:
+        return self.tape.cmp(OP["GE"], self, o)
+
+    def __eq__(self, o: Any) -> Any:  # type: ignore[override]
+        return self.tape.cmp(OP["EQ"], self, o)
+
+    def __ne__(self, o: Any) -> Any:  # type: ignore[override]
+        return self.tape.cmp(OP["NE"], self, o)
+
+    def _refuse(self, *_: Any) -> Any:
+        raise Untraceable(f"the rule used a value with Python control flow or a conversion (register {self.reg})")
+
+    __bool__ = __index__ = __int__ = __float__ = __hash__ = __iter__ = __len__ = _refuse  # type: ignore[assignment]
+    __abs__ = __pos__ = __invert__ = __and__ = __or__ = __xor__ = __pow__ = __truediv__ = _refuse  # type: ignore[assignment]
+
+
+def _fold(x: Any) -> bool:
+    """Whether ``x`` is a plain Python value (computed now, not recorded)."""
+    return type(x) is not _V
+
+
+_ADD, _SUB, _MUL, _FDIV, _MOD = OP["ADD"], OP["SUB"], OP["MUL"], OP["FDIV"], OP["MOD"]
+_CHECKED = {_ADD: OP["ADDC"], _SUB: OP["SUBC"], _MUL: OP["MULC"]}
+_FOLD = {
+    _ADD: lambda x, y: x + y,
+    _SUB: lambda x, y: x - y,
+    _MUL: lambda x, y: x * y,
+    _FDIV: lambda x, y: x // y,
+    _MOD: lambda x, y: x % y,
+}
+_CMP = {
+    OP["LT"]: lambda x, y: x < y,
+    OP["LE"]: lambda x, y: x <= y,
+    OP["GT"]: lambda x, y: x > y,
+    OP["GE"]: lambda x, y: x >= y,
+    OP["EQ"]: lambda x, y: x == y,
+    OP["NE"]: lambda x, y: x != y,
+}
+_CONST, _NEG, _ITE = OP["CONST"], OP["NEG"], OP["ITE"]
+_MIN, _MAX, _AND, _OR, _NOT, _TRUTH = OP["MIN"], OP["MAX"], OP["AND"], OP["OR"], OP["NOT"], OP["TRUTH"]
+
+
+class TapeOps:
+    """The ops interface recording a tape (``ConcreteOps``' semantics on int64 registers).
+
+    Tracing runs once per view shape, hundreds of times in a run, so the
+    recording is kept lean: a flat list of row fields, opcodes as ints."""
+
+    symbolic = False  # engines build concrete views for it; rules must not look
+
+    def __init__(self, n_inputs: int) -> None:
+        self.flat: list[int] = []
+        self.n_regs = n_inputs
+        self._consts: dict[tuple[str, int], _V] = {}
+
+    # --- registers
+    def _new(self, op: int, a: int, b: int, c: int, kind: str, lo: int, hi: int) -> _V:
+        reg = self.n_regs
+        self.n_regs = reg + 1
+        self.flat += (op, reg, a, b, c)
+        return _V(reg, kind, lo, hi, self)
+
+    def leaf(self, reg: int, kind: str, lo: int, hi: int) -> _V:
+        """Input register ``reg`` (filled by the kernel before each evaluation)."""
+        return _V(reg, kind, lo, hi, self)
+
+    def val(self, x: Any) -> _V:
+        """``x`` as a register: a recorded value, or a constant loaded once."""
+        if type(x) is _V:
+            if x.tape is not self:
+                raise Untraceable("a value from another trace")
+            return x
+        if isinstance(x, HiddenOutput):
+            x._read()  # a non-clairvoyant rule read o: the reference engine raises the same
+        if isinstance(x, (bool, np.bool_)):
+            key, value = (BOOL, int(bool(x)))
+        elif isinstance(x, (int, np.integer)):
+            key, value = (INT, int(x))
+            if abs(value) > LIMIT:
+                raise Untraceable(f"the constant {value} does not fit the tape's 64-bit registers")
+        else:
+            raise Untraceable(f"the rule combined a value with {type(x).__name__} {x!r}")
+        hit = self._consts.get((key, value))
+        if hit is None:
+            hit = self._consts[(key, value)] = self._new(_CONST, value, 0, 0, key, value, value)
+        return hit
+
+    # --- arithmetic with bounds; checked where the bounds could leave ±LIMIT
+    def arith(self, op: int, x: Any, y: Any) -> Any:
+        if type(x) is not _V and type(y) is not _V:
+            return _FOLD[op](x, y)
+        a = x if type(x) is _V and x.tape is self else self.val(x)
+        b = y if type(y) is _V and y.tape is self else self.val(y)
+        if op == _ADD:
+            lo, hi = a.lo + b.lo, a.hi + b.hi
+        elif op == _SUB:
+            lo, hi = a.lo - b.hi, a.hi - b.lo
+        elif op == _MUL:
+            ends = (a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi)
+            lo, hi = min(ends), max(ends)
+        elif op == _FDIV:  # |a // b| <= |a| for any integer b != 0 (0 stops the run)
+            m = max(-a.lo, a.hi)
+            lo, hi = -m, m
+        else:  # MOD: |a % b| < |b|
+            m = max(-b.lo, b.hi)
+            lo, hi = -m, m
+        if lo < -LIMIT or hi > LIMIT:
+            op, lo, hi = _CHECKED[op], max(lo, -LIMIT), min(hi, LIMIT)
+        return self._new(op, a.reg, b.reg, 0, INT, lo, hi)
+
+    def neg(self, x: Any) -> Any:
+        if type(x) is not _V:
+            return -x
+        a = self.val(x)
+        return self._new(_NEG, a.reg, 0, 0, INT, -a.hi, -a.lo)
+
+    def cmp(self, op: int, x: Any, y: Any) -> Any:
+        if type(x) is not _V and type(y) is not _V:
+            return _CMP[op](x, y)
+        a, b = self.val(x), self.val(y)
+        return self._new(op, a.reg, b.reg, 0, BOOL, 0, 1)
+
+    # --- the Ops interface
+    def const(self, value: int) -> Any:
+        return int(value)
+
+    def ite(self, cond: Any, then: Any, other: Any) -> Any:
+        if type(cond) is not _V:  # decided by the shape alone
+            return then if cond else other
+        if isinstance(then, tuple) or isinstance(other, tuple):
+            raise Untraceable("ite on tuples")
+        c, a, b = self.val(cond), self.val(then), self.val(other)
+        kind = a.kind if a.kind == b.kind else EITHER
+        return self._new(_ITE, c.reg, a.reg, b.reg, kind, min(a.lo, b.lo), max(a.hi, b.hi))
+
+    def _fold_chain(self, op: int, xs: tuple[Any, ...]) -> Any:
+        regs = [self.val(x) for x in xs]
+        acc = regs[0]
+        for r in regs[1:]:
+            kind = acc.kind if acc.kind == r.kind else EITHER
+            if op == _MIN:
+                lo, hi = min(acc.lo, r.lo), min(acc.hi, r.hi)
+            else:
+                lo, hi = max(acc.lo, r.lo), max(acc.hi, r.hi)
+            acc = self._new(op, acc.reg, r.reg, 0, kind, lo, hi)
+        return acc
+
+    def min(self, *xs: Any) -> Any:
+        if all(type(x) is not _V for x in xs):
+            return min(xs)
+        return self._fold_chain(_MIN, xs)
+
+    def max(self, *xs: Any) -> Any:
+        if all(type(x) is not _V for x in xs):
+            return max(xs)
+        return self._fold_chain(_MAX, xs)
+
+    def _logic(self, op: int, xs: tuple[Any, ...]) -> Any:
+        nodes = [x for x in xs if type(x) is _V]
+        plain = [x for x in xs if type(x) is not _V]
+        # Python's all/any: the plain operands decide at once or drop out
+        if op == _AND:
+            if not all(plain):
+                return False
+        elif any(plain):
+            return True
+        if not nodes:
+            return op == _AND
+        acc = self._new(_TRUTH, self.val(nodes[0]).reg, 0, 0, BOOL, 0, 1)
+        for r in nodes[1:]:
+            acc = self._new(op, acc.reg, self.val(r).reg, 0, BOOL, 0, 1)
+        return acc
+
+    def and_(self, *xs: Any) -> Any:
+        return self._logic(_AND, xs)
+
+    def or_(self, *xs: Any) -> Any:
+        return self._logic(_OR, xs)
+
+    def not_(self, x: Any) -> Any:
+        if type(x) is not _V:
+            return not x
+        return self._new(_NOT, self.val(x).reg, 0, 0, BOOL, 0, 1)
+
+    def sum(self, xs: Iterable[Any]) -> Any:
+        acc: Any = 0  # Python's sum starts at 0 (so a sum of bools is an int)
+        for x in xs:
+            acc = self.arith(_ADD, acc, x)
+        return acc
+
+    def lt(self, a: Any, b: Any) -> Any:
+        return self.cmp(OP["LT"], a, b)
+
+    def le(self, a: Any, b: Any) -> Any:
+        return self.cmp(OP["LE"], a, b)
+
+    def eq(self, a: Any, b: Any) -> Any:
+        return self.cmp(OP["EQ"], a, b)
+
+    def div(self, a: Any, b: Any) -> Any:
+        return self.arith(_FDIV, a, b)
+
+    def ceil_div(self, a: Any, b: Any) -> Any:
+        return self.neg(self.arith(_FDIV, self.neg(a), b))
+
+    def count(self, xs: Iterable[Any]) -> Any:
+        acc: Any = 0
+        for x in xs:
+            if type(x) is not _V:
+                acc = self.arith(_ADD, acc, 1 if x else 0)
+            else:
+                acc = self.arith(_ADD, acc, self._new(_TRUTH, self.val(x).reg, 0, 0, BOOL, 0, 1))
+        return acc
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Tape:
+    """One view shape's decision as register code (see the module docstring).
+
+    Input registers: active entry ``k`` at ``4k`` … ``4k+3`` (rid, s, o,
+    progress), waiting entry ``j`` at ``4K+3j`` … ``4K+3j+2`` (rid, s, o), then
+    ``n_waiting``, then the state variables.  ``outputs`` lists the registers of
+    admit (Q), preempt (K), grants (K+Q, if ``has_grants``) and next state (if
+    ``has_state``)."""
+
+    K: int
+    Q: int
+    code: np.ndarray  # (rows, 5) int64
+    outputs: np.ndarray  # int64 register numbers
+    n_regs: int
+    has_grants: bool
+    has_state: bool
+
+
+def trace_tape(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Tape:
+    """The rule's decision for views of ``K`` active and ``Q`` shown waiting entries
+    as a :class:`Tape`; raises :class:`Untraceable` (or :class:`InvalidScheduler`
+    for a decision of the wrong shape, as the reference engine would)."""
+    svars = state_vars_of(scheduler)
+    traits = traits_of(scheduler)
+    who = getattr(scheduler, "name", type(scheduler).__name__)
+    for v in svars:
+        if v.real or not (-LIMIT <= v.lo <= v.hi <= LIMIT):
+            raise Untraceable(f"state variable {v.name!r} is not a 64-bit integer (real={v.real})")
+    base = 4 * K + 3 * Q
+    tr = TapeOps(base + 1 + len(svars))
+    lf = tr.leaf
+
+    def out_len(rid: _V) -> Any:
+        # a rule that is not clairvoyant sees a placeholder that raises on any use, as in the engines
+        return lf(rid.reg + 2, INT, *_LEN) if traits.clairvoyant else hidden_output(who, rid)
+
+    actives = []
+    for k in range(K):
+        rid = lf(4 * k, INT, *_COUNT)
+        actives.append(ActiveEntry(rid, lf(4 * k + 1, INT, *_LEN), out_len(rid), lf(4 * k + 3, INT, *_PROGRESS)))
+    waiting = []
+    for j in range(Q):
+        rid = lf(4 * K + 3 * j, INT, *_COUNT)
+        waiting.append(WaitingEntry(rid, lf(4 * K + 3 * j + 1, INT, *_LEN), out_len(rid)))
+    view = View(
+        active=tuple(actives),
+        waiting=tuple(waiting),
+        M=params.M,
+        chunk=params.chunk,
+        block=params.block,
+        token_budget=params.token_budget,
+        max_num_seqs=params.max_num_seqs,
+        n_waiting=lf(base, INT, *_COUNT),
+        state=tuple(lf(base + 1 + m, INT, int(v.lo), int(v.hi)) for m, v in enumerate(svars)),
+    )
+    try:
+        decision = scheduler.decide(view, tr)  # type: ignore[arg-type]
+    except (Untraceable, InvalidScheduler):
+        raise
+    except Exception as exc:  # the rule's own fault (or one only the values decide): let the reference say
+        raise Untraceable(f"{type(exc).__name__}: {exc}") from None
+    decision = check_decision_shape(decision, view, who)
+
+    def outs(xs: Iterable[Any], kind: str, what: str) -> list[int]:
+        regs = []
+        for x in xs:
+            if isinstance(x, np.generic):
+                x = x.item()
+            if kind == BOOL and isinstance(x, bool):
+                pass
+            elif kind == INT and isinstance(x, int) and not isinstance(x, bool):
+                pass
+            elif not (isinstance(x, _V) and x.kind == kind):
+                raise Untraceable(f"decision.{what} holds {x!r}, not surely {'bool' if kind == BOOL else 'int'}")
+            regs.append(tr.val(x).reg)
+        return regs
+
+    regs = outs(decision.admit, BOOL, "admit") + outs(decision.preempt, BOOL, "preempt")
+    if decision.grants is not None:
+        regs += outs(decision.grants, INT, "grants")
+    if decision.state is not None:
+        regs += outs(decision.state, INT, "state")
+    code = np.array(tr.flat, dtype=np.int64).reshape(-1, 5)
+    return Tape(
+        K=K,
+        Q=Q,
+        code=code,
+        outputs=np.array(regs, dtype=np.int64),
+        n_regs=tr.n_regs,
+        has_grants=decision.grants is not None,
+        has_state=decision.state is not None,
+    )
