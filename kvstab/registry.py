@@ -34,6 +34,7 @@ _BUILTINS = (
     "kvstab.schedulers.lookahead",
     "kvstab.schedulers.no_preempt",
     "kvstab.schedulers.vllm_v1",
+    "kvstab.schedulers.sglang",
 )
 
 

@@ -1,0 +1,265 @@
+"""SGLang's request lifecycle in kvstab's reference engine, and the model's step log.
+
+The ``sglang`` rule (:mod:`kvstab.schedulers.sglang`) is SGLang 0.5.23's
+scheduling decision; :class:`SglangEngine` maps the request lifecycle around
+it, through the engine's extension points only:
+
+* **Arrival** (``init_req_max_new_tokens``, ``srt/managers/scheduler.py:2700``):
+  SGLang clips ``max_new_tokens`` so that an empty pool can always admit the
+  request — ``min(max_new, max_req_len − s − 1, M − B⌈s/B⌉ − B − 1)`` with
+  ``max_req_len = min(context_len − 1, M − 1)`` — and refuses a prompt of
+  ``max_req_len − 5`` tokens or more.  The engine does the same.
+* **The last prefill step samples output token 1**, as in vLLM: a SGLang
+  request ``(s, max_new)`` is the kvstab request ``(s, max_new − 1)``
+  (:attr:`min_output` is 0: ``max_new = 1`` ends with its prefill).
+* **Retraction keeps the outputs** (``retract_decode``, ``schedule_batch.py:3451``):
+  the victim's KV is freed and it later re-prefills its prompt and the ``k``
+  tokens it produced, ``(s + k, o − k)`` in kvstab's lengths
+  (:func:`~kvstab.empirical.semantics.resumed_lengths`), while SGLang keeps
+  counting its original prompt and all its outputs.  The engine keeps ``k``
+  per request and shows it to the rule as ``prior`` on every view entry.
+* **Victims go to the tail of the queue** (``_add_request_to_queue``,
+  ``scheduler.py:3480``) in the order SGLang retracted them (:meth:`requeue`).
+
+:func:`replay_sglang_model` steps a plan through it, one SGLang step per slot
+(idle steps included: SGLang resets ``new_token_ratio`` when idle), and
+returns :class:`SglangModelLog`, the per-step record the cross-check against
+SGLang's own scheduler compares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvstab.arrivals import ArrivalPlan
+from kvstab.contract import ActiveEntry, Decision, View, WaitingEntry
+from kvstab.empirical.semantics import resumed_lengths
+from kvstab.errors import InvalidArgument
+from kvstab.model import tokens_held
+from kvstab.schedulers.sglang import Sglang
+from kvstab.simulator import Engine, RequestState
+from kvstab.validation import MAX_SLOTS
+
+__all__ = [
+    "SglangEngine",
+    "SglangActive",
+    "SglangWaiting",
+    "SglangStep",
+    "SglangModelLog",
+    "replay_sglang_model",
+    "clip_max_new",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SglangActive(ActiveEntry):
+    """An active entry with the outputs its request produced before its last retraction."""
+
+    prior: int = field(default=0, metadata={"help": "outputs produced before the last retraction"})
+
+
+@dataclass(frozen=True, slots=True)
+class SglangWaiting(WaitingEntry):
+    """A waiting entry with the outputs its request produced before its last retraction."""
+
+    prior: int = field(default=0, metadata={"help": "outputs produced before the last retraction"})
+
+
+def clip_max_new(rule: Sglang, s: int, max_new: int) -> int:
+    """SGLang's ``max_new_tokens`` for a prompt of ``s`` tokens once clipped at arrival
+    (``scheduler.py:2700``); :class:`InvalidArgument` for a prompt SGLang refuses."""
+    B = rule.block
+    max_req_len = rule.M - 1 if rule.context_len is None else min(rule.context_len - 1, rule.M - 1)
+    if s >= max_req_len - 5:
+        raise InvalidArgument(
+            f"a prompt of {s} tokens is refused by SGLang: it must be shorter than max_req_len - 5 = "
+            f"{max_req_len - 5} (M={rule.M}, context_len={rule.context_len})"
+        )
+    paged_s = -(-s // B) * B
+    return max(0, min(max_new, max_req_len - s - 1, rule.M - paged_s - B - 1))
+
+
+class SglangEngine(Engine):
+    """kvstab's engine with SGLang's request lifecycle (see the module docstring).
+
+    Requests are given in SGLang's terms (``max_new_tokens = o``);
+    :attr:`sg_max_new` keeps each one after SGLang's arrival clip.
+    """
+
+    min_output = 0
+
+    def __init__(self, rule: Sglang, *, check: bool = True, window: int = 8) -> None:
+        super().__init__(rule, rule.params(), check=check, window=window)
+        self.rule = rule
+        self.sg_max_new: list[int] = []  # max_new_tokens after the arrival clip
+        self.prior: list[int] = []  # outputs produced before the last retraction
+        self.recomputed: list[int] = []  # tokens whose KV was thrown away and computed again
+        self._retract_key: dict[int, tuple[int, int]] = {}
+        self.last_view: View | None = None
+        self.last_grants: tuple[int, ...] = ()
+
+    def arrive(self, s: int, o: int) -> int:
+        """A SGLang request with prompt ``s`` and ``max_new_tokens = o`` arrives now."""
+        for name, v in (("s", s), ("o", o)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise InvalidArgument(f"request length {name} must be an integer >= 1, got {v!r}")
+        max_new = clip_max_new(self.rule, int(s), int(o))
+        if max_new < 1:
+            raise InvalidArgument(
+                f"request (s={s}, max_new={o}): SGLang clips max_new_tokens to 0 at M={self.rule.M}; "
+                "use a shorter prompt"
+            )
+        rid = super().arrive(int(s), max_new - 1)
+        self.sg_max_new.append(max_new)
+        self.prior.append(0)
+        self.recomputed.append(0)
+        return rid
+
+    def view(self, window: int | None = None) -> View:
+        """The view with each entry's ``prior`` outputs (the rule is clairvoyant: ``o`` is shown)."""
+        base = super().view(window)
+        pri = self.prior
+        return View(
+            active=tuple(SglangActive(a.rid, a.s, a.o, a.progress, a.present, pri[a.rid]) for a in base.active),
+            waiting=tuple(SglangWaiting(w.rid, w.s, w.o, w.present, pri[w.rid]) for w in base.waiting),
+            M=base.M,
+            chunk=base.chunk,
+            block=base.block,
+            token_budget=base.token_budget,
+            max_num_seqs=base.max_num_seqs,
+            n_waiting=base.n_waiting,
+            state=base.state,
+        )
+
+    def decide(self) -> tuple[View, Decision]:
+        """The engine's decision, kept for the step log (which requests worked, and how)."""
+        view, decision = super().decide()
+        self.last_view = view
+        self.last_grants = tuple(int(g) for g in decision.grants) if decision.grants is not None else ()
+        return view, decision
+
+    def on_preempt(self, r: RequestState) -> None:
+        """A retracted request keeps its outputs: it comes back with them as prompt."""
+        k = r.progress - r.s + 1 if r.progress >= r.s else 0
+        prior = self.prior[r.rid]
+        # SGLang's retraction key, taken before the lengths change (schedule_batch.py:3542)
+        self._retract_key[r.rid] = (r.progress - r.s + 1 + prior, -(r.s - prior))
+        self.recomputed[r.rid] += r.progress
+        self.prior[r.rid] = prior + k
+        r.s, r.o = resumed_lengths(r.s, r.o, r.progress)
+
+    def requeue(self, victims: list[RequestState]) -> None:
+        """Victims join the tail of the queue in SGLang's retraction order: fewest
+        outputs first, then longest original prompt, then latest in the batch."""
+        order = sorted(range(len(victims)), key=lambda i: (*self._retract_key[victims[i].rid], -i))
+        self.waiting.extend(victims[i] for i in order)
+
+
+@dataclass(frozen=True, slots=True)
+class SglangStep:
+    """One SGLang step as the model replays it."""
+
+    step: int
+    kind: str  # "prefill", "decode" or "idle"
+    admitted: tuple[int, ...]  # requests that entered the batch this step (first admissions and resumptions)
+    retracted: tuple[int, ...]  # in SGLang's retraction order
+    finished: tuple[int, ...]
+    tokens: tuple[tuple[int, int], ...]  # (request, tokens computed this step), batch order
+    prefill_tokens: int
+    decode_tokens: int
+    kv_used: int  # KV tokens held after the step, finished requests released
+    new_token_ratio: float  # after the step
+    batch_is_full: int  # after the step
+    queue: int  # waiting after the step
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SglangModelLog:
+    """Every step of one replay on the model, and every request's outcome (SGLang's terms)."""
+
+    rule: Sglang
+    steps: tuple[SglangStep, ...]
+    # per request, plan order
+    s: tuple[int, ...]
+    max_new: tuple[int, ...]  # after SGLang's arrival clip
+    arrival: tuple[int, ...]
+    first_admit: tuple[int, ...]
+    finish: tuple[int, ...]
+    retractions: tuple[int, ...]
+    recomputed: tuple[int, ...]
+
+
+def replay_sglang_model(
+    plan: ArrivalPlan, rule: Sglang, steps: int | None = None, *, max_steps: int = MAX_SLOTS
+) -> SglangModelLog:
+    """Replay ``plan`` (``o`` = SGLang's ``max_new_tokens``) on the ``sglang`` rule
+    with SGLang's lifecycle: ``steps`` steps, or (``None``) until every request has
+    arrived and finished, at most ``max_steps``.  Every step is recorded, idle ones too."""
+    eng = SglangEngine(rule)
+    n = len(plan)
+    arrival: list[int] = []
+    log: list[SglangStep] = []
+    i = 0
+    t = 0
+    while (t < steps) if steps is not None else (i < n or not eng.idle):
+        if t >= max_steps:
+            raise InvalidArgument(f"the SGLang model did not drain within {max_steps} steps")
+        while i < n and int(plan.slot[i]) <= t:
+            eng.arrive(int(plan.s[i]), int(plan.o[i]))
+            arrival.append(t)
+            i += 1
+        before = {r.rid: r.progress for r in eng.active}
+        prefilling = {r.rid for r in eng.active if r.progress < r.s}
+        rec = eng.step()
+        view = eng.last_view
+        assert view is not None
+        rids = [a.rid for a in view.active] + [w.rid for w in view.waiting]
+        work: list[tuple[int, int]] = []
+        prefill = decode = 0
+        for rid, g in zip(rids, eng.last_grants):
+            r = eng.requests[rid]
+            if rid in rec.preempted or g <= 0:
+                continue
+            done = r.progress - before.get(rid, 0)
+            if done <= 0:
+                continue
+            work.append((rid, done))
+            if rid in prefilling or rid not in before:
+                prefill += done
+            else:
+                decode += done
+        kind = "prefill" if prefill else "decode" if decode else "idle"
+        retracted = tuple(r.rid for r in eng.waiting if r.rid in set(rec.preempted))
+        kv = sum(int(tokens_held(r.progress, rule.block)) for r in eng.active)
+        ratio, full = rec.state
+        log.append(
+            SglangStep(
+                step=t,
+                kind=kind,
+                admitted=rec.admitted,
+                retracted=retracted,
+                finished=rec.completed,
+                tokens=tuple(work),
+                prefill_tokens=prefill,
+                decode_tokens=decode,
+                kv_used=kv,
+                new_token_ratio=float(ratio),
+                batch_is_full=int(full),
+                queue=rec.queue,
+            )
+        )
+        t += 1
+    reqs = eng.requests
+    return SglangModelLog(
+        rule=rule,
+        steps=tuple(log),
+        s=tuple(int(x) for x in plan.s[:i]),
+        max_new=tuple(eng.sg_max_new),
+        arrival=tuple(arrival),
+        first_admit=tuple(r.first_admit for r in reqs),
+        finish=tuple(r.finish for r in reqs),
+        retractions=tuple(r.preemptions for r in reqs),
+        recomputed=tuple(eng.recomputed),
+    )

@@ -1,0 +1,409 @@
+"""``sglang``: SGLang 0.5.23's scheduler (FCFS, no radix cache, no mixed chunk, no overlap).
+
+The decision of one step of ``Scheduler.get_next_batch_to_run``
+(``srt/managers/scheduler.py:3894``), written once against ``ops``.  Line
+numbers below are into sglang 0.5.23's ``srt/``.
+
+**A step is a prefill step whenever a prefill batch can be formed, else a
+decode step** (``scheduler.py:3992``): running requests make no progress in a
+prefill step (their grant is 0), and a decode step gives every running
+request one token.
+
+*Prefill* (``_get_new_batch_prefill_raw``, ``scheduler.py:4079``) is tried
+when the in-flight chunked request exists, or when the queue is non-empty and
+the ``batch_is_full`` flag is clear.  A ``PrefillAdder``
+(``schedule_policy.py:607``) starts with
+
+* ``total_offset = Σ_running min(max_new − out, clip) · new_token_ratio``
+  over the running (decoding) requests in batch order (``:785``), a float;
+* ``rem_chunk = chunked_prefill_size`` (kvstab's ``ŝ``), and
+  ``rem_input = max_prefill_tokens``;
+
+and ``remaining_total = free − total_offset`` (``mem_cache/prefill_budget.py:100``),
+``free = M − Σ held``.  The chunked request goes first
+(``add_chunked_req``, ``:1140``): it takes ``min(rem_chunk, ⌊remaining_total⌋)``
+prompt tokens (``rem_chunk`` when that is not positive) and reserves its
+chunk, a page, and on its last chunk its ``min(max_new, clip)``.  Then
+waiting requests in queue order (``add_one_req``, ``:1395``): stop when a
+budget is spent (``rem_input ≤ 0`` or ``rem_chunk ≤ 0``), or the running
+count reaches ``max_running_requests`` (sets the flag); a request is admitted
+iff ``s + min(max_new − out, clip) + B < remaining_total`` (``prefill_budget.py:114``;
+``NO_TOKEN`` sets the flag when anything runs or was admitted, and stops);
+it is chunked if ``B⌈s/B⌉ > rem_chunk`` (``⌊rem_chunk/B⌋·B`` tokens, no
+reservation of its outputs yet), else taken whole with ``min(max_new, clip)``
+reserved; the reservation adds ``B⌈extend/B⌉ + B (+ max_new)`` to
+``total_offset`` and ``B⌈extend/B⌉`` to both budgets; after it, a budget
+that is spent or a ``remaining_total ≤ 0`` stops the walk.  The float
+arithmetic follows SGLang's order (Python's ``sum`` over the running list,
+then one addition per admission), so the concrete rule takes SGLang's branch
+on every tie.
+
+*Decode* (``update_running_batch``, ``scheduler.py:4459``):
+``check_decode_mem`` (``schedule_batch.py:3432``) asks a new page for each
+request whose length is a multiple of ``B``; if they do not fit, requests are
+retracted (``retract_decode``, ``:3451``) in the order of
+``_get_decode_retraction_order`` (``:3542``): fewest output tokens first,
+ties longest original prompt first, then the latest in batch order; at least
+one is always retracted and at least one always kept.  After a retraction
+the ratio becomes ``min(1, (Σ out + 20·n) / (Σ max_new + 1))`` over the kept
+requests (``new_token_ratio_tracker.py:41``); otherwise it decays by
+``(init − min)/600`` down to ``min`` (``:33``).
+
+**State** (``state_vars``): ``new_token_ratio`` (real, in ``[0, 1]``: a
+retraction can set it below the decay floor, and the next decay lifts it back
+to the floor; an idle step, with nothing running or waiting, resets it to its
+initial value, ``scheduler.py:5318``) and ``batch_is_full`` (0/1).  The flag is cleared at the start
+of the next step when a request leaves the running batch — one finishing,
+one retracted, or a prefill batch whose chunked request continues
+(``scheduler.py:3951``, ``:3968``, ``:4545``) — so the rule clears it in the
+step that causes it.  While it is set and no chunk is in flight, no prefill is
+tried, however much memory a finish has not yet freed.
+
+**kvstab's lengths.**  kvstab's ``o`` plays SGLang's ``max_new_tokens``: SGLang
+knows it at admission, so the rule is *clairvoyant*.  SGLang samples output
+token 1 in the last prefill step, so a SGLang request ``(s, max_new)`` is a
+kvstab request ``(s, max_new − 1)``, and ``max_new − out = s + o − p`` for a
+decoding request at progress ``p``.  A retracted request resumes by
+re-prefilling its prompt and its ``k`` outputs (``empirical/sglang_semantics.py``:
+kvstab lengths ``(s + k, o − k)``, like vLLM's recompute); SGLang still counts
+its original prompt and outputs, which the rule reads as ``prior = k`` when
+the engine shows it (``getattr(entry, "prior", 0)``: 0 in kvstab's own
+lifecycle, where a victim restarts from scratch).
+
+**One deviation, outside SGLang's reachable states:** an empty system (nothing
+active, nothing admitted yet) admits the queue head whatever the reservation
+says.  SGLang clips ``max_new`` at arrival so that ``s + max_new + B < M``
+(``scheduler.py:2700``, ``init_req_max_new_tokens``) — the head always fits an
+empty pool there — while kvstab's engine accepts any request with
+``s + o ≤ M``, which SGLang's strict test would starve.  A chunk limited by
+the reservation takes ``free − Σ reserved`` with the running requests'
+remaining outputs counted in full (instead of ``⌊remaining_total⌋``), and a
+chunk is never granted more than free memory; SGLang's admission test keeps
+both out of its reachable states (a chunked request was admitted with its
+whole prompt reserved, and no decode runs while it is in flight).  A chunk
+``ŝ`` that is not a whole number of pages, which SGLang refuses
+(``chunked_prefill_size % page_size == 0``, ``arg_groups/validation_hook.py:244``),
+is rounded up to pages for the batch's budget (the engine still clamps each
+request to ``ŝ`` tokens a slot).
+
+Traits: FCFS of first admissions holds (retracted requests rejoin the tail
+and are re-admissions), the rule preempts (retraction), it reads ``o``, and it
+is not work-conserving (the reservation and the flag leave memory idle).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvstab.contract import ActiveEntry, Decision, StateVar, Traits, View, WaitingEntry
+from kvstab.errors import InvalidArgument
+from kvstab.model import PAPER_CHUNK, PAPER_M, ModelParams
+from kvstab.ops import BoolLike, IntLike, Ops
+
+__all__ = ["Sglang", "SCHEDULER"]
+
+
+def _prior(entry: ActiveEntry | WaitingEntry) -> IntLike:
+    """Output tokens a request produced before its last retraction (0 unless the engine shows them)."""
+    return getattr(entry, "prior", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Sglang:
+    """SGLang 0.5.23's scheduler: its knobs and its server, one source for the model and the real run."""
+
+    # --- the server (kvstab's ModelParams, in SGLang's terms; see params())
+    M: int = field(default=PAPER_M, metadata={"help": "KV token pool size (SGLang max_total_num_tokens)"})
+    chunk: int = field(default=PAPER_CHUNK, metadata={"help": "chunked_prefill_size (tokens per prefill batch)"})
+    block: int = field(default=1, metadata={"help": "page_size (KV allocation granularity B)"})
+    max_num_seqs: int | None = field(default=None, metadata={"help": "max_running_requests (None: no cap)"})
+    max_prefill_tokens: int = field(
+        default=16384, metadata={"help": "max_prefill_tokens: input tokens per prefill batch (a soft cap)"}
+    )
+    context_len: int | None = field(
+        default=None, metadata={"help": "the model's context length (clips max_new at arrival); None: unbounded"}
+    )
+    # --- SGLang's knobs (environ.py:646-650, schedule fields)
+    schedule_conservativeness: float = field(default=1.0, metadata={"help": "--schedule-conservativeness"})
+    init_new_token_ratio: float = field(default=0.7, metadata={"help": "SGLANG_INIT_NEW_TOKEN_RATIO"})
+    min_new_token_ratio_factor: float = field(default=0.14, metadata={"help": "SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR"})
+    new_token_ratio_decay_steps: int = field(default=600, metadata={"help": "SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS"})
+    retract_decode_steps: int = field(default=20, metadata={"help": "SGLANG_RETRACT_DECODE_STEPS"})
+    clip_max_new_tokens: int = field(default=4096, metadata={"help": "SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION"})
+
+    name: str = "sglang"
+    description: str = (
+        "SGLang 0.5.23: prefill whenever a batch forms, else decode; admission reserves the prompt, the "
+        "request's whole max_new and new_token_ratio of the running requests' remaining outputs; "
+        "retraction of the fewest-output request to the queue's tail"
+    )
+    traits: Traits = Traits(fcfs=True, work_conserving=False, clairvoyant=True, preempts=True)
+
+    def __post_init__(self) -> None:
+        for name in ("M", "chunk", "block", "max_prefill_tokens", "new_token_ratio_decay_steps", "clip_max_new_tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InvalidArgument(f"sglang: {name} must be a positive integer, got {v!r}")
+        for name in ("max_num_seqs", "context_len"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise InvalidArgument(f"sglang: {name} must be a positive integer or None, got {v!r}")
+        if (
+            isinstance(self.retract_decode_steps, bool)
+            or not isinstance(self.retract_decode_steps, int)
+            or (self.retract_decode_steps < 0)
+        ):
+            raise InvalidArgument(
+                f"sglang: retract_decode_steps must be an integer >= 0, got {self.retract_decode_steps!r}"
+            )
+        for name in ("schedule_conservativeness", "init_new_token_ratio", "min_new_token_ratio_factor"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < float(v) < float("inf")):
+                raise InvalidArgument(f"sglang: {name} must be a positive finite number, got {v!r}")
+        if self.block > self.M:
+            raise InvalidArgument(f"sglang: page size block={self.block} exceeds M={self.M}")
+        if self.chunk % self.block:
+            raise InvalidArgument(
+                f"sglang: chunk={self.chunk} must be a multiple of the page size block={self.block} "
+                "(SGLang's chunked_prefill_size % page_size == 0)"
+            )
+
+    # --- configuration derived from the knobs
+    def params(self) -> ModelParams:
+        """The server as kvstab's :class:`ModelParams` (``max_prefill_tokens`` is the
+        rule's own: SGLang's last admission may overshoot it, so it is no hard token budget)."""
+        return ModelParams(M=self.M, chunk=self.chunk, block=self.block, max_num_seqs=self.max_num_seqs)
+
+    @property
+    def ratio_init(self) -> float:
+        """``new_token_ratio`` at start: ``min(init · conservativeness, 1)`` (``new_token_ratio_tracker.py:24``)."""
+        return min(float(self.init_new_token_ratio) * float(self.schedule_conservativeness), 1.0)
+
+    @property
+    def ratio_min(self) -> float:
+        """The decay floor ``min(init · factor, 1)``."""
+        return min(self.ratio_init * float(self.min_new_token_ratio_factor), 1.0)
+
+    @property
+    def ratio_decay(self) -> float:
+        """The decay per decode step without retraction, ``(init − min) / steps``."""
+        return (self.ratio_init - self.ratio_min) / self.new_token_ratio_decay_steps
+
+    @property
+    def state_vars(self) -> tuple[StateVar, ...]:
+        """``new_token_ratio`` and ``batch_is_full``, the state SGLang carries between steps."""
+        return (
+            StateVar(
+                "new_token_ratio",
+                initial=self.ratio_init,
+                lo=0.0,
+                hi=1.0,
+                real=True,
+                help="share of running requests' remaining outputs that admission reserves",
+            ),
+            StateVar("batch_is_full", initial=0, lo=0, hi=1, help="1: no prefill is tried until a request leaves"),
+        )
+
+    # --- the rule
+    def decide(self, view: View, ops: Ops) -> Decision:
+        """One SGLang step: a prefill batch if one forms, else a decode step with retraction."""
+        ratio, full = view.state if view.state else tuple(v.initial for v in self.state_vars)
+        B = view.block
+        clip = self.clip_max_new_tokens
+
+        def paged(x: IntLike) -> IntLike:
+            return x if isinstance(B, int) and B == 1 else ops.ceil_div(x, B) * B
+
+        actives = view.active
+        decoding = [ops.and_(a.present, ops.le(a.s, a.progress)) for a in actives]
+        chunked = [ops.and_(a.present, ops.lt(a.progress, a.s)) for a in actives]
+        held = [ops.ite(a.present, paged(a.progress), 0) for a in actives]
+        free = view.M - ops.sum(held)
+        n_running = ops.count(decoding)
+        n_active = ops.count(a.present for a in actives)
+        any_chunked = ops.or_(*chunked)
+        # the flag is cleared when the running batch is empty (scheduler.py:4094)
+        full = ops.ite(ops.eq(n_running, 0), 0, full)
+
+        # ---- prefill: the adder's budgets
+        total_offset = ops.sum(
+            ops.ite(d, ops.min(a.s + a.o - a.progress, clip) * ratio, 0) for a, d in zip(actives, decoding)
+        )
+        current_offset: IntLike = 0
+        # SGLang requires whole pages (validation_hook.py:244); another chunk is rounded up to pages
+        rem_chunk: IntLike = paged(view.chunk)
+        rem_input: IntLike = self.max_prefill_tokens
+        grants: list[IntLike] = [0] * len(actives)
+        reserved_used: IntLike = 0  # tokens this batch allocates (the memory clamp's account)
+        continuing: BoolLike = False  # a chunked request stays chunked after this step
+        in_batch: IntLike = 0  # requests in the prefill batch (can_run_list)
+        finishing_in_prefill: BoolLike = False
+        # conservative integer stand-in for ⌊remaining_total⌋ (reached only outside SGLang's states)
+        offset_full = ops.sum(ops.ite(d, ops.min(a.s + a.o - a.progress, clip), 0) for a, d in zip(actives, decoding))
+        for i, (a, c) in enumerate(zip(actives, chunked)):
+            remaining_total = free - total_offset
+            cand = a.s - a.progress
+            lower = free - offset_full - current_offset
+            limited = ops.ite(ops.le(rem_chunk, remaining_total), rem_chunk, ops.min(rem_chunk, lower))
+            allow = ops.ite(ops.or_(ops.lt(remaining_total, 1), ops.le(limited, 0)), rem_chunk, limited)
+            # never more than free memory (SGLang would fail the allocation; see the docstring)
+            room = paged(a.progress) - a.progress + ops.div(ops.max(free - reserved_used, 0), B) * B
+            allow = ops.max(0, ops.min(allow, room))
+            new_len = ops.ite(c, ops.min(cand, allow), 0)
+            truncated = ops.lt(new_len, cand)
+            max_new_res = ops.ite(truncated, 0, ops.min(a.o + 1 + _prior(a), clip))
+            grants[i] = new_len
+            ext = paged(new_len)
+            total_offset = total_offset + ops.ite(c, ext + B + max_new_res, 0)
+            current_offset = current_offset + ops.ite(c, ext + B, 0)
+            rem_chunk = rem_chunk - ops.ite(c, ext, 0)
+            rem_input = rem_input - ops.ite(c, ext, 0)
+            reserved_used = reserved_used + ops.ite(c, paged(a.progress + new_len) - paged(a.progress), 0)
+            in_batch = in_batch + ops.ite(c, 1, 0)
+            continuing = ops.or_(continuing, ops.and_(c, truncated))
+            finishing_in_prefill = ops.or_(finishing_in_prefill, ops.and_(c, ops.not_(truncated), ops.eq(a.o, 0)))
+
+        # the walk over the queue runs when a chunk is in flight, or the queue is open
+        walk = ops.or_(any_chunked, ops.eq(full, 0))
+        stopped: BoolLike = ops.not_(walk)
+        set_full: BoolLike = False
+        empty_system = ops.eq(n_active, 0)
+        admits: list[BoolLike] = []
+        admit_grants: list[IntLike] = []
+        for w in view.waiting:
+            remaining_total = free - total_offset
+            budget_other = ops.or_(ops.le(rem_input, 0), ops.le(rem_chunk, 0))
+            capped = False if view.max_num_seqs is None else ops.le(view.max_num_seqs, n_running + in_batch)
+            # the walk's stops, in SGLang's order: spent budget, then the running cap
+            stop_budget = ops.and_(w.present, ops.not_(stopped), budget_other)
+            stop_cap = ops.and_(w.present, ops.not_(stopped), ops.not_(budget_other), capped)
+            tries = ops.and_(w.present, ops.not_(stopped), ops.not_(budget_other), ops.not_(capped))
+            max_new_check = ops.min(w.o + 1, clip)
+            fits = ops.lt(w.s + max_new_check + B, remaining_total)
+            # the empty system admits its head whatever the reservation (see the module docstring)
+            fits = ops.or_(fits, ops.and_(empty_system, ops.eq(in_batch, 0)))
+            take = ops.and_(tries, fits)
+            no_token = ops.and_(tries, ops.not_(fits))
+            # chunked admission when the paged prompt exceeds the chunk budget
+            whole = ops.le(paged(w.s), rem_chunk)
+            chunk_len = ops.div(ops.max(rem_chunk, 0), B) * B
+            take = ops.and_(take, ops.or_(whole, ops.lt(0, chunk_len)))
+            ext_raw = ops.ite(whole, w.s, chunk_len)
+            max_new_res = ops.ite(whole, ops.min(w.o + 1 + _prior(w), clip), 0)
+            ext = paged(ext_raw)
+            total_offset = total_offset + ops.ite(take, ext + B + max_new_res, 0)
+            current_offset = current_offset + ops.ite(take, ext + B, 0)
+            rem_chunk = rem_chunk - ops.ite(take, ext, 0)
+            rem_input = rem_input - ops.ite(take, ext, 0)
+            reserved_used = reserved_used + ops.ite(take, ext, 0)
+            in_batch = in_batch + ops.ite(take, 1, 0)
+            continuing = ops.or_(continuing, ops.and_(take, ops.not_(whole)))
+            finishing_in_prefill = ops.or_(finishing_in_prefill, ops.and_(take, whole, ops.eq(w.o, 0)))
+            admits.append(take)
+            admit_grants.append(ops.ite(take, ext_raw, 0))
+            # after an admission, add_one_req returns the budget state: NO_TOKEN stops the walk too
+            after_no_token = ops.and_(
+                take,
+                ops.or_(ops.le(free - total_offset, 0), ops.le(free - current_offset, 0)),
+            )
+            after_other = ops.and_(take, ops.not_(after_no_token), ops.or_(ops.le(rem_input, 0), ops.le(rem_chunk, 0)))
+            nt = ops.or_(no_token, after_no_token)
+            set_full = ops.or_(
+                set_full,
+                stop_cap,
+                ops.and_(nt, ops.or_(ops.lt(0, in_batch), ops.lt(0, n_running))),
+            )
+            stopped = ops.or_(stopped, stop_budget, stop_cap, nt, after_other, ops.and_(w.present, ops.not_(take)))
+
+        prefill = ops.lt(0, in_batch)
+        # ---- decode: check_decode_mem, retraction in SGLang's order
+        # a request needs a new page when its length is a multiple of B (schedule_batch.py:3415)
+        need = [ops.ite(ops.and_(d, ops.eq(paged(a.progress), a.progress)), B, 0) for a, d in zip(actives, decoding)]
+        decode = ops.and_(ops.not_(prefill), ops.lt(0, n_running))
+        retracting = ops.and_(decode, ops.lt(free, ops.sum(need)))
+        outs = [a.progress - a.s + 1 + _prior(a) for a in actives]  # len(output_ids)
+        prompts = [a.s - _prior(a) for a in actives]  # len(origin_input_ids)
+        others_held = ops.sum(ops.ite(d, 0, h) for d, h in zip(decoding, held))
+        preempt = _retraction(view, ops, retracting, decoding, need, held, outs, prompts, others_held)
+
+        kept = [ops.and_(d, ops.not_(p)) for d, p in zip(decoding, preempt)]
+        n_kept = ops.count(kept)
+        sum_out = ops.sum(ops.ite(k, o, 0) for k, o in zip(kept, outs))
+        sum_max_new = ops.sum(ops.ite(k, a.o + 1 + _prior(a), 0) for k, a in zip(kept, actives))
+        estimate = (sum_out + self.retract_decode_steps * n_kept) / (sum_max_new + 1)
+        after_retract = ops.min(1.0, estimate)
+        decayed = ops.max(ratio - self.ratio_decay, self.ratio_min)
+        # an idle step (nothing runs, nothing waits) resets the ratio (on_idle, scheduler.py:5318)
+        idle = ops.and_(ops.eq(n_active, 0), ops.not_(ops.or_(*[w.present for w in view.waiting])))
+        next_ratio = ops.ite(decode, ops.ite(retracting, after_retract, decayed), ops.ite(idle, self.ratio_init, ratio))
+
+        decode_grants = [ops.ite(ops.and_(decode, k), 1, 0) for k in kept]
+        final_grants = [ops.ite(prefill, g, dg) for g, dg in zip(grants, decode_grants)]
+        admit = tuple(ops.and_(prefill, t) for t in admits)
+        waiting_grants = [ops.ite(t, g, 0) for t, g in zip(admit, admit_grants)]
+
+        # ---- the flag for the next step
+        finishing_in_decode = ops.or_(*[ops.and_(k, ops.eq(a.progress + 1, a.s + a.o)) for k, a in zip(kept, actives)])
+        # a prefill batch formed with nothing running *becomes* the running batch next step
+        # (scheduler.py:3957), a new ScheduleBatch whose flag is clear: the flag set now is lost
+        leaves = ops.or_(
+            ops.and_(prefill, ops.or_(continuing, finishing_in_prefill, ops.eq(n_running, 0))),
+            ops.and_(decode, ops.or_(retracting, finishing_in_decode)),
+        )
+        next_full = ops.ite(leaves, 0, ops.ite(set_full, 1, full))
+
+        return Decision(
+            admit=admit,
+            preempt=tuple(preempt),
+            grants=tuple(final_grants) + tuple(waiting_grants),
+            state=(next_ratio, next_full),
+        )
+
+
+def _retraction(
+    view: View,
+    ops: Ops,
+    retracting: BoolLike,
+    decoding: list[BoolLike],
+    need: list[IntLike],
+    held: list[IntLike],
+    outs: list[IntLike],
+    prompts: list[IntLike],
+    others_held: IntLike,
+) -> list[BoolLike]:
+    """Which active entries ``retract_decode`` (``schedule_batch.py:3451``) retracts.
+
+    SGLang sorts the running batch by ``(outputs, −prompt)`` descending (a stable
+    sort) and pops from its end: the first pop is unconditional, then it pops
+    while ``check_decode_mem`` fails on what is left, and it always keeps one.
+    Because the check only gets easier as requests leave, entry ``i`` is popped
+    iff it is not last in that order and it is either first or the requests not
+    popped before it (itself included) do not fit.
+    """
+    n = len(view.active)
+    if retracting is False:
+        # the concrete common case: no retraction, and every flag below has `retracting` as a conjunct
+        return [False] * n
+
+    def before(j: int, i: int) -> BoolLike:
+        """Whether entry ``j`` is popped before entry ``i``: fewer outputs, then a
+        longer prompt, then later in the batch (stable sort, popped from the end)."""
+        same = ops.eq(outs[j], outs[i])
+        key_less = ops.or_(ops.lt(outs[j], outs[i]), ops.and_(same, ops.lt(prompts[i], prompts[j])))
+        if j > i:
+            return ops.or_(key_less, ops.and_(same, ops.eq(prompts[j], prompts[i])))
+        return key_less
+
+    earlier = [[ops.and_(decoding[j], before(j, i)) if j != i else False for j in range(n)] for i in range(n)]
+    flags: list[BoolLike] = []
+    for i in range(n):
+        first = ops.not_(ops.or_(*earlier[i]))
+        last = ops.not_(ops.or_(*[ops.and_(decoding[j], earlier[j][i]) for j in range(n) if j != i]))
+        # check_decode_mem on the requests not popped before i (i included)
+        rest = ops.sum(ops.ite(ops.and_(decoding[j], ops.not_(earlier[i][j])), need[j] + held[j], 0) for j in range(n))
+        rest_fits = ops.le(rest, view.M - others_held)
+        flags.append(ops.and_(retracting, decoding[i], ops.not_(last), ops.or_(first, ops.not_(rest_fits))))
+    return flags
+
+
+SCHEDULER = Sglang()
