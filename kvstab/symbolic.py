@@ -12,9 +12,11 @@ terms structurally), silently giving a wrong proof; the wrapper closes that hole
 from __future__ import annotations
 
 import linecache
+import math
 import os
 import sys
 from collections.abc import Iterable
+from fractions import Fraction
 from typing import Any
 
 import z3
@@ -43,13 +45,16 @@ def _caller() -> str:
 
 
 def unwrap(x: Any) -> Any:
-    """The z3 expression behind ``x`` (ints and bools become z3 values)."""
+    """The z3 expression behind ``x`` (ints, bools and finite floats become z3 values)."""
     if isinstance(x, Sym):
         return x.z
     if isinstance(x, bool):
         return z3.BoolVal(x)
     if isinstance(x, int):
         return z3.IntVal(x)
+    if isinstance(x, float) and math.isfinite(x):
+        # the float's exact binary value (z3 would read its decimal rendering)
+        return z3.RealVal(Fraction(x))
     return x
 
 
@@ -60,9 +65,28 @@ def wrap(x: Any) -> Any:
     return x
 
 
+def _floordiv(a: Any, b: Any) -> z3.ArithRef:
+    """``a // b`` as Python computes it.  z3's ``/`` is Euclidean division on
+    integers (floor for the positive divisors rules use) but *real* division
+    on reals, so a real operand (a ``real=True`` state variable) floors
+    explicitly, as ``float // int`` does."""
+    za, zb = unwrap(a), unwrap(b)
+    if za.is_real() or zb.is_real():
+        return z3.ToInt(za / zb)
+    return za / zb
+
+
+def _mod(a: Any, b: Any) -> z3.ArithRef:
+    """``a % b`` as Python computes it (``a - b·⌊a/b⌋`` for a real operand)."""
+    za, zb = unwrap(a), unwrap(b)
+    if za.is_real() or zb.is_real():
+        return za - zb * z3.ToReal(z3.ToInt(za / zb))
+    return za % zb
+
+
 def _is_bool(x: Any) -> bool:
-    return isinstance(x, bool) or (isinstance(x, Sym) and z3.is_bool(x.z)) or (
-        isinstance(x, z3.ExprRef) and z3.is_bool(x)
+    return (
+        isinstance(x, bool) or (isinstance(x, Sym) and z3.is_bool(x.z)) or (isinstance(x, z3.ExprRef) and z3.is_bool(x))
     )
 
 
@@ -94,13 +118,21 @@ class Sym:
         return Sym(unwrap(other) * self.z)
 
     def __floordiv__(self, other: Any) -> Sym:
-        return Sym(self.z / unwrap(other))  # z3 Int division; floor for positive divisors
+        return Sym(_floordiv(self.z, other))  # z3 Int division: floor for positive divisors
 
     def __rfloordiv__(self, other: Any) -> Sym:
-        return Sym(unwrap(other) / self.z)
+        return Sym(_floordiv(other, self.z))
+
+    def __truediv__(self, other: Any) -> Sym:
+        # true division is real-valued, as in Python (an Int operand is promoted)
+        return Sym(z3.ToReal(self.z) / unwrap(other) if self.z.is_int() else self.z / unwrap(other))
+
+    def __rtruediv__(self, other: Any) -> Sym:
+        zo = unwrap(other)
+        return Sym(z3.ToReal(zo) / self.z if zo.is_int() else zo / self.z)
 
     def __mod__(self, other: Any) -> Sym:
-        return Sym(self.z % unwrap(other))
+        return Sym(_mod(self.z, other))
 
     def __neg__(self) -> Sym:
         return Sym(-self.z)
@@ -256,12 +288,15 @@ class Z3Ops:
     def div(self, a: Any, b: Any) -> Any:
         if not isinstance(a, Sym) and not isinstance(b, Sym):
             return a // b
-        return Sym(unwrap(a) / unwrap(b))
+        return Sym(_floordiv(a, b))
 
     def ceil_div(self, a: Any, b: Any) -> Any:
         if not isinstance(a, Sym) and not isinstance(b, Sym):
             return -(-a // b)
-        return Sym((unwrap(a) + unwrap(b) - 1) / unwrap(b))
+        za, zb = unwrap(a), unwrap(b)
+        if za.is_real() or zb.is_real():
+            return Sym(-_floordiv(-za, zb))  # as -(-a // b) does on a float
+        return Sym((za + zb - 1) / zb)
 
     def count(self, xs: Iterable[Any]) -> Any:
         return self.sum(self.ite(x, 1, 0) for x in xs)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import z3
 
-from kvstab.contract import Scheduler
+from kvstab.contract import Scheduler, state_vars_of
 from kvstab.model import tokens_held
 from kvstab.proofs.encoding import (
     Entry,
@@ -28,6 +28,9 @@ from kvstab.proofs.encoding import (
     compact,
     encode_step,
     fresh_state,
+    state_at_initial,
+    state_in_bounds,
+    var_in_bounds,
     well_formed,
 )
 from kvstab.proofs.invariants import Conjunct, base_conjuncts
@@ -68,14 +71,16 @@ def unroll(
 ) -> Unrolling:
     """Unroll ``depth`` slots from the empty system (or, with ``empty_start=False``,
     from any well-formed state: the k-induction step)."""
-    start = fresh_state("s0", K, Q)
+    start = fresh_state("s0", K, Q, state_vars_of(scheduler))
     cs: list[z3.BoolRef] = list(setting.base_constraints())
     if empty_start:
         for e in start.active + start.waiting:
             cs.append(z3.Not(e.present))
             cs.append(z3.And(e.s == 0, e.o == 0, e.p == 0, e.rid == -1))
+        cs.append(state_at_initial(start))  # every run starts at the declared initial state
     else:
         cs.append(well_formed(start, setting, True))
+        cs.append(state_in_bounds(start))
         for a, b in zip(start.waiting, start.waiting[1:]):
             cs.append(z3.Implies(b.present, a.present))
     state = start
@@ -87,7 +92,7 @@ def unroll(
         sc: list[z3.BoolRef] = list(acs)
         for j, e in enumerate(arr):
             sc.append(e.rid == 1000 * t + j)
-        view_state = SymState(active=state.active, waiting=state.waiting + arr)
+        view_state = SymState(active=state.active, waiting=state.waiting + arr, sched=state.sched, svars=state.svars)
         step = encode_step(scheduler, view_state, setting, f"t{t}.post")
         sc += step.constraints()
         act, c1, fit1 = compact(step.post.active, K, f"s{t + 1}", False)
@@ -96,12 +101,26 @@ def unroll(
         per_slot.append(sc)
         steps.append(step)
         arrs.append(arr)
-        state = SymState(active=act, waiting=que)
+        # the rule's own state needs no packing: the post state's terms carry on
+        state = SymState(active=act, waiting=que, sched=step.post.sched, svars=step.post.svars)
     return Unrolling(steps=steps, arrivals=arrs, start_constraints=cs, slot_constraints=per_slot, start=start)
 
 
 def _violated(step: StepTerms, setting: Setting) -> z3.BoolRef:
-    return z3.Or(*[z3.Not(g) for _, g in step.safety(setting)])
+    """The slot breaks one of the engine's checks: a per-slot invariant, or
+    (stateful rules) a next state outside its declared bounds."""
+    return z3.Or(*[z3.Not(g) for _, g in step.safety(setting)], z3.Not(state_in_bounds(step.post)))
+
+
+def _broken_state(m: z3.ModelRef, step: StepTerms, setting: Setting) -> str:
+    """The state variable whose next value the model puts out of bounds, when
+    no per-slot check fails first ("" otherwise: the engine's check is what breaks)."""
+    if not all(z3.is_true(m.eval(g, model_completion=True)) for _, g in step.safety(setting)):
+        return ""
+    for v, x in zip(step.post.svars, step.post.sched):
+        if not z3.is_true(m.eval(var_in_bounds(v, x), model_completion=True)):
+            return v.name
+    return ""
 
 
 def _depth_for(setting: Setting, n: int) -> int:
@@ -198,7 +217,8 @@ def bmc(
         guard = solve(assertions, budget, f"bmc-{d}-premises")
         if guard.status is not Status.SAT:
             v: Verdict = Unknown(
-                "vacuous: no run of this length" if guard.status is Status.UNSAT else f"solver: {guard.reason}", guard.smt2
+                "vacuous: no run of this length" if guard.status is Status.UNSAT else f"solver: {guard.reason}",
+                guard.smt2,
             )
             obs.append(Obligation("bmc", v, 0.0, branch=f"depth {d}", conjunct="premises satisfiable"))
             return v, obs
@@ -208,10 +228,18 @@ def bmc(
         if ans.status is Status.SAT:
             m = _minimise(assertions + [_violated(un.steps[d - 1], setting)], ans.model, un, d, setting, budget)
             slots = [decode_slot(m, un.steps[t], t, un.arrivals[t]) for t in range(d)]
+            broken = _broken_state(m, un.steps[d - 1], setting)
             trace = replay_trace(
-                scheduler, spec, setting, kind="reachable", M=decode_int(m, setting.M_term), slots=slots
+                scheduler,
+                spec,
+                setting,
+                kind="reachable",
+                M=decode_int(m, setting.M_term),
+                slots=slots,
+                broken_state=broken,
             )
-            v = Refuted(trace, f"reachable violation in slot {d - 1}")
+            what = f"state variable {broken!r} leaves its declared bounds" if broken else "violation"
+            v = Refuted(trace, f"reachable {what} in slot {d - 1}")
             obs.append(Obligation("bmc", v, secs, branch=f"depth {d}", conjunct="engine checks"))
             return v, obs
         if ans.status is Status.UNKNOWN:
@@ -248,13 +276,15 @@ def k_induction(
     ``(k+1)``-th that passes too.  (Its base case is :func:`bmc` to depth ``k``.)"""
     budget = budget or Budget()
     un = unroll(scheduler, setting, K, Q, arrivals_per_slot, k + 1, empty_start=False)
-    conj = base_conjuncts(True, setting) + list(extra)
+    conj = base_conjuncts(True, setting, state_vars_of(scheduler)) + list(extra)
     prem = un.upto(k + 1) + [c(un.start, setting) for c in conj]
     prem += [z3.Not(_violated(un.steps[t], setting)) for t in range(k)]
     obs: list[Obligation] = []
     guard = solve(prem, budget, f"kind-{k}-premises")
     if guard.status is not Status.SAT:
-        v: Verdict = Unknown("vacuous premises" if guard.status is Status.UNSAT else f"solver: {guard.reason}", guard.smt2)
+        v: Verdict = Unknown(
+            "vacuous premises" if guard.status is Status.UNSAT else f"solver: {guard.reason}", guard.smt2
+        )
         obs.append(Obligation(f"{k}-induction", v, 0.0, conjunct="premises satisfiable"))
         return v, obs
     t0 = time.perf_counter()

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import z3
 
-from kvstab.contract import ActiveEntry, Decision, Scheduler, View, WaitingEntry, traits_of
+from kvstab.contract import ActiveEntry, Decision, Scheduler, View, WaitingEntry, state_vars_of, traits_of
 from kvstab.ops import CONCRETE
 from kvstab.proofs.encoding import (
     Entry,
@@ -40,10 +40,11 @@ from kvstab.proofs.encoding import (
     fresh_state,
     memory,
     run_rule,
+    state_in_bounds,
     view_of,
     well_formed,
 )
-from kvstab.proofs.replaying import decode_int
+from kvstab.proofs.replaying import decode_int, decode_state
 from kvstab.proofs.solver import Budget, Status, solve
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict, passed
 from kvstab.replay import replay_command
@@ -65,13 +66,16 @@ class Pair:
     decisions: tuple[str, str]
     replayed: bool
     commands: tuple[str, str]
+    #: the scheduler's own state, the same in both (a stateful rule)
+    sched_state: tuple[int | float, ...] = ()
 
     def describe(self) -> str:
         """A few lines a reader can follow."""
         (a1, w1), (a2, w2) = self.first, self.second
+        both = f", scheduler state {list(self.sched_state)}" if self.sched_state else ""
         return "\n".join(
             [
-                f"two states differing only in o (M={self.M}):",
+                f"two states differing only in o (M={self.M}{both}):",
                 f"  state 1: active {list(a1)} waiting {list(w1)} -> {self.decisions[0]}",
                 f"  state 2: active {list(a2)} waiting {list(w2)} -> {self.decisions[1]}",
                 f"  rule re-run on concrete values: {'decisions differ' if self.replayed else 'NOT reproduced'}",
@@ -113,6 +117,7 @@ def _premises(pre: SymState, step: StepTerms, setting: Setting) -> list[z3.BoolR
     out = setting.base_constraints() + [
         well_formed(pre, setting, step.full_units),
         memory(pre, setting) <= setting.M_term,
+        state_in_bounds(pre),  # a stateful rule's declared state invariant
     ]
     out += step.constraints()
     for a, b in zip(pre.waiting, pre.waiting[1:]):
@@ -144,6 +149,11 @@ def _check(
             v = Unknown(f"solver: {a.reason}", a.smt2)
     obs.append(Obligation("claim", v, secs, conjunct=name))
     return v, obs, a.model
+
+
+def _sched(m: z3.ModelRef, st: SymState) -> str:
+    """`` state [..]`` for a stateful rule's witness ("" for a stateless one)."""
+    return f" state {list(decode_state(m, st.sched))}" if st.sched else ""
 
 
 def _state(m: z3.ModelRef, st: SymState) -> tuple[Active, Waiting]:
@@ -180,7 +190,10 @@ def _fcfs(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget: Bud
         admitted = [
             j for j, e in enumerate(w) if z3.is_true(m.eval(z3.And(e.present, step.admit[j]), model_completion=True))
         ]
-        witness = f"M={decode_int(m, setting.M_term)}: active {list(act)} waiting {list(wait)} admits {admitted}"
+        witness = (
+            f"M={decode_int(m, setting.M_term)}: active {list(act)} waiting {list(wait)}{_sched(m, step.pre)} "
+            f"admits {admitted}"
+        )
     return Claim("FCFS admissions", v, tuple(obs), witness)
 
 
@@ -192,7 +205,7 @@ def _oldest(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget: B
     witness = ""
     if isinstance(v, Refuted) and m is not None:
         act, wait = _state(m, step.pre)
-        witness = f"M={decode_int(m, setting.M_term)}: active {list(act)} waiting {list(wait)}"
+        witness = f"M={decode_int(m, setting.M_term)}: active {list(act)} waiting {list(wait)}{_sched(m, step.pre)}"
     return Claim("oldest running request progresses", v, tuple(obs), witness)
 
 
@@ -206,7 +219,10 @@ def _lone_head(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget
     witness = ""
     if isinstance(v, Refuted) and m is not None:
         _, wait = _state(m, step.pre)
-        witness = f"M={decode_int(m, setting.M_term)}: empty server, waiting {list(wait)}: nobody is admitted"
+        witness = (
+            f"M={decode_int(m, setting.M_term)}: empty server, waiting {list(wait)}{_sched(m, step.pre)}: "
+            "nobody is admitted"
+        )
     return Claim("empty server admits" if not fcfs else "lone head admitted", v, tuple(obs), witness)
 
 
@@ -245,7 +261,8 @@ def _ranking(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget: 
     if isinstance(v, Refuted) and m is not None:
         act, wait = _state(m, pre)
         witness = (
-            f"M={decode_int(m, setting.M_term)}: active {list(act)} waiting {list(wait)}: the ranking does not fall"
+            f"M={decode_int(m, setting.M_term)}: active {list(act)} waiting {list(wait)}{_sched(m, pre)}: "
+            "the ranking does not fall"
         )
     return Claim("no livelock (ranking function)", v, tuple(obs), witness)
 
@@ -259,6 +276,8 @@ def _shadow(st: SymState, tag: str) -> SymState:
     return SymState(
         active=tuple(copy(e, False, k) for k, e in enumerate(st.active)),
         waiting=tuple(copy(e, True, k) for k, e in enumerate(st.waiting)),
+        sched=st.sched,  # the same scheduler state: only o differs
+        svars=st.svars,
     )
 
 
@@ -274,7 +293,14 @@ def _show(d: Decision) -> str:
     return f"admit {[bool(x) for x in d.admit]} preempt {[bool(x) for x in d.preempt]}{grants}"
 
 
-def _concrete_decision(scheduler: Scheduler, setting: Setting, M: int, act: Active, wait: Waiting) -> Decision:
+def _concrete_decision(
+    scheduler: Scheduler,
+    setting: Setting,
+    M: int,
+    act: Active,
+    wait: Waiting,
+    sched_state: tuple[int | float, ...] = (),
+) -> Decision:
     # the rule itself, shown every o: engines hide o from a rule that declares it does not read it
     # (kvstab.contract.visible_view), which is exactly the claim under test here
     p = setting.params(M)
@@ -287,6 +313,7 @@ def _concrete_decision(scheduler: Scheduler, setting: Setting, M: int, act: Acti
         token_budget=p.token_budget,
         max_num_seqs=p.max_num_seqs,
         n_waiting=len(wait),
+        state=sched_state,
     )
     return scheduler.decide(view, CONCRETE)
 
@@ -306,15 +333,16 @@ def _non_clairvoyant(
     if isinstance(v, Refuted) and m is not None:
         M = decode_int(m, setting.M_term)
         s1, s2 = _state(m, pre), _state(m, other)
-        c1 = _concrete_decision(scheduler, setting, M, *s1)
-        c2 = _concrete_decision(scheduler, setting, M, *s2)
+        sched = decode_state(m, pre.sched)
+        c1 = _concrete_decision(scheduler, setting, M, *s1, sched_state=sched)
+        c2 = _concrete_decision(scheduler, setting, M, *s2, sched_state=sched)
         name = spec if spec is not None else scheduler.name
         params = setting.params(M)
         cmds = (
             replay_command(name, params, [], active=list(s1[0]) or None, waiting=list(s1[1]) or None) + " --slots 1",
             replay_command(name, params, [], active=list(s2[0]) or None, waiting=list(s2[1]) or None) + " --slots 1",
         )
-        pair = Pair(M, s1, s2, (_show(c1), _show(c2)), _show(c1) != _show(c2), cmds)
+        pair = Pair(M, s1, s2, (_show(c1), _show(c2)), _show(c1) != _show(c2), cmds, sched)
         v = Refuted(None, "the decision depends on o although the rule declares clairvoyant=False")
     return Claim("non-clairvoyant", v, tuple(obs), pair.describe() if pair else "", pair)
 
@@ -333,7 +361,7 @@ def prove_claims(
     setting = setting or Setting()
     budget = budget or Budget()
     traits = traits_of(scheduler)
-    pre = fresh_state("pre", K, Q)
+    pre = fresh_state("pre", K, Q, state_vars_of(scheduler))
     step = encode_step(scheduler, pre, setting, "post")
     prem = _premises(pre, step, setting)
     wanted = set(only)

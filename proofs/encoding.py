@@ -29,16 +29,40 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import z3
 
-from kvstab.contract import ActiveEntry, Decision, Scheduler, View, WaitingEntry, check_decision_shape
+from kvstab.contract import (
+    ActiveEntry,
+    Decision,
+    Scheduler,
+    StateVar,
+    View,
+    WaitingEntry,
+    check_decision_shape,
+    state_vars_of,
+)
 from kvstab.errors import InvalidArgument, InvalidScheduler, KvstabError
 from kvstab.model import PAPER_CHUNK, ModelParams, progress_after, tokens_held
+from kvstab.proofs.solver import register_bounds
 from kvstab.symbolic import Sym, Z3Ops, unwrap
 
-__all__ = ["Setting", "Entry", "SymState", "StepTerms", "encode_step", "compact", "fresh_state", "held"]
+__all__ = [
+    "Setting",
+    "Entry",
+    "SymState",
+    "StepTerms",
+    "encode_step",
+    "compact",
+    "fresh_state",
+    "held",
+    "state_terms",
+    "state_in_bounds",
+    "var_in_bounds",
+    "state_at_initial",
+]
 
 #: the one operations instance (stateless)
 OPS = Z3Ops()
@@ -113,10 +137,47 @@ class Entry:
 
 @dataclass(frozen=True, slots=True)
 class SymState:
-    """Active slots in admission order and queue slots in queue order, at decision time."""
+    """Active slots in admission order and queue slots in queue order, at decision
+    time, and the scheduler's own state (one term per declared
+    :class:`~kvstab.contract.StateVar`, in declaration order; ``()`` for a
+    stateless rule)."""
 
     active: tuple[Entry, ...]
     waiting: tuple[Entry, ...]
+    sched: tuple[z3.ArithRef, ...] = ()
+    svars: tuple[StateVar, ...] = ()
+
+
+def state_terms(prefix: str, svars: Sequence[StateVar]) -> tuple[z3.ArithRef, ...]:
+    """Fresh variables ``prefix.state.<name>`` for the declared state: ``Int``,
+    or ``Real`` for a variable declared ``real=True``."""
+    out = tuple(z3.Real(f"{prefix}.state.{v.name}") if v.real else z3.Int(f"{prefix}.state.{v.name}") for v in svars)
+    for v, x in zip(svars, out):
+        register_bounds(x, v.lo, v.hi)  # so that queries get linear facts on its products
+    return out
+
+
+def _num(v: StateVar, x: int | float) -> z3.ArithRef:
+    """A declared bound or initial value as an exact z3 number of the variable's sort."""
+    if v.real:
+        return z3.RealVal(Fraction(x))  # a float's exact value, not its decimal rendering
+    return z3.IntVal(int(x))
+
+
+def var_in_bounds(v: StateVar, x: z3.ArithRef) -> z3.BoolRef:
+    """``lo ≤ x ≤ hi``: the declared invariant of one state variable."""
+    return z3.And(_num(v, v.lo) <= x, x <= _num(v, v.hi))
+
+
+def state_in_bounds(state: SymState) -> z3.BoolRef:
+    """Every state variable within its declared ``[lo, hi]`` (true when stateless)."""
+    return z3.And(*[var_in_bounds(v, x) for v, x in zip(state.svars, state.sched)]) if state.svars else z3.BoolVal(True)
+
+
+def state_at_initial(state: SymState) -> z3.BoolRef:
+    """Every state variable at its declared ``initial`` value (the empty system's state)."""
+    cs = [x == _num(v, v.initial) for v, x in zip(state.svars, state.sched)]
+    return z3.And(*cs) if cs else z3.BoolVal(True)
 
 
 def _fresh_entry(name: str, queued: bool) -> Entry:
@@ -129,11 +190,14 @@ def _fresh_entry(name: str, queued: bool) -> Entry:
     )
 
 
-def fresh_state(prefix: str, K: int, Q: int) -> SymState:
-    """A state of fresh variables named ``prefix.a<i>.*`` and ``prefix.w<j>.*``."""
+def fresh_state(prefix: str, K: int, Q: int, svars: Sequence[StateVar] = ()) -> SymState:
+    """A state of fresh variables named ``prefix.a<i>.*``, ``prefix.w<j>.*`` and
+    (for a stateful rule, ``svars``) ``prefix.state.<name>``."""
     return SymState(
         active=tuple(_fresh_entry(f"{prefix}.a{i}", False) for i in range(K)),
         waiting=tuple(_fresh_entry(f"{prefix}.w{j}", True) for j in range(Q)),
+        sched=state_terms(prefix, svars),
+        svars=tuple(svars),
     )
 
 
@@ -171,6 +235,7 @@ def view_of(state: SymState, setting: Setting) -> View:
         token_budget=setting.token_budget,
         max_num_seqs=setting.max_num_seqs,
         n_waiting=Sym(z3.Sum([z3.If(e.present, 1, 0) for e in state.waiting] + [z3.IntVal(0)])),
+        state=tuple(Sym(x) for x in state.sched),
     )
 
 
@@ -232,9 +297,43 @@ class StepTerms:
         return out
 
 
+def _next_value(v: StateVar, x: Any, who: str) -> z3.ArithRef:
+    """The rule's next value of ``v`` as a z3 term of ``v``'s sort.
+
+    The engine rejects a non-integer next value of an integer variable
+    (``check_next_state``); a real-sorted term for one is rejected here for
+    the same reason (z3 would otherwise coerce the equation and silently
+    restrict the proof to the models where the term happens to be integral).
+    """
+    if isinstance(x, bool) or (not isinstance(x, (int, float, Sym)) and not isinstance(x, z3.ArithRef)):
+        raise InvalidScheduler(f"scheduler {who!r}: next value of state variable {v.name!r} is {x!r}, not a number")
+    if isinstance(x, float):
+        if not v.real:
+            raise InvalidScheduler(
+                f"scheduler {who!r}: next value of state variable {v.name!r} is {x!r}, not an integer"
+            )
+        return z3.RealVal(Fraction(x))
+    z = unwrap(x)
+    if not isinstance(z, z3.ArithRef):
+        raise InvalidScheduler(f"scheduler {who!r}: next value of state variable {v.name!r} is {x!r}, not a number")
+    if z.is_real() and not v.real:
+        raise InvalidScheduler(
+            f"scheduler {who!r}: state variable {v.name!r} is an integer but the rule gives it a real-valued "
+            "term (declare it StateVar(..., real=True), or keep its arithmetic in integers)"
+        )
+    return z3.ToReal(z) if v.real and z.is_int() else z
+
+
 def encode_step(scheduler: Scheduler, pre: SymState, setting: Setting, prefix: str) -> StepTerms:
     """Encode one engine slot from ``pre`` (the state the rule sees) into fresh
     post-state variables named ``prefix.*``."""
+    svars = state_vars_of(scheduler)
+    if tuple(svars) != pre.svars:
+        # a programming error in kvstab (every caller builds the pre state from
+        # the rule's own declaration), never a user's
+        raise ValueError(
+            f"pre state carries state {[v.name for v in pre.svars]}, the rule declares {[v.name for v in svars]}"
+        )
     view = view_of(pre, setting)
     d = run_rule(scheduler, view)
     K, Q = len(pre.active), len(pre.waiting)
@@ -255,8 +354,13 @@ def encode_step(scheduler: Scheduler, pre: SymState, setting: Setting, prefix: s
     tokens = z3.Sum([z3.If(r, a - e.p, 0) for r, a, e in zip(running, after, entries)] + [z3.IntVal(0)])
     n_running = z3.Sum([z3.If(r, 1, 0) for r in running] + [z3.IntVal(0)])
 
-    post = fresh_state(prefix, K + Q, K + Q)
+    post = fresh_state(prefix, K + Q, K + Q, svars)
     frame: list[tuple[str, z3.BoolRef]] = []
+    # the rule's own state moves with the slot: Decision.state, or unchanged
+    rule_name = getattr(scheduler, "name", repr(scheduler))
+    nxt = pre.sched if d.state is None else tuple(_next_value(v, x, rule_name) for v, x in zip(svars, d.state))
+    for v, dst, val in zip(svars, post.sched, nxt):
+        frame.append((f"state {v.name}' = decision.state", dst == val))
     # active slots: the kept old ones (slot i), then the admitted (slot K + j)
     for i, (src, r, a, dst) in enumerate(zip(entries, running, after, post.active)):
         who = f"active {i}" if i < K else f"admitted queue {i - K}"

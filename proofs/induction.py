@@ -28,9 +28,18 @@ from dataclasses import dataclass
 
 import z3
 
-from kvstab.contract import Scheduler
-from kvstab.proofs.encoding import Setting, StepTerms, SymState, encode_step, fresh_state, memory, well_formed
-from kvstab.proofs.invariants import Conjunct, ConjunctFn, base_conjuncts
+from kvstab.contract import Scheduler, state_vars_of
+from kvstab.proofs.encoding import (
+    Setting,
+    StepTerms,
+    SymState,
+    encode_step,
+    fresh_state,
+    memory,
+    state_at_initial,
+    well_formed,
+)
+from kvstab.proofs.invariants import Conjunct, ConjunctFn, base_conjuncts, state_conjunct_name
 from kvstab.proofs.replaying import decode_int, decode_slot, replay_trace
 from kvstab.proofs.solver import Answer, Budget, Status, save_query, solve
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Trace, Unknown, Verdict, passed
@@ -76,14 +85,24 @@ def _constant(goal: z3.BoolRef) -> ConjunctFn:
 
 
 def _frame(scheduler: Scheduler, setting: Setting, K: int, Q: int, extra: Sequence[Conjunct]) -> _Frame:
-    pre = fresh_state("pre", K, Q)
+    svars = state_vars_of(scheduler)
+    pre = fresh_state("pre", K, Q, svars)
     step = encode_step(scheduler, pre, setting, "post")
-    return _Frame(step=step, conjuncts=base_conjuncts(step.full_units, setting) + list(extra), init=fresh_state("init", K, Q))
+    return _Frame(
+        step=step,
+        conjuncts=base_conjuncts(step.full_units, setting, svars) + list(extra),
+        init=fresh_state("init", K, Q, svars),
+    )
 
 
 def _init_premises(fr: _Frame, setting: Setting) -> list[z3.BoolRef]:
+    # the empty system: nobody active, any well-formed queue, the rule's declared initial state
     empty = [z3.Not(e.present) for e in fr.init.active]
-    return setting.base_constraints() + empty + [well_formed(fr.init, setting, fr.step.full_units)]
+    return (
+        setting.base_constraints()
+        + empty
+        + [well_formed(fr.init, setting, fr.step.full_units), state_at_initial(fr.init)]
+    )
 
 
 def _step_premises(fr: _Frame, setting: Setting, conjuncts: Sequence[Conjunct]) -> list[z3.BoolRef]:
@@ -172,9 +191,12 @@ def check_inductive(
     if not passed(relevant.verdict):
         return _result(obs, fr, setting, K, Q, extra, method)
     safety_hints = [h for c in fr.conjuncts if c.hints_for_safety for h in _hints(c, fr, setting)]
-    goals: list[tuple[str, z3.BoolRef, bool, list[z3.BoolRef]]] = [
-        (n, g, n.startswith("memory"), safety_hints) for n, g in fr.step.safety(setting)
+    # each goal: name, term, what a counterexample breaks in the engine (the
+    # memory check, a state variable's bounds; None: a conjunct, not a run), hints
+    goals: list[tuple[str, z3.BoolRef, str | None, list[z3.BoolRef]]] = [
+        (n, g, "memory" if n.startswith("memory") else None, safety_hints) for n, g in fr.step.safety(setting)
     ]
+    bound_of = {state_conjunct_name(v): v.name for v in fr.step.pre.svars}
     # a conjunct's goal may assume the slot's safety goals: they are proved
     # under the same premises as obligations of the same branch (lemma chaining)
     proved_safety = [g for _, g in fr.step.safety(setting)]
@@ -184,13 +206,13 @@ def check_inductive(
         # every decision (free admit/preempt flags), instead of per branch
         obs += _well_formed_any_decision(setting, K, Q, budget)
     goals += [
-        (c.name + "′", c(fr.step.post, setting), False, _hints(c, fr, setting) + proved_safety)
+        (c.name + "′", c(fr.step.post, setting), _state_kind(c, bound_of), _hints(c, fr, setting) + proved_safety)
         for c in fr.conjuncts[1 if wf_any else 0 :]
     ]
     for bname, bcond in fr.step.branches:
         guard, secs = _guard(f"step-{bname}-premises", prem + [bcond], _small_model(fr), budget)
         obs.append(_guard_obligation("step: premises satisfiable", guard, secs, branch=bname))
-        for gname, goal, is_mem, hints in goals:
+        for gname, goal, breaks, hints in goals:
             if guard.status is not Status.SAT:
                 obs.append(Obligation("step", _vacuous(guard), 0.0, branch=bname, conjunct=gname))
                 continue
@@ -211,8 +233,12 @@ def check_inductive(
             if ans.status is Status.SAT:
                 # kept so that an Unknown overall verdict can point at the failing query
                 info["smt2"] = save_query(query, budget, f"cti-{bname}-{gname}", "sat: counterexample to induction")
-            if ans.status is Status.SAT and is_mem:
+            if ans.status is Status.SAT and breaks == "memory":
                 v: Verdict = Refuted(_cti(scheduler, spec, setting, fr.step, ans.model), "counterexample to induction")
+            elif ans.status is Status.SAT and breaks is not None:
+                # a next state outside the declared bounds: the engine rejects it, so replay it
+                trace = _cti(scheduler, spec, setting, fr.step, ans.model, broken_state=breaks)
+                v = Refuted(trace, f"state variable {breaks!r} leaves its declared bounds")
             else:
                 v = _verdict(ans, f"{gname} not preserved (counterexample to induction)")
             obs.append(Obligation("step", v, secs, branch=bname, conjunct=gname, info=info))
@@ -304,7 +330,19 @@ def _verdict(ans: Answer, refuted: str) -> Verdict:
     return Unknown(f"solver: {ans.reason}", ans.smt2)
 
 
-def _cti(scheduler: Scheduler, spec: str | None, setting: Setting, step: StepTerms, m: z3.ModelRef | None) -> Trace:
+def _state_kind(c: Conjunct, bound_of: dict[str, str]) -> str | None:
+    """The name of the state variable a base conjunct bounds, or ``None`` (any other conjunct)."""
+    return bound_of.get(c.name) if c.origin == "base" else None
+
+
+def _cti(
+    scheduler: Scheduler,
+    spec: str | None,
+    setting: Setting,
+    step: StepTerms,
+    m: z3.ModelRef | None,
+    broken_state: str = "",
+) -> Trace:
     assert m is not None, "a sat answer carries its model"
     slot = decode_slot(m, step, 0)
     M = decode_int(m, setting.M_term)
@@ -317,6 +355,7 @@ def _cti(scheduler: Scheduler, spec: str | None, setting: Setting, step: StepTer
         slots=[slot],
         initial_active=slot.active,
         initial_waiting=slot.waiting,
+        broken_state=broken_state,
     )
 
 

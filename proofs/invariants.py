@@ -14,19 +14,29 @@ solver need not rediscover it inside a large query.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import z3
 
-from kvstab.contract import View
+from kvstab.contract import StateVar, View
 from kvstab.errors import InvalidArgument
 from kvstab.model import progress_after
-from kvstab.proofs.encoding import OPS, Entry, Setting, StepTerms, SymState, held, memory, well_formed
+from kvstab.proofs.encoding import (
+    OPS,
+    Entry,
+    Setting,
+    StepTerms,
+    SymState,
+    held,
+    memory,
+    var_in_bounds,
+    well_formed,
+)
 from kvstab.schedulers.lookahead import Projection
 from kvstab.symbolic import Sym, unwrap
 
-__all__ = ["Conjunct", "base_conjuncts", "MENU", "menu", "load_conjunct"]
+__all__ = ["Conjunct", "base_conjuncts", "state_conjunct_name", "MENU", "menu", "load_conjunct"]
 
 ConjunctFn = Callable[[SymState, Setting], z3.BoolRef]
 
@@ -77,16 +87,29 @@ def _active_count(st: SymState, se: Setting) -> z3.BoolRef:
     return z3.Sum([z3.If(e.present, 1, 0) for e in st.active] + [z3.IntVal(0)]) <= se.max_num_seqs
 
 
-def base_conjuncts(aligned: bool, setting: Setting | None = None) -> list[Conjunct]:
+def state_conjunct_name(v: StateVar) -> str:
+    """The name of the conjunct (and obligation) that keeps ``v`` within its bounds."""
+    return f"state {v.name} ∈ [{v.lo!r}, {v.hi!r}]"
+
+
+def _state_bound(i: int, v: StateVar) -> Conjunct:
+    """The declared invariant of the ``i``-th state variable: assumed of the
+    pre state, an obligation on the post state."""
+    return Conjunct(state_conjunct_name(v), lambda st, se: var_in_bounds(v, st.sched[i]), "base")
+
+
+def base_conjuncts(aligned: bool, setting: Setting | None = None, svars: Sequence[StateVar] = ()) -> list[Conjunct]:
     """Well-formedness and the memory invariant itself, in its state form; with a
     ``max_num_seqs`` cap, also the cap on the active requests (the state form of
-    the engine's per-slot check: whoever is active after a slot ran in it)."""
+    the engine's per-slot check: whoever is active after a slot ran in it); for
+    a stateful rule, one conjunct per state variable: its declared ``[lo, hi]``."""
     out = [
         Conjunct("well-formed", lambda st, se: well_formed(st, se, aligned), "base"),
         Conjunct("memory ≤ M", lambda st, se: memory(st, se) <= se.M_term, "base", _release_lemma, _release_hints),
     ]
     if setting is not None and setting.max_num_seqs is not None:
         out.append(Conjunct("active ≤ max_num_seqs", _active_count, "base"))
+    out += [_state_bound(i, v) for i, v in enumerate(svars)]
     return out
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import z3
 
-from kvstab.contract import Scheduler
+from kvstab.contract import Scheduler, state_vars_of
 from kvstab.errors import InvalidArgument
 from kvstab.model import tokens_held
 from kvstab.proofs.encoding import Setting, encode_step, fresh_state
@@ -87,9 +87,10 @@ def work_conservation_margin(
     budget = budget or Budget()
     M = setting.M
     peak = int(tokens_held(max_s + max_o, setting.block))
-    pre = fresh_state("pre", K, Q)
+    svars = state_vars_of(scheduler)
+    pre = fresh_state("pre", K, Q, svars)
     step = encode_step(scheduler, pre, setting, "post")
-    conj = base_conjuncts(step.full_units, setting) + list(conjuncts)
+    conj = base_conjuncts(step.full_units, setting, svars) + list(conjuncts)
     bounds = [z3.Implies(e.present, z3.And(e.s <= max_s, e.o <= max_o)) for e in pre.active + pre.waiting]
     queue_left = z3.Or(*[e.present for e in step.post.waiting])
     prem = setting.base_constraints() + [c(pre, setting) for c in conj] + step.constraints() + bounds + [queue_left]

@@ -9,24 +9,51 @@ and the message says where they part.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import z3
 
 from kvstab.arrivals import fixed_arrivals
-from kvstab.contract import Scheduler
-from kvstab.errors import InvariantViolation
+from kvstab.contract import Scheduler, initial_state, state_vars_of
+from kvstab.errors import InvalidScheduler, InvariantViolation
 from kvstab.proofs.encoding import Entry, Setting, StepTerms
 from kvstab.proofs.verdicts import SlotState, Trace
 from kvstab.replay import ReplayOutcome, replay, replay_command
 from kvstab.simulator import Engine
 
-__all__ = ["decode_int", "decode_slot", "replay_trace"]
+__all__ = ["decode_int", "decode_number", "decode_state", "decode_slot", "replay_trace", "same_state"]
 
 
 def decode_int(m: z3.ModelRef, t: z3.ExprRef) -> int:
     """The value of integer term ``t`` in ``m`` (unconstrained terms take their default)."""
     return m.eval(t, model_completion=True).as_long()  # type: ignore[union-attr]
+
+
+def decode_number(m: z3.ModelRef, t: z3.ExprRef) -> int | float:
+    """The value of ``t`` in ``m``: an ``int`` for an integer term, a ``float``
+    for a real one (what the engine carries for a ``real=True`` state variable)."""
+    v = m.eval(t, model_completion=True)
+    if z3.is_int_value(v):
+        return v.as_long()  # type: ignore[attr-defined]
+    if z3.is_rational_value(v):
+        return float(v.as_fraction())  # type: ignore[attr-defined]
+    # an algebraic number (only from non-linear constraints): its decimal approximation
+    return float(v.approx(20).as_fraction())  # type: ignore[attr-defined]
+
+
+def same_state(a: Sequence[int | float], b: Sequence[int | float]) -> bool:
+    """Two scheduler states agree: integers exactly, reals up to float rounding
+    (the engine computes a real state in floats, z3 in exact rationals)."""
+    return len(a) == len(b) and all(
+        x == y if isinstance(x, int) and isinstance(y, int) else math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
+        for x, y in zip(a, b)
+    )
+
+
+def decode_state(m: z3.ModelRef, terms: Sequence[z3.ExprRef]) -> tuple[int | float, ...]:
+    """The scheduler state ``terms`` take in ``m``."""
+    return tuple(decode_number(m, t) for t in terms)
 
 
 def _true(m: z3.ModelRef, b: z3.ExprRef) -> bool:
@@ -51,6 +78,8 @@ def decode_slot(m: z3.ModelRef, step: StepTerms, slot: int, arrivals: Sequence[E
         admitted=tuple(k for k, j in enumerate(wait_idx) if _true(m, step.admit[j])),
         preempted=tuple(k for k, i in enumerate(act_idx) if _true(m, step.preempt[i])),
         memory=decode_int(m, step.charged),
+        state=decode_state(m, step.pre.sched),
+        next_state=decode_state(m, step.post.sched),
     )
 
 
@@ -63,15 +92,19 @@ def _run(
     active: list[tuple[int, int, int]],
     waiting: list[tuple[int, int]],
     slots: int,
-) -> ReplayOutcome:
+    sched_state: tuple[int | float, ...] | None = None,
+) -> tuple[ReplayOutcome, InvalidScheduler | None]:
+    """Run the slots; returns the outcome and the engine's rejection of a next
+    state outside its declared bounds (``InvalidScheduler``), if that is what stopped it."""
     params = setting.params(M)
     plan = fixed_arrivals(rows) if rows else fixed_arrivals([])
-    if spec is not None:
-        return replay(spec, params, plan, active=active, waiting=waiting, slots=slots)
-    # a scheduler object with no loadable spec: the same loop as replay(), on the object
-    eng = Engine(scheduler, params)
-    if active or waiting:
-        eng.load_state(active, waiting)
+    if spec is not None and not state_vars_of(scheduler):
+        return replay(spec, params, plan, active=active, waiting=waiting, slots=slots), None
+    # a scheduler object with no loadable spec, or a stateful rule (started from
+    # the decoded state): the same loop as replay(), on the object
+    eng = Engine(scheduler, params, spec=spec)
+    if active or waiting or sched_state is not None:
+        eng.load_state(active, waiting, sched_state=sched_state)
     i = 0
     try:
         for t in range(slots):
@@ -80,8 +113,12 @@ def _run(
                 i += 1
             eng.step()
     except InvariantViolation as exc:
-        return ReplayOutcome(tuple(eng.records), exc)
-    return ReplayOutcome(tuple(eng.records), None)
+        return ReplayOutcome(tuple(eng.records), exc), None
+    except InvalidScheduler as exc:
+        if "state variable" not in str(exc):
+            raise
+        return ReplayOutcome(tuple(eng.records), None), exc
+    return ReplayOutcome(tuple(eng.records), None), None
 
 
 def replay_trace(
@@ -94,24 +131,40 @@ def replay_trace(
     slots: Sequence[SlotState],
     initial_active: Sequence[tuple[int, int, int]] = (),
     initial_waiting: Sequence[tuple[int, int]] = (),
+    broken_state: str = "",
 ) -> Trace:
     """Replay decoded ``slots`` (the last one violates) and build the :class:`Trace`.
 
     For a reachable trace the arrivals come from the slots; for a CTI the run
-    starts from ``initial_active``/``initial_waiting``.  ``replayed`` is true
-    only if every slot charged the memory the model says and the simulator
-    raised :class:`InvariantViolation` in the last slot with that memory.
+    starts from ``initial_active``/``initial_waiting`` and (for a stateful
+    rule) the first slot's decoded scheduler state.  ``replayed`` is true only
+    if every slot charged the memory the model says and the simulator raised
+    :class:`InvariantViolation` in the last slot with that memory — or, when
+    ``broken_state`` names a state variable, the engine rejected that
+    variable's next value in the last slot (``check_next_state``), after every
+    earlier slot left the state the model says.
     """
     rows = [(st.slot, s, o) for st in slots for (s, o) in st.arrivals]
     act, wait = list(initial_active), list(initial_waiting)
-    out = _run(scheduler, spec, setting, M, rows, act, wait, len(slots))
+    start = slots[0].state if kind == "cti" and slots[0].state else None
+    out, rejected = _run(scheduler, spec, setting, M, rows, act, wait, len(slots), start)
     last = slots[-1]
     problems: list[str] = []
     for st, rec in zip(slots, out.records):
         if rec.memory != st.memory:
             problems.append(f"slot {st.slot}: model charges {st.memory}, simulator {rec.memory}")
+        if st.next_state and not same_state(tuple(rec.state), st.next_state):
+            problems.append(f"slot {st.slot}: model's next state {list(st.next_state)}, simulator {list(rec.state)}")
     v = out.violation
-    if v is None:
+    if broken_state:
+        if rejected is None or f"state variable {broken_state!r}" not in str(rejected):
+            problems.append(
+                f"the simulator did not reject the next value of state variable {broken_state!r} "
+                f"({'it raised: ' + str(rejected) if rejected else 'no rejection'})"
+            )
+        elif len(out.records) != last.slot:
+            problems.append(f"the simulator rejected the state in slot {len(out.records)}; model: slot {last.slot}")
+    elif v is None:
         problems.append(f"the simulator ran {len(out.records)} slots without a violation")
     elif v.slot != last.slot or v.memory != last.memory:
         problems.append(
@@ -121,6 +174,9 @@ def replay_trace(
     cmd = replay_command(name, setting.params(M), rows, active=act or None, waiting=wait or None)
     if not rows:
         cmd += " --slots 1"
+    if start is not None and start != initial_state(state_vars_of(scheduler)):
+        # `kvstab replay` starts every run from the rule's declared initial state
+        cmd += f"  # from scheduler state {list(start)}: Engine.load_state(..., sched_state={tuple(start)!r})"
     return Trace(
         kind=kind,
         M=M,
@@ -134,5 +190,9 @@ def replay_trace(
         violation_memory=last.memory,
         replay_command=cmd,
         replayed=not problems,
-        replay_message="; ".join(problems) if problems else f"(InvariantViolation: {v})",
+        replay_message="; ".join(problems)
+        if problems
+        else (f"(InvalidScheduler: {rejected})" if broken_state else f"(InvariantViolation: {v})"),
+        initial_state=tuple(start) if start is not None else (),
+        broken_state=broken_state,
     )

@@ -17,20 +17,27 @@ cross-checks it against z3's own ``simplify`` on substituted values.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import z3
 
-from kvstab.contract import Scheduler
+from kvstab.contract import Scheduler, initial_state, state_vars_of
 from kvstab.proofs.encoding import Setting, encode_step, fresh_state
+from kvstab.proofs.replaying import same_state
 from kvstab.simulator import Engine
 
 __all__ = ["Concrete", "Outcome", "CompiledStep", "engine_step", "compare"]
 
-#: a concrete state: M, active ``(s, o, progress)`` in admission order, queued ``(s, o)`` in queue order
-Concrete = tuple[int, tuple[tuple[int, int, int], ...], tuple[tuple[int, int], ...]]
+#: a concrete state: M, active ``(s, o, progress)`` in admission order, queued ``(s, o)`` in queue order,
+#: and (optionally, for a stateful rule) the scheduler's own state (default: its declared initial state)
+Concrete = (
+    tuple[int, tuple[tuple[int, int, int], ...], tuple[tuple[int, int], ...]]
+    | tuple[int, tuple[tuple[int, int, int], ...], tuple[tuple[int, int], ...], tuple[int | float, ...]]
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +49,8 @@ class Outcome:
     charged: int
     tokens: int
     running: int
+    #: the scheduler's own state after the slot (``()`` for a stateless rule)
+    sched: tuple[int | float, ...] = ()
 
 
 _BINARY: dict[int, str] = {
@@ -66,6 +75,10 @@ def _compile(outputs: Sequence[z3.ExprRef], names: dict[str, str]) -> Callable[[
             return done[key]
         if z3.is_int_value(t):
             done[key] = str(t.as_long())
+            return done[key]
+        if z3.is_rational_value(t):
+            # exact: the encoding's reals are rationals (a rule's float constants, exactly)
+            done[key] = f"_Fraction({t.numerator_as_long()}, {t.denominator_as_long()})"
             return done[key]
         if z3.is_true(t) or z3.is_false(t):
             done[key] = "True" if z3.is_true(t) else "False"
@@ -95,6 +108,12 @@ def _compile(outputs: Sequence[z3.ExprRef], names: dict[str, str]) -> Callable[[
             expr = f"((not {args[0]}) or {args[1]})"
         elif kind == z3.Z3_OP_DISTINCT:
             expr = f"(len({{{', '.join(args)}}}) == {len(args)})"
+        elif kind == z3.Z3_OP_TO_REAL:
+            expr = f"_Fraction({args[0]})"
+        elif kind == z3.Z3_OP_TO_INT:
+            expr = f"_floor({args[0]})"
+        elif kind == z3.Z3_OP_DIV:  # real division
+            expr = f"(_Fraction({args[0]}) / {args[1]})"
         elif kind == z3.Z3_OP_IDIV or kind == z3.Z3_OP_MOD:
             # Euclidean, as z3: floor for the positive divisors the encoding uses
             expr = f"_euclid({args[0]}, {args[1]}, {kind == z3.Z3_OP_MOD})"
@@ -109,7 +128,7 @@ def _compile(outputs: Sequence[z3.ExprRef], names: dict[str, str]) -> Callable[[
 
     results = [visit(t) for t in outputs]
     src = "def _f(env):\n" + "\n".join(code) + f"\n    return [{', '.join(results)}]\n"
-    scope: dict[str, Any] = {"_euclid": _euclid}
+    scope: dict[str, Any] = {"_euclid": _euclid, "_Fraction": Fraction, "_floor": math.floor}
     exec(compile(src, "<kvstab encoding>", "exec"), scope)
     fn: Callable[[dict[str, Any]], list[Any]] = scope["_f"]
     return fn
@@ -143,7 +162,8 @@ class CompiledStep:
 
     def __init__(self, scheduler: Scheduler, setting: Setting, K: int, Q: int) -> None:
         self.scheduler, self.setting, self.K, self.Q = scheduler, setting, K, Q
-        self.pre = fresh_state("pre", K, Q)
+        self.svars = state_vars_of(scheduler)
+        self.pre = fresh_state("pre", K, Q, self.svars)
         self.step = encode_step(scheduler, self.pre, setting, "post")
         defs = _definitions(self.step.frame)
         post = self.step.post
@@ -153,17 +173,25 @@ class CompiledStep:
         for e in post.waiting:
             self._outputs += [defs[str(e.present)], defs[str(e.rid)], defs[str(e.s)], defs[str(e.o)]]
         self._outputs += [self.step.charged, self.step.tokens, self.step.n_running]
+        self._outputs += [defs[str(x)] for x in post.sched]
         self._fn = _compile(self._outputs, {})
+        self._state_names = [str(x) for x in self.pre.sched]
         # z3's str() is slow: name the pre-state variables once
         self._active_names = [tuple(str(v) for v in (e.present, e.rid, e.s, e.o, e.p)) for e in self.pre.active]
         self._waiting_names = [tuple(str(v) for v in (e.present, e.rid, e.s, e.o)) for e in self.pre.waiting]
 
+    def sched_of(self, state: Concrete) -> tuple[int | float, ...]:
+        """The scheduler state of ``state`` (its 4th item, or the rule's initial state)."""
+        return tuple(state[3]) if len(state) > 3 else initial_state(self.svars)  # type: ignore[misc]
+
     def env(self, state: Concrete) -> dict[str, Any]:
         """The pre-state variables' values for ``state`` (ids as the engine gives them)."""
-        M, active, waiting = state
+        M, active, waiting = state[0], state[1], state[2]
         if len(active) > self.K or len(waiting) > self.Q:
             raise ValueError(f"state has {len(active)} active, {len(waiting)} queued; bounds K={self.K}, Q={self.Q}")
         env: dict[str, Any] = {"M": M}
+        for name, var, value in zip(self._state_names, self.svars, self.sched_of(state)):
+            env[name] = Fraction(value) if var.real else value  # a float's exact value
         for i, (np_, nr, ns, no, npg) in enumerate(self._active_names):
             here = i < len(active)
             s, o, p = active[i] if here else (0, 0, 0)
@@ -186,7 +214,8 @@ class CompiledStep:
             if present:
                 wait.append((int(rid), int(s), int(o)))
         charged, tokens, running = (int(next(it)) for _ in range(3))
-        return Outcome(tuple(act), tuple(wait), charged, tokens, running)
+        sched = tuple(float(x) if var.real else int(x) for var, x in zip(self.svars, it))
+        return Outcome(tuple(act), tuple(wait), charged, tokens, running, sched)
 
     def __call__(self, state: Concrete) -> Outcome:
         """The encoding's post state for ``state``."""
@@ -202,18 +231,26 @@ class CompiledStep:
                     val = env[str(var)]
                     subst.append((var, z3.BoolVal(val) if isinstance(val, bool) else z3.IntVal(val)))
         subst.append((z3.Int("M"), z3.IntVal(env["M"])))
+        for x in self.pre.sched:
+            val = env[str(x)]
+            subst.append((x, z3.RealVal(val) if x.is_real() else z3.IntVal(val)))
         vals: list[Any] = []
         for t in self._outputs:
             v = z3.simplify(z3.substitute(t, *subst))
-            vals.append(z3.is_true(v) if z3.is_bool(v) else v.as_long())  # type: ignore[attr-defined]
+            if z3.is_bool(v):
+                vals.append(z3.is_true(v))
+            elif z3.is_rational_value(v) and not z3.is_int_value(v):
+                vals.append(v.as_fraction())  # type: ignore[attr-defined]
+            else:
+                vals.append(v.as_long())  # type: ignore[attr-defined]
         return self._decode(vals)
 
 
 def engine_step(scheduler: Scheduler, setting: Setting, state: Concrete) -> Outcome:
     """The reference engine's post state for ``state`` (one slot, no checks)."""
-    M, active, waiting = state
+    M, active, waiting = state[0], state[1], state[2]
     eng = Engine(scheduler, setting.params(M), check=False)
-    eng.load_state(list(active), list(waiting))
+    eng.load_state(list(active), list(waiting), sched_state=tuple(state[3]) if len(state) > 3 else None)  # type: ignore[misc]
     rec = eng.step()
     return Outcome(
         active=tuple((r.rid, r.s, r.o, r.progress) for r in eng.active),
@@ -221,6 +258,7 @@ def engine_step(scheduler: Scheduler, setting: Setting, state: Concrete) -> Outc
         charged=rec.memory,
         tokens=rec.tokens,
         running=rec.running,
+        sched=tuple(eng.sched_state),
     )
 
 
@@ -231,4 +269,7 @@ def compare(encoded: Outcome, engine: Outcome) -> list[str]:
         a, b = getattr(encoded, name), getattr(engine, name)
         if a != b:
             out.append(f"{name}: encoding {a}, engine {b}")
+    # the scheduler's state after the slot: a real one up to float rounding (exact in z3)
+    if not same_state(encoded.sched, engine.sched):
+        out.append(f"scheduler state: encoding {list(encoded.sched)}, engine {list(engine.sched)}")
     return out

@@ -21,13 +21,25 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 import z3
 
 from kvstab.errors import InvalidArgument
 
-__all__ = ["Budget", "Answer", "Status", "Interrupted", "solve", "save_query", "to_smt2", "MAX_RLIMIT"]
+__all__ = [
+    "Budget",
+    "Answer",
+    "Status",
+    "Interrupted",
+    "solve",
+    "save_query",
+    "to_smt2",
+    "MAX_RLIMIT",
+    "register_bounds",
+    "product_bounds",
+]
 
 #: z3 keeps ``rlimit`` in an unsigned 32-bit parameter: larger values wrap
 MAX_RLIMIT = 2**32 - 1
@@ -112,8 +124,82 @@ def _check(s: z3.Solver, name: str, wall_s: float) -> tuple[z3.CheckSatResult | 
     return res, timed_out
 
 
+#: declared bounds of the scheduler-state variables (name → (lo, hi)), as
+#: :func:`register_bounds` recorded them when the encoding made the variables
+_BOUNDS: dict[str, tuple[Fraction, Fraction]] = {}
+
+
+def register_bounds(var: z3.ArithRef, lo: int | float, hi: int | float) -> None:
+    """Record that ``var`` is declared within ``[lo, hi]`` (a scheduler state
+    variable), so that :func:`product_bounds` can bound its products."""
+    _BOUNDS[str(var)] = (Fraction(lo), Fraction(hi))
+
+
+def _bounded_factor(t: z3.ExprRef) -> tuple[z3.ArithRef, tuple[Fraction, Fraction]] | None:
+    if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED and str(t) in _BOUNDS:
+        return t, _BOUNDS[str(t)]  # type: ignore[return-value]
+    return None
+
+
+def product_bounds(assertions: Sequence[z3.BoolRef]) -> list[z3.BoolRef]:
+    """Linear facts about every product ``r · t`` of a declared-bounded state
+    variable ``r`` with another term ``t`` in ``assertions``.
+
+    A real state variable times an integer term makes a query non-linear, and
+    z3's non-linear arithmetic can take minutes on the memory goal of a rule
+    like "admit if used + first + ratio·Σ remaining ≤ M".  For ``r ∈ [lo, hi]``
+    the product lies between ``lo·t`` and ``hi·t`` (in the order the sign of
+    ``t`` gives) — a fact of arithmetic, valid in every model, stated here as
+    ``lo ≤ r ≤ hi ⇒ (t ≥ 0 ? lo·t ≤ r·t ≤ hi·t : hi·t ≤ r·t ≤ lo·t)``.  Adding
+    valid facts keeps the query equivalent (so every answer stands, and a saved
+    certificate carries them), and their linear bounds on the product are
+    usually all a proof needs.  The facts do not rely on the bounds being
+    right: each is conditioned on them.
+    """
+    seen: set[int] = set()
+    out: list[z3.BoolRef] = []
+    stack: list[z3.ExprRef] = list(assertions)
+    while stack:
+        t = stack.pop()
+        if t.get_id() in seen:
+            continue
+        seen.add(t.get_id())
+        stack.extend(t.children())
+        if not (z3.is_app_of(t, z3.Z3_OP_MUL) and t.num_args() >= 2):
+            continue
+        args = t.children()
+        for i, a in enumerate(args):
+            hit = _bounded_factor(a)
+            if hit is None:
+                continue
+            r, (lo, hi) = hit
+            rest = args[:i] + args[i + 1 :]
+            other = rest[0] if len(rest) == 1 else z3.Product(*rest)
+            if z3.is_rational_value(other) or z3.is_int_value(other):
+                break  # linear already
+            lo_t, hi_t = _scaled(lo, other), _scaled(hi, other)
+            env = z3.If(other >= 0, z3.And(lo_t <= t, t <= hi_t), z3.And(hi_t <= t, t <= lo_t))
+            out.append(z3.Implies(z3.And(_num(lo, r) <= r, r <= _num(hi, r)), env))
+            break
+    return out
+
+
+def _num(v: Fraction, like: z3.ArithRef) -> z3.ArithRef:
+    return z3.RealVal(v) if like.is_real() else z3.IntVal(int(v))
+
+
+def _scaled(c: Fraction, t: z3.ArithRef) -> z3.ArithRef:
+    """``c · t`` as a linear term of ``t``'s sort (real when ``c`` is not an integer)."""
+    if c.denominator == 1 and t.is_int():
+        return z3.IntVal(int(c)) * t
+    return z3.RealVal(c) * (z3.ToReal(t) if t.is_int() else t)
+
+
 def solve(assertions: Sequence[z3.BoolRef], budget: Budget, name: str) -> Answer:
-    """Check ``assertions`` in a fresh solver frame under ``budget``."""
+    """Check ``assertions`` in a fresh solver frame under ``budget`` (with the
+    valid linear facts :func:`product_bounds` adds for non-linear products)."""
+    if _BOUNDS:
+        assertions = list(assertions) + product_bounds(assertions)
     s = z3.Solver()
     s.set("random_seed", budget.seed)
     s.set("rlimit", budget.rlimit)

@@ -251,6 +251,10 @@ def classify(scheduler: Scheduler, setting: Setting) -> ClassCheck:
     checked there too: the same form, the same admission test and (P1b) the
     same per-request term at every size.
     """
+    if contract.state_vars_of(scheduler):
+        # the theorem's obligations are about one request and one accumulator;
+        # a rule's own state (and its bounds obligation) is not among them
+        return ClassCheck(False, "the rule keeps its own state (state_vars); the class is stateless")
     static = _reads_sizes(scheduler)
     if static is not None:
         return ClassCheck(False, f"P0 (static): {static}")

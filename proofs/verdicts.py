@@ -38,6 +38,8 @@ class SlotState:
     admitted: tuple[int, ...]  # indices into ``waiting``
     preempted: tuple[int, ...]  # indices into ``active``
     memory: int  # Σ tokens held after this slot's work
+    state: tuple[int | float, ...] = ()  # the scheduler's own state the rule saw (stateful rules)
+    next_state: tuple[int | float, ...] = ()  # the state its decision gives (stateful rules)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,16 +66,30 @@ class Trace:
     replay_command: str
     replayed: bool
     replay_message: str = ""
+    #: the scheduler's own state the run starts from (a stateful rule's CTI; a
+    #: reachable trace starts from the declared initial state)
+    initial_state: tuple[int | float, ...] = ()
+    #: the state variable whose next value leaves its declared bounds, when
+    #: that (and not memory) is the violation
+    broken_state: str = ""
 
     def describe(self) -> str:
         """A few lines a reader can follow."""
         lines = [f"{self.kind} counterexample (M={self.M}, ŝ={self.chunk}, B={self.block}):"]
         for st in self.slots:
+            state = f" state {list(st.state)} -> {list(st.next_state)}" if st.state else ""
             lines.append(
                 f"  slot {st.slot}: active {list(st.active)} waiting {list(st.waiting)} "
-                f"admit {list(st.admitted)} preempt {list(st.preempted)} -> memory {st.memory}"
+                f"admit {list(st.admitted)} preempt {list(st.preempted)} -> memory {st.memory}{state}"
             )
-        lines.append(f"  violation at slot {self.violation_slot}: memory {self.violation_memory} > M={self.M}")
+        if self.broken_state:
+            last = self.slots[-1]
+            lines.append(
+                f"  violation at slot {self.violation_slot}: state variable {self.broken_state!r} leaves its "
+                f"declared bounds (next state {list(last.next_state)})"
+            )
+        else:
+            lines.append(f"  violation at slot {self.violation_slot}: memory {self.violation_memory} > M={self.M}")
         lines.append(f"  simulator: {'reproduced' if self.replayed else 'NOT reproduced'} {self.replay_message}")
         lines.append(f"  replay: {self.replay_command}")
         return "\n".join(lines)
@@ -97,6 +113,8 @@ class Trace:
                     "admitted": list(st.admitted),
                     "preempted": list(st.preempted),
                     "memory": st.memory,
+                    "state": list(st.state),
+                    "next_state": list(st.next_state),
                 }
                 for st in self.slots
             ],
@@ -104,6 +122,8 @@ class Trace:
             "violation_memory": self.violation_memory,
             "replay_command": self.replay_command,
             "replayed": self.replayed,
+            "initial_state": list(self.initial_state),
+            "broken_state": self.broken_state,
         }
 
 

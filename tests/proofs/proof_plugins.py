@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from kvstab.contract import (
     Decision,
+    StateVar,
     Traits,
     View,
     WaitingEntry,
@@ -135,3 +136,87 @@ class ThresholdBeyondSizes:
 
 
 THRESHOLD_BEYOND_SIZES = ThresholdBeyondSizes()
+
+
+# --- stateful rules (kvstab.contract.StateVar): the proofs carry their state symbolically
+
+
+@dataclass(frozen=True, slots=True)
+class RatioReserve:
+    """current-fit that also sets aside ``ratio · (remaining output)`` for every
+    request, with ``ratio`` a real state variable that decays every slot and
+    jumps back up after a preemption (the shape of SGLang's ``new_token_ratio``).
+    Memory-safe whatever the ratio: the reserve only makes admission stricter."""
+
+    name: str = "ratio-reserve"
+    description: str = "current-fit plus a decaying reserve ratio·Σ remaining tokens (real state)"
+    traits: Traits = Traits(fcfs=True, clairvoyant=True, preempts=True)
+    state_vars: tuple[StateVar, ...] = (
+        StateVar("ratio", initial=0.75, lo=0.1, hi=1.0, real=True, help="share of remaining tokens to reserve"),
+    )
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        (ratio,) = view.state
+        preempt, kept = preempt_newest(view, ops)
+        any_preempted = ops.or_(*preempt)
+        remaining = ops.sum(ops.ite(a.present, a.s + a.o - a.progress, 0) for a in view.active)
+
+        def fits(w: WaitingEntry, acc: IntLike) -> tuple[BoolLike, IntLike]:
+            after = acc + held_first(view, w, ops) + ratio * w.o
+            return ops.le(after, view.M), after
+
+        admit = fcfs_admit(view, ops, fits, kept + ratio * remaining, allowed=ops.not_(any_preempted))
+        nxt = ops.ite(any_preempted, ops.min(ratio + 0.25, 1.0), ops.max(ratio - 0.125, 0.1))
+        return Decision(admit=admit, preempt=preempt, state=(nxt,))
+
+
+RATIO_RESERVE = RatioReserve()
+
+
+@dataclass(frozen=True, slots=True)
+class ToggleUnchecked:
+    """current-fit every other slot; in the others (its state says which) it admits
+    the queue head without looking at memory — overflows two slots into a run."""
+
+    name: str = "toggle-unchecked"
+    description: str = "current-fit, but every second slot admission skips the memory test"
+    traits: Traits = Traits(fcfs=True, clairvoyant=False, preempts=True)
+    state_vars: tuple[StateVar, ...] = (StateVar("odd", initial=0, lo=0, hi=1, help="1 in every second slot"),)
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        (odd,) = view.state
+        preempt, kept = preempt_newest(view, ops)
+
+        def fits(w: WaitingEntry, acc: IntLike) -> tuple[BoolLike, IntLike]:
+            after = acc + held_first(view, w, ops)
+            return ops.or_(ops.eq(odd, 1), ops.le(after, view.M)), after  # BUG: no memory test when odd
+
+        admit = fcfs_admit(view, ops, fits, kept, allowed=ops.not_(ops.or_(*preempt)))
+        return Decision(admit=admit, preempt=preempt, state=(1 - odd,))
+
+
+TOGGLE_UNCHECKED = ToggleUnchecked()
+
+
+@dataclass(frozen=True, slots=True)
+class CountsAdmissions:
+    """current-fit that records how many it admitted, declared as at most one — but
+    nothing limits admissions to one, so two arrivals in a slot break the bound."""
+
+    name: str = "counts-admissions"
+    description: str = "current-fit with a state 'admitted last slot' declared in [0, 1]"
+    traits: Traits = Traits(fcfs=True, clairvoyant=False, preempts=True)
+    state_vars: tuple[StateVar, ...] = (StateVar("admitted", initial=0, lo=0, hi=1, help="admissions last slot"),)
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        preempt, kept = preempt_newest(view, ops)
+
+        def fits(w: WaitingEntry, acc: IntLike) -> tuple[BoolLike, IntLike]:
+            after = acc + held_first(view, w, ops)
+            return ops.le(after, view.M), after
+
+        admit = fcfs_admit(view, ops, fits, kept, allowed=ops.not_(ops.or_(*preempt)))
+        return Decision(admit=admit, preempt=preempt, state=(ops.count(admit),))  # BUG: can exceed 1
+
+
+COUNTS_ADMISSIONS = CountsAdmissions()
