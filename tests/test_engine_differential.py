@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals
 from kvstab.engine import run
+from kvstab.engine.driver import fast_rule
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import ModelParams
 from kvstab.registry import builtin_names, load_scheduler
@@ -27,7 +28,9 @@ FIELDS = (
     "arrived admitted preempted completed running memory wasted tokens queue "
     "s o arrival first_admit finish preemptions served request_wasted"
 ).split()
-RULES = builtin_names(include_negative=True)
+#: the built-ins with a compiled fast path (the ones the differential tests compare);
+#: ``test_builtins_without_a_fast_path_say_so`` covers the others
+RULES = [r for r in builtin_names(include_negative=True) if fast_rule(load_scheduler(r)) is not None]
 
 
 @st.composite
@@ -141,3 +144,22 @@ def test_unchecked_runs_match_past_a_violation(data: st.DataObject, rule: str) -
         for e in ("reference", "fast")
     ]
     _same(outs[0], outs[1])
+
+
+def test_builtins_without_a_fast_path_say_so() -> None:
+    """A built-in the compiled loop does not cover (``sglang``: its state is real-valued,
+    which the plug-in tape does not hold) is refused by ``engine="fast"`` with the
+    reason, and ``engine="auto"`` runs the reference engine and says which ran."""
+    others = [r for r in builtin_names(include_negative=True) if r not in RULES]
+    assert others == ["sglang"]
+    params = ModelParams(M=64, chunk=8)
+    plan = fixed_arrivals([(0, 5, 3), (1, 9, 4)])
+    for rule in others:
+        try:
+            run(load_scheduler(rule), params, plan, drain=True, engine="fast")
+        except InvalidArgument as exc:
+            assert "has no fast path" in str(exc) and "engine='reference'" in str(exc)
+        else:
+            raise AssertionError(f"{rule}: engine='fast' ran without a fast path")
+        out = run(load_scheduler(rule), params, plan, drain=True, max_slots=1000)
+        assert out.engine == "reference" and "cannot be traced" in out.reason

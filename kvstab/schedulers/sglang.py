@@ -88,7 +88,9 @@ request to ``ŝ`` tokens a slot).
 
 Traits: FCFS of first admissions holds (retracted requests rejoin the tail
 and are re-admissions), the rule preempts (retraction), it reads ``o``, and it
-is not work-conserving (the reservation and the flag leave memory idle).
+is not work-conserving (the reservation and the flag leave memory idle), and it
+stalls running requests (a prefill step gives them no token), so its drain is
+bounded by the work left, not by ``n(s) + o`` per request (property 8).
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ class Sglang:
         "request's whole max_new and new_token_ratio of the running requests' remaining outputs; "
         "retraction of the fewest-output request to the queue's tail"
     )
-    traits: Traits = Traits(fcfs=True, work_conserving=False, clairvoyant=True, preempts=True)
+    traits: Traits = Traits(fcfs=True, work_conserving=False, clairvoyant=True, preempts=True, stalls_running=True)
 
     def __post_init__(self) -> None:
         for name in ("M", "chunk", "block", "max_prefill_tokens", "new_token_ratio_decay_steps", "clip_max_new_tokens"):
