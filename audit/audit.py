@@ -18,6 +18,7 @@ the verdict ``INCONCLUSIVE`` (exit 3 with ``strict``), never ``PASS``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -156,28 +157,50 @@ def theory_section(scheduler: Scheduler, params: ModelParams, workload: str, bba
     }
 
 
+#: the wall-clock budget of the proofs section, seconds, by profile (invariant and margin together):
+#: a rule whose queries do not finish gets an ``Unknown`` that says so, never a hang
+PROOF_TOTAL_S = {"dev": 60.0, "ci": 180.0, "thorough": 600.0}
+
+
+def proof_scope(inv: dict[str, Any]) -> str:
+    """What a memory-invariant verdict covers: any number of requests (the unbounded theorem) or its bounds."""
+    if inv.get("unbounded"):
+        return "any number of requests"
+    return f"at most {inv['K']} active and {inv['Q']} queued requests"
+
+
 def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile: AuditProfile,
-                   smt2_dir: Path | None) -> dict[str, Any]:
+                   smt2_dir: Path | None, log: Callable[[str], None] = lambda _line: None) -> dict[str, Any]:
     """The memory invariant (any ``M``, this server's ``ŝ``, ``B``, caps) and the margin ``Δ``
-    at the profile's proof scale, with the scheduler's declared margin beside it."""
+    at the profile's proof scale, with the scheduler's declared margin beside it.
+
+    The invariant is proved for any number of requests where the rule is in the
+    unbounded theorem's class (:mod:`kvstab.proofs.unbounded`), else at the
+    profile's ``K``/``Q``; the ``scope`` field says which.  Both share the
+    profile's total budget (:data:`PROOF_TOTAL_S`); ``log`` hears each
+    obligation group as it starts."""
     from kvstab.proofs.encoding import Setting
     from kvstab.proofs.invariants import MENU
     from kvstab.proofs.margins import work_conservation_margin
     from kvstab.proofs.prove import prove
-    from kvstab.proofs.solver import Budget
+    from kvstab.proofs.solver import Budget, progress_after
     from kvstab.proofs.verdicts import verdict_json
 
-    budget = Budget(rlimit=profile.proof_rlimit, seed=0) if smt2_dir is None else Budget(
-        rlimit=profile.proof_rlimit, seed=0, smt2_dir=smt2_dir)
+    total = PROOF_TOTAL_S.get(profile.name, PROOF_TOTAL_S["ci"])
+    budget = Budget(rlimit=profile.proof_rlimit, seed=0, total_s=total,
+                    progress=progress_after(lambda line: log(f"proofs: {line}")))
+    if smt2_dir is not None:
+        budget = dataclasses.replace(budget, smt2_dir=smt2_dir)
+    budget = budget.started()
     setting = Setting(M=None, chunk=params.chunk, block=params.block, token_budget=params.token_budget,
                       max_num_seqs=params.max_num_seqs)
-    rep = prove(scheduler, K=profile.proof_K, Q=profile.proof_Q, setting=setting, budget=budget)
-    out: dict[str, Any] = {
-        "invariant": {**verdict_json(rep.verdict), "K": rep.K, "Q": rep.Q, "unbounded": rep.unbounded,
-                      "strengthening": list(rep.strengthening),
-                      "seconds": rep.seconds, "assumptions": list(getattr(rep.verdict, "assumptions", ()))},
-        "margin": None,
-    }
+    rep = prove(scheduler, K=profile.proof_K, Q=profile.proof_Q, setting=setting, budget=budget, unbounded=True)
+    inv: dict[str, Any] = {**verdict_json(rep.verdict), "K": rep.K, "Q": rep.Q, "unbounded": rep.unbounded,
+                           "strengthening": list(rep.strengthening), "notes": list(rep.notes),
+                           "total_budget_s": total,
+                           "seconds": rep.seconds, "assumptions": list(getattr(rep.verdict, "assumptions", ()))}
+    inv["scope"] = proof_scope(inv)
+    out: dict[str, Any] = {"invariant": inv, "margin": None}
     if type(rep.verdict).__name__ != "Proved":
         return out
     # the margin is a search over Δ token by token: it runs on a small server
@@ -206,8 +229,7 @@ def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile
 def _check_proofs(p: dict[str, Any]) -> list[Check]:
     inv = p["invariant"]
     v = inv["verdict"]
-    scope = (" for any number of requests" if inv.get("unbounded")
-             else f" for at most {inv['K']} active and {inv['Q']} queued requests")
+    scope = f" for {proof_scope(inv)}"
     checks = [Check("memory invariant", {"Proved": "pass", "Refuted": "fail"}.get(v, "unknown"),
                     f"{v}" + (scope if v == "Proved" else "")
                     + (f" ({inv.get('reason')})" if v == "Unknown" else "")
@@ -275,7 +297,7 @@ def run_audit(
     else:
         t = time.perf_counter()
         log("proofs: memory invariant and margin Δ …")
-        res.proofs = proofs_section(sched, config.scheduler, config.params, profile, smt2_dir)
+        res.proofs = proofs_section(sched, config.scheduler, config.params, profile, smt2_dir, log)
         res.checks += _check_proofs(res.proofs)
         res.seconds["proofs"] = time.perf_counter() - t
         log(f"proofs: {res.checks[-2].detail}; {res.checks[-1].detail}")

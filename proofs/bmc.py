@@ -210,6 +210,7 @@ def bmc(
             obs.append(Obligation("bmc", v0, 0.0, branch=f"depth {depth}", conjunct="memory pressure reachable"))
             return v0, obs
     for d in range(1, depth + 1):
+        budget.group(f"bounded model checking: depth {d} of {depth}")
         # each depth is its own frame: the unrolled prefix, no violation before
         # slot d-1, a violation in it
         assertions = un.upto(d)

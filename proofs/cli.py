@@ -34,6 +34,9 @@ __all__ = ["register"]
 #: the most active (and queued) requests the declared claims are checked with
 CLAIMS_MAX = 3
 
+#: a run quieter than this (seconds) prints no progress
+PROGRESS_AFTER_S = 3.0
+
 #: exit status of a margin the proof contradicts (declared smaller than proved)
 MARGIN_CONTRADICTED = 4
 
@@ -78,13 +81,18 @@ def _check_smt2_dir(text: str) -> Path:
     return path
 
 
+def _to_stderr(line: str) -> None:
+    sys.stderr.write(f"kvstab prove: {line}\n")
+    sys.stderr.flush()
+
+
 def _run(args: argparse.Namespace) -> _Outcome:
     """Orchestration: validate, prove, and establish the margin."""
     from kvstab.proofs.encoding import Setting
     from kvstab.proofs.invariants import MENU, load_conjunct
     from kvstab.proofs.margins import work_conservation_margin
     from kvstab.proofs.prove import prove, resolve
-    from kvstab.proofs.solver import Budget
+    from kvstab.proofs.solver import Budget, progress_after
 
     smt2_dir = _check_smt2_dir(args.smt2_dir) if args.smt2_dir else None
     setting = Setting(
@@ -96,7 +104,9 @@ def _run(args: argparse.Namespace) -> _Outcome:
         timeout_ms=int(args.timeout * 1000),
         smt2_dir=smt2_dir or Budget().smt2_dir,
         keep_all=smt2_dir is not None,
-    )
+        total_s=args.total_timeout,
+        progress=progress_after(_to_stderr, PROGRESS_AFTER_S),
+    ).started()  # one clock for the invariant, the margin and the claims
     extra = [load_conjunct(s) for s in args.strengthen]
     sched, _ = resolve(args.scheduler)
     rep = prove(
@@ -115,6 +125,7 @@ def _run(args: argparse.Namespace) -> _Outcome:
     if args.margin:
         # the margin is established over the states of the invariant just proved
         used = [MENU[n] for n in rep.strengthening if n in MENU] + [c for c in extra if c.name not in MENU]
+        budget.group("work-conservation margin Δ")
         marg = work_conservation_margin(
             sched,
             setting,
@@ -132,6 +143,7 @@ def _run(args: argparse.Namespace) -> _Outcome:
         # the two-copy and progress obligations grow fast with K and Q: they are checked at most at 3 and 3,
         # and every output says so
         cK, cQ = min(args.K, CLAIMS_MAX), min(args.Q, CLAIMS_MAX)
+        budget.group(f"declared claims at K = {cK}, Q = {cQ}")
         claims = prove_claims(sched, setting, K=cK, Q=cQ, spec=args.scheduler, budget=budget)
         return _Outcome(rep, marg, claims, cK, cQ)
     return _Outcome(rep, marg, claims)
@@ -230,7 +242,8 @@ def _text(args: argparse.Namespace, out: _Outcome) -> str:
     bounds = "any number of requests" if rep.unbounded else f"K={rep.K} active, Q={rep.Q} queued"
     lines = [
         f"kvstab prove: {rep.scheduler}, {bounds}, "
-        f"M={'symbolic' if se.M is None else se.M}, ŝ={se.chunk}, B={se.block}"
+        f"M={'symbolic' if se.M is None else se.M}, ŝ={se.chunk}, B={se.block}; "
+        f"budget {args.total_timeout:g} s in all, {args.timeout:g} s and rlimit {args.rlimit} per query"
     ]
     lines += [f"  {o.seconds:7.2f}s  {str(o.verdict):<48} {o.label()}" for o in rep.obligations]
     lines += [f"  houdini: {line}" for line in rep.houdini_log]
@@ -302,7 +315,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``kvstab prove`` to the CLI."""
     from kvstab import validation as v
     from kvstab.flags import add_server_arguments, arg_type, nonneg_int, positive_float, positive_int
-    from kvstab.proofs.solver import MAX_RLIMIT
+    from kvstab.proofs.solver import DEFAULT_TOTAL_S, MAX_RLIMIT
 
     p = sub.add_parser("prove", help="prove (z3) or refute a scheduler's per-slot memory invariant")
     p.add_argument("--scheduler", required=True, help="registered name or module:attr")
@@ -356,6 +369,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"z3 resource limit per query (deterministic; at most {MAX_RLIMIT})",
     )
     p.add_argument("--timeout", type=positive_float, default=300.0, help="wall-clock budget per query, seconds")
+    p.add_argument(
+        "--total-timeout",
+        type=arg_type(v.positive_float, "--total-timeout"),
+        default=DEFAULT_TOTAL_S,
+        help=f"wall-clock budget of the whole run, seconds (default {DEFAULT_TOTAL_S:g}); what is undecided "
+        "when it ends is Unknown and says so",
+    )
     p.add_argument("--seed", type=nonneg_int, default=0, help="z3 random seed (default 0)")
     p.add_argument("--smt2-dir", default=None, help="keep every obligation here as SMT-LIB (certificates)")
     p.add_argument("--json", action="store_true", help="machine-readable output")

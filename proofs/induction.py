@@ -210,6 +210,7 @@ def check_inductive(
         for c in fr.conjuncts[1 if wf_any else 0 :]
     ]
     for bname, bcond in fr.step.branches:
+        budget.group(f"{method}: step [{bname}], {len(goals)} goals")
         guard, secs = _guard(f"step-{bname}-premises", prem + [bcond], _small_model(fr), budget)
         obs.append(_guard_obligation("step: premises satisfiable", guard, secs, branch=bname))
         for gname, goal, breaks, hints in goals:

@@ -87,13 +87,15 @@ def prove(
     """
     check_bounds(K, Q)
     setting = setting or Setting()
-    budget = budget or Budget()
+    # a total budget's clock starts here unless the caller started it (its other phases share it)
+    budget = (budget or Budget()).started()
     sched, spec = resolve(scheduler)
     t0 = time.perf_counter()
     obs: list[Obligation] = []
     hlog: list[str] = []
     notes: list[str] = []
     if unbounded:
+        budget.group("unbounded: class premises and per-request obligations")
         ub = prove_unbounded(sched, setting, budget)
         obs += ub.obligations
         if isinstance(ub.verdict, Proved) and not strengthen:
@@ -121,8 +123,10 @@ def _bounded(
     hlog: list[str],
     t0: float,
 ) -> ProofReport:
-    """The bounded flow: 1-induction, quick BMC, Houdini, BMC."""
+    """The bounded flow: 1-induction, quick BMC, Houdini, BMC (each phase only
+    while the total budget lasts; a spent budget ends in an ``Unknown`` that says so)."""
 
+    budget.group(f"1-induction at K = {K}, Q = {Q}")
     first = check_inductive(sched, setting, K, Q, strengthen, budget=budget, spec=spec, fail_fast=use_houdini)
     obs += first.obligations
     if isinstance(first.verdict, Proved):
@@ -131,10 +135,13 @@ def _bounded(
     verdict: Verdict = first.verdict
     names = [c.name for c in strengthen]
     quick = min(bmc_depth, QUICK_BMC)
+    if budget.spent():
+        return _out_of_budget(sched, spec, K, Q, setting, "1-induction", obs, names, hlog, t0, budget)
     if isinstance(first.verdict, Refuted) and first.verdict.trace is not None:
         # the memory goal itself has a counterexample to induction: look for a
         # short reachable run first, before paying for a strengthening search
         # (small bounds: any run it finds is real, and small runs are cheap)
+        budget.group(f"reachability: BMC to depth {quick} at K = {min(K, 2)}, Q = {min(Q, 2)}")
         reach, bobs = bmc(
             sched, setting, min(K, 2), min(Q, 2), quick, arrivals_per_slot=arrivals_per_slot, budget=budget, spec=spec
         )
@@ -147,11 +154,15 @@ def _bounded(
         # then Houdini over the whole menu
         survivors = None
         for group in [[c] for c in cands] + ([cands] if len(cands) > 1 else []):
+            if budget.spent():
+                break
+            budget.group(f"Houdini: {', '.join(repr(c.name) for c in group)}")
             survivors, log = houdini(sched, setting, K, Q, list(strengthen), group, budget=budget)
             hlog += log
             if survivors is not None:
                 break
-        if survivors is not None:
+        if survivors is not None and not budget.spent():
+            budget.group(f"1-induction at K = {K}, Q = {Q}, strengthened by {', '.join(c.name for c in survivors)}")
             second = check_inductive(
                 sched,
                 setting,
@@ -168,8 +179,13 @@ def _bounded(
                 return _report(sched, spec, K, Q, setting, second.verdict, obs, names, hlog, t0)
             verdict = second.verdict
 
+    if budget.spent():
+        return _out_of_budget(sched, spec, K, Q, setting, "the strengthening search", obs, names, hlog, t0, budget)
+    budget.group(f"bounded model checking to depth {bmc_depth} at K = {K}, Q = {Q}")
     reach, bobs = bmc(sched, setting, K, Q, bmc_depth, arrivals_per_slot=arrivals_per_slot, budget=budget, spec=spec)
     obs += bobs
+    if budget.spent() and not isinstance(reach, Refuted):
+        return _out_of_budget(sched, spec, K, Q, setting, "bounded model checking", obs, names, hlog, t0, budget)
     if isinstance(reach, Refuted):
         final: Verdict = reach
     elif isinstance(reach, Unknown):
@@ -183,6 +199,34 @@ def _bounded(
             smt2,
         )
     return _report(sched, spec, K, Q, setting, final, obs, names, hlog, t0)
+
+
+def _out_of_budget(
+    sched: Scheduler,
+    spec: str | None,
+    K: int,
+    Q: int,
+    setting: Setting,
+    phase: str,
+    obs: list[Obligation],
+    names: list[str],
+    hlog: list[str],
+    t0: float,
+    budget: Budget,
+) -> ProofReport:
+    """The honest end of a run whose total budget ran out: ``Unknown``, naming
+    the first undecided obligation and what to change."""
+    open_ = next((o for o in obs if isinstance(o.verdict, Unknown) and not o.verdict.reason.startswith("total")), None)
+    first = next((o for o in obs if not isinstance(o.verdict, Proved)), None)
+    which = open_ or first
+    what = f"; first undecided: {which.label()} ({which.verdict})" if which is not None else ""
+    smt2 = next((o.verdict.smt2 for o in obs if isinstance(o.verdict, Unknown) and o.verdict.smt2), None)
+    v = Unknown(
+        f"not proved within the total budget of {budget.total_s:g} s (spent during {phase}{what}); "
+        f"raise --total-timeout or --rlimit, or prove at smaller bounds (--K {max(1, K // 2)})",
+        smt2,
+    )
+    return _report(sched, spec, K, Q, setting, v, obs, names, hlog, t0)
 
 
 def _report(

@@ -14,12 +14,14 @@ another solver.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import re
 import tempfile
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -39,7 +41,12 @@ __all__ = [
     "MAX_RLIMIT",
     "register_bounds",
     "product_bounds",
+    "DEFAULT_TOTAL_S",
+    "progress_after",
 ]
+
+#: the wall-clock budget of one whole ``kvstab prove`` run (seconds), by default
+DEFAULT_TOTAL_S = 120.0
 
 #: z3 keeps ``rlimit`` in an unsigned 32-bit parameter: larger values wrap
 MAX_RLIMIT = 2**32 - 1
@@ -71,12 +78,52 @@ class Budget:
     smt2_dir: Path = field(default_factory=_default_dir, metadata={"help": "where Unknown queries are saved"})
     #: keep every query (not only the undecided ones) as SMT-LIB under ``smt2_dir``
     keep_all: bool = field(default=False, metadata={"help": "save every obligation as .smt2 (certificates)"})
+    #: the wall-clock budget of the whole run (seconds; None: only the per-query budget)
+    total_s: float | None = field(default=None, metadata={"help": "wall-clock budget of the whole run, seconds"})
+    #: when that budget ends (``time.monotonic()``); set by :meth:`started`
+    deadline: float | None = field(default=None, compare=False, metadata={"help": "end of the total budget"})
+    #: told the name of each obligation group as it starts (progress for a long run)
+    progress: Callable[[str], None] | None = field(
+        default=None, compare=False, repr=False, metadata={"help": "called with each obligation group's name"}
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.rlimit, bool) or not isinstance(self.rlimit, int) or not 1 <= self.rlimit <= MAX_RLIMIT:
             raise InvalidArgument(f"rlimit must be an integer in [1, {MAX_RLIMIT}] (z3's limit), got {self.rlimit!r}")
         if isinstance(self.timeout_ms, bool) or not isinstance(self.timeout_ms, int) or self.timeout_ms < 1:
             raise InvalidArgument(f"timeout_ms must be a positive integer, got {self.timeout_ms!r}")
+        if self.total_s is not None and (
+            isinstance(self.total_s, bool) or not isinstance(self.total_s, (int, float)) or not self.total_s > 0
+        ):
+            raise InvalidArgument(f"total_s must be a positive number of seconds or None, got {self.total_s!r}")
+
+    def started(self) -> Budget:
+        """This budget with its total clock started now (unchanged when it has no
+        total, or its clock already runs: a run's phases share one deadline)."""
+        if self.total_s is None or self.deadline is not None:
+            return self
+        return dataclasses.replace(self, deadline=time.monotonic() + float(self.total_s))
+
+    def left(self) -> float | None:
+        """Seconds left of the total budget (None: no total budget; ≤ 0: spent)."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def spent(self) -> bool:
+        """Whether the total budget is used up (never, without one)."""
+        left = self.left()
+        return left is not None and left <= 0
+
+    def group(self, name: str) -> None:
+        """Announce that the obligation group ``name`` starts (to :attr:`progress`)."""
+        if self.progress is not None:
+            self.progress(name)
+
+    def spent_reason(self) -> str:
+        """The reason an obligation not decided for lack of total budget gives."""
+        return (
+            f"total budget of {self.total_s:g} s spent (raise --total-timeout, or lower --K/--Q or --bmc "
+            "to make the queries smaller)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +134,19 @@ class Answer:
     model: z3.ModelRef | None = None
     smt2: str | None = None
     reason: str = ""
+
+
+def progress_after(write: Callable[[str], None], after_s: float = 3.0) -> Callable[[str], None]:
+    """A :attr:`Budget.progress` that passes each group, with the seconds since it
+    was made, to ``write`` — once the run has taken ``after_s`` (a quick run stays quiet)."""
+    t0 = time.monotonic()
+
+    def tell(group: str) -> None:
+        elapsed = time.monotonic() - t0
+        if elapsed >= after_s:
+            write(f"[{elapsed:6.1f} s] {group} …")
+
+    return tell
 
 
 def _slug(name: str) -> str:
@@ -198,23 +258,30 @@ def _scaled(c: Fraction, t: z3.ArithRef) -> z3.ArithRef:
 def solve(assertions: Sequence[z3.BoolRef], budget: Budget, name: str) -> Answer:
     """Check ``assertions`` in a fresh solver frame under ``budget`` (with the
     valid linear facts :func:`product_bounds` adds for non-linear products)."""
+    left = budget.left()
+    if left is not None and left <= 0:
+        # the whole run's budget is spent: the query is not asked (nor saved: it was never tried)
+        return Answer(Status.UNKNOWN, reason=budget.spent_reason())
     if _BOUNDS:
         assertions = list(assertions) + product_bounds(assertions)
+    wall_ms = budget.timeout_ms if left is None else max(1, min(budget.timeout_ms, int(left * 1000)))
     s = z3.Solver()
     s.set("random_seed", budget.seed)
     s.set("rlimit", budget.rlimit)
-    s.set("timeout", budget.timeout_ms)
+    s.set("timeout", wall_ms)
     # z3's own SIGINT handler would cancel only the current query and let the
     # run go on; Python's handler (in the waiting thread) stops the whole run
     s.set("ctrl_c", False)
     s.add(*assertions)
-    r, timed_out = _check(s, name, budget.timeout_ms / 1000 + 1.0)
+    r, timed_out = _check(s, name, wall_ms / 1000 + 1.0)
     if r == z3.sat or r == z3.unsat:
         status = Status.SAT if r == z3.sat else Status.UNSAT
         # a certificate records what z3 answered, for another solver to confirm
         smt2 = save_query(assertions, budget, name, f"z3: {status.value}") if budget.keep_all else None
         return Answer(status, model=s.model() if status is Status.SAT else None, smt2=smt2)
     reason = "wall-clock budget" if timed_out else (s.reason_unknown() or "unknown")
+    if budget.spent():
+        reason = budget.spent_reason()  # the run's clock, not this query's, stopped it
     smt2 = save_query(assertions, budget, name, f"z3 said unknown: {reason}")
     return Answer(Status.UNKNOWN, smt2=smt2, reason=reason)
 

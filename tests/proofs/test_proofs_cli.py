@@ -213,7 +213,9 @@ def test_ctrl_c_stops_the_solver_with_one_line() -> None:
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
-    assert err.count("\n") == 1 and "interrupted" in err and "Traceback" not in err
+    # progress lines (a run past 3 s names each obligation group) are not the error
+    lines = [ln for ln in err.splitlines() if not ln.startswith("kvstab prove: [")]
+    assert len(lines) == 1 and "interrupted" in lines[0] and "Traceback" not in err
 
 
 def test_cvc5_confirms_the_built_ins_obligations(tmp_path: Path) -> None:
