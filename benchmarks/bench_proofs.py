@@ -1,11 +1,14 @@
 """Proof time against the number of active slots ``K`` for each built-in.
 
-    python benchmarks/bench_proofs.py [--K 2 4 8 16] [--Q 4] [--timeout 120] [--selfcheck 100000]
+    python benchmarks/bench_proofs.py [--K 2 4 8 16] [--Q 4] [--timeout 60] [--selfcheck 100000]
 
 Each cell runs ``kvstab.proofs.prove`` (the default flow of ``kvstab prove``:
 1-induction, quick BMC on a memory CTI, Houdini, BMC to ``--bmc`` slots) in
-its own subprocess with a wall-clock limit, and prints the verdict and the
-seconds.  After a cell exceeds the limit the larger ``K`` of that scheduler
+its own subprocess with ``--timeout`` as the run's total budget (what it
+leaves undecided is ``Unknown``) and a kill 30 s later as the backstop, and
+prints the verdict, the wall seconds and the CPU seconds of the child (the
+machine is shared: wall time alone is noisy), and the load average before
+and after.  After a cell exceeds the limit the larger ``K`` of that scheduler
 are not run.  Rows: the built-ins at ``B = 1``; ``vllm-v1`` with ``B = 16``
 and a token budget of 2048; and the unbounded proof (``--unbounded``, no
 ``K``) of each built-in.  Target (issue 13): ``K = 8``, ``Q = 4`` under 10 s.
@@ -17,22 +20,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
 
-SCHEDULERS = ("current-fit", "reserve", "lookahead", "vllm-v1", "current-fit-no-preempt")
+SCHEDULERS = ("current-fit", "reserve", "lookahead", "vllm-v1", "sglang", "current-fit-no-preempt")
 
 CHILD = """
 import json, sys, time
 from kvstab.proofs.encoding import Setting
 from kvstab.proofs.prove import prove
-name, K, Q, bmc, block, budget, unbounded = sys.argv[1:8]
+from kvstab.proofs.solver import Budget
+name, K, Q, bmc, block, budget, unbounded, total = sys.argv[1:9]
 setting = Setting(block=int(block), token_budget=None if budget == "-" else int(budget))
-t = time.perf_counter()
-rep = prove(name, K=int(K), Q=int(Q), bmc_depth=int(bmc), setting=setting, unbounded=unbounded == "1")
+t, c = time.perf_counter(), time.process_time()
+rep = prove(name, K=int(K), Q=int(Q), bmc_depth=int(bmc), setting=setting, unbounded=unbounded == "1",
+            budget=Budget(total_s=float(total)))
 print(json.dumps({"verdict": type(rep.verdict).__name__ + (" (any K)" if rep.unbounded else ""),
-                  "seconds": time.perf_counter() - t,
+                  "seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - c,
                   "strengthening": list(rep.strengthening), "queries": len(rep.obligations)}))
 """
 
@@ -54,10 +60,11 @@ def run_cell(
                 str(block),
                 "-" if budget is None else str(budget),
                 "1" if unbounded else "0",
+                str(timeout),
             ],
             capture_output=True,
             text=True,
-            timeout=timeout,
+            timeout=timeout + 30,
             check=True,
         )
     except subprocess.TimeoutExpired:
@@ -72,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--K", type=int, nargs="+", default=[2, 4, 8, 16])
     ap.add_argument("--Q", type=int, default=4)
     ap.add_argument("--bmc", type=int, default=12)
-    ap.add_argument("--timeout", type=float, default=120.0, help="wall-clock limit per cell, seconds")
+    ap.add_argument("--timeout", type=float, default=60.0, help="total budget per cell, seconds")
     ap.add_argument("--schedulers", nargs="+", default=list(SCHEDULERS))
     ap.add_argument("--selfcheck", type=int, default=0, help="time the encoding self-check on N states per rule")
     args = ap.parse_args(argv)
@@ -82,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in args.schedulers:
         rows_spec[f"{n} --unbounded"] = (n, 1, None, True)
     rows: dict[str, dict[int, str]] = {}
+    load0 = os.getloadavg()
     for label, (name, block, tb, unbounded) in rows_spec.items():
         rows[label] = {}
         skip = False
@@ -91,11 +99,17 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             r = run_cell(name, K, args.Q, args.bmc, args.timeout, block, tb, unbounded)
             if r["verdict"] == "timeout":
-                rows[label][K] = f"> {args.timeout:.0f} s"
+                rows[label][K] = f"> {args.timeout:.0f} s (killed)"
                 skip = True
             else:
-                rows[label][K] = f"{float(r['seconds']):.1f} s {r['verdict']}"  # type: ignore[arg-type]
+                cpu = r.get("cpu_seconds")
+                rows[label][K] = f"{float(r['seconds']):.1f} s{'' if cpu is None else f' ({float(cpu):.1f} cpu)'} {r['verdict']}"  # type: ignore[arg-type]
+                # an undecided cell spent its budget: larger K would too
+                skip = str(r["verdict"]).startswith("Unknown")
             print(f"{label} K={K}: {rows[label][K]}", file=sys.stderr, flush=True)
+    load1 = os.getloadavg()
+    print(f"load average (1, 5, 15 min) before {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, "
+          f"after {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; {os.cpu_count()} cores")
     print(f"| scheduler (Q = {args.Q}, bmc = {args.bmc}) | " + " | ".join(f"K = {k}" for k in args.K) + " |")
     print("|---|" + "---|" * len(args.K))
     for name, cells in rows.items():
