@@ -39,7 +39,7 @@ from kvstab.proofs.encoding import (
     state_at_initial,
     well_formed,
 )
-from kvstab.proofs.invariants import Conjunct, ConjunctFn, base_conjuncts, state_conjunct_name
+from kvstab.proofs.invariants import CaseSplit, Conjunct, ConjunctFn, base_conjuncts, state_conjunct_name
 from kvstab.proofs.replaying import decode_int, decode_slot, replay_trace
 from kvstab.proofs.solver import Answer, Budget, Status, save_query, solve
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Trace, Unknown, Verdict, passed
@@ -144,6 +144,38 @@ def _guard(name: str, prem: list[z3.BoolRef], small: list[z3.BoolRef], budget: B
     return ans, time.perf_counter() - t0
 
 
+def _case_split(conjuncts: Sequence[Conjunct], step: StepTerms, setting: Setting) -> tuple[str, CaseSplit] | None:
+    """The first conjunct's case split of the memory goal (its name and its cases), if one has any."""
+    for c in conjuncts:
+        if c.cases is not None:
+            return c.name, c.cases(step, setting)
+    return None
+
+
+def _cover(split: tuple[str, CaseSplit] | None, budget: Budget) -> list[Obligation]:
+    """The case split's own obligation: its cases cover every state."""
+    if split is None:
+        return []
+    name, cs = split
+    ans, secs = _timed(f"cases-{name}", cs.cover, budget)
+    return [Obligation("cases", _verdict(ans, "the cases do not cover every state"), secs, conjunct=f"{name}: its cases")]
+
+
+def _solve_split(name: str, query: list[z3.BoolRef], split: tuple[str, CaseSplit] | None, budget: Budget) -> Answer:
+    """``query`` as one solver call, or, with a case split, one call per case:
+    unsat iff every case is; the first sat case's answer; else unknown."""
+    if split is None:
+        return solve(query, budget, name)
+    undecided: Answer | None = None
+    for cname, cond in split[1].cases:
+        ans = solve(query + [cond], budget, f"{name}-{cname}")
+        if ans.status is Status.SAT:
+            return ans
+        if ans.status is Status.UNKNOWN and undecided is None:
+            undecided = Answer(Status.UNKNOWN, smt2=ans.smt2, reason=f"case {cname!r}: {ans.reason}")
+    return undecided or Answer(Status.UNSAT)
+
+
 def _timed(name: str, assertions: list[z3.BoolRef], budget: Budget) -> tuple[Answer, float]:
     t0 = time.perf_counter()
     ans = solve(assertions, budget, name)
@@ -200,6 +232,8 @@ def check_inductive(
     # a conjunct's goal may assume the slot's safety goals: they are proved
     # under the same premises as obligations of the same branch (lemma chaining)
     proved_safety = [g for _, g in fr.step.safety(setting)]
+    split = _case_split(fr.conjuncts, fr.step, setting)
+    obs += _cover(split, budget)
     wf_any = fr.step.full_units and fr.conjuncts[0].name == "well-formed"
     if wf_any:
         # well-formedness does not depend on the decision: prove it once, for
@@ -227,8 +261,9 @@ def check_inductive(
                 small, secs = _timed(f"step-{bname}-{gname}-small", query + _small_model(fr, active=2), budget)
                 found = small if small.status is Status.SAT else None
             if found is None:
-                found, more = _timed(f"step-{bname}-{gname}", query, budget)
-                secs += more
+                t1 = time.perf_counter()
+                found = _solve_split(f"step-{bname}-{gname}", query, split if breaks == "memory" else None, budget)
+                secs += time.perf_counter() - t1
             ans = found
             info: dict[str, object] = {}
             if ans.status is Status.SAT:
@@ -413,18 +448,24 @@ def houdini(
         # (well-formedness is decision-independent and proved separately by check_inductive)
         skip_wf = fr.step.full_units
         goals = [
-            (c, c(fr.step.post, setting), _hints(c, fr, setting) + [g for _, g in safety])
+            (c, c(fr.step.post, setting), _hints(c, fr, setting) + [g for _, g in safety], False)
             for c in everything
             if not (skip_wf and c.origin == "base" and c.name == "well-formed")
         ]
-        goals += [(Conjunct(n, _constant(g)), g, safety_hints) for n, g in safety]
+        goals += [(Conjunct(n, _constant(g)), g, safety_hints, n.startswith("memory")) for n, g in safety]
         small = _small_model(fr, active=2)
-        for c, goal, hints in goals:
+        # the memory goal's case split, checked to cover every state (else it is not used)
+        split = _case_split(everything, fr.step, setting)
+        if split is not None and not all(passed(o.verdict) for o in _cover(split, budget)):
+            log.append(f"case split of {split[0]!r} not used: its cases are not shown to cover every state")
+            split = None
+        for c, goal, hints, memory_goal in goals:
             # a counterexample among states with one active and one queued
             # request is cheap to find and as good as any (it is a real CTI)
             ans = solve(prem + hints + small + [z3.Not(goal)], budget, f"houdini-small-{c.name}")
             if ans.status is not Status.SAT:
-                ans = solve(prem + hints + [z3.Not(goal)], budget, f"houdini-{c.name}")
+                query = prem + hints + [z3.Not(goal)]
+                ans = _solve_split(f"houdini-{c.name}", query, split if memory_goal else None, budget)
             if ans.status is Status.UNSAT:
                 continue
             if c in cur:

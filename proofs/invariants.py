@@ -36,9 +36,17 @@ from kvstab.proofs.encoding import (
 from kvstab.schedulers.lookahead import Projection
 from kvstab.symbolic import Sym, unwrap
 
-__all__ = ["Conjunct", "base_conjuncts", "state_conjunct_name", "MENU", "menu", "load_conjunct"]
+__all__ = ["Conjunct", "CaseSplit", "earliest_first", "base_conjuncts", "state_conjunct_name", "MENU", "menu", "load_conjunct"]
 
 ConjunctFn = Callable[[SymState, Setting], z3.BoolRef]
+
+
+@dataclass(frozen=True, slots=True)
+class CaseSplit:
+    """Named cases of one step, and a query whose ``unsat`` shows that they cover every state."""
+
+    cases: list[tuple[str, z3.BoolRef]]
+    cover: list[z3.BoolRef]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +64,11 @@ class Conjunct:
     #: whether the instances also help the engine's safety goals (else only
     #: this conjunct's own goal gets them)
     hints_for_safety: bool = False
+    #: a case split of the slot's memory goal: named conditions on one encoded
+    #: step whose disjunction is valid (proved as its own obligation, never
+    #: assumed); the goal is then proved case by case — small queries where
+    #: the whole one would need the solver to find the split itself
+    cases: Callable[[StepTerms, Setting], CaseSplit] | None = None
 
     def __call__(self, state: SymState, setting: Setting) -> z3.BoolRef:
         return self.fn(state, setting)
@@ -249,12 +262,37 @@ def _projected_hints(step: StepTerms, se: Setting) -> list[z3.BoolRef]:
     return out
 
 
+def earliest_first(runs: Sequence[z3.BoolRef], fs: Sequence[z3.ArithRef]) -> list[tuple[str, z3.BoolRef]]:
+    """Nobody runs, or the ``k``-th request is the first that runs and finishes
+    no later than any other that runs (one case per ``k``; disjoint and covering)."""
+    out: list[tuple[str, z3.BoolRef]] = [("nobody runs", z3.Not(z3.Or(*runs)))]
+    for k, (rk, fk) in enumerate(zip(runs, fs)):
+        # ties go to the first such request, so the cases are disjoint as well as covering
+        earliest = [z3.Implies(rj, fk < fj if j < k else fk <= fj) for j, (rj, fj) in enumerate(zip(runs, fs)) if j != k]
+        out.append((f"earliest finish: slot {k}", z3.And(rk, *earliest)))
+    return out
+
+
+def _earliest_finish_cases(step: StepTerms, se: Setting) -> CaseSplit:
+    """The slot's memory goal split at the earliest finish slot of the requests
+    that run, where the projected total bounds this slot's charge (by the
+    monotonicity lemma).  The cover is proved on fresh variables: the cases are
+    the same function's instance at the step's terms, so they cover too."""
+    srcs = list(step.pre.active) + list(step.pre.waiting)
+    fs = [unwrap(_proj(e, se).f) for e in srcs]
+    n = len(srcs)
+    free = earliest_first([z3.Bool(f"cover.runs{k}") for k in range(n)], [z3.Int(f"cover.f{k}") for k in range(n)])
+    return CaseSplit(earliest_first(list(step.running), fs), [z3.Not(z3.Or(*[c for _, c in free]))])
+
+
 #: the candidates Houdini starts from (name → conjunct)
 MENU: dict[str, Conjunct] = {
     c.name: c
     for c in (
         Conjunct("reserved peaks fit", _reserved_peaks, "menu", _peak_lemma, _peak_hints, True),
-        Conjunct("projected memory fits", _projected, "menu", _projected_lemma, _projected_hints, True),
+        Conjunct(
+            "projected memory fits", _projected, "menu", _projected_lemma, _projected_hints, True, _earliest_finish_cases
+        ),
         Conjunct("next slot fits", _next_slot, "menu"),
     )
 }

@@ -73,3 +73,28 @@ def test_cli_states_its_budget_and_refuses_a_bad_one(capsys: pytest.CaptureFixtu
     assert "--total-timeout must be" in err and "Traceback" not in err
     assert main(["prove", "--scheduler", "current-fit", "--total-timeout", "30"]) == 0
     assert "budget 30 s in all" in capsys.readouterr().out
+
+
+def test_the_earliest_finish_split_covers_and_a_split_that_does_not_is_not_a_pass(tmp_path: Path) -> None:
+    import z3
+
+    from kvstab.proofs.induction import _cover
+    from kvstab.proofs.invariants import CaseSplit, earliest_first
+
+    runs = [z3.Bool(f"r{k}") for k in range(4)]
+    fs = [z3.Int(f"f{k}") for k in range(4)]
+    good = CaseSplit(earliest_first(runs, fs), [z3.Not(z3.Or(*[c for _, c in earliest_first(runs, fs)]))])
+    (ob,) = _cover(("split", good), Budget(smt2_dir=tmp_path))
+    assert isinstance(ob.verdict, Proved)
+    # drop one case: the states where request 2 finishes first are no longer covered
+    cases = [c for c in earliest_first(runs, fs) if not c[0].endswith("slot 2")]
+    bad = CaseSplit(cases, [z3.Not(z3.Or(*[c for _, c in cases]))])
+    (ob,) = _cover(("split", bad), Budget(smt2_dir=tmp_path))
+    assert not isinstance(ob.verdict, Proved)
+
+
+def test_lookahead_is_proved_through_the_case_split(tmp_path: Path) -> None:
+    rep = prove("lookahead", K=2, Q=2, budget=Budget(smt2_dir=tmp_path), unbounded=False)
+    assert isinstance(rep.verdict, Proved), rep.verdict
+    labels = [o.label() for o in rep.obligations]
+    assert "cases projected memory fits: its cases" in labels
