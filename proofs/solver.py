@@ -279,9 +279,12 @@ def solve(assertions: Sequence[z3.BoolRef], budget: Budget, name: str) -> Answer
         # a certificate records what z3 answered, for another solver to confirm
         smt2 = save_query(assertions, budget, name, f"z3: {status.value}") if budget.keep_all else None
         return Answer(status, model=s.model() if status is Status.SAT else None, smt2=smt2)
-    reason = "wall-clock budget" if timed_out else (s.reason_unknown() or "unknown")
     if budget.spent():
-        reason = budget.spent_reason()  # the run's clock, not this query's, stopped it
+        # the run's clock, not this query's own budget, stopped it: it is not kept (writing a large
+        # query out takes long — past the budget it exists to keep — and an rlimit-bound query,
+        # the one worth rerunning, is kept below)
+        return Answer(Status.UNKNOWN, reason=budget.spent_reason())
+    reason = "wall-clock budget" if timed_out else (s.reason_unknown() or "unknown")
     smt2 = save_query(assertions, budget, name, f"z3 said unknown: {reason}")
     return Answer(Status.UNKNOWN, smt2=smt2, reason=reason)
 
