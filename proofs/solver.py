@@ -48,6 +48,9 @@ __all__ = [
 #: the wall-clock budget of one whole ``kvstab prove`` run (seconds), by default
 DEFAULT_TOTAL_S = 120.0
 
+#: how often an interrupt is repeated until z3 stops (seconds)
+INTERRUPT_EVERY_S = 0.5
+
 #: z3 keeps ``rlimit`` in an unsigned 32-bit parameter: larger values wrap
 MAX_RLIMIT = 2**32 - 1
 
@@ -169,9 +172,12 @@ def _check(s: z3.Solver, name: str, wall_s: float) -> tuple[z3.CheckSatResult | 
     try:
         th.join(wall_s)
         timed_out = th.is_alive()
-        if timed_out:
+        while th.is_alive():
+            # z3 honours an interrupt only where it polls for it, and one sent while it moves
+            # between sub-solvers can be lost (an audit of sglang sat minutes past its budget
+            # in a join after a single interrupt): repeat it until the check returns
             s.ctx.interrupt()
-            th.join()
+            th.join(INTERRUPT_EVERY_S)
     except KeyboardInterrupt:
         s.ctx.interrupt()
         th.join()
