@@ -549,3 +549,40 @@ def test_untapeable_decisions_are_refused() -> None:
 
     with pytest.raises(Untraceable, match="not surely int"):
         trace_tape(FloatGrant(), ModelParams(M=64, chunk=8), 1, 1)
+
+
+def test_guarded_rows_are_skipped_exactly() -> None:
+    """Rows whose value matters only when a condition holds sit behind a ``JZ``: with the
+    condition false the outputs are still Python's, and far fewer rows run (sglang's O(K²)
+    retraction order matters only in a retracting step)."""
+    from kvstab.engine._guards import with_guards
+
+    tr = TapeOps(3)
+    a, b, c = (tr.leaf(n, "i", -100, 100) for n in range(3))
+    g = tr.lt(a, b)
+    heavy = tr.sum(tr.ite(tr.lt(x * y, c), 1, 0) for x in (a, b, c) for y in (a, b, c))
+    out = tr.and_(g, tr.lt(heavy, 5))
+    plain = tr.code()
+    code = with_guards(plain, 3, np.array([out.reg]))
+    jz = [r for r in code if r[0] == OP["JZ"]]
+    assert len(jz) == 1 and jz[0][2] == g.reg and jz[0][3] > 10
+    from kvstab.engine._plugin_kernel import eval_tape
+
+    for x, y, z in [(1, 2, 3), (2, 1, 3), (-5, 7, 0), (7, -5, 100)]:
+        R = np.zeros(tr.n_regs, dtype=np.int64)
+        R[:3] = x, y, z
+        F, T = np.zeros(tr.n_regs), np.zeros(tr.n_regs, dtype=np.int64)
+        assert eval_tape(code, code.view(np.float64), 0, code.shape[0], R, F, T)
+        want = x < y and sum(1 for p in (x, y, z) for q in (x, y, z) if p * q < z) < 5
+        assert bool(R[out.reg]) == want
+    # a division is never skipped: Python raises on a zero divisor whether or not its value matters
+    tr2 = TapeOps(2)
+    p, q = tr2.leaf(0, "i", -100, 100), tr2.leaf(1, "i", -100, 100)
+    o2 = tr2.and_(tr2.lt(p, 0), tr2.lt(p // q, 3))
+    code2 = with_guards(tr2.code(), 2, np.array([o2.reg]))
+    R = np.array([5, 0] + [0] * (tr2.n_regs - 2), dtype=np.int64)  # the guard p < 0 is false, q = 0
+    F, T = np.zeros(tr2.n_regs), np.zeros(tr2.n_regs, dtype=np.int64)
+    assert not eval_tape(code2, code2.view(np.float64), 0, code2.shape[0], R, F, T)
+    sg = trace_tape(load_scheduler("sglang"), ModelParams(M=4096, chunk=256), 24, 1)
+    guarded = sum(int(r[3]) for r in sg.code if r[0] == OP["JZ"])
+    assert guarded > 0.8 * sg.code.shape[0]

@@ -52,7 +52,7 @@ _ITE, _MIN, _MAX, _AND, _OR, _NOT, _TRUTH = OP["ITE"], OP["MIN"], OP["MAX"], OP[
 _ADDC, _SUBC, _MULC = OP["ADDC"], OP["SUBC"], OP["MULC"]
 _LIMIT = LIMIT
 _EXACT = EXACT
-_FCONST = OP["FCONST"]
+_FCONST, _JZ = OP["FCONST"], OP["JZ"]
 _XADD, _XSUB, _XMUL, _XFDIV, _XMOD, _XTDIV, _XNEG = (
     OP["XADD"],
     OP["XSUB"],
@@ -234,7 +234,10 @@ def eval_tape(
     ``F`` (floats) and ``T`` (tags of int-or-float registers); ``codef`` is ``code``
     viewed as float64 (a float constant's bits); ``False`` if a division by zero, a
     value beyond ±2⁶¹ or an int float64 cannot hold exactly stopped it."""
-    for x in range(start, start + nrows):
+    x = start - 1
+    end = start + nrows
+    while x + 1 < end:
+        x += 1
         op = code[x, 0]
         d = code[x, 1]
         a = code[x, 2]
@@ -292,9 +295,12 @@ def eval_tape(
             if xa != 0 and abs(y) > _LIMIT // abs(xa):
                 return False
             R[d] = xa * y
+        elif op == _JZ:  # the next b rows matter only if register a is true (kvstab.engine._guards)
+            if R[a] == 0:
+                x += b
         elif op == _FCONST:
             F[d] = codef[x, 2]
-        elif op > _FCONST:
+        elif op > _FCONST and op < _JZ:
             if not eval_x(op, d, a, b, code[x, 4], code[x, 5], R, F, T):
                 return False
         else:
