@@ -36,7 +36,7 @@ from kvstab.engine.tape import OP
 #: carry a value in a, and JZ is emitted only here
 NARGS = np.zeros(len(OP), dtype=np.int64)
 for _name, _n in OP.items():
-    if _name in ("CONST", "FCONST", "JZ"):
+    if _name in ("CONST", "FCONST", "JZ", "ASK"):
         NARGS[_n] = 0
     elif _name in ("NEG", "NOT", "TRUTH", "XNEG", "XTRUTH"):
         NARGS[_n] = 1
@@ -45,7 +45,11 @@ for _name, _n in OP.items():
     else:
         NARGS[_n] = 2
 
-_AND, _TRUTH, _ITE, _XITE, _JZ = OP["AND"], OP["TRUTH"], OP["ITE"], OP["XITE"], OP["JZ"]
+_AND, _TRUTH, _ITE, _XITE, _JZ, _ASK = OP["AND"], OP["TRUTH"], OP["ITE"], OP["XITE"], OP["JZ"], OP["ASK"]
+#: a guarded run of at least this many rows is not kept at all: ``ASK g`` makes the kernel ask the
+#: rule itself in the (rare) slot where ``g`` is true — exact, as the skipped rows are irrelevant
+#: whenever ``g`` is 0 — and keeps the tape O(K) for sglang (its O(K²) retraction order is dropped)
+ASK_MIN = 64
 _CONST, _FCONST = OP["CONST"], OP["FCONST"]
 _FDIV, _MOD, _XFDIV, _XMOD, _XTDIV = OP["FDIV"], OP["MOD"], OP["XFDIV"], OP["XMOD"], OP["XTDIV"]
 _NEGZERO = -(1 << 63)  # the bits of the float constant -0.0 (+0.0's are 0)
@@ -183,8 +187,9 @@ def guard_rows(code: np.ndarray, n_in: int, outs: np.ndarray, nargs: np.ndarray)
 
 
 @_njit(cache=True)
-def _emit(code: np.ndarray, guard: np.ndarray, jz: int) -> np.ndarray:
-    """The rows without the dead ones, with ``JZ g, n`` before each run of ``n`` rows guarded by ``g``."""
+def _emit(code: np.ndarray, guard: np.ndarray, jz: int, ask: int, ask_min: int) -> np.ndarray:
+    """The rows without the dead ones, with ``JZ g, n`` before each run of ``n`` rows guarded by ``g``,
+    or (``n >= ask_min``) ``ASK g`` instead of the run."""
     n = code.shape[0]
     out = np.zeros((2 * n + 1, code.shape[1]), dtype=np.int64)
     w = 0
@@ -208,15 +213,20 @@ def _emit(code: np.ndarray, guard: np.ndarray, jz: int) -> np.ndarray:
                 w += 1
                 run += 1
             x += 1
-        out[head, 0] = jz
         out[head, 2] = g
-        out[head, 3] = run
+        if run >= ask_min:
+            out[head, 0] = ask
+            w = head + 1  # the run is dropped
+        else:
+            out[head, 0] = jz
+            out[head, 3] = run
     return out[:w].copy()
 
 
-def with_guards(code: np.ndarray, n_in: int, outputs: np.ndarray) -> np.ndarray:
-    """``code`` with its dead rows dropped and its guarded runs behind ``JZ`` rows (same registers)."""
+def with_guards(code: np.ndarray, n_in: int, outputs: np.ndarray, ask_min: int = ASK_MIN) -> np.ndarray:
+    """``code`` with its dead rows dropped, its guarded runs behind ``JZ`` rows, and its long
+    guarded runs replaced by ``ASK`` rows (same registers)."""
     if code.shape[0] == 0:
         return code
     guard = guard_rows(code, n_in, outputs, NARGS)
-    return _emit(code, guard, _JZ)
+    return _emit(code, guard, _JZ, _ASK, ask_min)

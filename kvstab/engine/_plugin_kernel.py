@@ -33,7 +33,8 @@ from kvstab.engine.tape import EXACT, LIMIT, OP
 
 # indices into the scalar state array ``st``
 ST_T, ST_I, ST_QH, ST_QL, ST_NA, ST_PEND, ST_NEEDK, ST_NEEDQ, ST_HID, ST_NONCE = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
-ST_SIZE = 10
+ST_ASK = 10  # 1: the NEED_TAPE is an ASK row's (answer this slot by asking the rule itself)
+ST_SIZE = 11
 
 # return codes
 REACHED, DRAINED, NEED_TAPE, BAIL = 0, 2, 3, 4
@@ -52,7 +53,7 @@ _ITE, _MIN, _MAX, _AND, _OR, _NOT, _TRUTH = OP["ITE"], OP["MIN"], OP["MAX"], OP[
 _ADDC, _SUBC, _MULC = OP["ADDC"], OP["SUBC"], OP["MULC"]
 _LIMIT = LIMIT
 _EXACT = EXACT
-_FCONST, _JZ = OP["FCONST"], OP["JZ"]
+_FCONST, _JZ, _ASK = OP["FCONST"], OP["JZ"], OP["ASK"]
 _XADD, _XSUB, _XMUL, _XFDIV, _XMOD, _XTDIV, _XNEG = (
     OP["XADD"],
     OP["XSUB"],
@@ -229,11 +230,12 @@ def eval_x(op: int, d: int, a: int, b: int, c: int, k: int, R: np.ndarray, F: np
 @_njit(cache=True)
 def eval_tape(
     code: np.ndarray, codef: np.ndarray, start: int, nrows: int, R: np.ndarray, F: np.ndarray, T: np.ndarray
-) -> bool:
+) -> int:
     """Run tape rows ``start`` … ``start + nrows - 1`` on registers ``R`` (ints),
     ``F`` (floats) and ``T`` (tags of int-or-float registers); ``codef`` is ``code``
     viewed as float64 (a float constant's bits); ``False`` if a division by zero, a
-    value beyond ±2⁶¹ or an int float64 cannot hold exactly stopped it."""
+    value beyond ±2⁶¹ or an int float64 cannot hold exactly stopped it (0), 2 if an
+    ``ASK`` row's condition holds (the rule is asked instead), else 1."""
     x = start - 1
     end = start + nrows
     while x + 1 < end:
@@ -279,7 +281,7 @@ def eval_tape(
         elif op == _FDIV or op == _MOD:
             y = R[b]
             if y == 0:
-                return False
+                return 0
             # numba's integer // and % round towards -inf, as Python's do
             R[d] = R[a] // y if op == _FDIV else R[a] % y
         elif op == _NEG:  # registers stay within ±2⁶¹, so a negation cannot overflow
@@ -287,25 +289,28 @@ def eval_tape(
         elif op == _ADDC or op == _SUBC:
             v = R[a] + R[b] if op == _ADDC else R[a] - R[b]
             if v > _LIMIT or v < -_LIMIT:
-                return False
+                return 0
             R[d] = v
         elif op == _MULC:
             xa = R[a]
             y = R[b]
             if xa != 0 and abs(y) > _LIMIT // abs(xa):
-                return False
+                return 0
             R[d] = xa * y
         elif op == _JZ:  # the next b rows matter only if register a is true (kvstab.engine._guards)
             if R[a] == 0:
                 x += b
+        elif op == _ASK:
+            if R[a] != 0:
+                return 2
         elif op == _FCONST:
             F[d] = codef[x, 2]
         elif op > _FCONST and op < _JZ:
             if not eval_x(op, d, a, b, code[x, 4], code[x, 5], R, F, T):
-                return False
+                return 0
         else:
-            return False
-    return True
+            return 0
+    return 1
 
 
 @_njit(cache=True)
@@ -430,8 +435,15 @@ def run_plugin_slots(
                     F[g] = svf[m]
                 else:
                     R[g] = sv[m]
-            if not eval_tape(code, codef, tstart[tape], tlen[tape], R, F, T):
+            res = eval_tape(code, codef, tstart[tape], tlen[tape], R, F, T)
+            if res == 0:
                 status = BAIL
+                break
+            if res == 2:  # the tape left this case to the rule: ask it for this slot (a one-slot tape)
+                st[ST_NEEDK] = na
+                st[ST_NEEDQ] = Q
+                st[ST_ASK] = 1
+                status = NEED_TAPE
                 break
             o0 = ostart[tape]
             # the reference checks every answer: grants are integers >= 0, a next state within its bounds

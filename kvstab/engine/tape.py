@@ -77,7 +77,9 @@ OPS = (
     # float and mixed int/float operations (the operands' storage in the row's 6th field, see ``kinds``)
     "FCONST XADD XSUB XMUL XFDIV XMOD XNEG XLT XLE XGT XGE XEQ XNE XITE XMIN XMAX XTRUTH XTDIV "
     # skip the next b rows when register a is 0 (rows only a true a needs: see kvstab.engine._guards)
-    "JZ"
+    "JZ "
+    # ask the rule itself for this slot when register a is true (a long run of rows only a true a needs)
+    "ASK"
 ).split()
 OP = {name: i for i, name in enumerate(OPS)}
 
@@ -552,13 +554,14 @@ def trace_tape(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Tap
         if not isinstance(decision.state, tuple) or len(decision.state) != len(svars):
             raise Untraceable("decision.state does not hold one value per state variable")  # the reference says why
         regs += outs(decision.state, [NUM if v.real else INT for v in svars], "state")
-    from kvstab.engine._guards import with_guards  # numba-compiled; imports this module
+    from kvstab.engine import _guards  # numba-compiled; imports this module
+    from kvstab.engine._guards import with_guards
 
     outputs = np.array(regs, dtype=np.int64)
     return Tape(
         K=K,
         Q=Q,
-        code=with_guards(tr.code(), base + 1 + len(svars), outputs),
+        code=with_guards(tr.code(), base + 1 + len(svars), outputs, _guards.ASK_MIN),
         outputs=outputs,
         okinds=np.array(okinds, dtype=np.int64),
         n_regs=tr.n_regs,
