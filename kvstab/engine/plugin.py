@@ -21,7 +21,6 @@ slots; what costs is each call and each slot's Python, and the tape removes both
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -82,43 +81,11 @@ def trace_rule(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Tap
     return hit
 
 
-#: a shape is taped at the earliest the (TRACE_AFTER + 1)-th time a run meets it, and only once
-#: the direct calls spent on it have cost what taping it is estimated to (ski rental; 0: tape every
-#: shape at once).  Taping costs a few direct calls for a rule linear in the view (current fit),
-#: hundreds for one with O(K²) work it skips concretely (sglang's retraction order), and at paper
-#: scale half the shapes a run meets are met once or twice.
+#: a shape is taped the (TRACE_AFTER + 1)-th time a run meets it; until then the rule is
+#: asked directly (taping a shape of ~100 active entries costs about what 4 direct calls of a
+#: rule linear in the view do — hundreds for sglang, whose O(K²) retraction order the concrete
+#: rule skips — and at paper scale half the shapes a run meets are met once or twice)
 TRACE_AFTER = 3
-
-
-class _Rental:
-    """When to stop asking the rule and tape a shape: the cost of taping shape ``K`` is estimated
-    from the last shape taped, as its taping time over its direct calls' mean time, scaled by
-    ``K`` (taping may grow a power of ``K`` faster than a call, as sglang's does)."""
-
-    def __init__(self) -> None:
-        self.spent: dict[tuple[int, int], list[float]] = {}  # shape -> [seconds asked, calls]
-        self.ratio: float | None = None  # taping time / mean call time of the last shape taped
-        self.K = 0
-
-    def asked(self, shape: tuple[int, int], seconds: float) -> None:
-        acc = self.spent.setdefault(shape, [0.0, 0.0])
-        acc[0] += seconds
-        acc[1] += 1
-
-    def should_tape(self, shape: tuple[int, int], met: int) -> bool:
-        if TRACE_AFTER == 0:
-            return True
-        if met <= TRACE_AFTER:
-            return False
-        acc = self.spent.get(shape)
-        if self.ratio is None or acc is None or acc[1] == 0:
-            return True  # nothing measured yet: tape it (and measure)
-        return acc[0] >= self.ratio * (shape[0] + 1) / (self.K + 1) * (acc[0] / acc[1])
-
-    def taped(self, shape: tuple[int, int], seconds: float) -> None:
-        acc = self.spent.get(shape)
-        if acc is not None and acc[1] > 0 and acc[0] > 0:
-            self.ratio, self.K = seconds / (acc[0] / acc[1]), shape[0]
 
 
 def _cached(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> bool:
@@ -315,7 +282,6 @@ class PluginPath:
         svfhi = np.array([float(v.hi) for v in svars], dtype=np.float64)
         tapes = _TapeSet()
         visits: dict[tuple[int, int], int] = {}
-        rental = _Rental()
         fixed = slots is not None and not drain
         horizon = min(int(slots), max_slots) if fixed else max_slots  # type: ignore[arg-type]
         drain_min = 0 if slots is None else int(slots)
@@ -341,16 +307,11 @@ class PluginPath:
                 ask = bool(st[PK.ST_ASK])  # the shape's tape left this slot to the rule (an ASK row)
                 st[PK.ST_ASK] = 0
                 met = visits[shape] = visits.get(shape, 0) + 1
-                if not ask and (_cached(self.scheduler, params, *shape) or rental.should_tape(shape, met)):
-                    c0 = time.process_time()
+                if not ask and (met > TRACE_AFTER or _cached(self.scheduler, params, *shape)):
                     tapes.add(trace_rule(self.scheduler, params, *shape))
-                    rental.taped(shape, time.process_time() - c0)
                 else:  # ski rental: ask the rule itself until the shape has cost what taping it would
-                    c0 = time.process_time()
                     view = _view(self.scheduler, params, shape, st, act, qbuf, ps, po, prog, sv, svf, svtag)
                     tapes.add(_answer(self.scheduler, view, svars), st)
-                    if not ask:  # (an ASK slot is one the tape does not cover: it does not count)
-                        rental.asked(shape, time.process_time() - c0)
             if status == PK.BAIL:
                 raise Bail(f"slot {int(st[PK.ST_T])}")
             t = int(st[PK.ST_T])
