@@ -583,16 +583,16 @@ def test_guarded_rows_are_skipped_exactly() -> None:
     R = np.array([5, 0] + [0] * (tr2.n_regs - 2), dtype=np.int64)  # the guard p < 0 is false, q = 0
     F, T = np.zeros(tr2.n_regs), np.zeros(tr2.n_regs, dtype=np.int64)
     assert not eval_tape(code2, code2.view(np.float64), 0, code2.shape[0], R, F, T)
-    # sglang: the retraction order (O(K²) rows, needed only in a retracting step) is left to the rule
-    K = 24
-    sg = trace_tape(load_scheduler("sglang"), ModelParams(M=4096, chunk=256), K, 1)
-    asks = [r for r in sg.code if r[0] == OP["ASK"]]
-    assert asks and sg.code.shape[0] < 15 * K * K // 2  # ~130·K rows kept of the ~15·K² recorded
+    # sglang: the retraction order (O(K²) rows, needed only in a retracting step) sits behind JZ rows
+    sg = trace_tape(load_scheduler("sglang"), ModelParams(M=4096, chunk=256), 24, 1)
+    guarded = sum(int(r[3]) for r in sg.code if r[0] == OP["JZ"])
+    assert guarded > 0.8 * sg.code.shape[0]
 
 
 def test_ask_rows_leave_the_slot_to_the_rule() -> None:
-    """With every guarded run left to the rule (``ASK``) or all kept (``JZ``), sglang's runs agree with
-    the reference engine, retractions included (the slots that ASK)."""
+    """With every guarded run left to the rule (``ASK``, the kernel then asks the rule for the slot) or
+    all kept behind ``JZ`` (the default), sglang's runs agree with the reference engine, retractions
+    included."""
     from kvstab.engine import _guards
 
     params = ModelParams(M=160, chunk=16)
