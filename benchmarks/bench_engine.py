@@ -1,7 +1,7 @@
 """The fast engine: speed targets, the scaling table, and the differential checks it must pass.
 
     python benchmarks/bench_engine.py                 # everything (minutes on a shared 2-core machine)
-    python benchmarks/bench_engine.py --only targets  # one section: targets | vllm | plugin | scaling | check | python
+    python benchmarks/bench_engine.py --only targets  # one section: targets | vllm | plugin | sglang | scaling | check | python
 
 Sections (issue 11; no timed tests — figures are printed here):
 
@@ -14,6 +14,10 @@ Sections (issue 11; no timed tests — figures are printed here):
   the reference engine on the same run: speed-up in CPU seconds (target ≥ 10×), with every
   view shape taped during the run (cold) and with the tapes cached (a sweep's later points),
   and identity of every SimResult array.
+* ``sglang``   the built-in ``sglang`` (real-valued state, float reservations) on the plug-in path vs
+  the reference engine, same run (cold: every shape taped or asked during the run; taped: cached);
+  ``--sglang-reference-max`` requests at most are also run on the reference engine (it takes
+  ~0.8 ms a slot at paper scale), above that its time is not measured.
 * ``scaling``  10⁴/10⁵/10⁶ requests × M = 16k/131k/1M (current-fit): seconds and ns per request.
 * ``check``    fast vs reference engine, every SimResult array, on the paper's three workloads
   and the four shipped traces, every built-in, ≥ 10⁵ slots (check (b)).
@@ -177,6 +181,44 @@ def section_plugin(requests: int) -> None:
     )
 
 
+def section_sglang(requests: list[int], reference_max: int) -> None:
+    from kvstab.engine import plugin
+
+    sched = load_scheduler("sglang")
+    params = ModelParams()
+    # load the compiled loop from numba's cache on another M, so no tape is shared with the timed runs
+    run(sched, ModelParams(M=params.M + 1), plan_for(PAPER_WORKLOADS["paper-1:1"], params, 50), 10, engine="fast")
+    for n in requests:
+        header(f"sglang: the built-in on the plug-in path vs the reference engine ({n} requests, paper 1:1)")
+        plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, n)
+        T = horizon(plan)
+        plugin._TAPES.clear()
+        c0, t0 = time.process_time(), time.perf_counter()
+        cold = run(sched, params, plan, T, engine="fast")
+        tc, cc = time.perf_counter() - t0, time.process_time() - c0
+        shapes = len(plugin._TAPES)
+        c0, t0 = time.process_time(), time.perf_counter()
+        warm = run(sched, params, plan, T, engine="fast")
+        tw, cw = time.perf_counter() - t0, time.process_time() - c0
+        print(f"{T} slots, {len(plan)} requests; engine: {cold.engine} ({cold.reason}); {shapes} view shapes taped")
+        print(f"plug-in (cold)    {tc:7.2f} s wall {cc:7.2f} s CPU {T / cc:10.0f} slots/s")
+        print(f"plug-in (taped)   {tw:7.2f} s wall {cw:7.2f} s CPU {T / cw:10.0f} slots/s")
+        if n <= reference_max:
+            c0, t0 = time.process_time(), time.perf_counter()
+            ref = run(sched, params, plan, T, engine="reference")
+            tr, cr = time.perf_counter() - t0, time.process_time() - c0
+            same = _first_difference(ref.result, cold.result) or _first_difference(ref.result, warm.result)
+            print(f"reference         {tr:7.2f} s wall {cr:7.2f} s CPU {T / cr:10.0f} slots/s")
+            print(f"speed-up (CPU): cold {cr / cc:.1f}×, taped {cr / cw:.1f}×")
+            print(f"outcome: {'identical, every SimResult array' if same is None else 'DIFFER: ' + same}")
+        else:
+            same = _first_difference(cold.result, warm.result)
+            print(f"(reference engine not run above {reference_max} requests); cold and taped runs "
+                  f"{'identical' if same is None else 'DIFFER: ' + same}")  # fmt: skip
+        print(f"preemptions {int(cold.result.preemptions.sum()) if cold.result is not None else '?'}; "
+              f"load averages now {load()}", flush=True)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class OutsideCurrentFit:
     """A plug-in as an outside author writes one: current-fit's rule, in a class kvstab
@@ -290,15 +332,19 @@ def section_python(slots: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=["targets", "vllm", "plugin", "scaling", "check", "python"], action="append")
+    ap.add_argument(
+        "--only", choices=["targets", "vllm", "plugin", "sglang", "scaling", "check", "python"], action="append"
+    )
     ap.add_argument("--requests", type=int, default=1_000_000, help="requests for the targets section")
     ap.add_argument("--vllm-steps", type=int, default=4000)
     ap.add_argument("--plugin-requests", type=int, default=3000)
+    ap.add_argument("--sglang-requests", default="3000,100000", help="request counts of the sglang section")
+    ap.add_argument("--sglang-reference-max", type=int, default=3000)
     ap.add_argument("--check-slots", type=int, default=100_000)
     ap.add_argument("--check-M", type=int, default=16_000)
     ap.add_argument("--scaling", default="10000,100000,1000000", help="request counts of the scaling table")
     args = ap.parse_args()
-    todo = args.only or ["python", "targets", "vllm", "plugin", "scaling", "check"]
+    todo = args.only or ["python", "targets", "vllm", "plugin", "sglang", "scaling", "check"]
     print(f"bench_engine: {' '.join(todo)}; CPU affinity {sorted(os.sched_getaffinity(0))}")
     for name in todo:
         if name == "targets":
@@ -307,6 +353,8 @@ def main() -> None:
             section_vllm(args.vllm_steps)
         elif name == "plugin":
             section_plugin(args.plugin_requests)
+        elif name == "sglang":
+            section_sglang([int(x) for x in args.sglang_requests.split(",")], args.sglang_reference_max)
         elif name == "scaling":
             section_scaling([int(x) for x in args.scaling.split(",")], [16_000, 131_000, 1_000_000])
         elif name == "check":

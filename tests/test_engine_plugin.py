@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from mutants import MUTANTS
 
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals
-from kvstab.contract import Decision, Scheduler, Traits, View
+from kvstab.contract import Decision, Scheduler, StateVar, Traits, View, state_vars_of
 from kvstab.engine import run
 from kvstab.engine.plugin import PluginPath, Untraceable, plugin_path, trace_rule
 from kvstab.errors import InvariantViolation
@@ -38,6 +38,11 @@ class Outside:
     name: str = "outside"
     description: str = "a built-in rule behind an unknown class"
     traits: Traits = Traits()
+
+    @property
+    def state_vars(self) -> tuple[StateVar, ...]:
+        """The wrapped rule's state (``sglang`` carries a real-valued ratio and a flag)."""
+        return state_vars_of(self.inner)
 
     def decide(self, view: View, ops: Ops) -> Decision:
         """The wrapped rule's decision."""

@@ -24,14 +24,17 @@ the scheduler's state applied with the slot.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from kvstab.engine._kernel import _njit, held
-from kvstab.engine.tape import LIMIT, OP
+from kvstab.engine.tape import EXACT, LIMIT, OP
 
 # indices into the scalar state array ``st``
 ST_T, ST_I, ST_QH, ST_QL, ST_NA, ST_PEND, ST_NEEDK, ST_NEEDQ, ST_HID, ST_NONCE = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
-ST_SIZE = 10
+ST_ASK = 10  # 1: the NEED_TAPE is an ASK row's (answer this slot by asking the rule itself)
+ST_SIZE = 11
 
 # return codes
 REACHED, DRAINED, NEED_TAPE, BAIL = 0, 2, 3, 4
@@ -49,13 +52,194 @@ _LT, _LE, _GT, _GE, _EQ, _NE = OP["LT"], OP["LE"], OP["GT"], OP["GE"], OP["EQ"],
 _ITE, _MIN, _MAX, _AND, _OR, _NOT, _TRUTH = OP["ITE"], OP["MIN"], OP["MAX"], OP["AND"], OP["OR"], OP["NOT"], OP["TRUTH"]
 _ADDC, _SUBC, _MULC = OP["ADDC"], OP["SUBC"], OP["MULC"]
 _LIMIT = LIMIT
+_EXACT = EXACT
+_FCONST, _JZ, _ASK = OP["FCONST"], OP["JZ"], OP["ASK"]
+_XADD, _XSUB, _XMUL, _XFDIV, _XMOD, _XTDIV, _XNEG = (
+    OP["XADD"],
+    OP["XSUB"],
+    OP["XMUL"],
+    OP["XFDIV"],
+    OP["XMOD"],
+    OP["XTDIV"],
+    OP["XNEG"],
+)
+_XLT, _XLE, _XGT, _XGE, _XEQ, _XNE = OP["XLT"], OP["XLE"], OP["XGT"], OP["XGE"], OP["XEQ"], OP["XNE"]
+_XITE, _XMIN, _XMAX, _XTRUTH = OP["XITE"], OP["XMIN"], OP["XMAX"], OP["XTRUTH"]
 
 
 @_njit(cache=True)
-def eval_tape(code: np.ndarray, start: int, nrows: int, R: np.ndarray) -> bool:
-    """Run tape rows ``start`` … ``start + nrows - 1`` on registers ``R``;
-    ``False`` if a division by zero or a value beyond ±2⁶¹ stopped it."""
-    for x in range(start, start + nrows):
+def _load(R: np.ndarray, F: np.ndarray, T: np.ndarray, reg: int, kind: int) -> tuple[bool, int, float]:
+    """A register's Python value as (is it a float, its int, its float); ``kind`` is where
+    it lives (0: ``R``, 1: ``F``, 2: as the tag ``T[reg]`` says)."""
+    if kind == 1 or (kind == 2 and T[reg] == 1):
+        return True, 0, F[reg]
+    return False, R[reg], 0.0
+
+
+@_njit(cache=True)
+def _put(R: np.ndarray, F: np.ndarray, T: np.ndarray, d: int, kind: int, isf: bool, iv: int, fv: float) -> bool:
+    """Store a value where the tape says register ``d`` lives; ``False`` if its type is not the one
+    the tape recorded (never, when the tracer's types are right)."""
+    if kind == 0:
+        if isf:
+            return False
+        R[d] = iv
+    elif kind == 1:
+        if not isf:
+            return False
+        F[d] = fv
+    else:
+        T[d] = 1 if isf else 0
+        if isf:
+            F[d] = fv
+        else:
+            R[d] = iv
+    return True
+
+
+@_njit(cache=True)
+def _cmp(op: int, xf: bool, xi: int, xv: float, yf: bool, yi: int, yv: float) -> int:
+    """Python's ``x op y`` on ints and floats: 1/0, or -1 where it cannot be decided exactly here
+    (an int beyond 2⁵³ against a float: Python compares it exactly, float64 would round it)."""
+    if not xf and not yf:
+        if op == _XLT:
+            return 1 if xi < yi else 0
+        if op == _XLE:
+            return 1 if xi <= yi else 0
+        if op == _XGT:
+            return 1 if xi > yi else 0
+        if op == _XGE:
+            return 1 if xi >= yi else 0
+        if op == _XEQ:
+            return 1 if xi == yi else 0
+        return 1 if xi != yi else 0
+    if (not xf and abs(xi) > _EXACT) or (not yf and abs(yi) > _EXACT):
+        return -1
+    x = xv if xf else float(xi)
+    y = yv if yf else float(yi)
+    # IEEE comparisons: every one with a NaN is false, except !=, as in Python
+    if op == _XLT:
+        return 1 if x < y else 0
+    if op == _XLE:
+        return 1 if x <= y else 0
+    if op == _XGT:
+        return 1 if x > y else 0
+    if op == _XGE:
+        return 1 if x >= y else 0
+    if op == _XEQ:
+        return 1 if x == y else 0
+    return 1 if x != y else 0
+
+
+@_njit(cache=True)
+def _float_divmod(x: float, y: float) -> tuple[float, float]:
+    """CPython's ``float.__divmod__`` (``_float_div_mod`` in ``floatobject.c``), step for step:
+    ``x // y`` and ``x % y`` for ``y != 0``."""
+    mod = np.fmod(x, y)  # C fmod (exact); numba has no math.fmod
+    div = (x - mod) / y
+    if mod != 0.0:
+        if (y < 0.0) != (mod < 0.0):  # the remainder takes the divisor's sign
+            mod += y
+            div -= 1.0
+    else:
+        mod = math.copysign(0.0, y)
+    if div != 0.0:
+        floordiv = np.floor(div)  # a float (numba's math.floor returns an int64)
+        if div - floordiv > 0.5:
+            floordiv += 1.0
+    else:
+        floordiv = math.copysign(0.0, x / y)
+    return floordiv, mod
+
+
+@_njit(cache=True)
+def eval_x(op: int, d: int, a: int, b: int, c: int, k: int, R: np.ndarray, F: np.ndarray, T: np.ndarray) -> bool:
+    """One float or mixed row (``k``: where each operand and the result live, 2 bits each) with
+    Python's semantics; ``False`` where Python would raise (a zero divisor) or where float64
+    cannot follow Python exactly (an int beyond 2⁵³ meeting a float, an int result beyond ±2⁶¹)."""
+    ka = k & 3
+    kb = (k >> 2) & 3
+    kc = (k >> 4) & 3
+    kd = (k >> 6) & 3
+    af, ai, av = _load(R, F, T, a, ka)
+    if op == _XTRUTH:
+        R[d] = 1 if (av != 0.0 if af else ai != 0) else 0  # NaN is true, as bool(nan)
+        return True
+    if op == _XITE:
+        if av != 0.0 if af else ai != 0:
+            sf, si, sv = _load(R, F, T, b, kb)
+        else:
+            sf, si, sv = _load(R, F, T, c, kc)
+        return _put(R, F, T, d, kd, sf, si, sv)
+    if op == _XNEG:
+        return _put(R, F, T, d, kd, af, -ai, -av)  # |ai| <= 2⁶¹: no overflow
+    bf, bi, bv = _load(R, F, T, b, kb)
+    if op == _XMIN or op == _XMAX:
+        # Python's min/max keep the first of equals: b replaces a only if b < a (b > a)
+        w = _cmp(_XLT if op == _XMIN else _XGT, bf, bi, bv, af, ai, av)
+        if w < 0:
+            return False
+        if w == 1:
+            return _put(R, F, T, d, kd, bf, bi, bv)
+        return _put(R, F, T, d, kd, af, ai, av)
+    if op >= _XLT and op <= _XNE:
+        w = _cmp(op, af, ai, av, bf, bi, bv)
+        if w < 0:
+            return False
+        R[d] = w
+        return True
+    if not af and not bf:  # two ints: Python's integer arithmetic (true division excepted)
+        if op == _XADD or op == _XSUB:
+            v = ai + bi if op == _XADD else ai - bi
+            if v > _LIMIT or v < -_LIMIT:
+                return False
+            return _put(R, F, T, d, kd, False, v, 0.0)
+        if op == _XMUL:
+            if ai != 0 and abs(bi) > _LIMIT // abs(ai):
+                return False
+            return _put(R, F, T, d, kd, False, ai * bi, 0.0)
+        if bi == 0:
+            return False
+        if op == _XFDIV:
+            return _put(R, F, T, d, kd, False, ai // bi, 0.0)
+        if op == _XMOD:
+            return _put(R, F, T, d, kd, False, ai % bi, 0.0)
+        # int / int: Python rounds the exact quotient once; so does one IEEE division of exact operands
+        if abs(ai) > _EXACT or abs(bi) > _EXACT:
+            return False
+        return _put(R, F, T, d, kd, True, 0, float(ai) / float(bi))
+    # a float meets an int or a float: the int converts to float64 (exactly: at most 2⁵³)
+    if (not af and abs(ai) > _EXACT) or (not bf and abs(bi) > _EXACT):
+        return False
+    x = av if af else float(ai)
+    y = bv if bf else float(bi)
+    if op == _XADD:
+        return _put(R, F, T, d, kd, True, 0, x + y)
+    if op == _XSUB:
+        return _put(R, F, T, d, kd, True, 0, x - y)
+    if op == _XMUL:
+        return _put(R, F, T, d, kd, True, 0, x * y)
+    if y == 0.0:  # ZeroDivisionError in Python
+        return False
+    if op == _XTDIV:
+        return _put(R, F, T, d, kd, True, 0, x / y)
+    q, m = _float_divmod(x, y)
+    return _put(R, F, T, d, kd, True, 0, q if op == _XFDIV else m)
+
+
+@_njit(cache=True)
+def eval_tape(
+    code: np.ndarray, codef: np.ndarray, start: int, nrows: int, R: np.ndarray, F: np.ndarray, T: np.ndarray
+) -> int:
+    """Run tape rows ``start`` … ``start + nrows - 1`` on registers ``R`` (ints),
+    ``F`` (floats) and ``T`` (tags of int-or-float registers); ``codef`` is ``code``
+    viewed as float64 (a float constant's bits); ``False`` if a division by zero, a
+    value beyond ±2⁶¹ or an int float64 cannot hold exactly stopped it (0), 2 if an
+    ``ASK`` row's condition holds (the rule is asked instead), else 1."""
+    x = start - 1
+    end = start + nrows
+    while x + 1 < end:
+        x += 1
         op = code[x, 0]
         d = code[x, 1]
         a = code[x, 2]
@@ -97,7 +281,7 @@ def eval_tape(code: np.ndarray, start: int, nrows: int, R: np.ndarray) -> bool:
         elif op == _FDIV or op == _MOD:
             y = R[b]
             if y == 0:
-                return False
+                return 0
             # numba's integer // and % round towards -inf, as Python's do
             R[d] = R[a] // y if op == _FDIV else R[a] % y
         elif op == _NEG:  # registers stay within ±2⁶¹, so a negation cannot overflow
@@ -105,17 +289,28 @@ def eval_tape(code: np.ndarray, start: int, nrows: int, R: np.ndarray) -> bool:
         elif op == _ADDC or op == _SUBC:
             v = R[a] + R[b] if op == _ADDC else R[a] - R[b]
             if v > _LIMIT or v < -_LIMIT:
-                return False
+                return 0
             R[d] = v
         elif op == _MULC:
             xa = R[a]
             y = R[b]
             if xa != 0 and abs(y) > _LIMIT // abs(xa):
-                return False
+                return 0
             R[d] = xa * y
+        elif op == _JZ:  # the next b rows matter only if register a is true (kvstab.engine._guards)
+            if R[a] == 0:
+                x += b
+        elif op == _ASK:
+            if R[a] != 0:
+                return 2
+        elif op == _FCONST:
+            F[d] = codef[x, 2]
+        elif op > _FCONST and op < _JZ:
+            if not eval_x(op, d, a, b, code[x, 4], code[x, 5], R, F, T):
+                return 0
         else:
-            return False
-    return True
+            return 0
+    return 1
 
 
 @_njit(cache=True)
@@ -145,25 +340,37 @@ def run_plugin_slots(
     act: np.ndarray,
     st: np.ndarray,
     sv: np.ndarray,
+    svf: np.ndarray,
+    svtag: np.ndarray,
+    svreal: np.ndarray,
     svlo: np.ndarray,
     svhi: np.ndarray,
+    svflo: np.ndarray,
+    svfhi: np.ndarray,
     code: np.ndarray,
+    codef: np.ndarray,
     tstart: np.ndarray,
     tlen: np.ndarray,
     ostart: np.ndarray,
     outs: np.ndarray,
+    okind: np.ndarray,
     tflags: np.ndarray,
     tid: np.ndarray,
     once_k: np.ndarray,
     once_q: np.ndarray,
     once_id: np.ndarray,
     R: np.ndarray,
+    F: np.ndarray,
+    T: np.ndarray,
     tmp: np.ndarray,
     scr: np.ndarray,
     out: np.ndarray,
 ) -> int:
     """Run slots ``st[ST_T]`` … ``t_end - 1`` (see the module docstring), writing slot
-    ``t``'s row at ``out[:, t - t_base]``; returns a status code."""
+    ``t``'s row at ``out[:, t - t_base]``; returns a status code.  State variable ``m``
+    is ``sv[m]`` (an int) or ``svf[m]`` (a float) as ``svtag[m]`` says; a real one
+    (``svreal``) is checked against ``svflo``/``svfhi``, an integer one against
+    ``svlo``/``svhi``."""
     n = pslot.shape[0]
     cap = qbuf.shape[0]
     nst = sv.shape[0]
@@ -222,9 +429,21 @@ def run_plugin_slots(
             base += 3 * Q
             R[base] = ql
             for m in range(nst):
-                R[base + 1 + m] = sv[m]
-            if not eval_tape(code, tstart[tape], tlen[tape], R):
+                g = base + 1 + m
+                T[g] = svtag[m]
+                if svtag[m] == 1:
+                    F[g] = svf[m]
+                else:
+                    R[g] = sv[m]
+            res = eval_tape(code, codef, tstart[tape], tlen[tape], R, F, T)
+            if res == 0:
                 status = BAIL
+                break
+            if res == 2:  # the tape left this case to the rule: ask it for this slot (a one-slot tape)
+                st[ST_NEEDK] = na
+                st[ST_NEEDQ] = Q
+                st[ST_ASK] = 1
+                status = NEED_TAPE
                 break
             o0 = ostart[tape]
             # the reference checks every answer: grants are integers >= 0, a next state within its bounds
@@ -238,9 +457,20 @@ def run_plugin_slots(
                 og += na + Q
             if tflags[tape] & 2:
                 for m in range(nst):
-                    v = R[outs[og + m]]
-                    if v < svlo[m] or v > svhi[m]:
-                        status = BAIL
+                    reg = outs[og + m]
+                    isf = okind[og + m] == 1 or (okind[og + m] == 2 and T[reg] == 1)
+                    if svreal[m] == 0:
+                        v = R[reg]
+                        if isf or v < svlo[m] or v > svhi[m]:
+                            status = BAIL
+                    elif isf:  # check_next_state: finite and within the bounds
+                        fv = F[reg]
+                        if not (math.isfinite(fv) and svflo[m] <= fv and fv <= svfhi[m]):
+                            status = BAIL
+                    else:  # an int for a real variable: compared with float bounds, exactly up to 2⁵³
+                        v = R[reg]
+                        if abs(v) > _EXACT or not (svflo[m] <= float(v) and float(v) <= svfhi[m]):
+                            status = BAIL
                 if status == BAIL:
                     break
             all_admit = True
@@ -358,7 +588,13 @@ def run_plugin_slots(
         if flags & 2:
             og = o0 + Q + na_before + ((na_before + Q) if flags & 1 else 0)
             for m in range(nst):
-                sv[m] = R[outs[og + m]]
+                reg = outs[og + m]
+                if okind[og + m] == 1 or (okind[og + m] == 2 and T[reg] == 1):
+                    svf[m] = F[reg]
+                    svtag[m] = 1
+                else:
+                    sv[m] = R[reg]
+                    svtag[m] = 0
         if hidden > 0:
             hid += 1
 

@@ -44,7 +44,7 @@ from kvstab.contract import (
 from kvstab.engine import _kernel as K
 from kvstab.engine import _plugin_kernel as PK
 from kvstab.engine.stream import StreamStats, Summary
-from kvstab.engine.tape import LIMIT, OP, Tape, Untraceable, trace_tape
+from kvstab.engine.tape import LIMIT, OP, Tape, Untraceable, float_bits, trace_tape
 from kvstab.errors import InvalidArgument, InvalidScheduler
 from kvstab.model import ModelParams
 from kvstab.ops import CONCRETE
@@ -82,8 +82,9 @@ def trace_rule(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Tap
 
 
 #: a shape is taped the (TRACE_AFTER + 1)-th time a run meets it; until then the rule is
-#: asked directly (taping a shape of ~100 active entries costs about what 4 direct calls do,
-#: and at paper scale half the shapes a run meets are met once or twice)
+#: asked directly (taping a shape of ~100 active entries costs about what 4 direct calls of a
+#: rule linear in the view do — hundreds for sglang, whose O(K²) retraction order the concrete
+#: rule skips — and at paper scale half the shapes a run meets are met once or twice)
 TRACE_AFTER = 3
 
 
@@ -96,7 +97,8 @@ def _cached(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> bool:
 
 def _view(
     scheduler: Scheduler, params: ModelParams, shape: tuple[int, int], st: np.ndarray, act: np.ndarray,
-    qbuf: np.ndarray, ps: np.ndarray, po: np.ndarray, prog: np.ndarray, sv: np.ndarray,
+    qbuf: np.ndarray, ps: np.ndarray, po: np.ndarray, prog: np.ndarray, sv: np.ndarray, svf: np.ndarray,
+    svtag: np.ndarray,
 ) -> View:  # fmt: skip
     """The view the kernel's current slot shows the rule (as :meth:`Engine.view` builds it)."""
     K, Q = shape
@@ -118,7 +120,8 @@ def _view(
         token_budget=params.token_budget,
         max_num_seqs=params.max_num_seqs,
         n_waiting=ql,
-        state=tuple(int(v) for v in sv),
+        # each variable as the rule returned it last: an int, or (a real one) possibly a float
+        state=tuple(float(f) if tag else int(v) for v, f, tag in zip(sv, svf, svtag)),
     )
 
 
@@ -133,24 +136,27 @@ def _answer(scheduler: Scheduler, view: View, svars: tuple[StateVar, ...]) -> Ta
             check_next_state(decision, view.state, svars, who)
     except Exception as exc:  # the reference engine raises this as InvalidScheduler, naming the slot
         raise Bail(f"a decision the reference engine refuses ({type(exc).__name__})") from None
-    values = [int(bool(x)) for x in decision.admit] + [int(bool(x)) for x in decision.preempt]
+    values: list[int | float] = [int(bool(x)) for x in decision.admit]
+    values += [int(bool(x)) for x in decision.preempt]
     if decision.grants is not None:
         values += [int(g) for g in decision.grants]
-    if decision.state is not None:
-        values += [int(v) for v in decision.state]
-    if any(abs(v) > LIMIT for v in values):
+    if decision.state is not None:  # checked: ints, and floats for real variables
+        values += [v.item() if isinstance(v, np.generic) else v for v in decision.state]
+    if any(isinstance(v, int) and abs(v) > LIMIT for v in values):
         raise Bail("a value beyond the 64-bit registers")
     base = 4 * len(view.active) + 3 * len(view.waiting) + 1 + len(view.state)
     regs = np.arange(base, base + len(values), dtype=np.int64)
-    code = np.zeros((len(values), 5), dtype=np.int64)
-    code[:, 0] = OP["CONST"]
+    floats = np.array([isinstance(v, float) for v in values], dtype=bool)
+    code = np.zeros((len(values), 6), dtype=np.int64)
+    code[:, 0] = np.where(floats, OP["FCONST"], OP["CONST"])
     code[:, 1] = regs
-    code[:, 2] = values
+    code[:, 2] = [float_bits(v) if isinstance(v, float) else v for v in values]
     return Tape(
         K=len(view.active),
         Q=len(view.waiting),
         code=code,
         outputs=regs,
+        okinds=floats.astype(np.int64),
         n_regs=base + len(values),
         has_grants=decision.grants is not None,
         has_state=decision.state is not None,
@@ -161,9 +167,10 @@ class _TapeSet:
     """The tapes of one run as the flat arrays the kernel reads, grown as shapes are met."""
 
     def __init__(self) -> None:
-        self.code = np.zeros((1024, 5), dtype=np.int64)
+        self.code = np.zeros((1024, 6), dtype=np.int64)
         self.rows = 0
         self.outs = np.zeros(1024, dtype=np.int64)
+        self.okind = np.zeros(1024, dtype=np.int64)
         self.nouts = 0
         self.tstart = np.zeros(64, dtype=np.int64)
         self.tlen = np.zeros(64, dtype=np.int64)
@@ -172,6 +179,8 @@ class _TapeSet:
         self.count = 0
         self.tid = np.full((16, 16), -1, dtype=np.int64)
         self.R = np.zeros(64, dtype=np.int64)
+        self.F = np.zeros(64, dtype=np.float64)
+        self.T = np.zeros(64, dtype=np.int64)
         self.once_k = np.zeros(64, dtype=np.int64)
         self.once_q = np.zeros(64, dtype=np.int64)
         self.once_id = np.zeros(64, dtype=np.int64)
@@ -191,6 +200,8 @@ class _TapeSet:
         self.code[self.rows : self.rows + rows] = tape.code
         self.outs = self._grow(self.outs, self.nouts + nout)
         self.outs[self.nouts : self.nouts + nout] = tape.outputs
+        self.okind = self._grow(self.okind, self.nouts + nout)
+        self.okind[self.nouts : self.nouts + nout] = tape.okinds
         for name in ("tstart", "tlen", "ostart", "tflags"):
             setattr(self, name, self._grow(getattr(self, name), k + 1))
         self.tstart[k], self.tlen[k], self.ostart[k] = self.rows, rows, self.nouts
@@ -199,6 +210,8 @@ class _TapeSet:
         self.nouts += nout
         self.count += 1
         self.R = self._grow(self.R, tape.n_regs)
+        self.F = self._grow(self.F, tape.n_regs)
+        self.T = self._grow(self.T, tape.n_regs)
         if st is not None:
             x = int(st[PK.ST_NONCE])
             for name in ("once_k", "once_q", "once_id"):
@@ -257,9 +270,16 @@ class PluginPath:
         scr = np.zeros(n + 1, dtype=np.int64)
         st = np.zeros(PK.ST_SIZE, dtype=np.int64)
         st[PK.ST_PEND] = -1
-        sv = np.array([int(v.initial) for v in svars], dtype=np.int64)
-        svlo = np.array([int(v.lo) for v in svars], dtype=np.int64)
-        svhi = np.array([int(v.hi) for v in svars], dtype=np.int64)
+        # the state as the engine carries it: each value an int (sv) or a float (svf), as svtag says
+        svtag = np.array([isinstance(v.initial, float) for v in svars], dtype=np.int64)
+        sv = np.array([0 if isinstance(v.initial, float) else int(v.initial) for v in svars], dtype=np.int64)
+        svf = np.array([float(v.initial) if isinstance(v.initial, float) else 0.0 for v in svars], dtype=np.float64)
+        svreal = np.array([v.real for v in svars], dtype=np.int64)
+        svlo = np.array([0 if v.real else int(v.lo) for v in svars], dtype=np.int64)
+        svhi = np.array([0 if v.real else int(v.hi) for v in svars], dtype=np.int64)
+        # a real variable's bounds in float64 (exact: trace_tape refuses int bounds beyond 2**53)
+        svflo = np.array([float(v.lo) for v in svars], dtype=np.float64)
+        svfhi = np.array([float(v.hi) for v in svars], dtype=np.float64)
         tapes = _TapeSet()
         visits: dict[tuple[int, int], int] = {}
         fixed = slots is not None and not drain
@@ -276,18 +296,21 @@ class PluginPath:
             while True:
                 status = PK.run_plugin_slots(
                     params.M, params.chunk, params.block, budget, maxseq, check, window, t_end, drain, drain_min,
-                    t0, pslot, ps, po, prog, att, served, wasted, npre, first, fin, qbuf, act, st, sv, svlo, svhi,
-                    tapes.code, tapes.tstart, tapes.tlen, tapes.ostart, tapes.outs, tapes.tflags, tapes.tid,
-                    tapes.once_k, tapes.once_q, tapes.once_id, tapes.R, tmp, scr, out,
+                    t0, pslot, ps, po, prog, att, served, wasted, npre, first, fin, qbuf, act, st, sv, svf, svtag,
+                    svreal, svlo, svhi, svflo, svfhi, tapes.code, tapes.code.view(np.float64), tapes.tstart,
+                    tapes.tlen, tapes.ostart, tapes.outs, tapes.okind, tapes.tflags, tapes.tid,
+                    tapes.once_k, tapes.once_q, tapes.once_id, tapes.R, tapes.F, tapes.T, tmp, scr, out,
                 )  # fmt: skip
                 if status != PK.NEED_TAPE:
                     break
                 shape = (int(st[PK.ST_NEEDK]), int(st[PK.ST_NEEDQ]))
+                ask = bool(st[PK.ST_ASK])  # the shape's tape left this slot to the rule (an ASK row)
+                st[PK.ST_ASK] = 0
                 met = visits[shape] = visits.get(shape, 0) + 1
-                if met > TRACE_AFTER or _cached(self.scheduler, params, *shape):
+                if not ask and (met > TRACE_AFTER or _cached(self.scheduler, params, *shape)):
                     tapes.add(trace_rule(self.scheduler, params, *shape))
                 else:  # ski rental: ask the rule itself until the shape has cost what taping it would
-                    view = _view(self.scheduler, params, shape, st, act, qbuf, ps, po, prog, sv)
+                    view = _view(self.scheduler, params, shape, st, act, qbuf, ps, po, prog, sv, svf, svtag)
                     tapes.add(_answer(self.scheduler, view, svars), st)
             if status == PK.BAIL:
                 raise Bail(f"slot {int(st[PK.ST_T])}")

@@ -6,30 +6,43 @@ reads (the contract; z3 could not run it otherwise), so for one *shape* of view
 parameters — it computes one fixed expression of the view's values.
 :class:`TapeOps` runs the rule once on recording values and writes that
 expression down as a tape: one row ``(op, dst, a, b, c)`` per operation on
-int64 registers.  :mod:`kvstab.engine._plugin_kernel` evaluates the tape every
+int64 and float64 registers.  :mod:`kvstab.engine._plugin_kernel` evaluates the tape every
 slot inside its numba loop, so a plug-in rule costs a few nanoseconds per
 operation instead of a Python call per operation.
 
 Exactness (the tape computes what :data:`kvstab.ops.CONCRETE` computes):
 
-* every operation has Python's integer semantics on int64 (floor division and
-  modulo round towards −∞; bools are 0/1 and add as ints);
-* each register carries static bounds (interval arithmetic from the inputs'
-  ranges); an addition, subtraction, negation or product whose bounds could
-  leave ±2⁶¹ is emitted as a *checked* operation that stops the run when the
-  value really does, and a division or modulo stops it on a zero divisor — the
-  driver then runs the reference engine, which reproduces Python's own outcome
-  (a big integer, or the plug-in's ``ZeroDivisionError`` as ``InvalidScheduler``);
-* each register carries its Python type (``bool``, ``int``, or either, as with
-  ``min(True, 2)``): a decision whose ``admit``/``preempt`` entries are not
-  surely ``bool``, grants or next state not surely ``int``, is not taped;
-* anything else a rule does with a value — ``bool()``/``int()``, indexing,
-  hashing, floats, a non-ops function — raises :class:`Untraceable` while the
-  rule is traced; the run then takes the reference engine (and says so).
+* every integer operation has Python's integer semantics on int64 (floor
+  division and modulo round towards −∞; bools are 0/1 and add as ints);
+* each integer register carries static bounds (interval arithmetic from the
+  inputs' ranges); an addition, subtraction, negation or product whose bounds
+  could leave ±2⁶¹ is emitted as a *checked* operation that stops the run when
+  the value really does, and a division or modulo stops it on a zero divisor —
+  the driver then runs the reference engine, which reproduces Python's own
+  outcome (a big integer, or the plug-in's ``ZeroDivisionError`` as
+  ``InvalidScheduler``);
+* floats are IEEE doubles in a float64 register file, as Python's are: ``+``,
+  ``−``, ``*``, ``/`` round once each (numba compiles without fast-math, so no
+  fused multiply-add; ``tests/test_engine_plugin_tape.py`` checks it), ``//``
+  and ``%`` follow CPython's ``float_divmod`` step for step, ``int / int`` is
+  true division; an int meets a float only where float64 holds it exactly
+  (|i| ≤ 2⁵³; beyond, the run stops and the reference engine computes it), so
+  an int–float comparison is Python's exact one; a sum with floats is a chain
+  of additions, as CPython < 3.12's ``sum`` (3.12 compensates: not taped);
+* each register carries its Python type (``bool``, ``int``, either of the two,
+  ``float``, or int-or-float — ``0 if d else x * ratio`` — held with a run-time
+  tag, so ``min``/``max`` keep the first of equals with its own type): a
+  decision whose ``admit``/``preempt`` entries are not surely ``bool``, grants
+  or an integer state variable's next value not surely ``int``, or a real one's
+  possibly a ``bool``, is not taped;
+* anything else a rule does with a value — ``bool()``/``int()``/``float()``,
+  indexing, hashing, ``**``, a non-ops function — raises :class:`Untraceable`
+  while the rule is traced; the run then takes the reference engine (and says so).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +64,7 @@ from kvstab.errors import InvalidScheduler
 from kvstab.model import ModelParams
 from kvstab.validation import MAX_TOKENS
 
-__all__ = ["Tape", "TapeOps", "Untraceable", "trace_tape", "OPS", "LIMIT"]
+__all__ = ["Tape", "TapeOps", "Untraceable", "trace_tape", "OPS", "LIMIT", "EXACT"]
 
 
 class Untraceable(Exception):
@@ -59,7 +72,15 @@ class Untraceable(Exception):
 
 
 #: opcodes of a tape row ``(op, dst, a, b, c)``; the kernel's ``_eval`` mirrors this list
-OPS = ("CONST ADD SUB MUL FDIV MOD NEG LT LE GT GE EQ NE ITE MIN MAX AND OR NOT TRUTH ADDC SUBC MULC").split()
+OPS = (
+    "CONST ADD SUB MUL FDIV MOD NEG LT LE GT GE EQ NE ITE MIN MAX AND OR NOT TRUTH ADDC SUBC MULC "
+    # float and mixed int/float operations (the operands' storage in the row's 6th field, see ``kinds``)
+    "FCONST XADD XSUB XMUL XFDIV XMOD XNEG XLT XLE XGT XGE XEQ XNE XITE XMIN XMAX XTRUTH XTDIV "
+    # skip the next b rows when register a is 0 (rows only a true a needs: see kvstab.engine._guards)
+    "JZ "
+    # ask the rule itself for this slot when register a is true (a long run of rows only a true a needs)
+    "ASK"
+).split()
 OP = {name: i for i, name in enumerate(OPS)}
 
 #: registers hold values within ±LIMIT; a value that could leave it is computed by a checked operation
@@ -70,8 +91,20 @@ _LEN = (1, MAX_TOKENS)
 _PROGRESS = (0, 2 * MAX_TOKENS)
 _COUNT = (0, MAX_TOKENS)
 
-#: Python types a register may hold: surely bool, surely int, or either
-BOOL, INT, EITHER = "b", "i", "?"
+#: Python types a register may hold: surely bool, surely int, either of the two, surely float,
+#: or int-or-float (``NUM``: known only when the tape runs, as ``0 if d else x * ratio``)
+BOOL, INT, EITHER, FLOAT, NUM = "b", "i", "?", "f", "n"
+_INTS = (BOOL, INT, EITHER)
+#: where a register's value lives in the kernel: the int64 file ``R``, the float64 file ``F``,
+#: or either, as the tag file ``T`` says at run time (0: ``R``, 1: ``F``)
+STORE = {BOOL: 0, INT: 0, EITHER: 0, FLOAT: 1, NUM: 2}
+
+#: integers of at most this magnitude convert to float64 exactly (beyond, mixed arithmetic stops the run)
+EXACT = 1 << 53
+
+#: Python's ``sum`` adds floats one by one before 3.12 (3.12 compensates: Neumaier), so a float sum is
+#: a chain of additions only there
+_SEQUENTIAL_FLOAT_SUM = sys.version_info < (3, 12)
 
 
 class _V:
@@ -112,6 +145,12 @@ class _V:
     def __rmod__(self, o: Any) -> Any:
         return self.tape.arith(OP["MOD"], o, self)
 
+    def __truediv__(self, o: Any) -> Any:
+        return self.tape.arith(OP["XTDIV"], self, o)
+
+    def __rtruediv__(self, o: Any) -> Any:
+        return self.tape.arith(OP["XTDIV"], o, self)
+
     def __neg__(self) -> Any:
         return self.tape.neg(self)
 
@@ -137,7 +176,7 @@ class _V:
         raise Untraceable(f"the rule used a value with Python control flow or a conversion (register {self.reg})")
 
     __bool__ = __index__ = __int__ = __float__ = __hash__ = __iter__ = __len__ = _refuse  # type: ignore[assignment]
-    __abs__ = __pos__ = __invert__ = __and__ = __or__ = __xor__ = __pow__ = __truediv__ = _refuse  # type: ignore[assignment]
+    __abs__ = __pos__ = __invert__ = __and__ = __or__ = __xor__ = __pow__ = _refuse  # type: ignore[assignment]
 
 
 def _fold(x: Any) -> bool:
@@ -145,7 +184,7 @@ def _fold(x: Any) -> bool:
     return type(x) is not _V
 
 
-_ADD, _SUB, _MUL, _FDIV, _MOD = OP["ADD"], OP["SUB"], OP["MUL"], OP["FDIV"], OP["MOD"]
+_ADD, _SUB, _MUL, _FDIV, _MOD, _TDIV = OP["ADD"], OP["SUB"], OP["MUL"], OP["FDIV"], OP["MOD"], OP["XTDIV"]
 _CHECKED = {_ADD: OP["ADDC"], _SUB: OP["SUBC"], _MUL: OP["MULC"]}
 _FOLD = {
     _ADD: lambda x, y: x + y,
@@ -153,7 +192,11 @@ _FOLD = {
     _MUL: lambda x, y: x * y,
     _FDIV: lambda x, y: x // y,
     _MOD: lambda x, y: x % y,
+    _TDIV: lambda x, y: x / y,
 }
+#: the float-or-mixed twin of each operation (``XTDIV``, true division, has no integer form)
+_X = {OP[n]: OP["X" + n] for n in ("ADD SUB MUL FDIV MOD NEG LT LE GT GE EQ NE ITE MIN MAX TRUTH").split()}
+_X[_TDIV] = _TDIV
 _CMP = {
     OP["LT"]: lambda x, y: x < y,
     OP["LE"]: lambda x, y: x <= y,
@@ -164,6 +207,23 @@ _CMP = {
 }
 _CONST, _NEG, _ITE = OP["CONST"], OP["NEG"], OP["ITE"]
 _MIN, _MAX, _AND, _OR, _NOT, _TRUTH = OP["MIN"], OP["MAX"], OP["AND"], OP["OR"], OP["NOT"], OP["TRUTH"]
+_FCONST = OP["FCONST"]
+
+
+def _merge(x: str, y: str) -> str:
+    """The Python type of a value that is one of two registers (``ite``, ``min``, ``max``)."""
+    if x == y:
+        return x
+    if x in _INTS and y in _INTS:
+        return EITHER
+    if x in (BOOL, EITHER) or y in (BOOL, EITHER):
+        raise Untraceable("a value that may be a bool or a float")
+    return NUM
+
+
+def float_bits(x: float) -> int:
+    """``x``'s IEEE bits as an int64 (how a float constant sits in a tape row)."""
+    return int(np.float64(x).view(np.int64))
 
 
 class TapeOps:
@@ -177,14 +237,30 @@ class TapeOps:
     def __init__(self, n_inputs: int) -> None:
         self.flat: list[int] = []
         self.n_regs = n_inputs
-        self._consts: dict[tuple[str, int], _V] = {}
+        self._consts: dict[tuple[str, int | str], _V] = {}  # ints by value, floats by their hex (bits)
 
     # --- registers
-    def _new(self, op: int, a: int, b: int, c: int, kind: str, lo: int, hi: int) -> _V:
+    def _new(self, op: int, a: int, b: int, c: int, kind: str, lo: int, hi: int, k: int = 0) -> _V:
         reg = self.n_regs
         self.n_regs = reg + 1
-        self.flat += (op, reg, a, b, c)
+        self.flat += (op, reg, a, b, c, k)
         return _V(reg, kind, lo, hi, self)
+
+    def _x(self, op: int, kind: str, *xs: _V) -> _V:
+        """A float or mixed operation: the row's 6th field holds where each operand (2 bits
+        each, in order) and the result (bits 6–7) live (:data:`STORE`).  Bounds are not
+        tracked for floats (they cannot overflow into an exception); the kernel checks every
+        integer result of a mixed operation against ±2⁶¹ instead."""
+        k = STORE[kind] << 6
+        regs = [0, 0, 0]
+        for n, v in enumerate(xs):
+            k |= STORE[v.kind] << (2 * n)
+            regs[n] = v.reg
+        return self._new(op, regs[0], regs[1], regs[2], kind, -LIMIT, LIMIT, k)
+
+    def code(self) -> np.ndarray:
+        """The rows recorded so far, as the kernel reads them: ``(rows, 6)`` int64."""
+        return np.array(self.flat, dtype=np.int64).reshape(-1, 6)
 
     def leaf(self, reg: int, kind: str, lo: int, hi: int) -> _V:
         """Input register ``reg`` (filled by the kernel before each evaluation)."""
@@ -204,6 +280,12 @@ class TapeOps:
             key, value = (INT, int(x))
             if abs(value) > LIMIT:
                 raise Untraceable(f"the constant {value} does not fit the tape's 64-bit registers")
+        elif isinstance(x, (float, np.floating)):
+            f = float(x)
+            hit = self._consts.get((FLOAT, f.hex()))  # by bits: 0.0 and -0.0 are different constants
+            if hit is None:
+                hit = self._consts[(FLOAT, f.hex())] = self._new(_FCONST, float_bits(f), 0, 0, FLOAT, -LIMIT, LIMIT)
+            return hit
         else:
             raise Untraceable(f"the rule combined a value with {type(x).__name__} {x!r}")
         hit = self._consts.get((key, value))
@@ -217,6 +299,11 @@ class TapeOps:
             return _FOLD[op](x, y)
         a = x if type(x) is _V and x.tape is self else self.val(x)
         b = y if type(y) is _V and y.tape is self else self.val(y)
+        if op == _TDIV or a.kind not in _INTS or b.kind not in _INTS:
+            # Python: true division is always a float; a float operand makes the result one;
+            # an int-or-float operand with an int one leaves the type to the run
+            kind = FLOAT if op == _TDIV or FLOAT in (a.kind, b.kind) else NUM
+            return self._x(_X[op], kind, a, b)
         if op == _ADD:
             lo, hi = a.lo + b.lo, a.hi + b.hi
         elif op == _SUB:
@@ -238,13 +325,23 @@ class TapeOps:
         if type(x) is not _V:
             return -x
         a = self.val(x)
+        if a.kind not in _INTS:
+            return self._x(_X[_NEG], a.kind, a)
         return self._new(_NEG, a.reg, 0, 0, INT, -a.hi, -a.lo)
 
     def cmp(self, op: int, x: Any, y: Any) -> Any:
         if type(x) is not _V and type(y) is not _V:
             return _CMP[op](x, y)
         a, b = self.val(x), self.val(y)
+        if a.kind not in _INTS or b.kind not in _INTS:  # Python compares an int with a float exactly
+            return self._x(_X[op], BOOL, a, b)
         return self._new(op, a.reg, b.reg, 0, BOOL, 0, 1)
+
+    def _truth(self, x: _V) -> _V:
+        """``bool(x)`` as a 0/1 register (a float is true unless ±0.0; NaN is true)."""
+        if x.kind in _INTS:
+            return self._new(_TRUTH, x.reg, 0, 0, BOOL, 0, 1)
+        return self._x(_X[_TRUTH], BOOL, x)
 
     # --- the Ops interface
     def const(self, value: int) -> Any:
@@ -256,14 +353,19 @@ class TapeOps:
         if isinstance(then, tuple) or isinstance(other, tuple):
             raise Untraceable("ite on tuples")
         c, a, b = self.val(cond), self.val(then), self.val(other)
-        kind = a.kind if a.kind == b.kind else EITHER
+        kind = _merge(a.kind, b.kind)
+        if kind not in _INTS or c.kind not in _INTS:
+            return self._x(_X[_ITE], kind, c, a, b)
         return self._new(_ITE, c.reg, a.reg, b.reg, kind, min(a.lo, b.lo), max(a.hi, b.hi))
 
     def _fold_chain(self, op: int, xs: tuple[Any, ...]) -> Any:
         regs = [self.val(x) for x in xs]
         acc = regs[0]
         for r in regs[1:]:
-            kind = acc.kind if acc.kind == r.kind else EITHER
+            kind = _merge(acc.kind, r.kind)
+            if kind not in _INTS:  # Python's min/max keep the first of equals with its own type
+                acc = self._x(_X[op], kind, acc, r)
+                continue
             if op == _MIN:
                 lo, hi = min(acc.lo, r.lo), min(acc.hi, r.hi)
             else:
@@ -292,9 +394,10 @@ class TapeOps:
             return True
         if not nodes:
             return op == _AND
-        acc = self._new(_TRUTH, self.val(nodes[0]).reg, 0, 0, BOOL, 0, 1)
+        acc = self._truth(self.val(nodes[0]))
         for r in nodes[1:]:
-            acc = self._new(op, acc.reg, self.val(r).reg, 0, BOOL, 0, 1)
+            v = self.val(r)
+            acc = self._new(op, acc.reg, (v if v.kind in _INTS else self._truth(v)).reg, 0, BOOL, 0, 1)
         return acc
 
     def and_(self, *xs: Any) -> Any:
@@ -306,11 +409,16 @@ class TapeOps:
     def not_(self, x: Any) -> Any:
         if type(x) is not _V:
             return not x
-        return self._new(_NOT, self.val(x).reg, 0, 0, BOOL, 0, 1)
+        v = self.val(x)
+        return self._new(_NOT, (v if v.kind in _INTS else self._truth(v)).reg, 0, 0, BOOL, 0, 1)
 
     def sum(self, xs: Iterable[Any]) -> Any:
         acc: Any = 0  # Python's sum starts at 0 (so a sum of bools is an int)
         for x in xs:
+            if not _SEQUENTIAL_FLOAT_SUM and (
+                isinstance(x, (float, np.floating)) or (type(x) is _V and x.kind in (FLOAT, NUM))
+            ):
+                raise Untraceable("a sum of floats (CPython >= 3.12 compensates it; the tape adds one by one)")
             acc = self.arith(_ADD, acc, x)
         return acc
 
@@ -335,7 +443,7 @@ class TapeOps:
             if type(x) is not _V:
                 acc = self.arith(_ADD, acc, 1 if x else 0)
             else:
-                acc = self.arith(_ADD, acc, self._new(_TRUTH, self.val(x).reg, 0, 0, BOOL, 0, 1))
+                acc = self.arith(_ADD, acc, self._truth(self.val(x)))
         return acc
 
 
@@ -345,14 +453,16 @@ class Tape:
 
     Input registers: active entry ``k`` at ``4k`` … ``4k+3`` (rid, s, o,
     progress), waiting entry ``j`` at ``4K+3j`` … ``4K+3j+2`` (rid, s, o), then
-    ``n_waiting``, then the state variables.  ``outputs`` lists the registers of
+    ``n_waiting``, then the state variables (an integer one in ``R``, a real one
+    in ``R`` or ``F`` as its tag says).  ``outputs`` lists the registers of
     admit (Q), preempt (K), grants (K+Q, if ``has_grants``) and next state (if
-    ``has_state``)."""
+    ``has_state``); ``okinds`` where each lives (:data:`STORE`)."""
 
     K: int
     Q: int
-    code: np.ndarray  # (rows, 5) int64
+    code: np.ndarray  # (rows, 6) int64: op, dst, a, b, c, operand storage (float constants as bits in a)
     outputs: np.ndarray  # int64 register numbers
+    okinds: np.ndarray  # int64 storage of each output (0: R, 1: F, 2: tagged)
     n_regs: int
     has_grants: bool
     has_state: bool
@@ -366,8 +476,13 @@ def trace_tape(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Tap
     traits = traits_of(scheduler)
     who = getattr(scheduler, "name", type(scheduler).__name__)
     for v in svars:
-        if v.real or not (-LIMIT <= v.lo <= v.hi <= LIMIT):
-            raise Untraceable(f"state variable {v.name!r} is not a 64-bit integer (real={v.real})")
+        if v.real:
+            # the kernel compares a real value with its bounds in float64: exact only for bounds that are
+            # floats or integers float64 holds exactly
+            if any(isinstance(x, int) and abs(x) > EXACT for x in (v.lo, v.hi)):
+                raise Untraceable(f"real state variable {v.name!r} has an integer bound beyond 2**53")
+        elif not (-LIMIT <= v.lo <= v.hi <= LIMIT):
+            raise Untraceable(f"state variable {v.name!r} is not a 64-bit integer")
     base = 4 * K + 3 * Q
     tr = TapeOps(base + 1 + len(svars))
     lf = tr.leaf
@@ -393,7 +508,11 @@ def trace_tape(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Tap
         token_budget=params.token_budget,
         max_num_seqs=params.max_num_seqs,
         n_waiting=lf(base, INT, *_COUNT),
-        state=tuple(lf(base + 1 + m, INT, int(v.lo), int(v.hi)) for m, v in enumerate(svars)),
+        # a real variable holds an int or a float (the engine keeps what the rule returned): tagged
+        state=tuple(
+            lf(base + 1 + m, NUM, -LIMIT, LIMIT) if v.real else lf(base + 1 + m, INT, int(v.lo), int(v.hi))
+            for m, v in enumerate(svars)
+        ),
     )
     try:
         decision = scheduler.decide(view, tr)  # type: ignore[arg-type]
@@ -403,31 +522,48 @@ def trace_tape(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Tap
         raise Untraceable(f"{type(exc).__name__}: {exc}") from None
     decision = check_decision_shape(decision, view, who)
 
-    def outs(xs: Iterable[Any], kind: str, what: str) -> list[int]:
+    okinds: list[int] = []
+    names = {BOOL: "bool", INT: "int", NUM: "an int or a float"}
+
+    def outs(xs: Iterable[Any], kinds: Iterable[str], what: str) -> list[int]:
         regs = []
-        for x in xs:
+        for x, kind in zip(xs, kinds):
             if isinstance(x, np.generic):
                 x = x.item()
-            if kind == BOOL and isinstance(x, bool):
+            plain = type(x) is not _V
+            if kind == BOOL and (isinstance(x, bool) or (not plain and x.kind == BOOL)):
                 pass
-            elif kind == INT and isinstance(x, int) and not isinstance(x, bool):
+            elif kind == INT and ((plain and isinstance(x, int) and not isinstance(x, bool)) or
+                                  (not plain and x.kind == INT)):  # fmt: skip
                 pass
-            elif not (isinstance(x, _V) and x.kind == kind):
-                raise Untraceable(f"decision.{what} holds {x!r}, not surely {'bool' if kind == BOOL else 'int'}")
-            regs.append(tr.val(x).reg)
+            elif kind == NUM and ((plain and isinstance(x, (int, float)) and not isinstance(x, bool)) or
+                                  (not plain and x.kind in (INT, FLOAT, NUM))):  # fmt: skip
+                pass  # a real state variable: an int or a float, never a bool (check_next_state)
+            else:
+                raise Untraceable(f"decision.{what} holds {x!r}, not surely {names[kind]}")
+            reg = tr.val(x)
+            regs.append(reg.reg)
+            okinds.append(STORE[reg.kind])
         return regs
 
-    regs = outs(decision.admit, BOOL, "admit") + outs(decision.preempt, BOOL, "preempt")
+    nw, na = len(decision.admit), len(decision.preempt)
+    regs = outs(decision.admit, [BOOL] * nw, "admit") + outs(decision.preempt, [BOOL] * na, "preempt")
     if decision.grants is not None:
-        regs += outs(decision.grants, INT, "grants")
+        regs += outs(decision.grants, [INT] * len(decision.grants), "grants")
     if decision.state is not None:
-        regs += outs(decision.state, INT, "state")
-    code = np.array(tr.flat, dtype=np.int64).reshape(-1, 5)
+        if not isinstance(decision.state, tuple) or len(decision.state) != len(svars):
+            raise Untraceable("decision.state does not hold one value per state variable")  # the reference says why
+        regs += outs(decision.state, [NUM if v.real else INT for v in svars], "state")
+    from kvstab.engine import _guards  # numba-compiled; imports this module
+    from kvstab.engine._guards import with_guards
+
+    outputs = np.array(regs, dtype=np.int64)
     return Tape(
         K=K,
         Q=Q,
-        code=code,
-        outputs=np.array(regs, dtype=np.int64),
+        code=with_guards(tr.code(), base + 1 + len(svars), outputs, _guards.ASK_MIN),
+        outputs=outputs,
+        okinds=np.array(okinds, dtype=np.int64),
         n_regs=tr.n_regs,
         has_grants=decision.grants is not None,
         has_state=decision.state is not None,
