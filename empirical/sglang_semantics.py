@@ -189,6 +189,33 @@ class SglangModelLog:
     finish: tuple[int, ...]
     retractions: tuple[int, ...]
     recomputed: tuple[int, ...]
+    source: str = "model"  # "model", or "sglang" for SGLang's own scheduler (kvstab.empirical.sglang_driver)
+    wall_s: float = 0.0  # wall-clock seconds the replay took
+
+    def first_difference(self, other: SglangModelLog) -> str | None:
+        """Where ``other`` first departs from this log (a step field, then a request field), or ``None``."""
+        for a, b in zip(self.steps, other.steps):
+            for name in STEP_FIELDS:
+                x, y = getattr(a, name), getattr(b, name)
+                if x != y:
+                    return f"step {a.step}: {name} is {x!r} on {self.source}, {y!r} on {other.source}"
+        if len(self.steps) != len(other.steps):
+            return f"{self.source} ran {len(self.steps)} steps, {other.source} {len(other.steps)}"
+        for name in ("s", "max_new", "arrival", "first_admit", "finish", "retractions", "recomputed"):
+            xs, ys = getattr(self, name), getattr(other, name)
+            for k, (x, y) in enumerate(zip(xs, ys)):
+                if x != y:
+                    return f"request {k}: {name} is {x} on {self.source}, {y} on {other.source}"
+            if len(xs) != len(ys):
+                return f"{name}: {len(xs)} requests on {self.source}, {len(ys)} on {other.source}"
+        return None
+
+
+#: The step fields :meth:`SglangModelLog.first_difference` compares, in the order it reports them.
+STEP_FIELDS = (
+    "kind", "admitted", "retracted", "finished", "tokens", "prefill_tokens", "decode_tokens", "kv_used",
+    "new_token_ratio", "batch_is_full", "queue",
+)
 
 
 def replay_sglang_model(
@@ -197,6 +224,9 @@ def replay_sglang_model(
     """Replay ``plan`` (``o`` = SGLang's ``max_new_tokens``) on the ``sglang`` rule
     with SGLang's lifecycle: ``steps`` steps, or (``None``) until every request has
     arrived and finished, at most ``max_steps``.  Every step is recorded, idle ones too."""
+    import time
+
+    start = time.perf_counter()
     eng = SglangEngine(rule)
     n = len(plan)
     arrival: list[int] = []
@@ -262,4 +292,5 @@ def replay_sglang_model(
         finish=tuple(r.finish for r in reqs),
         retractions=tuple(r.preemptions for r in reqs),
         recomputed=tuple(eng.recomputed),
+        wall_s=time.perf_counter() - start,
     )
