@@ -39,7 +39,7 @@ from kvstab.empirical.semantics import resumed_lengths
 from kvstab.errors import InvalidArgument
 from kvstab.model import tokens_held
 from kvstab.schedulers.sglang import Sglang
-from kvstab.simulator import Engine, RequestState
+from kvstab.simulator import Engine, RequestState, SlotRecord
 from kvstab.validation import MAX_SLOTS
 
 __all__ = [
@@ -149,6 +149,20 @@ class SglangEngine(Engine):
         self.recomputed[r.rid] += r.progress
         self.prior[r.rid] = prior + k
         r.s, r.o = resumed_lengths(r.s, r.o, r.progress)
+
+    def step(self) -> SlotRecord:
+        """One step; after a retraction the kept requests run in SGLang's order: ``retract_decode``
+        filters the batch to its sorted keep list (``schedule_batch.py:3532``), most outputs
+        first, then the shorter original prompt, ties in batch order (a stable sort)."""
+        rec = super().step()
+        if rec.preempted:
+            self.active.sort(key=self.keep_key, reverse=True)
+        return rec
+
+    def keep_key(self, r: RequestState) -> tuple[int, int]:
+        """SGLang's retraction key ``(outputs, −original prompt)`` of a decoding request (kept first when larger)."""
+        pri = self.prior[r.rid]
+        return (r.progress - r.s + 1 + pri, -(r.s - pri))
 
     def requeue(self, victims: list[RequestState]) -> None:
         """Victims join the tail of the queue in SGLang's retraction order: fewest
@@ -260,6 +274,10 @@ def replay_sglang_model(
                 prefill += done
             else:
                 decode += done
+        if rec.preempted:
+            # the batch SGLang decodes after a retraction is its sorted keep list (see SglangEngine.step)
+            order = sorted(range(len(work)), key=lambda j: eng.keep_key(eng.requests[work[j][0]]), reverse=True)
+            work = [work[j] for j in order]
         kind = "prefill" if prefill else "decode" if decode else "idle"
         retracted = tuple(r.rid for r in eng.waiting if r.rid in set(rec.preempted))
         kv = sum(int(tokens_held(r.progress, rule.block)) for r in eng.active)

@@ -95,6 +95,7 @@ bounded by the work left, not by ``n(s) + o`` per request (property 8).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from kvstab.contract import ActiveEntry, Decision, StateVar, Traits, View, WaitingEntry
@@ -103,6 +104,14 @@ from kvstab.model import PAPER_CHUNK, PAPER_M, ModelParams
 from kvstab.ops import BoolLike, IntLike, Ops
 
 __all__ = ["Sglang", "SCHEDULER"]
+
+
+def _floor(ops: Ops, x: IntLike) -> IntLike:
+    """``⌊x⌋`` of a token count that may be a float (``int()`` in SGLang; equal for the
+    positive values it matters for): ``ops.div`` by 1, an integer on the concrete side too."""
+    if isinstance(x, float):
+        return math.floor(x)
+    return ops.div(x, 1)
 
 
 def _prior(entry: ActiveEntry | WaitingEntry) -> IntLike:
@@ -240,14 +249,13 @@ class Sglang:
         continuing: BoolLike = False  # a chunked request stays chunked after this step
         in_batch: IntLike = 0  # requests in the prefill batch (can_run_list)
         finishing_in_prefill: BoolLike = False
-        # conservative integer stand-in for ⌊remaining_total⌋ (reached only outside SGLang's states)
-        offset_full = ops.sum(ops.ite(d, ops.min(a.s + a.o - a.progress, clip), 0) for a, d in zip(actives, decoding))
         for i, (a, c) in enumerate(zip(actives, chunked)):
             remaining_total = free - total_offset
             cand = a.s - a.progress
-            lower = free - offset_full - current_offset
-            limited = ops.ite(ops.le(rem_chunk, remaining_total), rem_chunk, ops.min(rem_chunk, lower))
-            allow = ops.ite(ops.or_(ops.lt(remaining_total, 1), ops.le(limited, 0)), rem_chunk, limited)
+            # available_chunk_tokens (prefill_budget.py:146): min(rem_chunk, int(remaining_total)),
+            # and the whole rem_chunk when that is not positive (a continuation must progress)
+            limited = ops.min(rem_chunk, _floor(ops, remaining_total))
+            allow = ops.ite(ops.le(limited, 0), rem_chunk, limited)
             # never more than free memory (SGLang would fail the allocation; see the docstring)
             room = paged(a.progress) - a.progress + ops.div(ops.max(free - reserved_used, 0), B) * B
             allow = ops.max(0, ops.min(allow, room))
@@ -274,7 +282,10 @@ class Sglang:
         admit_grants: list[IntLike] = []
         for w in view.waiting:
             remaining_total = free - total_offset
-            budget_other = ops.or_(ops.le(rem_input, 0), ops.le(rem_chunk, 0))
+            # budget_state (schedule_policy.py:874): no memory is NO_TOKEN, and it comes before a
+            # spent token budget (OTHER), so the request is then tried, fails and sets the flag
+            mem_out = ops.le(free - total_offset, 0)
+            budget_other = ops.and_(ops.or_(ops.le(rem_input, 0), ops.le(rem_chunk, 0)), ops.not_(mem_out))
             capped = False if view.max_num_seqs is None else ops.le(view.max_num_seqs, n_running + in_batch)
             # the walk's stops, in SGLang's order: spent budget, then the running cap
             stop_budget = ops.and_(w.present, ops.not_(stopped), budget_other)
