@@ -8,6 +8,7 @@ SGLang is a failure.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -144,3 +145,44 @@ def test_the_stubs_do_not_outlive_the_import() -> None:
     from kvstab.empirical.sglang_driver import _StubModule
 
     assert not [m for m, mod in sys.modules.items() if isinstance(mod, _StubModule)]
+
+
+def test_compare_report_on_sglang(tmp_path: Path) -> None:
+    from kvstab.cli import main
+
+    out = tmp_path / "rep"
+    code = main(
+        ["empirical", "compare", "--cases", "small", "--small-steps", "800", "--no-plots", "--no-profile", "--quiet",
+         "--no-vllm", "--sglang", "--out", str(out)]
+    )
+    assert code == 0
+    text = (out / "compare.md").read_text()
+    rows = [r for r in text.split("## SGLang")[1].split("\n") if r.startswith("| P/D") or r.startswith("| mixed")]
+    assert len(rows) == 4
+    for r in rows:
+        cells = [c.strip() for c in r.strip("|").split("|")]
+        assert cells[7] == "yes", r  # step-identical
+        assert cells[6] == "+0.00", r  # gap model → SGLang
+    assert (out / "compare-sglang.csv").read_text().count("\n") == 5
+
+
+def test_compare_without_sglang_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.metadata
+
+    from kvstab.cli import main
+    from kvstab.empirical import sglang_driver
+
+    real = importlib.metadata.version
+
+    def version(dist: str) -> str:
+        if dist == "sglang":
+            raise importlib.metadata.PackageNotFoundError(dist)
+        return real(dist)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    monkeypatch.setattr(sglang_driver, "_SGL", None)
+    code = main(["empirical", "compare", "--cases", "small", "--no-vllm", "--sglang", "--no-plots", "--no-profile",
+                 "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "scripts/install-sglang.sh" in err and "--no-sglang-real" in err
