@@ -163,6 +163,9 @@ def load_sglang() -> SimpleNamespace:
     global _SGL
     if _SGL is not None:
         return _SGL
+    # SGLang's import graph imports vLLM when it is installed (CI's environment has both), and vLLM
+    # picks its platform once per process: it must see the CPU target first, as vllm_driver sets it
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("SGLANG_LOG_LEVEL", "error")

@@ -75,12 +75,12 @@ active, nothing admitted yet) admits the queue head whatever the reservation
 says.  SGLang clips ``max_new`` at arrival so that ``s + max_new + B < M``
 (``scheduler.py:2700``, ``init_req_max_new_tokens``) — the head always fits an
 empty pool there — while kvstab's engine accepts any request with
-``s + o ≤ M``, which SGLang's strict test would starve.  A chunk limited by
-the reservation takes ``free − Σ reserved`` with the running requests'
-remaining outputs counted in full (instead of ``⌊remaining_total⌋``), and a
-chunk is never granted more than free memory; SGLang's admission test keeps
-both out of its reachable states (a chunked request was admitted with its
-whole prompt reserved, and no decode runs while it is in flight).  A chunk
+``s + o ≤ M``, which SGLang's strict test would starve.  A chunk is never
+granted more than free memory (SGLang's allocation would fail; its chunk is
+``min(rem_chunk, ⌊remaining_total⌋)``, which after a retraction can be below
+``rem_chunk`` but stays within free memory in its reachable states).
+SGLang's own scheduler checks all of this step for step
+(``tests/empirical/test_empirical_sglang.py``).  A chunk
 ``ŝ`` that is not a whole number of pages, which SGLang refuses
 (``chunked_prefill_size % page_size == 0``, ``arg_groups/validation_hook.py:244``),
 is rounded up to pages for the batch's budget (the engine still clamps each
