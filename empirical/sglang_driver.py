@@ -137,8 +137,9 @@ def _stubs() -> Iterator[None]:
     """Stub ``torchvision`` (and ``tvm_ffi`` when absent) for one import, then take the stubs away
     again, so that nothing imported later in the process sees them."""
     roots: tuple[str, ...] = ("torchvision",) if importlib.util.find_spec("tvm_ffi") else ("torchvision", "tvm_ffi")
-    if importlib.util.find_spec("torchvision") is not None and "torchvision" not in sys.modules:
-        # a real torchvision is installed: try it (a CPU build that loads needs no stub)
+    if "torchvision" in sys.modules:
+        # already imported for real by someone else: SGLang shares it.  An installed but not yet
+        # imported one is stubbed anyway: PyPI's wheel fails against the CPU torch at import
         roots = roots[1:]
     finder = _StubFinder(roots)
     sys.meta_path.insert(0, finder)
@@ -199,7 +200,7 @@ def load_sglang() -> SimpleNamespace:
             from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
             from sglang.srt.sampling.sampling_params import SamplingParams
             from sglang.srt.server_args import ServerArgs
-    except ImportError as exc:
+    except Exception as exc:  # ImportError, or a broken binary wheel failing at import time
         raise SglangUnavailable(f"SGLang {version} is installed incompletely ({_one_line(exc)}); {INSTALL_HINT}") from None
     for name in ("sglang", "torch", "transformers"):
         logging.getLogger(name).setLevel(logging.ERROR)
