@@ -1,7 +1,8 @@
-"""``kvstab.empirical``: cross-checks against vLLM's real v1 scheduler and batch-time calibration.
+"""``kvstab.empirical``: cross-checks against vLLM's and SGLang's real schedulers, and batch-time calibration.
 
-Optional extra: vLLM is imported only by :mod:`kvstab.empirical.vllm_driver`,
-and only when a replay on vLLM is asked for (``scripts/install-vllm.sh``).
+Optional extras: vLLM is imported only by :mod:`kvstab.empirical.vllm_driver`,
+SGLang only by :mod:`kvstab.empirical.sglang_driver`, each only when a replay
+on it is asked for (``scripts/install-vllm.sh``, ``scripts/install-sglang.sh``).
 Names are loaded on first use, so that ``kvstab --help`` stays cheap.
 
 Start reading at :mod:`kvstab.empirical.replay`; ``docs/empirical.md`` explains
@@ -19,6 +20,8 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors (not
     from kvstab.empirical.estimators import bbar_estimates, queue_growth, saturated_rate
     from kvstab.empirical.replay import ReplayConfig, StepLog, replay_model, replay_vllm
     from kvstab.empirical.semantics import VllmEngine
+    from kvstab.empirical.sglang_driver import SglangUnavailable, replay_sglang
+    from kvstab.empirical.sglang_semantics import SglangModelLog, replay_sglang_model
     from kvstab.empirical.vllm_driver import VllmUnavailable
 
 __all__ = [
@@ -35,6 +38,10 @@ __all__ = [
     "fit_batch_time",
     "BatchTimeModel",
     "VllmUnavailable",
+    "replay_sglang",
+    "replay_sglang_model",
+    "SglangModelLog",
+    "SglangUnavailable",
 ]
 
 _WHERE = {
@@ -51,6 +58,10 @@ _WHERE = {
     "fit_batch_time": "batchtime",
     "BatchTimeModel": "batchtime",
     "VllmUnavailable": "vllm_driver",
+    "replay_sglang": "sglang_driver",
+    "replay_sglang_model": "sglang_semantics",
+    "SglangModelLog": "sglang_semantics",
+    "SglangUnavailable": "sglang_driver",
 }
 
 

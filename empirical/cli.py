@@ -26,6 +26,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             load_vllm()  # a missing vLLM is one line before any work
         except VllmUnavailable as exc:
             raise VllmUnavailable(f"{exc}, or pass --no-vllm for kvstab's model alone") from None
+    if args.sglang and not args.no_sglang_real:
+        from kvstab.empirical.sglang_driver import SglangUnavailable, load_sglang
+
+        try:
+            load_sglang()  # a missing SGLang is one line before any work
+        except SglangUnavailable as exc:
+            raise SglangUnavailable(f"{exc}, or pass --no-sglang-real for kvstab's sglang model alone") from None
     data = _data_dir(args.data) if (args.cases in ("all", "traces") or not args.no_profile) else None
     cases = default_cases(data, args.cases)
     profile = None if args.no_profile else load_profile(os.path.join(str(data), "profiles", "a100-llama-3-8b"))
@@ -44,9 +51,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         plot_steps=args.plot_steps,
         progress=say,
         engine=args.engine,
+        sglang=args.sglang,
+        use_sglang=not args.no_sglang_real,
     )
     print(report.markdown())
-    print(f"wrote {args.out}/compare.md, compare.csv, compare.tex" + (", queue.png, kv.png" if report.plots else ""))
+    extra = (", compare-sglang.csv" if report.sglang else "") + (", queue.png, kv.png" if report.plots else "")
+    print(f"wrote {args.out}/compare.md, compare.csv, compare.tex" + extra)
     return 0
 
 
@@ -84,5 +94,11 @@ def register(subparsers: Any) -> None:
         "--engine", choices=("fast", "reference"), default="fast",
         help="engine of the vllm-v1 model's replay: fast (default, compiled) or reference; identical step logs",
     )
+    c.add_argument(
+        "--sglang", action="store_true",
+        help="also replay every case on kvstab's sglang model and SGLang 0.5.23's own scheduler "
+        "(needs scripts/install-sglang.sh): μ from the formula, the model and SGLang",
+    )
+    c.add_argument("--no-sglang-real", action="store_true", help="with --sglang: the sglang model only (no SGLang column)")
     c.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     c.set_defaults(func=_cmd_compare, command="empirical compare")

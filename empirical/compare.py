@@ -33,15 +33,28 @@ from kvstab.empirical.estimators import (
     window,
 )
 from kvstab.empirical.replay import ReplayConfig, StepLog, replay_model, replay_vllm
+from kvstab.empirical.sglang_semantics import SglangModelLog, clip_max_new, replay_sglang_model
 from kvstab.errors import InvalidArgument
-from kvstab.metrics import Estimate
+from kvstab.metrics import Estimate, batch_means
 from kvstab.model import PAPER_CHUNK, PAPER_M, ModelParams
+from kvstab.schedulers.sglang import Sglang
 from kvstab.theory.area import expected_g
 from kvstab.theory.latex import tex_text
 from kvstab.traces import load_trace
 from kvstab.workload import PAPER_WORKLOADS, Workload
 
-__all__ = ["Case", "CaseResult", "default_cases", "run_case", "Report", "compare", "SMALL_M", "TRACE_FILES"]
+__all__ = [
+    "Case",
+    "CaseResult",
+    "SglangCaseResult",
+    "default_cases",
+    "run_case",
+    "run_sglang_case",
+    "Report",
+    "compare",
+    "SMALL_M",
+    "TRACE_FILES",
+]
 
 #: The small capacity of the issue: about a dozen paper-workload requests fit.
 SMALL_M = 16_384
@@ -167,6 +180,95 @@ def run_case(
     )
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class SglangCaseResult:
+    """One case on SGLang: the paper's formula, kvstab's ``sglang`` model and SGLang's own scheduler."""
+
+    case: Case
+    rule: Sglang
+    steps: int
+    mu_paper: float  # per step, the paper's formula
+    model: SglangModelLog
+    real: SglangModelLog | None  # None: SGLang's own scheduler was not run
+    mu_model: Estimate
+    mu_real: Estimate | None
+    difference: str | None  # first step where the model departs from SGLang (None: identical)
+    dropped: int  # requests SGLang refuses (prompt of max_req_len - 5 tokens or more), left out of the plan
+
+    @property
+    def measured(self) -> SglangModelLog:
+        """SGLang's log when it ran, else the model's."""
+        return self.real if self.real is not None else self.model
+
+
+def _sglang_window(log: SglangModelLog, warmup: float) -> slice:
+    n = len(log.steps)
+    start = int(n * warmup)
+    if n - start < 8:
+        raise InvalidArgument(f"a steady-state window needs at least 8 steps, the run has {n} with warm-up {warmup}")
+    return slice(start, n)
+
+
+def sglang_rate(log: SglangModelLog, warmup: float = 0.25, batches: int = 20) -> Estimate:
+    """Completed requests per step over the steady-state window (batch-means CI), as :func:`saturated_rate`."""
+    done = np.array([len(st.finished) for st in log.steps], dtype=np.float64)
+    return batch_means(done[_sglang_window(log, warmup)], batches)
+
+
+def _sglang_fits(rule: Sglang, s: int, o: int) -> bool:
+    """Whether SGLang accepts the request and leaves it at least one output token."""
+    try:
+        return clip_max_new(rule, s, o) >= 1
+    except InvalidArgument:
+        return False
+
+
+def run_sglang_case(
+    case: Case,
+    steps: int,
+    *,
+    load: float = 1.3,
+    seed: int = 0,
+    warmup: float = 0.25,
+    use_sglang: bool = True,
+    chunk: int = PAPER_CHUNK,
+    max_num_seqs: int = 256,
+) -> SglangCaseResult:
+    """Replay one overloaded plan (rate ``load × μ_paper``, the plan :func:`run_case` draws) on
+    SGLang's own scheduler and on kvstab's ``sglang`` model (page size 1, SGLang's default)."""
+    if not load > 1:
+        raise InvalidArgument(f"a saturated-rate run needs load > 1 (arrivals above μ), got {load}")
+    rule = Sglang(M=case.M, chunk=chunk, max_num_seqs=max_num_seqs)
+    mu_paper = case.M / case.expected_g(chunk)
+    plan = case.plan(steps, load * mu_paper, seed)
+    keep = np.array([_sglang_fits(rule, int(s), int(o)) for s, o in zip(plan.s, plan.o)], dtype=bool)
+    kept = ArrivalPlan(plan.slot[keep], plan.s[keep], plan.o[keep])
+    model = replay_sglang_model(kept, rule, steps)
+    real = None
+    if use_sglang:
+        from kvstab.empirical.sglang_driver import replay_sglang
+
+        real = replay_sglang(kept, rule, steps)
+    return SglangCaseResult(
+        case=case,
+        rule=rule,
+        steps=steps,
+        mu_paper=mu_paper,
+        model=model,
+        real=real,
+        mu_model=sglang_rate(model, warmup),
+        mu_real=sglang_rate(real, warmup) if real is not None else None,
+        difference=model.first_difference(real) if real is not None else None,
+        dropped=int((~keep).sum()),
+    )
+
+
+def _sglang_per_completion(log: SglangModelLog, values: list[float], warmup: float) -> float:
+    w = _sglang_window(log, warmup)
+    c = sum(len(st.finished) for st in log.steps[w])
+    return float(sum(values[w])) / c if c else float("nan")
+
+
 def _per_completion(log: StepLog, values: np.ndarray, warmup: float) -> float:
     w = window(log, warmup)
     c = int(log.completed[w].sum())
@@ -183,6 +285,7 @@ class Report:
     fit_report: FitReport | None
     warmup: float
     plots: list[str] = field(default_factory=list)
+    sglang: list[SglangCaseResult] = field(default_factory=list)
 
     # --- the tables, as rows of strings
     def main_rows(self) -> list[list[str]]:
@@ -222,6 +325,53 @@ class Report:
         "recomputed tok /completion (vLLM)",
         "recomputed tok /completion (model)",
         "queue slope (/step)",
+    ]
+
+    def sglang_rows(self) -> list[list[str]]:
+        """μ per step on SGLang: the formula, the ``sglang`` model, SGLang's own scheduler; one row per case."""
+        rows = []
+        for r in self.sglang:
+            m, v = r.mu_model, r.mu_real
+            log = r.measured
+            w = self.warmup
+            n = len(log.steps)
+            win = log.steps[int(n * w):]
+            kv = float(np.mean([st.kv_used for st in win])) / r.rule.M if win else float("nan")
+            queued = [float(st.kv_used) for st in win if st.queue > 0]
+            idle_q = float(np.mean(queued)) / r.rule.M if queued else float("nan")
+            retracted = [float(len(st.retracted)) for st in log.steps]
+            prefill_share = float(np.mean([st.kind == "prefill" for st in win])) if win else float("nan")
+            rows.append(
+                [
+                    r.case.name,
+                    str(r.rule.M),
+                    f"{r.mu_paper:.5f}",
+                    f"{m.value:.5f} ± {(m.high - m.low) / 2:.5f}",
+                    "n/a" if v is None else f"{v.value:.5f} ± {(v.high - v.low) / 2:.5f}",
+                    f"{100 * relative_gap(r.mu_paper, (v or m).value):+.2f}",
+                    "n/a" if v is None else f"{100 * relative_gap(m.value, v.value):+.2f}",
+                    "n/a" if r.real is None else ("yes" if r.difference is None else "no"),
+                    f"{_sglang_per_completion(log, retracted, w):.3f}",
+                    f"{kv:.3f}",
+                    f"{idle_q:.3f}",
+                    f"{prefill_share:.3f}",
+                ]
+            )
+        return rows
+
+    SGLANG_HEADER = [
+        "case",
+        "M (tokens)",
+        "μ paper (/step)",
+        "μ sglang model (/step)",
+        "μ SGLang (/step)",
+        "gap paper→SGLang %",
+        "gap model→SGLang %",
+        "step-identical",
+        "retractions /completion",
+        "KV in use / M",
+        "KV in use / M while queued",
+        "prefill-only steps share",
     ]
 
     def decomposition_rows(self) -> list[list[str]]:
@@ -293,6 +443,22 @@ class Report:
             "progress at its end); longer runs shrink it."
         )
         out += ["", _md_table(["term"] + [r.case.name for r in self.results], self.decomposition_rows()), ""]
+        if self.sglang:
+            out += ["## SGLang 0.5.23 (issue 16)", ""]
+            out.append(
+                "The same plans (requests SGLang refuses left out) on kvstab's `sglang` model and on SGLang's own "
+                "scheduler (`Scheduler.get_next_batch_to_run` and its PrefillAdder, ScheduleBatch, pools and ratio "
+                "tracker; chunk 512, page 1, max_running_requests 256). A step is a prefill-only or a decode-only "
+                "step, so μ per step is not comparable with vLLM's mixed steps in seconds. The gap decomposition "
+                "above does not apply: it splits vLLM's per-request areas; SGLang's memory also goes to the "
+                "reservation (KV in use stays below M while requests queue) and to retracted requests."
+            )
+            out += ["", _md_table(self.SGLANG_HEADER, self.sglang_rows()), ""]
+            for s in self.sglang:
+                if s.difference is not None:
+                    out.append(f"- {s.case.name}: the sglang model departs from SGLang at {s.difference}")
+                if s.dropped:
+                    out.append(f"- {s.case.name}: {s.dropped} requests SGLang refuses were left out of the plan")
         if self.profile is not None:
             out += ["## A100 / Llama-3-8B: b̄ and μ in requests/s from the profile", ""]
             out.append(
@@ -339,6 +505,8 @@ class Report:
         parts.append(_tex_table(["term"] + [r.case.name for r in self.results], self.decomposition_rows()))
         if self.profile is not None:
             parts.append(_tex_table(self.A100_HEADER, self.a100_rows()))
+        if self.sglang:
+            parts.append(_tex_table(self.SGLANG_HEADER, self.sglang_rows()))
         return "\n\n".join(parts) + "\n"
 
 
@@ -461,6 +629,8 @@ def compare(
     plot_steps: int = 6000,
     progress: Callable[[str], None] | None = None,
     engine: str = "fast",
+    sglang: bool = False,
+    use_sglang: bool = True,
 ) -> Report:
     """Run every case, fit the batch-time model on the measured logs, write the report files into ``out_dir``."""
     model_replay(engine)  # a bad engine name is one line before any work
@@ -473,15 +643,27 @@ def compare(
             progress(f"{c.name} (M={c.M})")
         n = small_steps if (small_steps is not None and c.M <= SMALL_M) else steps
         results.append(run_case(c, n, load=load, seed=seed, warmup=warmup, use_vllm=use_vllm, engine=engine))
+    sg_results = []
+    if sglang:
+        for c in cases:
+            if progress is not None:
+                progress(f"{c.name} (M={c.M}) on SGLang")
+            n = small_steps if (small_steps is not None and c.M <= SMALL_M) else steps
+            sg_results.append(run_sglang_case(c, n, load=load, seed=seed, warmup=warmup, use_sglang=use_sglang))
     fit = fit_report = None
     if profile is not None:
         logs = [r.measured for r in results]
         fit, fit_report = fit_batch_time(logs, [profile.step_times(g) for g in logs], seed=seed)
     paths = plot_queues(out_dir, plot_steps, seed, use_vllm, engine) if plots else []
-    report = Report(results, profile, fit, fit_report, warmup, paths)
+    report = Report(results, profile, fit, fit_report, warmup, paths, sg_results)
     with open(os.path.join(out_dir, "compare.md"), "w", encoding="utf-8") as fh:
         fh.write(report.markdown())
     report.write_csv(os.path.join(out_dir, "compare.csv"))
+    if report.sglang:
+        with open(os.path.join(out_dir, "compare-sglang.csv"), "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(report.SGLANG_HEADER)
+            w.writerows(report.sglang_rows())
     with open(os.path.join(out_dir, "compare.tex"), "w", encoding="utf-8") as fh:
         fh.write(report.latex())
     return report

@@ -39,7 +39,7 @@ from kvstab.empirical.semantics import resumed_lengths
 from kvstab.errors import InvalidArgument
 from kvstab.model import tokens_held
 from kvstab.schedulers.sglang import Sglang
-from kvstab.simulator import Engine, RequestState
+from kvstab.simulator import Engine, RequestState, SlotRecord
 from kvstab.validation import MAX_SLOTS
 
 __all__ = [
@@ -150,6 +150,20 @@ class SglangEngine(Engine):
         self.prior[r.rid] = prior + k
         r.s, r.o = resumed_lengths(r.s, r.o, r.progress)
 
+    def step(self) -> SlotRecord:
+        """One step; after a retraction the kept requests run in SGLang's order: ``retract_decode``
+        filters the batch to its sorted keep list (``schedule_batch.py:3532``), most outputs
+        first, then the shorter original prompt, ties in batch order (a stable sort)."""
+        rec = super().step()
+        if rec.preempted:
+            self.active.sort(key=self.keep_key, reverse=True)
+        return rec
+
+    def keep_key(self, r: RequestState) -> tuple[int, int]:
+        """SGLang's retraction key ``(outputs, −original prompt)`` of a decoding request (kept first when larger)."""
+        pri = self.prior[r.rid]
+        return (r.progress - r.s + 1 + pri, -(r.s - pri))
+
     def requeue(self, victims: list[RequestState]) -> None:
         """Victims join the tail of the queue in SGLang's retraction order: fewest
         outputs first, then longest original prompt, then latest in the batch."""
@@ -189,6 +203,33 @@ class SglangModelLog:
     finish: tuple[int, ...]
     retractions: tuple[int, ...]
     recomputed: tuple[int, ...]
+    source: str = "model"  # "model", or "sglang" for SGLang's own scheduler (kvstab.empirical.sglang_driver)
+    wall_s: float = 0.0  # wall-clock seconds the replay took
+
+    def first_difference(self, other: SglangModelLog) -> str | None:
+        """Where ``other`` first departs from this log (a step field, then a request field), or ``None``."""
+        for a, b in zip(self.steps, other.steps):
+            for name in STEP_FIELDS:
+                x, y = getattr(a, name), getattr(b, name)
+                if x != y:
+                    return f"step {a.step}: {name} is {x!r} on {self.source}, {y!r} on {other.source}"
+        if len(self.steps) != len(other.steps):
+            return f"{self.source} ran {len(self.steps)} steps, {other.source} {len(other.steps)}"
+        for name in ("s", "max_new", "arrival", "first_admit", "finish", "retractions", "recomputed"):
+            xs, ys = getattr(self, name), getattr(other, name)
+            for k, (x, y) in enumerate(zip(xs, ys)):
+                if x != y:
+                    return f"request {k}: {name} is {x} on {self.source}, {y} on {other.source}"
+            if len(xs) != len(ys):
+                return f"{name}: {len(xs)} requests on {self.source}, {len(ys)} on {other.source}"
+        return None
+
+
+#: The step fields :meth:`SglangModelLog.first_difference` compares, in the order it reports them.
+STEP_FIELDS = (
+    "kind", "admitted", "retracted", "finished", "tokens", "prefill_tokens", "decode_tokens", "kv_used",
+    "new_token_ratio", "batch_is_full", "queue",
+)
 
 
 def replay_sglang_model(
@@ -197,6 +238,9 @@ def replay_sglang_model(
     """Replay ``plan`` (``o`` = SGLang's ``max_new_tokens``) on the ``sglang`` rule
     with SGLang's lifecycle: ``steps`` steps, or (``None``) until every request has
     arrived and finished, at most ``max_steps``.  Every step is recorded, idle ones too."""
+    import time
+
+    start = time.perf_counter()
     eng = SglangEngine(rule)
     n = len(plan)
     arrival: list[int] = []
@@ -230,6 +274,10 @@ def replay_sglang_model(
                 prefill += done
             else:
                 decode += done
+        if rec.preempted:
+            # the batch SGLang decodes after a retraction is its sorted keep list (see SglangEngine.step)
+            order = sorted(range(len(work)), key=lambda j: eng.keep_key(eng.requests[work[j][0]]), reverse=True)
+            work = [work[j] for j in order]
         kind = "prefill" if prefill else "decode" if decode else "idle"
         retracted = tuple(r.rid for r in eng.waiting if r.rid in set(rec.preempted))
         kv = sum(int(tokens_held(r.progress, rule.block)) for r in eng.active)
@@ -262,4 +310,5 @@ def replay_sglang_model(
         finish=tuple(r.finish for r in reqs),
         retractions=tuple(r.preemptions for r in reqs),
         recomputed=tuple(eng.recomputed),
+        wall_s=time.perf_counter() - start,
     )

@@ -2,6 +2,10 @@
 # Install everything the whole test suite needs beyond the `test` extra:
 #   - vLLM 0.33.0's scheduler on CPU (scripts/install-vllm.sh) for the
 #     cross-checks against the real vLLM scheduler;
+#   - SGLang 0.5.23's scheduler on CPU (scripts/install-sglang.sh) for the
+#     cross-checks against the real SGLang scheduler; both live in one
+#     environment (transformers 5.19.0 is inside vLLM's range, the CPU torch
+#     and triton serve both);
 #   - pdflatex (Debian: texlive-latex-base) for the test that compiles
 #     `kvstab derive` output;
 #   - Chromium (Debian: chromium) for the test that renders `kvstab audit`'s
@@ -28,3 +32,4 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 bash "$here/install-vllm.sh" "$PY"
+bash "$here/install-sglang.sh" "$PY"

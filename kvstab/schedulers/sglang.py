@@ -75,12 +75,12 @@ active, nothing admitted yet) admits the queue head whatever the reservation
 says.  SGLang clips ``max_new`` at arrival so that ``s + max_new + B < M``
 (``scheduler.py:2700``, ``init_req_max_new_tokens``) — the head always fits an
 empty pool there — while kvstab's engine accepts any request with
-``s + o ≤ M``, which SGLang's strict test would starve.  A chunk limited by
-the reservation takes ``free − Σ reserved`` with the running requests'
-remaining outputs counted in full (instead of ``⌊remaining_total⌋``), and a
-chunk is never granted more than free memory; SGLang's admission test keeps
-both out of its reachable states (a chunked request was admitted with its
-whole prompt reserved, and no decode runs while it is in flight).  A chunk
+``s + o ≤ M``, which SGLang's strict test would starve.  A chunk is never
+granted more than free memory (SGLang's allocation would fail; its chunk is
+``min(rem_chunk, ⌊remaining_total⌋)``, which after a retraction can be below
+``rem_chunk`` but stays within free memory in its reachable states).
+SGLang's own scheduler checks all of this step for step
+(``tests/empirical/test_empirical_sglang.py``).  A chunk
 ``ŝ`` that is not a whole number of pages, which SGLang refuses
 (``chunked_prefill_size % page_size == 0``, ``arg_groups/validation_hook.py:244``),
 is rounded up to pages for the batch's budget (the engine still clamps each
@@ -95,6 +95,7 @@ bounded by the work left, not by ``n(s) + o`` per request (property 8).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from kvstab.contract import ActiveEntry, Decision, StateVar, Traits, View, WaitingEntry
@@ -103,6 +104,14 @@ from kvstab.model import PAPER_CHUNK, PAPER_M, ModelParams
 from kvstab.ops import BoolLike, IntLike, Ops
 
 __all__ = ["Sglang", "SCHEDULER"]
+
+
+def _floor(ops: Ops, x: IntLike) -> IntLike:
+    """``⌊x⌋`` of a token count that may be a float (``int()`` in SGLang; equal for the
+    positive values it matters for): ``ops.div`` by 1, an integer on the concrete side too."""
+    if isinstance(x, float):
+        return math.floor(x)
+    return ops.div(x, 1)
 
 
 def _prior(entry: ActiveEntry | WaitingEntry) -> IntLike:
@@ -240,14 +249,13 @@ class Sglang:
         continuing: BoolLike = False  # a chunked request stays chunked after this step
         in_batch: IntLike = 0  # requests in the prefill batch (can_run_list)
         finishing_in_prefill: BoolLike = False
-        # conservative integer stand-in for ⌊remaining_total⌋ (reached only outside SGLang's states)
-        offset_full = ops.sum(ops.ite(d, ops.min(a.s + a.o - a.progress, clip), 0) for a, d in zip(actives, decoding))
         for i, (a, c) in enumerate(zip(actives, chunked)):
             remaining_total = free - total_offset
             cand = a.s - a.progress
-            lower = free - offset_full - current_offset
-            limited = ops.ite(ops.le(rem_chunk, remaining_total), rem_chunk, ops.min(rem_chunk, lower))
-            allow = ops.ite(ops.or_(ops.lt(remaining_total, 1), ops.le(limited, 0)), rem_chunk, limited)
+            # available_chunk_tokens (prefill_budget.py:146): min(rem_chunk, int(remaining_total)),
+            # and the whole rem_chunk when that is not positive (a continuation must progress)
+            limited = ops.min(rem_chunk, _floor(ops, remaining_total))
+            allow = ops.ite(ops.le(limited, 0), rem_chunk, limited)
             # never more than free memory (SGLang would fail the allocation; see the docstring)
             room = paged(a.progress) - a.progress + ops.div(ops.max(free - reserved_used, 0), B) * B
             allow = ops.max(0, ops.min(allow, room))
@@ -274,7 +282,10 @@ class Sglang:
         admit_grants: list[IntLike] = []
         for w in view.waiting:
             remaining_total = free - total_offset
-            budget_other = ops.or_(ops.le(rem_input, 0), ops.le(rem_chunk, 0))
+            # budget_state (schedule_policy.py:874): no memory is NO_TOKEN, and it comes before a
+            # spent token budget (OTHER), so the request is then tried, fails and sets the flag
+            mem_out = ops.le(free - total_offset, 0)
+            budget_other = ops.and_(ops.or_(ops.le(rem_input, 0), ops.le(rem_chunk, 0)), ops.not_(mem_out))
             capped = False if view.max_num_seqs is None else ops.le(view.max_num_seqs, n_running + in_batch)
             # the walk's stops, in SGLang's order: spent budget, then the running cap
             stop_budget = ops.and_(w.present, ops.not_(stopped), budget_other)

@@ -1,0 +1,188 @@
+"""Cross-check: kvstab's ``sglang`` model against SGLang 0.5.23's own scheduler, step for step.
+
+Needs SGLang's CPU scheduler (``scripts/install-sglang.sh``).  Without it these
+tests skip with the reason — unless ``KVSTAB_REQUIRE_SGLANG=1``, when a missing
+SGLang is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvstab.arrivals import ArrivalPlan, fixed_arrivals, poisson_arrivals
+from kvstab.data import trace_path
+from kvstab.empirical.sglang_driver import SglangUnavailable, load_sglang, replay_sglang
+from kvstab.empirical.sglang_semantics import SglangModelLog, replay_sglang_model
+from kvstab.errors import InvalidArgument
+from kvstab.model import ModelParams
+from kvstab.schedulers.sglang import Sglang
+from kvstab.theory.area import mu_per_slot
+from kvstab.traces import load_trace
+from kvstab.workload import PAPER_WORKLOADS, Workload
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sglang() -> None:
+    """SGLang 0.5.23, or a skip (a failure under ``KVSTAB_REQUIRE_SGLANG=1``)."""
+    try:
+        load_sglang()
+    except SglangUnavailable as exc:
+        if os.environ.get("KVSTAB_REQUIRE_SGLANG") == "1":
+            pytest.fail(f"KVSTAB_REQUIRE_SGLANG=1 but {exc}", pytrace=False)
+        pytest.skip(f"{exc} (KVSTAB_REQUIRE_SGLANG=1 turns this skip into a failure)")
+
+
+def assert_same(plan: ArrivalPlan, rule: Sglang, steps: int | None = None) -> tuple[SglangModelLog, SglangModelLog]:
+    real = replay_sglang(plan, rule, steps)
+    model = replay_sglang_model(plan, rule, steps)
+    diff = model.first_difference(real)
+    assert diff is None, diff
+    return real, model
+
+
+def small_server(seed: int) -> tuple[Sglang, ArrivalPlan]:
+    """A small random server and 40 requests over 150 steps: page sizes 1/4/16, chunks of a
+    few pages, caps on and off, prefill budgets at one chunk or two, and initial ratios low
+    enough that the reservation under-counts and decode runs out of memory (retraction)."""
+    rng = np.random.default_rng(seed)
+    B = int(rng.choice([1, 1, 4, 16]))
+    chunk = B * int(rng.integers(1, 9)) * (4 if B == 1 else 1) * 4
+    M = B * int(rng.integers(max(2, 2 * chunk // B), 120)) if B > 1 else int(rng.integers(2 * chunk, 600))
+    seqs = None if rng.random() < 0.3 else int(rng.integers(1, 12))
+    budget = int(rng.choice([chunk, 2 * chunk, 16384]))
+    ratio = float(rng.choice([0.7, 0.3, 0.1, 0.05]))
+    rule = Sglang(M=M, chunk=chunk, block=B, max_num_seqs=seqs, max_prefill_tokens=budget, init_new_token_ratio=ratio)
+    reqs = [(int(rng.integers(0, 150)), int(rng.integers(1, max(2, M // 3))), int(rng.integers(1, max(2, M // 3))))
+            for _ in range(40)]
+    return rule, fixed_arrivals(sorted(reqs))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_small_servers_match_step_for_step(seed: int) -> None:
+    rule, plan = small_server(seed)
+    real, _ = assert_same(plan, rule)
+    assert all(f >= 0 for f in real.finish)  # drained: every request finished on both
+
+
+def test_the_small_servers_exercise_every_mechanism() -> None:
+    # the parametrised cases are only a check if they hit what they claim to
+    logs = []
+    for seed in range(12):
+        rule, plan = small_server(seed)
+        logs.append(assert_same(plan, rule)[0])
+    steps = [st for log in logs for st in log.steps]
+    assert sum(sum(log.retractions) for log in logs) >= 12  # retraction, on every server
+    assert any(st.kind == "prefill" and st.decode_tokens == 0 and st.queue > 0 and st.batch_is_full for st in steps)
+    assert any(st.kind == "idle" for st in steps)
+    chunked = [st for st in steps if st.kind == "prefill" and len(st.tokens) > 1]
+    assert chunked  # multi-request prefill batches
+    ratios = {round(st.new_token_ratio, 6) for st in steps}
+    assert max(ratios) > 0.7 and min(ratios) < 0.05  # jumps after retraction above init; decays
+    capped = [log for log in logs if log.rule.max_num_seqs is not None]
+    assert capped and any(log.rule.block > 1 for log in logs)
+
+
+@pytest.mark.parametrize("name", ["paper-1:1", "paper-2:1", "paper-1:2"])
+@pytest.mark.parametrize("M", [16_384, 131_000])
+def test_paper_workloads_match(name: str, M: int) -> None:
+    w = PAPER_WORKLOADS[name]
+    rule = Sglang(M=M, chunk=512, max_num_seqs=256)
+    mu = mu_per_slot(w, ModelParams(M=M, chunk=512))
+    steps = 1200 if M == 16_384 else 500
+    plan = poisson_arrivals(w, 1.3 * mu, 1.0, steps, seed=3)
+    real, _ = assert_same(plan, rule, steps)
+    assert sum(st.decode_tokens for st in real.steps) > 0 and sum(st.prefill_tokens for st in real.steps) > 0
+
+
+@pytest.mark.parametrize("trace", ["azure-conv", "azure-code", "sharegpt", "arxiv"])
+def test_real_traces_match(trace: str) -> None:
+    tr = load_trace(str(trace_path(trace)))
+    w = Workload.joint(tr.s, tr.o, name=trace)
+    rule = Sglang(M=131_000, chunk=512, max_num_seqs=256)
+    plan = poisson_arrivals(w, 0.3, 1.0, 500, seed=5)
+    keep = plan.s < rule.M - 8  # SGLang refuses a prompt of max_req_len - 5 tokens or more
+    plan = ArrivalPlan(plan.slot[keep], plan.s[keep], plan.o[keep])
+    assert_same(plan, rule, 500)
+
+
+def test_a_difference_is_named() -> None:
+    # first_difference is a check only if it can fail: a different server gives another log
+    rule, plan = small_server(3)
+    real = replay_sglang(plan, rule)
+    other = replay_sglang_model(plan, Sglang(M=rule.M + 64, chunk=rule.chunk, block=rule.block,
+                                             max_num_seqs=rule.max_num_seqs,
+                                             max_prefill_tokens=rule.max_prefill_tokens,
+                                             init_new_token_ratio=rule.init_new_token_ratio))
+    diff = other.first_difference(real)
+    assert diff is not None and "on sglang" in diff
+
+
+def test_a_prompt_sglang_refuses_is_one_line() -> None:
+    with pytest.raises(InvalidArgument, match=r"SGLang refuses it") as info:
+        replay_sglang(fixed_arrivals([(0, 250, 10)]), Sglang(M=256, chunk=64))
+    assert "\n" not in str(info.value)
+
+
+def test_other_sglang_version_names_the_install_script(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    from kvstab.empirical import sglang_driver
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda d: "0.4.0" if d == "sglang" else real(d))
+    monkeypatch.setattr(sglang_driver, "_SGL", None)
+    with pytest.raises(SglangUnavailable, match=r"SGLang 0\.4\.0 is installed .* scripts/install-sglang\.sh"):
+        load_sglang()
+
+
+def test_the_stubs_do_not_outlive_the_import() -> None:
+    import sys
+
+    from kvstab.empirical.sglang_driver import _StubModule
+
+    assert not [m for m, mod in sys.modules.items() if isinstance(mod, _StubModule)]
+
+
+def test_compare_report_on_sglang(tmp_path: Path) -> None:
+    from kvstab.cli import main
+
+    out = tmp_path / "rep"
+    code = main(
+        ["empirical", "compare", "--cases", "small", "--small-steps", "800", "--no-plots", "--no-profile", "--quiet",
+         "--no-vllm", "--sglang", "--out", str(out)]
+    )
+    assert code == 0
+    text = (out / "compare.md").read_text()
+    rows = [r for r in text.split("## SGLang")[1].split("\n") if r.startswith("| P/D") or r.startswith("| mixed")]
+    assert len(rows) == 4
+    for r in rows:
+        cells = [c.strip() for c in r.strip("|").split("|")]
+        assert cells[7] == "yes", r  # step-identical
+        assert cells[6] == "+0.00", r  # gap model → SGLang
+    assert (out / "compare-sglang.csv").read_text().count("\n") == 5
+
+
+def test_compare_without_sglang_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.metadata
+
+    from kvstab.cli import main
+    from kvstab.empirical import sglang_driver
+
+    real = importlib.metadata.version
+
+    def version(dist: str) -> str:
+        if dist == "sglang":
+            raise importlib.metadata.PackageNotFoundError(dist)
+        return real(dist)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    monkeypatch.setattr(sglang_driver, "_SGL", None)
+    code = main(["empirical", "compare", "--cases", "small", "--no-vllm", "--sglang", "--no-plots", "--no-profile",
+                 "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "scripts/install-sglang.sh" in err and "--no-sglang-real" in err
