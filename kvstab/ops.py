@@ -11,6 +11,7 @@ an operation here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
@@ -68,6 +69,10 @@ class Ops(Protocol):
     def ceil_div(self, a: IntLike, b: IntLike) -> IntLike:
         """``⌈a / b⌉`` for non-negative ``a`` and positive ``b``."""
 
+    def floor(self, x: Any) -> IntLike:
+        """``⌊x⌋`` as an integer, of an integer or a finite real (a rule that keeps a
+        real-valued state turns a real token count back into tokens with it)."""
+
     def count(self, xs: Iterable[BoolLike]) -> IntLike:
         """How many of ``xs`` are true."""
 
@@ -115,6 +120,9 @@ class ConcreteOps:
 
     def ceil_div(self, a: int, b: int) -> int:
         return -(-a // b)
+
+    def floor(self, x: Any) -> int:
+        return math.floor(x)
 
     def count(self, xs: Iterable[bool]) -> int:
         return sum(1 for x in xs if x)

@@ -298,5 +298,11 @@ class Z3Ops:
             return Sym(-_floordiv(-za, zb))  # as -(-a // b) does on a float
         return Sym((za + zb - 1) / zb)
 
+    def floor(self, x: Any) -> Any:
+        if not isinstance(x, Sym):
+            return math.floor(x)
+        z = unwrap(x)
+        return Sym(z3.ToInt(z)) if z.is_real() else x  # z3's ToInt is ⌊·⌋
+
     def count(self, xs: Iterable[Any]) -> Any:
         return self.sum(self.ite(x, 1, 0) for x in xs)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import pytest
 import z3
 from hypothesis import given, settings
@@ -12,6 +15,17 @@ from kvstab.errors import InvalidScheduler
 from kvstab.ops import CONCRETE
 from kvstab.registry import builtin_names, load_scheduler
 from kvstab.symbolic import Sym, Z3Ops, unwrap
+
+
+@given(x=st.integers(-(2**70), 2**70) | st.floats(-1e18, 1e18) | st.sampled_from([0.5, -0.5, -0.0, 2.0, -3.0]))
+def test_floor_is_math_floor_concretely_and_in_z3(x: int | float) -> None:
+    """``ops.floor``: an int (``x // 1`` would stay a float), z3's ``ToInt`` on a real."""
+    want = math.floor(x)
+    assert type(CONCRETE.floor(x)) is int and CONCRETE.floor(x) == want
+    z = z3.Real("x") if isinstance(x, float) else z3.Int("x")
+    term = unwrap(Z3Ops().floor(Sym(z)))
+    value = z3.RealVal(Fraction(x)) if isinstance(x, float) else z3.IntVal(x)
+    assert z3.simplify(z3.substitute(term, (z, value))).as_long() == want
 
 
 @st.composite

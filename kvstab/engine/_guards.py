@@ -38,7 +38,7 @@ NARGS = np.zeros(len(OP), dtype=np.int64)
 for _name, _n in OP.items():
     if _name in ("CONST", "FCONST", "JZ", "ASK"):
         NARGS[_n] = 0
-    elif _name in ("NEG", "NOT", "TRUTH", "XNEG", "XTRUTH"):
+    elif _name in ("NEG", "NOT", "TRUTH", "XNEG", "XTRUTH", "XFLOOR"):
         NARGS[_n] = 1
     elif _name in ("ITE", "XITE"):
         NARGS[_n] = 3

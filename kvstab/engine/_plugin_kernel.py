@@ -54,6 +54,7 @@ _ADDC, _SUBC, _MULC = OP["ADDC"], OP["SUBC"], OP["MULC"]
 _LIMIT = LIMIT
 _EXACT = EXACT
 _FCONST, _JZ, _ASK = OP["FCONST"], OP["JZ"], OP["ASK"]
+_XFLOOR = OP["XFLOOR"]
 _XADD, _XSUB, _XMUL, _XFDIV, _XMOD, _XTDIV, _XNEG = (
     OP["XADD"],
     OP["XSUB"],
@@ -173,6 +174,12 @@ def eval_x(op: int, d: int, a: int, b: int, c: int, k: int, R: np.ndarray, F: np
         return _put(R, F, T, d, kd, sf, si, sv)
     if op == _XNEG:
         return _put(R, F, T, d, kd, af, -ai, -av)  # |ai| <= 2⁶¹: no overflow
+    if op == _XFLOOR:  # math.floor: an int (a float beyond 2⁵³ is one already: the conversion is exact)
+        if not af:
+            return _put(R, F, T, d, kd, False, ai, 0.0)
+        if not (abs(av) <= _LIMIT):  # beyond ±2⁶¹, inf and NaN: Python's ints (or its error) take over
+            return False
+        return _put(R, F, T, d, kd, False, int(np.floor(av)), 0.0)
     bf, bi, bv = _load(R, F, T, b, kb)
     if op == _XMIN or op == _XMAX:
         # Python's min/max keep the first of equals: b replaces a only if b < a (b > a)

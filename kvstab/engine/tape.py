@@ -42,6 +42,7 @@ Exactness (the tape computes what :data:`kvstab.ops.CONCRETE` computes):
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -75,7 +76,7 @@ class Untraceable(Exception):
 OPS = (
     "CONST ADD SUB MUL FDIV MOD NEG LT LE GT GE EQ NE ITE MIN MAX AND OR NOT TRUTH ADDC SUBC MULC "
     # float and mixed int/float operations (the operands' storage in the row's 6th field, see ``kinds``)
-    "FCONST XADD XSUB XMUL XFDIV XMOD XNEG XLT XLE XGT XGE XEQ XNE XITE XMIN XMAX XTRUTH XTDIV "
+    "FCONST XADD XSUB XMUL XFDIV XMOD XNEG XLT XLE XGT XGE XEQ XNE XITE XMIN XMAX XTRUTH XTDIV XFLOOR "
     # skip the next b rows when register a is 0 (rows only a true a needs: see kvstab.engine._guards)
     "JZ "
     # ask the rule itself for this slot when register a is true (a long run of rows only a true a needs)
@@ -433,6 +434,18 @@ class TapeOps:
 
     def div(self, a: Any, b: Any) -> Any:
         return self.arith(_FDIV, a, b)
+
+    def floor(self, x: Any) -> Any:
+        if type(x) is not _V:
+            return math.floor(x)
+        a = self.val(x)
+        if a.kind == INT:
+            return a
+        if a.kind in _INTS:  # a bool: ⌊True⌋ is the int 1
+            return self.arith(_ADD, a, 0)
+        # a float (or a value that is a float in some slots): the kernel floors it to an int
+        # register, and stops the run beyond ±2⁶¹ (inf and NaN included: Python raises there)
+        return self._x(OP["XFLOOR"], INT, a)
 
     def ceil_div(self, a: Any, b: Any) -> Any:
         return self.neg(self.arith(_FDIV, self.neg(a), b))

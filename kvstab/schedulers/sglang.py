@@ -95,7 +95,6 @@ bounded by the work left, not by ``n(s) + o`` per request (property 8).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from kvstab.contract import ActiveEntry, Decision, StateVar, Traits, View, WaitingEntry
@@ -104,14 +103,6 @@ from kvstab.model import PAPER_CHUNK, PAPER_M, ModelParams
 from kvstab.ops import BoolLike, IntLike, Ops
 
 __all__ = ["Sglang", "SCHEDULER"]
-
-
-def _floor(ops: Ops, x: IntLike) -> IntLike:
-    """``⌊x⌋`` of a token count that may be a float (``int()`` in SGLang; equal for the
-    positive values it matters for): ``ops.div`` by 1, an integer on the concrete side too."""
-    if isinstance(x, float):
-        return math.floor(x)
-    return ops.div(x, 1)
 
 
 def _prior(entry: ActiveEntry | WaitingEntry) -> IntLike:
@@ -254,7 +245,7 @@ class Sglang:
             cand = a.s - a.progress
             # available_chunk_tokens (prefill_budget.py:146): min(rem_chunk, int(remaining_total)),
             # and the whole rem_chunk when that is not positive (a continuation must progress)
-            limited = ops.min(rem_chunk, _floor(ops, remaining_total))
+            limited = ops.min(rem_chunk, ops.floor(remaining_total))
             allow = ops.ite(ops.le(limited, 0), rem_chunk, limited)
             # never more than free memory (SGLang would fail the allocation; see the docstring)
             room = paged(a.progress) - a.progress + ops.div(ops.max(free - reserved_used, 0), B) * B
