@@ -292,10 +292,11 @@ def _text(args: argparse.Namespace, out: _Outcome) -> str:
 
 
 def _cmd_prove(args: argparse.Namespace) -> int:
-    from kvstab.proofs.solver import Interrupted
+    from kvstab.proofs.solver import Interrupted, ctrl_c_stops_solving
 
     try:
-        out = _run(args)
+        with ctrl_c_stops_solving():
+            out = _run(args)
     except Interrupted as exc:
         sys.stderr.write(f"kvstab prove: {exc}\n")
         return 130

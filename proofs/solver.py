@@ -18,10 +18,12 @@ import dataclasses
 import enum
 import hashlib
 import re
+import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -65,6 +67,31 @@ class Status(enum.Enum):
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C while the solver ran (the message names the query it stopped)."""
+
+
+#: set by :func:`ctrl_c_stops_solving`'s handler; the solver loop stops at the next safe point
+_STOP = threading.Event()
+
+
+@contextmanager
+def ctrl_c_stops_solving() -> Iterator[None]:
+    """Within this block Ctrl-C only sets a flag, which :func:`solve` checks before a
+    query and while one runs (then it interrupts z3 and raises :class:`Interrupted`).
+
+    Why not Python's ``KeyboardInterrupt``: raised asynchronously, it can land inside
+    z3's Python API between a C call and its reference bookkeeping, and the process
+    then dies at exit (a "double free" was seen with Ctrl-C between two queries).
+    Only the main thread can install the handler; elsewhere the block changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: _STOP.set())
+    _STOP.clear()
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _STOP.clear()
 
 
 def _default_dir() -> Path:
@@ -170,7 +197,14 @@ def _check(s: z3.Solver, name: str, wall_s: float) -> tuple[z3.CheckSatResult | 
     th = threading.Thread(target=work, name=f"z3:{name}", daemon=True)
     th.start()
     try:
-        th.join(wall_s)
+        deadline = time.monotonic() + wall_s
+        while th.is_alive() and not _STOP.is_set() and time.monotonic() < deadline:
+            th.join(min(0.05, max(0.0, deadline - time.monotonic())))
+        if _STOP.is_set():
+            while th.is_alive():  # stop z3 first: the thread must not outlive the run
+                s.ctx.interrupt()
+                th.join(INTERRUPT_EVERY_S)
+            raise Interrupted(f"interrupted (Ctrl-C) while solving {name!r}; no verdict")
         timed_out = th.is_alive()
         while th.is_alive():
             # z3 honours an interrupt only where it polls for it, and one sent while it moves
@@ -264,6 +298,8 @@ def _scaled(c: Fraction, t: z3.ArithRef) -> z3.ArithRef:
 def solve(assertions: Sequence[z3.BoolRef], budget: Budget, name: str) -> Answer:
     """Check ``assertions`` in a fresh solver frame under ``budget`` (with the
     valid linear facts :func:`product_bounds` adds for non-linear products)."""
+    if _STOP.is_set():  # Ctrl-C between two queries (see ctrl_c_stops_solving)
+        raise Interrupted(f"interrupted (Ctrl-C) before solving {name!r}; no verdict")
     left = budget.left()
     if left is not None and left <= 0:
         # the whole run's budget is spent: the query is not asked (nor saved: it was never tried)

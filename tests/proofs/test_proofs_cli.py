@@ -250,3 +250,21 @@ def test_cvc5_confirms_the_built_ins_obligations(tmp_path: Path) -> None:
         assert answers == [want.group(1)], f.name
         checked += 1
     assert checked > 50
+
+
+def test_ctrl_c_inside_the_guard_only_sets_a_flag_that_the_next_query_honours() -> None:
+    """Within ``ctrl_c_stops_solving`` a SIGINT raises nothing where it lands (inside z3's
+    Python API it could corrupt z3's bookkeeping); the next query stops the run instead."""
+    import os
+
+    import z3
+
+    from kvstab.proofs.solver import Budget, Interrupted, ctrl_c_stops_solving, solve
+
+    x = z3.Int("x")
+    with ctrl_c_stops_solving():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs at the next bytecode: no KeyboardInterrupt here
+        with pytest.raises(Interrupted, match="interrupted .Ctrl-C. before solving 'q'"):
+            solve([x > 0], Budget(), "q")
+    assert solve([x > 0], Budget(), "q").status.value == "sat"  # the flag does not outlive the block
