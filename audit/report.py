@@ -21,6 +21,12 @@ from kvstab.audit.audit import AuditResult
 __all__ = ["write_report", "summary_rows", "markdown"]
 
 
+
+def _scope(inv: dict[str, Any]) -> str:
+    """What the invariant's verdict covers (the audit's ``scope`` field; reports older
+    than it carry only ``K`` and ``Q``)."""
+    return str(inv.get("scope") or f"at most {inv['K']} active and {inv['Q']} queued requests")
+
 def _f(x: Any, digits: int = 5) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
@@ -85,7 +91,7 @@ def markdown(data: dict[str, Any]) -> str:
     ]
     if data["proofs"]:
         inv = data["proofs"]["invariant"]
-        lines += ["## Proofs", "", f"- memory invariant (any M, K = {inv['K']}, Q = {inv['Q']}): **{inv['verdict']}**"
+        lines += ["## Proofs", "", f"- memory invariant (any M, {_scope(inv)}): **{inv['verdict']}**"
                   + (f", strengthened by {', '.join(inv['strengthening'])}" if inv["strengthening"] else "")]
         m = data["proofs"]["margin"]
         if m:
@@ -146,7 +152,7 @@ def _html(data: dict[str, Any], plots: dict[str, Path]) -> str:
     ]
     if data["proofs"]:
         inv = data["proofs"]["invariant"]
-        parts.append(f"<h2>Proofs</h2><p>Memory invariant (any M, K = {inv['K']}, Q = {inv['Q']}): "
+        parts.append(f"<h2>Proofs</h2><p>Memory invariant (any M, {esc(_scope(inv))}): "
                      f"<b>{esc(inv['verdict'])}</b>.")
         m = data["proofs"]["margin"]
         if m:

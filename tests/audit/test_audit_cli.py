@@ -40,6 +40,8 @@ def test_audit_writes_every_report_and_fails_an_unmet_gate(small_audit: tuple[in
     # the same numbers in every format
     md = (out / "report.md").read_text()
     assert f"{data['stability']['vllm-v1']['critical_rate_per_s']:.5g}" in md
+    # the invariant's scope as the audit found it, in the report's words too
+    assert f"memory invariant (any M, {data['proofs']['invariant']['scope']})" in md
     assert "\\section{" in (out / "report.tex").read_text()
 
 
