@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from mutants import MUTANTS
 
 import kvstab.proofs.encoding as encoding
+from kvstab.contract import state_vars_of
 from kvstab.model import progress_after, tokens_held
 from kvstab.proofs.encoding import Setting
 from kvstab.proofs.selfcheck import CompiledStep, Concrete, compare, engine_step
@@ -67,12 +68,20 @@ def compiled(rule: str, i: int) -> CompiledStep:
 def test_encoding_matches_the_engine(rule: str, i: int) -> None:
     step = compiled(rule, i)
     seen: list[int] = []
+    # a real state starts at a multiple of 1/64, exact in floats: the encoding reasons in
+    # rationals and the engine in floats, and at sglang's initial ratio 0.7 they part on a
+    # rounding boundary (1·0.7 + 9·0.7 is 7.0 in floats, 7 − 2⁻⁵⁰·… exactly: an admission
+    # test `17 < 25 − 7` then differs) — the limit docs/proofs.md states, not an encoding bug
+    svars = state_vars_of(step.scheduler)
+    start = tuple(round(v.initial * 64) / 64 if v.real else v.initial for v in svars)
 
     @settings(max_examples=BATCHES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
     @given(st.lists(st.integers(0, 2**16), min_size=BATCH * WORDS, max_size=BATCH * WORDS))
     def check(words: list[int]) -> None:
         for k in range(BATCH):
             state = state_of(words[k * WORDS : (k + 1) * WORDS], SETTINGS[i].block)
+            if svars:
+                state = (*state, start)  # type: ignore[assignment]
             diff = compare(step(state), engine_step(step.scheduler, step.setting, state))
             assert not diff, f"{rule} on M={state[0]}, active {state[1]}, queue {state[2]}: " + "; ".join(diff)
             seen.append(1)
