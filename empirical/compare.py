@@ -269,6 +269,11 @@ def _sglang_per_completion(log: SglangModelLog, values: list[float], warmup: flo
     return float(sum(values[w])) / c if c else float("nan")
 
 
+def _pm(e: Estimate | None) -> str:
+    """An estimate as ``value ± half-width`` (``n/a`` when there is none), as every μ column prints it."""
+    return "n/a" if e is None else f"{e.value:.5f} ± {(e.high - e.low) / 2:.5f}"
+
+
 def _per_completion(log: StepLog, values: np.ndarray, warmup: float) -> float:
     w = window(log, warmup)
     c = int(log.completed[w].sum())
@@ -299,8 +304,8 @@ class Report:
                     r.case.name,
                     str(r.config.M),
                     f"{r.mu_paper:.5f}",
-                    f"{m.value:.5f} ± {(m.high - m.low) / 2:.5f}",
-                    "n/a" if v is None else f"{v.value:.5f} ± {(v.high - v.low) / 2:.5f}",
+                    _pm(m),
+                    _pm(v),
                     f"{100 * relative_gap(r.mu_paper, meas):+.2f}",
                     "n/a" if v is None else f"{100 * relative_gap(m.value, v.value):+.2f}",
                     "n/a" if r.vllm is None else ("yes" if r.difference is None else "no"),
@@ -346,8 +351,8 @@ class Report:
                     r.case.name,
                     str(r.rule.M),
                     f"{r.mu_paper:.5f}",
-                    f"{m.value:.5f} ± {(m.high - m.low) / 2:.5f}",
-                    "n/a" if v is None else f"{v.value:.5f} ± {(v.high - v.low) / 2:.5f}",
+                    _pm(m),
+                    _pm(v),
                     f"{100 * relative_gap(r.mu_paper, (v or m).value):+.2f}",
                     "n/a" if v is None else f"{100 * relative_gap(m.value, v.value):+.2f}",
                     "n/a" if r.real is None else ("yes" if r.difference is None else "no"),
