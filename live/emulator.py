@@ -94,7 +94,7 @@ class GroundTruth:
     block_size: int
     num_blocks: int
     steps: int = 0
-    busy_s: float = 0.0  # Σ step durations
+    busy_s: float = 0.0  # Σ step durations (each from its start until its tokens are handed out)
     step_ends: list[float] = field(default_factory=list)
     step_durations: list[float] = field(default_factory=list)
     completion_times: list[float] = field(default_factory=list)
@@ -290,8 +290,11 @@ class Emulator:
             else:
                 await asyncio.sleep(0)  # let the server answer even when steps overrun
             end = self.clock()
-            self._record(out, t0, end)
             self._deliver(out.completed, end)
+            # the step lasts until its tokens are handed out, as a server's iteration
+            # includes its output processing: the next step cannot start before, so a
+            # client measures this period (busy time / steps), and so does the truth
+            self._record(out, t0, self.clock())
 
     def _record(self, out: StepOutcome, t0: float, end: float) -> None:
         t = self.truth
