@@ -103,17 +103,24 @@ def markdown(data: dict[str, Any]) -> str:
     if data["stability"]:
         lines += ["## Stability region", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
         lines += ["| " + " | ".join(r) + " |" for r in summary_rows(data)]
+        methods = sorted({st["method"] for st in data["stability"].values()})
+        how = {
+            "saturated": "the saturated throughput under overload, confirmed by a run just above it whose queue "
+                         "grows and one below it whose queue does not",
+            "bisection": "bisection on the sign of the growth slope minus a threshold h",
+        }
         lines += ["", f"μ = {_f(th['mu_per_s'])} req/s, μ(1−δ) = {_f(th['mu_1_minus_delta_per_s'])} req/s. "
-                  "λ* is the rate where the number in system starts to grow (bisection on the sign of its growth "
-                  "slope minus a threshold h, batch-means intervals over seeds; see docs/audit.md). "
+                  "λ* is the rate where the number in system starts to grow, found by "
+                  + "; or ".join(f"{how.get(m, m)} ({m})" for m in methods)
+                  + " — batch-means intervals over seeds; see docs/audit.md. "
                   "Memory, waste and latency are at the measured load just below λ*.", ""]
         for name, st in data["stability"].items():
             for n in st["notes"]:
                 lines.append(f"- note ({name}): {n}")
         lines += ["", "### Every measured load", "",
                   "| scheduler | λ (req/s) | λ/μ | seeds | growth per slot [95 %] | throughput (req/s) [95 %] | "
-                  "memory/M | waste | TTFT p50/p90/p99 (slots) | end-to-end p50/p90/p99 (slots) | classified |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "memory/M | waste | TTFT p50/p90/p99 (slots) | end-to-end p50/p90/p99 (slots) | run for | verdict |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for name, st in data["stability"].items():
             evs = sorted([*st["search"], *st["grid"], st["overload"]], key=lambda e: e["rate_per_s"])
             for e in evs:
@@ -123,7 +130,7 @@ def markdown(data: dict[str, Any]) -> str:
                     f"{g[0]:+.3g} [{g[1]:+.3g}, {g[2]:+.3g}] | {_f(t[0])} [{_f(t[1])}, {_f(t[2])}] | "
                     f"{e['memory_utilisation']:.3f} | {e['waste_fraction']:.4f} | "
                     f"{'/'.join(_f(v, 3) for v in e['ttft_slots_p50_p90_p99'])} | "
-                    f"{'/'.join(_f(v, 3) for v in e['e2e_slots_p50_p90_p99'])} | {e['verdict']} ({e['decided_by']}) |")
+                    f"{'/'.join(_f(v, 3) for v in e['e2e_slots_p50_p90_p99'])} | {e.get('purpose', '')} | {e['verdict']} (by its {e['decided_by']}) |")
         lines += ["", "![throughput vs λ](throughput.png)", "", "![queue below and above λ*](queue.png)", "",
                   "![memory utilisation](memory.png)", "", "![preemption waste](waste.png)", ""]
     return "\n".join(lines)

@@ -70,7 +70,8 @@ class RateEvaluation:
     throughput: Estimate  # completions per second
     slope: Estimate  # growth of the number in system per slot
     verdict: Classification
-    decided_by: str  # "interval" or "point estimate" (the interval still straddled h at max_seeds)
+    decided_by: str  # "interval" (the growth interval excludes h) or "point estimate" (it straddles h)
+    purpose: str = "bisection"  # why the rate was run: "overload", "check above", "check below", "bisection", "curve"
 
     @property
     def utilisation(self) -> float:
@@ -193,28 +194,31 @@ class _Search:
         series: bool = False,
         classify: bool = True,
         until: Callable[[Estimate, Estimate], bool] | None = None,
+        purpose: str = "bisection",
     ) -> RateEvaluation:
         """Replicate ``rate``; add replications (up to ``max_seeds``) while the
         growth interval straddles ``h`` (``classify``) or while ``until(slope,
-        throughput)`` is false."""
+        throughput)`` is false.  ``purpose`` says why the rate is run (printed and
+        kept in the report)."""
         runs = run_points(self.points(rate, range(self.profile.seeds), series), self.executor, self.scheduler)
         while True:
             slope = _pooled(b for r in runs for b in r.slope_batches)
             thr = _pooled(b for r in runs for b in r.throughput_batches).scaled(1 / self.bbar)
-            if classify:
-                decided = slope.low > self.h_slot or slope.high < self.h_slot
-            else:
-                decided = until is None or until(slope, thr)
-            if decided or len(runs) >= self.profile.max_seeds:
+            separated = slope.low > self.h_slot or slope.high < self.h_slot
+            enough = separated if classify else (until is None or until(slope, thr))
+            if enough or len(runs) >= self.profile.max_seeds:
                 break
             more = range(len(runs), min(2 * len(runs), self.profile.max_seeds))
             runs += run_points(self.points(rate, more), self.executor, self.scheduler)
         verdict: Classification = "unstable" if slope.value > self.h_slot else "stable"
-        how = ("interval" if decided else "point estimate") if classify else "not searched"
-        ev = RateEvaluation(rate, tuple(runs), thr, slope, verdict, how)
+        # whether the interval or only the point estimate puts the growth on one side of h,
+        # whatever the run was for (a run that is not a bisection probe is not replicated
+        # until its interval decides, so it often ends on the point estimate)
+        how = "interval" if separated else "point estimate"
+        ev = RateEvaluation(rate, tuple(runs), thr, slope, verdict, how, purpose)
         self.log(
-            f"  λ = {rate:.5g}/s: growth {slope.value:+.3g} [{slope.low:+.3g}, {slope.high:+.3g}] per slot "
-            f"→ {verdict} ({how}); throughput {thr.value:.5g}/s [{thr.low:.5g}, {thr.high:.5g}] ({len(runs)} seeds)"
+            f"  λ = {rate:.5g}/s ({purpose}): growth {slope.value:+.3g} [{slope.low:+.3g}, {slope.high:+.3g}] per slot "
+            f"→ {verdict} (by its {how}); throughput {thr.value:.5g}/s [{thr.low:.5g}, {thr.high:.5g}] ({len(runs)} seeds)"
         )
         return ev
 
@@ -244,15 +248,16 @@ def find_critical_rate(
     log(f"{scheduler}: {slots} slots × {profile.seeds} seeds per rate; target ±{tol:.4g}/s (±{profile.tolerance:.1%} of μ)")
     # 1. the saturated rate: throughput under overload, replicated until its
     #    interval is within the tolerance
-    saturated = search.evaluate(OVERLOAD * mu, classify=False, until=lambda _s, t: (t.high - t.low) / 2 <= tol)
+    saturated = search.evaluate(OVERLOAD * mu, classify=False, until=lambda _s, t: (t.high - t.low) / 2 <= tol,
+                                purpose="overload")
     sat = saturated.throughput
     notes: list[str] = []
     evaluations: list[RateEvaluation] = []
     # 2. λ* is the saturated rate if throughput is flat above λ*: confirm that
     #    the queue grows just above the interval, at the same throughput, and
     #    does not grow (beyond h) below it
-    over = search.evaluate(sat.high + tol, classify=False, until=lambda sl, _t: sl.low > 0)
-    under = search.evaluate(max(sat.low - 2 * tol, tol / 4), classify=False)
+    over = search.evaluate(sat.high + tol, classify=False, until=lambda sl, _t: sl.low > 0, purpose="check above")
+    under = search.evaluate(max(sat.low - 2 * tol, tol / 4), classify=False, purpose="check below")
     evaluations += [over, under]
     flat = not bisection and (over.slope.low > 0 and over.throughput.low <= sat.high and over.throughput.high >= sat.low
             and under.slope.low <= search.h_slot)
@@ -270,7 +275,7 @@ def find_critical_rate(
         notes.append(f"λ* = {critical:.5g}/s exceeds μ = {mu:.5g}/s, which no policy can sustain: raise the horizon")
     grid: list[RateEvaluation] = []
     for g in profile.grid:
-        grid.append(search.evaluate(g * critical, series=True, classify=False))
+        grid.append(search.evaluate(g * critical, series=True, classify=False, purpose="curve"))
     lower = [e for e in grid if e.rate < critical and e.runs[0].queue_series]
     upper = [e for e in grid if e.rate > critical and e.runs[0].queue_series]
     below = max(lower, key=lambda e: e.rate) if lower else None
@@ -350,6 +355,7 @@ def region_summary(region: StabilityRegion) -> dict[str, Any]:
             "slots": e.runs[0].point.slots,
             "verdict": e.verdict,
             "decided_by": e.decided_by,
+            "purpose": e.purpose,
             "growth_per_slot": [e.slope.value, e.slope.low, e.slope.high],
             "throughput_per_s": [e.throughput.value, e.throughput.low, e.throughput.high],
             "memory_utilisation": e.utilisation,
