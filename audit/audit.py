@@ -243,7 +243,8 @@ def _check_proofs(p: dict[str, Any]) -> list[Check]:
         checks.append(Check("margin Δ", "fail", f"proved Δ = {m['delta']} exceeds the declared Δ = {m['declared']} "
                             f"(M = {m['M']}): the declared margin certifies a rate the policy does not keep"))
     else:
-        checks.append(Check("margin Δ", "pass", f"Δ = {m['delta']} tokens at M = {m['M']} (declared {m['declared']})"))
+        declared = "none declared" if m["declared"] is None else f"declared {m['declared']}"
+        checks.append(Check("margin Δ", "pass", f"Δ = {m['delta']} tokens at M = {m['M']} ({declared})"))
     return checks
 
 
@@ -259,7 +260,7 @@ def run_audit(
     """Run every section of the audit not in ``config.skip``; see the module docstring.
     ``on_progress`` sees the (incomplete) result after each section and each
     scheduler's region, so a caller can keep what is done if the run is cut short."""
-    from kvstab.audit.properties import run_properties
+    from kvstab.audit.properties import run_properties, short_name
     from kvstab.audit.runs import load_workload
     from kvstab.registry import load_scheduler
 
@@ -314,6 +315,10 @@ def run_audit(
         res.checks.append(Check("properties", status, pr["summary"]))
         res.seconds["properties"] = time.perf_counter() - t
         log(f"properties: {pr['summary']}")
+        for f in pr.get("findings", []):
+            log(f"  {short_name(f['test'])}: {f['message']}")
+            if f["audit"] or f["replay"]:
+                log(f"    reproduce: {f['audit'] or f['replay']}")
         on_progress(res)
 
     if "stability" in config.skip:

@@ -13,11 +13,12 @@ import contextlib
 import importlib.util
 import io
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_properties", "props_dir"]
+__all__ = ["run_properties", "props_dir", "finding", "short_name"]
 
 
 def props_dir() -> Path | None:
@@ -29,22 +30,60 @@ def props_dir() -> Path | None:
     return d if (d / "conftest.py").is_file() else None
 
 
+#: a failure's own lines that say what broke and how to see it again (kvstab.checks.PropertyViolation's
+#: message, then its ``workload:``, ``replay:`` and ``audit:`` lines)
+_VIOLATION = re.compile(r"^E\s+(?:[\w.]+\.)?(PropertyViolation|InvariantViolation|InvalidScheduler|\w+Error): (.*)$")
+_CONTEXT = re.compile(r"^E\s+(workload|replay|audit):\s+(.*)$")
+
+
+def finding(nodeid: str, longrepr: str) -> dict[str, str]:
+    """What one failed property test found, from its report: the test, the
+    exception's one-line message, and the workload and the ``kvstab replay`` /
+    ``kvstab check`` lines that reproduce it (empty where the report has none)."""
+    out = {"test": nodeid, "error": "", "message": "", "workload": "", "replay": "", "audit": ""}
+    for line in longrepr.splitlines():
+        if not out["message"] and (m := _VIOLATION.match(line)):
+            out["error"], out["message"] = m.group(1), m.group(2).strip()
+        elif out["message"] and (c := _CONTEXT.match(line)) and not out[c.group(1)]:
+            out[c.group(1)] = c.group(2).strip()
+    if not out["message"]:  # not one of kvstab's findings: the last 'E' line says what went wrong
+        errs = [ln[1:].strip() for ln in longrepr.splitlines() if ln.startswith("E ") and ln[1:].strip()]
+        out["message"] = errs[-1] if errs else "(no message)"
+    return out
+
+
+def short_name(nodeid: str) -> str:
+    """A property test's name without its file and scheduler:
+    ``props/test_props_slots.py::test_property[x:R-p6-drift-margin]`` → ``p6-drift-margin``."""
+    name = nodeid.rsplit("::", 1)[-1]
+    base, _, param = name.partition("[")
+    param = param.rstrip("]")
+    # the scheduler spec comes first in the id and may itself hold '-': the property part starts at "-p<digit>"
+    m = re.search(r"-(p\d.*)$", param)
+    if m:
+        return m.group(1)
+    return base.removeprefix("test_").replace("_", " ")
+
+
 class _Collector:
-    """Counts outcomes and keeps the first failures' reports."""
+    """Counts outcomes and keeps every failure's finding (and the first reports whole)."""
 
     def __init__(self) -> None:
         self.passed = 0
         self.failed: list[str] = []
         self.skipped = 0
         self.details: list[str] = []
+        self.findings: list[dict[str, str]] = []
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.when == "call" and report.passed:
             self.passed += 1
         elif report.failed:
             self.failed.append(report.nodeid)
+            text = str(report.longreprtext)
+            self.findings.append(finding(report.nodeid, text))
             if len(self.details) < 3:
-                self.details.append(str(report.longreprtext)[-2000:])
+                self.details.append(text[-2000:])
         elif report.skipped:
             self.skipped += 1
 
@@ -85,10 +124,11 @@ def run_properties(spec: str | None, profile: str, select: str | None = None) ->
         summary = f"{col.passed} property tests passed (profile {profile}, {secs:.0f} s)"
     elif col.failed:
         status = "failed"
-        summary = f"{len(col.failed)} failed, {col.passed} passed: {', '.join(col.failed[:3])}"
+        names = [short_name(n) for n in col.failed]
+        summary = f"{len(col.failed)} failed, {col.passed} passed: {', '.join(names[:6])}{', …' if len(names) > 6 else ''}"
     else:
         status = "error"
         summary = f"the suite did not run cleanly (pytest exit {int(code)}): {out.getvalue().strip().splitlines()[-1:]}"
     return {"status": status, "summary": summary, "passed": col.passed, "failed": col.failed,
-            "skipped": col.skipped, "details": col.details, "exit_code": int(code), "seconds": secs,
-            "profile": profile}
+            "findings": col.findings, "skipped": col.skipped, "details": col.details, "exit_code": int(code),
+            "seconds": secs, "profile": profile}

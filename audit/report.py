@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kvstab.audit.audit import AuditResult
+from kvstab.audit.properties import short_name
 
 __all__ = ["write_report", "summary_rows", "markdown"]
 
@@ -96,10 +97,19 @@ def markdown(data: dict[str, Any]) -> str:
         m = data["proofs"]["margin"]
         if m:
             lines.append(f"- margin Δ at M = {m['M']}, ŝ = {m['chunk']}, s ≤ {m['max_s']}, o ≤ {m['max_o']}: "
-                         f"{m['delta']} tokens ({m['verdict']}); declared {m['declared']}")
+                         f"{m['delta']} tokens ({m['verdict']}); "
+                         + ("no margin declared" if m["declared"] is None else f"declared {m['declared']}"))
         lines.append("")
     if data["properties"]:
         lines += ["## Properties", "", f"- {data['properties']['summary']}", ""]
+        for f in data["properties"].get("findings", []):
+            lines.append(f"- **{short_name(f['test'])}**: {f['message']}")
+            if f["workload"]:
+                lines.append(f"  - workload: {f['workload']}")
+            for key in ("audit", "replay"):
+                if f[key]:
+                    lines.append(f"  - {'check' if key == 'audit' else 'replay'}: `{f[key]}`")
+        lines.append("")
     if data["stability"]:
         lines += ["## Stability region", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
         lines += ["| " + " | ".join(r) + " |" for r in summary_rows(data)]
@@ -164,10 +174,18 @@ def _html(data: dict[str, Any], plots: dict[str, Path]) -> str:
         m = data["proofs"]["margin"]
         if m:
             parts.append(f" Margin Δ at M = {m['M']}, ŝ = {m['chunk']}, s ≤ {m['max_s']}, o ≤ {m['max_o']}: "
-                         f"{esc(str(m['delta']))} tokens ({esc(m['verdict'])}); declared {esc(str(m['declared']))}.")
+                         f"{esc(str(m['delta']))} tokens ({esc(m['verdict'])}); "
+                         + ("no margin declared." if m["declared"] is None else f"declared {esc(str(m['declared']))}."))
         parts.append("</p>")
     if data["properties"]:
         parts.append(f"<h2>Properties</h2><p>{esc(data['properties']['summary'])}</p>")
+        items = []
+        for f in data["properties"].get("findings", []):
+            extra = "".join(f"<br><code>{esc(f[k])}</code>" for k in ("audit", "replay") if f[k])
+            wl = f"<br>workload: {esc(f['workload'])}" if f["workload"] else ""
+            items.append(f"<li><b>{esc(short_name(f['test']))}</b>: {esc(f['message'])}{wl}{extra}</li>")
+        if items:
+            parts.append("<ul>" + "".join(items) + "</ul>")
     if data["stability"]:
         parts.append("<h2>Stability region</h2><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in HEADER) + "</tr>")
         parts += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in summary_rows(data)]

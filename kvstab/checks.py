@@ -485,7 +485,12 @@ class Auditor:
             return
         delta = self.margin if self.margin is not None else margin_of(self.scheduler, p, self.max_s, self.max_o)
         if rec.memory < p.M - delta:
-            whence = "given" if self.margin is not None else "declared"
+            if self.margin is not None:
+                whence = "given"
+            elif getattr(self.scheduler, "margin", None) is not None:
+                whence = "declared"
+            else:  # margin_of's default: the weakest drift premise, that something runs while requests wait
+                whence = "= M − 1: the scheduler declares no margin, so only 'some request runs' is checked"
             raise self.fail(
                 6,
                 rec.slot,
