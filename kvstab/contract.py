@@ -657,6 +657,10 @@ class Projected(Protocol):
     def f(self) -> IntLike:
         """Slots until the request finishes, this one counted."""
 
+    @property
+    def present(self) -> BoolLike:
+        """Whether the entry holds a request (an empty slot of a symbolic view projects nothing)."""
+
     def held_at(self, view: View, tau: IntLike, ops: Ops) -> IntLike:
         """Memory it holds ``tau ≥ 1`` slots from now (0 once finished, or for an empty slot)."""
 
@@ -678,7 +682,7 @@ def fcfs_admit_projected(
     """
     hook = getattr(type(view.waiting), "__kvstab_projected__", None)
     if hook is not None:
-        return hook(view, ops, project)  # type: ignore[no-any-return]
+        return hook(view.waiting, view, ops, project)  # type: ignore[no-any-return]
     act = [project(a.s, a.o, a.progress, a.present) for a in view.active]
     # totals[k]: projected memory at the finish slot of act[k]
     totals = tuple(ops.sum(q.held_at(view, k.f, ops) for q in act) for k in act)
