@@ -519,7 +519,11 @@ def _attempt(
         start[str(v)] = z3.IntVal(0)
         step[str(v)] = v + incs[n]
         end[str(v)] = ends_a[n]
-    loop_a = _Loop(label + " (with the charge)", leaves, gs, start, step, end, prem)
+    extra_a = []
+    if grant is not None:
+        # the engine rejects a negative grant (check_decision_values) and clamps one above the unit
+        extra_a.append(("every grant is ≥ 0 (the engine rejects a negative one)", grant >= 0))
+    loop_a = _Loop(label + " (with the charge)", leaves, gs, start, step, end, prem, extra_a)
     inv_a = _houdini(loop_a, _menu(loop_a, th.consts), ctx, budget)
     if inv_a is None:
         return FoldOutcome(Unknown(f"the solver left the loop-invariant search of {loop_a.label} undecided"), tuple(obs))
@@ -559,7 +563,8 @@ def _attempt(
             step_w[str(v)] = v + incs_w[n]
             end_w[str(v)] = ends_w[n]
         extra = []
-        if sides.grants:
+        if grant_w is not None:
+            extra.append(("every grant is ≥ 0 (the engine rejects a negative one)", grant_w >= 0))
             extra.append(("an admitted request makes progress (grant ≥ 1 token)", z3.Implies(take, after_w > 0)))
         loop_w = _Loop(
             f"fold {f.index}: {f.where} (with the charge)", _leaf_names(f), gs_w, start_w, step_w, end_w,

@@ -1,11 +1,14 @@
-"""Rules made of kvstab.contract's folds, each one line away from a built-in, that the
-unbounded proofs must *not* prove (or, for the clamped over-grant, must prove: it is safe)."""
+"""Rules made of kvstab.contract's folds, each one line away from a built-in or a plug-in: broken
+ones the unbounded proofs must *not* prove, and two they must (an over-granting port of vllm-v1,
+which the engine clamps, and a stateful rule with a real-valued ratio, the shape of SGLang's)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
+
+from proof_plugins import RatioReserve
 
 from kvstab.contract import (
     ActiveEntry,
@@ -17,6 +20,7 @@ from kvstab.contract import (
     fcfs_admit,
     fcfs_admit_projected,
     fcfs_admit_with_grants,
+    held_first,
     no_preemption,
     preempt_newest,
     scan,
@@ -30,17 +34,23 @@ from kvstab.schedulers.sglang import Sglang
 FLAGS = Traits(fcfs=True, clairvoyant=False, preempts=True)
 
 
-def _vllm(view: View, ops: Ops, *, ask_cap: int = 1, debit_ask: bool = False, debit_admitted: bool = True) -> Decision:
-    """vllm-v1's rule (kvstab/schedulers/vllm_v1.py) with three knobs a port could get wrong."""
+def _vllm(
+    view: View, ops: Ops, *, ask_cap: int = 1, debit_ask: bool = False, debit_admitted: bool = True, hoard: int = 0
+) -> Decision:
+    """vllm-v1's rule (kvstab/schedulers/vllm_v1.py) with four knobs a port could get wrong."""
     unlimited = view.token_budget is None
 
     def schedule(a: ActiveEntry, acc: tuple[IntLike, IntLike, IntLike]) -> tuple[tuple[BoolLike, IntLike], Any]:
         prefix, budget, kept = acc
         ask = ops.ite(ops.lt(a.progress, a.s), ops.min(a.s - a.progress, view.chunk * ask_cap), 1)
-        grant = ask if unlimited else ops.min(ask, budget)
-        after = tokens_held(a.progress + grant, view.block, ops)
+        grant = ask if unlimited else ops.min(ask, budget - hoard)
+        if hoard:
+            grant = ops.max(0, grant)
+        grant = ops.ite(a.present, grant, 0)
+        # masked: an empty slot of a symbolic view holds nothing (tests/proofs/test_proofs_vllm.py)
+        after = ops.ite(a.present, tokens_held(a.progress + grant, view.block, ops), 0)
         prefix = prefix + after
-        victim = ops.lt(view.M, prefix)
+        victim = ops.and_(a.present, ops.lt(view.M, prefix))
         if not unlimited:
             budget = budget - ops.ite(victim, 0, ask if debit_ask else grant)
         return (victim, ops.ite(victim, 0, grant)), (prefix, budget, kept + ops.ite(victim, 0, after))
@@ -87,6 +97,19 @@ class VllmDebitsAsk:
 
 
 @dataclass(frozen=True, slots=True)
+class VllmHoardsOneToken:
+    """vllm-v1 that keeps one token of the budget back from the running requests: with a budget of
+    one token none of them ever advances again (memory stays safe; progress does not)."""
+
+    name: str = "vllm-hoards-one-token"
+    description: str = "vllm-v1 granting running requests at most budget − 1 tokens"
+    traits: Traits = FLAGS
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        return _vllm(view, ops, hoard=1)
+
+
+@dataclass(frozen=True, slots=True)
 class VllmFreeFirstChunk:
     """vllm-v1 that never debits an admitted request's first chunk: the slot can process more
     tokens than the budget."""
@@ -97,6 +120,28 @@ class VllmFreeFirstChunk:
 
     def decide(self, view: View, ops: Ops) -> Decision:
         return _vllm(view, ops, debit_admitted=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RatioReserveFolds(RatioReserve):
+    """proof_plugins.RatioReserve with its any() and its sum written as folds: a stateful rule
+    (a real ratio in [0.1, 1] that decays and jumps after a preemption) in the class."""
+
+    name: str = "ratio-reserve-folds"
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        (ratio,) = view.state
+        preempt, kept = preempt_newest(view, ops)
+        any_preempted = any_of(preempt, ops)
+        remaining = sum_of(view.active, lambda a: ops.ite(a.present, a.s + a.o - a.progress, 0), ops)
+
+        def fits(w: WaitingEntry, acc: IntLike) -> tuple[BoolLike, IntLike]:
+            after = acc + held_first(view, w, ops) + ratio * w.o
+            return ops.le(after, view.M), after
+
+        admit = fcfs_admit(view, ops, fits, kept + ratio * remaining, allowed=ops.not_(any_preempted))
+        nxt = ops.ite(any_preempted, ops.min(ratio + 0.25, 1.0), ops.max(ratio - 0.125, 0.1))
+        return Decision(admit=admit, preempt=preempt, state=(nxt,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +252,9 @@ class SglangNoRetract(Sglang):
 VLLM_OVER_GRANT = VllmOverGrant()
 VLLM_DEBITS_ASK = VllmDebitsAsk()
 VLLM_FREE_FIRST_CHUNK = VllmFreeFirstChunk()
+VLLM_HOARDS_ONE_TOKEN = VllmHoardsOneToken()
 CURRENT_FIT_SHORT_CHUNK = CurrentFitShortChunk()
+RATIO_RESERVE_FOLDS = RatioReserveFolds()
 RESERVE_GROWING_COST = ReserveGrowingCost()
 LOOKAHEAD_SKIPS_LAST_SLOT = LookaheadSkipsLastSlot()
 LOOKAHEAD_OWN_FINISH_UNCHECKED = LookaheadOwnFinishUnchecked()
