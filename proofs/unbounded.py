@@ -263,6 +263,9 @@ def _state_goals(prog: Program, scheduler: Scheduler) -> list[tuple[str, z3.Bool
         z = unwrap(val)
         if not isinstance(z, z3.ArithRef):
             raise NotAFold(f"the next value of state variable {v.name!r} is {val!r}, not a number")
+        if z.is_real() and not v.real:
+            # the engine rejects it (check_next_state), and the bounded encoding says so
+            raise NotAFold(f"state variable {v.name!r} is an integer but its next value is a real-valued term")
         out.append((f"state {v.name}′ ∈ [{v.lo!r}, {v.hi!r}]", var_in_bounds(v, z)))
     return out
 
