@@ -66,7 +66,7 @@ from kvstab.proofs.solver import Budget, Status, solve
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict
 from kvstab.symbolic import Sym, unwrap
 
-__all__ = ["Sides", "FoldOutcome", "prove_folds", "costs_of", "GHOSTS"]
+__all__ = ["Sides", "FoldOutcome", "prove_folds", "costs_of", "free_constants", "obligation", "rename_entry", "GHOSTS"]
 
 #: what each ghost counts, as reports print it
 GHOSTS = {
@@ -220,7 +220,7 @@ def _houdini(loop: _Loop, cands: list[_Atom], context: list[z3.BoolRef], budget:
     return alive
 
 
-def _obligation(name: str, premises: list[z3.BoolRef], goal: z3.BoolRef, budget: Budget, what: str) -> list[Obligation]:
+def obligation(name: str, premises: list[z3.BoolRef], goal: z3.BoolRef, budget: Budget, what: str) -> list[Obligation]:
     """A vacuity guard on ``premises``, then ``premises ∧ ¬goal`` unsat."""
     t0 = time.perf_counter()
     g = solve(premises, budget, f"unbounded-{name}-premises")
@@ -247,11 +247,11 @@ def _obligation(name: str, premises: list[z3.BoolRef], goal: z3.BoolRef, budget:
 def _loop_obligations(loop: _Loop, inv: list[_Atom], context: list[z3.BoolRef], budget: Budget) -> list[Obligation]:
     """The invariant holds at the start, and every step keeps it (and any further step goals)."""
     j = _all([a.term for a in inv])
-    obs = _obligation(loop.label, list(context), loop.at(loop.start, j), budget, "invariant holds at the start")
+    obs = obligation(loop.label, list(context), loop.at(loop.start, j), budget, "invariant holds at the start")
     prem = list(context) + loop.premises + [j]
-    obs += _obligation(loop.label, prem, loop.at(loop.step, j), budget, "every step keeps the invariant")
+    obs += obligation(loop.label, prem, loop.at(loop.step, j), budget, "every step keeps the invariant")
     for what, goal in loop.extra_goals:
-        obs += _obligation(loop.label, prem, goal, budget, what)
+        obs += obligation(loop.label, prem, goal, budget, what)
     return obs
 
 
@@ -283,7 +283,7 @@ def _after(e: Entry, grant: z3.ArithRef | None, setting: Setting) -> z3.ArithRef
     return out
 
 
-def _rename(term: z3.ExprRef, src: Entry, dst: Entry) -> z3.ExprRef:
+def rename_entry(term: z3.ExprRef, src: Entry, dst: Entry) -> z3.ExprRef:
     """``term`` written for ``src``'s entry variables, rewritten for ``dst``'s."""
     pairs = [(a, b) for a, b in zip((src.rid, src.s, src.o, src.p), (dst.rid, dst.s, dst.o, dst.p)) if not a.eq(b)]
     pairs = [(a, b) for a, b in pairs if z3.is_const(a) and a.decl().kind() == z3.Z3_OP_UNINTERPRETED]
@@ -304,7 +304,7 @@ def costs_of(prog: Program, budget: Budget) -> list[tuple[z3.ArithRef, Fold]]:
             continue
         acc = f.acc[0]
         c = z3.substitute(f.nxt[0], (acc, z3.IntVal(0) if acc.is_int() else z3.RealVal(0)))  # type: ignore[attr-defined]
-        if any(str(v) == str(acc) for v in _consts(c)):
+        if any(v.eq(acc) for v in free_constants(c)):
             continue
         ans = solve([f.nxt[0] != acc + c], dataclasses.replace(budget, keep_all=False), f"cost-{f.index}")
         if ans.status is Status.UNSAT:
@@ -313,7 +313,8 @@ def costs_of(prog: Program, budget: Budget) -> list[tuple[z3.ArithRef, Fold]]:
     return out
 
 
-def _consts(t: z3.ExprRef) -> set[z3.ExprRef]:
+def free_constants(t: z3.ExprRef) -> set[z3.ExprRef]:
+    """The uninterpreted constants (the variables) of ``t``."""
     seen: set[int] = set()
     out: set[z3.ExprRef] = set()
     stack = [t]
@@ -357,10 +358,10 @@ class _Theorem:
             pairs = list(zip(src.acc, copy))
             term = src.outs[c]
             assert term is not None
-            out.append(var == _rename(z3.substitute(term, *pairs) if pairs else term, src.entry, f.entry))
+            out.append(var == rename_entry(z3.substitute(term, *pairs) if pairs else term, src.entry, f.entry))
             for a in self.inv1.get(j, []):
                 t = z3.substitute(a.term, *pairs) if pairs else a.term
-                out.append(_rename(t, src.entry, f.entry))  # type: ignore[arg-type]
+                out.append(rename_entry(t, src.entry, f.entry))  # type: ignore[arg-type]
         return out
 
     def state_ghosts(self, f: Fold, tag: str, cost: tuple[z3.ArithRef, Fold] | None) -> tuple[
@@ -372,7 +373,7 @@ class _Theorem:
         ends: list[z3.ArithRef] = [self.pre_memory, self.pre_count]
         if cost is not None:
             gs.append(("Σcost", z3.Int(f"{tag}.Σcost")))
-            incs.append(_rename(cost[0], cost[1].entry, f.entry))  # type: ignore[arg-type]
+            incs.append(rename_entry(cost[0], cost[1].entry, f.entry))  # type: ignore[arg-type]
             ends.append(self.pre_cost)
         start = {str(v): z3.IntVal(0) for _, v in gs}
         step = {str(v): v + d for (_, v), d in zip(gs, incs)}
@@ -554,7 +555,7 @@ def _attempt(
         names = list(charge_names)
         if cost is not None:
             names.append("Σcost")
-            incs_w["Σcost"] = z3.If(take, _rename(cost[0], cost[1].entry, x), 0)  # type: ignore[arg-type]
+            incs_w["Σcost"] = z3.If(take, rename_entry(cost[0], cost[1].entry, x), 0)  # type: ignore[arg-type]
         ends_w = {n: z3.Int(f"W.{n}.end") for n in names}
         for n in names:
             v = z3.Int(f"{tag}.{n}")
@@ -584,15 +585,15 @@ def _attempt(
         totals = dict(ends_a)
 
     # the end: the slot's checks, from the final instances
-    obs += _obligation("end", facts, totals["Σcharge"] <= se.M_term, budget, "memory charged in the slot ≤ M")
+    obs += obligation("end", facts, totals["Σcharge"] <= se.M_term, budget, "memory charged in the slot ≤ M")
     if se.token_budget is not None:
-        obs += _obligation("end", facts, totals["Σtokens"] <= se.token_budget, budget, "tokens in the slot ≤ token budget")
+        obs += obligation("end", facts, totals["Σtokens"] <= se.token_budget, budget, "tokens in the slot ≤ token budget")
     if se.max_num_seqs is not None:
-        obs += _obligation("end", facts, totals["#running"] <= se.max_num_seqs, budget, "running ≤ max_num_seqs")
+        obs += obligation("end", facts, totals["#running"] <= se.max_num_seqs, budget, "running ≤ max_num_seqs")
     if cost is not None:
-        obs += _obligation("end", facts, cost_end <= se.M_term, budget, "Σcost over the next active requests ≤ M")
+        obs += obligation("end", facts, cost_end <= se.M_term, budget, "Σcost over the next active requests ≤ M")
     for what, goal in state_goals:
-        obs += _obligation("end", facts, goal, budget, what)
+        obs += obligation("end", facts, goal, budget, what)
     if _passed(obs):
         return FoldOutcome(
             Proved("prefix-fold theorem"), tuple(obs), tuple(shown), cost[0] if cost else None, cost[1].entry if cost else None

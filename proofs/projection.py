@@ -33,7 +33,7 @@ from kvstab.contract import Projected
 from kvstab.model import progress_after
 from kvstab.proofs.encoding import OPS, Setting, held
 from kvstab.proofs.folds import ProjectedAdmission
-from kvstab.proofs.loops import _obligation
+from kvstab.proofs.loops import obligation
 from kvstab.proofs.solver import Budget
 from kvstab.proofs.verdicts import Obligation
 from kvstab.symbolic import Sym, unwrap
@@ -71,9 +71,9 @@ def projection_obligations(adm: ProjectedAdmission, setting: Setting, budget: Bu
     pr = _project(adm, s, o, p)
     f = unwrap(pr.f)
     P = lambda t: _at(adm, pr, t)  # noqa: E731  (a term of τ, read as the projection)
-    obs = _obligation("projection", wf + [tau >= 1], P(tau) >= 0, budget, "PJ1: P(τ) ≥ 0")
-    obs += _obligation("projection", wf + [tau >= 1, tau > f], P(tau) == 0, budget, "PJ1: P(τ) = 0 after its finish slot f")
-    obs += _obligation(
+    obs = obligation("projection", wf + [tau >= 1], P(tau) >= 0, budget, "PJ1: P(τ) ≥ 0")
+    obs += obligation("projection", wf + [tau >= 1, tau > f], P(tau) == 0, budget, "PJ1: P(τ) = 0 after its finish slot f")
+    obs += obligation(
         "projection",
         wf + [tau >= 1, phi >= tau, z3.Implies(f >= tau, f >= phi)],
         P(tau) <= P(phi),
@@ -81,16 +81,16 @@ def projection_obligations(adm: ProjectedAdmission, setting: Setting, budget: Bu
         "PJ2: P(τ) ≤ P(φ) for τ ≤ φ ≤ f (or f < τ): peaks at a finish slot",
     )
     after = unwrap(progress_after(Sym(s), Sym(p), setting.chunk, None, OPS))
-    obs += _obligation("projection", wf, P(z3.IntVal(1)) == held(after, setting), budget, "PJ3: the slot charges P(1)")
+    obs += obligation("projection", wf, P(z3.IntVal(1)) == held(after, setting), budget, "PJ3: the slot charges P(1)")
     moved = _project(adm, s, o, after)
-    obs += _obligation(
+    obs += obligation(
         "projection",
         wf + [tau >= 1, after < s + o],
         _at(adm, moved, tau) == P(tau + 1),
         budget,
         "PJ4: a request that stays is projected P′(τ) = P(τ + 1)",
     )
-    obs += _obligation(
+    obs += obligation(
         "projection", wf + [tau >= 1, after == s + o], P(tau + 1) == 0, budget, "PJ4: a request that finishes has P(τ + 1) = 0"
     )
     return obs

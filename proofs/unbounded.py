@@ -47,7 +47,7 @@ from kvstab.contract import Scheduler, state_vars_of
 from kvstab.model import progress_after
 from kvstab.proofs.encoding import OPS, Entry, Setting, held, var_in_bounds
 from kvstab.proofs.folds import Fold, Lazy, NotAFold, Program, run_abstract
-from kvstab.proofs.loops import Sides, _obligation, prove_folds
+from kvstab.proofs.loops import Sides, free_constants, obligation, prove_folds, rename_entry
 from kvstab.proofs.projection import INVARIANT, projection_obligations
 from kvstab.proofs.solver import Budget
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict, passed
@@ -94,18 +94,8 @@ class UnboundedResult:
 
 def _mentions(term: z3.ExprRef, f: Fold) -> bool:
     """Whether ``term`` reads the fold's element or accumulator (else it is the same for every entry)."""
-    own = {str(v) for v in (f.entry.rid, f.entry.s, f.entry.o, f.entry.p, *f.acc, *(v for v, _, _ in f.links))}
-    seen: set[int] = set()
-    stack = [term]
-    while stack:
-        t = stack.pop()
-        if t.get_id() in seen:
-            continue
-        seen.add(t.get_id())
-        if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED and str(t) in own:
-            return True
-        stack.extend(t.children())
-    return False
+    own = {v.get_id() for v in (f.entry.rid, f.entry.s, f.entry.o, f.entry.p, *f.acc, *(v for v, _, _ in f.links))}
+    return any(v.get_id() in own for v in free_constants(term))
 
 
 def _output(prog: Program, seq: Any, base: str, what: str) -> tuple[Fold, z3.ExprRef]:
@@ -211,22 +201,22 @@ def _per_request(setting: Setting, budget: Budget, grants: bool) -> list[Obligat
     if not grants:
         wf.append(z3.Implies(x.p < x.s, x.p % setting.chunk == 0))
     a = _after(x, g, setting)
-    obs = _obligation("per request", wf, held(a, setting) >= 0, budget, "post-slot memory ≥ 0")
+    obs = obligation("per request", wf, held(a, setting) >= 0, budget, "post-slot memory ≥ 0")
     stays = a < x.s + x.o
     well = [a > 0, a < x.s + x.o]
     if not grants:
         well.append(z3.Implies(a < x.s, a % setting.chunk == 0))
-    obs += _obligation("per request", wf + [stays], z3.And(*well), budget, "a running request that stays is well-formed")
-    obs += _obligation(
+    obs += obligation("per request", wf + [stays], z3.And(*well), budget, "a running request that stays is well-formed")
+    obs += obligation(
         "per request", wf, z3.If(stays, held(a, setting), 0) <= held(a, setting), budget,
         "what it keeps ≤ what the slot charged it",
     )
     fresh = Entry(x.present, x.rid, x.s, x.o, z3.IntVal(0))
     a0 = _after(fresh, g, setting)
     new = [M >= max(1, setting.block), x.s >= 1, x.o >= 1, held(x.s + x.o, setting) <= M]
-    obs += _obligation("per request", new, held(a0, setting) >= 0, budget, "an admitted request's memory ≥ 0")
+    obs += obligation("per request", new, held(a0, setting) >= 0, budget, "an admitted request's memory ≥ 0")
     if not grants:  # with grants, the queue's fold proves that an admitted request makes progress
-        obs += _obligation(
+        obs += obligation(
             "per request", new, z3.And(a0 > 0, z3.Implies(a0 < x.s, a0 % setting.chunk == 0)), budget,
             "an admitted request's first unit leaves it well-formed",
         )
@@ -236,19 +226,17 @@ def _per_request(setting: Setting, budget: Budget, grants: bool) -> list[Obligat
 def _cost_facts(cost: z3.ArithRef, src: Entry, setting: Setting, budget: Budget, grants: bool) -> list[Obligation]:
     """The cost invariant across slots: ``c ≥ 0`` for a request at any progress
     (a fresh one included) and ``c`` does not grow while the request stays."""
-    from kvstab.proofs.loops import _rename
-
     M = setting.M_term
     y = _entry("y")
     prem = [M >= max(1, setting.block), y.s >= 1, y.o >= 1, held(y.s + y.o, setting) <= M, y.p >= 0, y.p < y.s + y.o]
     if not grants:
         prem.append(z3.Implies(y.p < y.s, y.p % setting.chunk == 0))
-    c = _rename(cost, src, y)
+    c = rename_entry(cost, src, y)
     g = z3.Int("y.grant") if grants else None
     a = _after(y, g, setting)
     moved = Entry(y.present, y.rid, y.s, y.o, a)
-    obs = _obligation("cost", prem, c >= 0, budget, "c(a) ≥ 0")
-    obs += _obligation("cost", prem + [a < y.s + y.o], _rename(cost, src, moved) <= c, budget, "c does not grow while a stays")
+    obs = obligation("cost", prem, c >= 0, budget, "c(a) ≥ 0")
+    obs += obligation("cost", prem + [a < y.s + y.o], rename_entry(cost, src, moved) <= c, budget, "c does not grow while a stays")
     return obs
 
 
