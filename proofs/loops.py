@@ -430,7 +430,8 @@ def prove_folds(
     candidate cost (none first), then the end.  ``state_bounds`` are a
     stateful rule's declared bounds on its pre state (assumed), ``state_goals``
     its next state within them (proved at the end).  The first attempt whose
-    every obligation is ``unsat`` is the proof; otherwise the first attempt's failure."""
+    every obligation is ``unsat`` is the proof; otherwise the failure of the
+    attempt that came closest."""
     consts: list[tuple[str, z3.ArithRef]] = [("M", setting.M_term)]
     if setting.token_budget is not None:
         consts.append(("token_budget", z3.IntVal(setting.token_budget)))
@@ -456,15 +457,22 @@ def prove_folds(
     hosts: list[int | None] = (
         [sides.active_host] if sides.active_host is not None else [f.index for f in prog.folds if f.base == "active"]
     )
-    first: FoldOutcome | None = None
+    best: FoldOutcome | None = None
     for cost in costs:
         for host in hosts or [None]:
             out = _attempt(th, host, cost, state_goals)
             if isinstance(out.verdict, Proved):
                 return out
-            first = first or out
-    assert first is not None
-    return first
+            # report the attempt that came closest (fewest obligations left unproved; the first on a tie)
+            if best is None or _misses(out) < _misses(best):
+                best = out
+    assert best is not None
+    return best
+
+
+def _misses(out: FoldOutcome) -> int:
+    """How many obligations an attempt left unproved (one stopped early counts as worst)."""
+    return sum(1 for o in out.obligations if not isinstance(o.verdict, Proved)) or len(out.obligations) + 1
 
 
 def _failed(obs: Sequence[Obligation], shown: Sequence[str]) -> FoldOutcome:

@@ -131,6 +131,11 @@ def _sides(prog: Program) -> Sides:
         parts_a.append(grant_a)
     adm = _output(prog, d.admit, "waiting", "admit")
     parts_w = [adm] + ([grant_w] if grant_w is not None else [])
+    # what the engine accepts (check_decision_values): truth values for the flags, integers for grants
+    for what, part, sort in (("preempt", pre, z3.BoolSort()), ("admit", adm, z3.BoolSort()),
+                             ("grants", grant_a, z3.IntSort()), ("grants", grant_w, z3.IntSort())):
+        if part is not None and part[1].sort() != sort:
+            raise NotAFold(f"decision.{what} holds {part[1].sort()} terms, not {sort} (the engine rejects them)")
     return Sides(
         active_host=_one_host(parts_a, "preempt flags and the active grants"),
         preempt=pre[1],  # type: ignore[arg-type]
