@@ -69,6 +69,21 @@ def test_built_ins_are_proved_for_any_number_of_requests(name: str, setting: Set
     assert ("max_num_seqs = " in text) == (setting.max_num_seqs is not None)
 
 
+@pytest.mark.parametrize(
+    ("block", "token_budget", "max_num_seqs", "chunk"),
+    [(2, 1, 1, 8), (16, 7, 3, 512), (3, None, 2, 6), (1, 512, None, 1)],
+)
+def test_vllm_v1_is_proved_for_any_number_of_requests_in_odd_configurations(
+    block: int, token_budget: int | None, max_num_seqs: int | None, chunk: int, budget: Budget
+) -> None:
+    """A budget of one token, a cap of one request, blocks that do not divide the chunk: the
+    verdict is for the configuration it names (B, ŝ, budget and cap are fixed; M is any)."""
+    se = Setting(chunk=chunk, block=block, token_budget=token_budget, max_num_seqs=max_num_seqs)
+    r = prove_unbounded(load_scheduler("vllm-v1"), se, budget)
+    assert isinstance(r.verdict, Proved), r.verdict
+    _no_bounds(r.verdict)
+
+
 def test_the_proofs_rest_on_the_loop_invariants_the_docs_state(budget: Budget) -> None:
     """current-fit: the host of the active list keeps Σcharge = kept ≤ prefix and kept ≤ M
     (docs/proofs.md); vllm-v1 under a budget also Σtokens + budget ≤ token_budget, budget ≥ 0."""
