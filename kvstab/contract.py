@@ -50,7 +50,16 @@ __all__ = [
     "used_now",
     "used_next",
     "fcfs_admit",
+    "fcfs_admit_with_grants",
+    "fcfs_admit_projected",
+    "Projected",
     "preempt_newest",
+    "scan",
+    "zipped",
+    "sum_of",
+    "count_of",
+    "any_of",
+    "no_preemption",
     "check_decision_shape",
     "check_decision_values",
     "HiddenOutput",
@@ -442,6 +451,86 @@ class Scheduler(Protocol):
         """The decision for one slot; pure, and written against ``ops``."""
 
 
+# --- combinators: how a rule reads the view's sequences
+#
+# A rule may loop over ``view.active`` and ``view.waiting`` in plain Python, but
+# a rule that reads them only through these combinators has a decision whose
+# *structure* is the same for every number of requests: for ``n`` entries it is
+# the ``n``-fold unrolling of one step.  ``kvstab.proofs.unbounded`` runs such a
+# rule once on a view whose sequences cannot be iterated, measured or indexed
+# (each combinator then records its step instead of unrolling it) and proves the
+# memory invariant for any number of requests from obligations about one step.
+# Concretely every combinator is the plain loop its docstring states.
+
+
+def _lazy(xs: object) -> bool:
+    """Whether ``xs`` is a sequence the proofs stand in for (it folds itself)."""
+    return hasattr(type(xs), "__kvstab_scan__")
+
+
+def scan(
+    xs: Sequence[Any], step: Callable[[Any, Any], tuple[Any, Any]], init: Any, *, width: int | None = None
+) -> tuple[Any, Any]:
+    """A left fold over ``xs`` that also emits one output per element.
+
+    ``step(x, acc)`` returns ``(out, acc′)``; ``scan`` runs it on every element
+    in order, starting from ``init``, and returns the outputs in order and the
+    final accumulator.  With ``width=k`` every ``out`` is a ``k``-tuple and the
+    outputs come back as ``k`` tuples, one per component (so a step can emit a
+    preempt flag and a grant).  ``step`` must be a pure function of its two
+    arguments (it may read the view and ``ops``): it is the one place where the
+    rule's decision may depend on an entry.  An accumulator may be a tuple.
+    """
+    hook = getattr(type(xs), "__kvstab_scan__", None)
+    if hook is not None:
+        return hook(xs, step, init, width)  # type: ignore[no-any-return]
+    acc = init
+    outs: list[Any] = []
+    for x in xs:
+        out, acc = step(x, acc)
+        outs.append(out)
+    if width is None:
+        return tuple(outs), acc
+    return tuple(tuple(o[i] for o in outs) for i in range(width)), acc
+
+
+def zipped(*seqs: Sequence[Any]) -> tuple[Any, ...]:
+    """The elements of equally long sequences side by side (``zip``), e.g. the
+    active entries with the flags a scan emitted for them, to scan again."""
+    hook = getattr(type(seqs[0]), "__kvstab_zip__", None) if seqs else None
+    if hook is not None:
+        return hook(*seqs)  # type: ignore[no-any-return]
+    return tuple(zip(*seqs, strict=True))
+
+
+def sum_of(xs: Sequence[Any], term: Callable[[Any], IntLike], ops: Ops) -> IntLike:
+    """``Σ term(x)`` over ``xs`` (``ops.sum``, a fold with ``acc + term(x)``)."""
+    if _lazy(xs):
+        return scan(xs, lambda x, acc: (None, acc + term(x)), 0)[1]
+    return ops.sum(term(x) for x in xs)
+
+
+def count_of(xs: Sequence[Any], pred: Callable[[Any], BoolLike], ops: Ops) -> IntLike:
+    """How many ``x`` in ``xs`` satisfy ``pred`` (``ops.count``)."""
+    if _lazy(xs):
+        return scan(xs, lambda x, acc: (None, acc + ops.ite(pred(x), 1, 0)), 0)[1]
+    return ops.count(pred(x) for x in xs)
+
+
+def any_of(flags: Sequence[BoolLike], ops: Ops) -> BoolLike:
+    """Whether any of ``flags`` holds (``ops.or_``), e.g. "this slot preempted"."""
+    if _lazy(flags):
+        return scan(flags, lambda x, acc: (None, ops.or_(acc, x)), False)[1]
+    return ops.or_(*flags)
+
+
+def no_preemption(view: View) -> tuple[BoolLike, ...]:
+    """Preempt flags that preempt nobody (one ``False`` per active entry)."""
+    if _lazy(view.active):
+        return scan(view.active, lambda a, acc: (False, acc), ())[0]  # type: ignore[no-any-return]
+    return tuple(False for _ in view.active)
+
+
 # --- helpers every rule may use; each calls the one memory-accounting function
 
 
@@ -463,12 +552,12 @@ def held_first(view: View, w: WaitingEntry, ops: Ops) -> IntLike:
 
 def used_now(view: View, ops: Ops) -> IntLike:
     """Memory in use at the start of the slot."""
-    return ops.sum(held_now(view, a, ops) for a in view.active)
+    return sum_of(view.active, lambda a: held_now(view, a, ops), ops)
 
 
 def used_next(view: View, ops: Ops) -> IntLike:
     """Memory the active requests will hold after one full unit each."""
-    return ops.sum(held_next(view, a, ops) for a in view.active)
+    return sum_of(view.active, lambda a: held_next(view, a, ops), ops)
 
 
 def preempt_newest(view: View, ops: Ops) -> tuple[tuple[BoolLike, ...], IntLike]:
@@ -478,18 +567,20 @@ def preempt_newest(view: View, ops: Ops) -> tuple[tuple[BoolLike, ...], IntLike]
     the current request's blocks fit; because memory only grows, the survivors
     are the longest prefix (in admission order) whose post-slot memory fits in
     ``M``.  Returns the preempt flags (one per active entry) and the post-slot
-    memory of the survivors.
+    memory of the survivors.  One :func:`scan` over the active list, carrying
+    ``(prefix, kept)``: the post-slot memory of every entry so far and of the
+    survivors so far; an entry is a victim iff ``prefix`` exceeds ``M`` with it.
     """
-    prefix: IntLike = 0
-    preempt: list[BoolLike] = []
-    kept: IntLike = 0
-    for a in view.active:
+
+    def step(a: ActiveEntry, acc: tuple[IntLike, IntLike]) -> tuple[BoolLike, tuple[IntLike, IntLike]]:
+        prefix, kept = acc
         nxt = held_next(view, a, ops)
         prefix = prefix + nxt
         victim = ops.and_(a.present, ops.lt(view.M, prefix))
-        preempt.append(victim)
-        kept = kept + ops.ite(victim, 0, nxt)
-    return tuple(preempt), kept
+        return victim, (prefix, kept + ops.ite(victim, 0, nxt))
+
+    preempt, (_, kept) = scan(view.active, step, (0, 0))
+    return preempt, kept
 
 
 def fcfs_admit(
@@ -506,21 +597,49 @@ def fcfs_admit(
     on top of ``acc`` and the accumulator if it is.  The first present request
     that does not fit blocks everyone behind it.  ``allowed=False`` admits no
     one (e.g. in a slot that preempted).  ``max_num_seqs`` is respected.
+    One :func:`scan` over the queue.
     """
-    acc = start
-    blocked: BoolLike = ops.not_(allowed)
-    running = ops.count(a.present for a in view.active)
-    admits: list[BoolLike] = []
-    for w in view.waiting:
-        ok, acc_if = fits(w, acc)
-        if view.max_num_seqs is not None:
-            ok = ops.and_(ok, ops.lt(running, view.max_num_seqs))
+    admits, _ = _fcfs(view, ops, lambda w, acc: (*fits(w, acc), None), start, allowed, granting=False)
+    return admits  # type: ignore[no-any-return]
+
+
+def fcfs_admit_with_grants(
+    view: View,
+    ops: Ops,
+    fits: Callable[[WaitingEntry, Any], tuple[BoolLike, Any, IntLike]],
+    start: Any,
+    allowed: BoolLike = True,
+) -> tuple[tuple[BoolLike, ...], tuple[IntLike, ...]]:
+    """:func:`fcfs_admit` for a rule that grants tokens: ``fits(w, acc)`` returns
+    ``(ok, acc_if_admitted, grant_if_admitted)``, and the result is the admit
+    flags and each waiting entry's grant (0 unless admitted), from one walk."""
+    admits, grants = _fcfs(view, ops, fits, start, allowed, granting=True)
+    return admits, grants
+
+
+def _fcfs(
+    view: View, ops: Ops, fits: Callable[[WaitingEntry, Any], tuple[Any, Any, Any]], start: Any, allowed: BoolLike,
+    *, granting: bool,
+) -> tuple[Any, Any]:
+    """The one FCFS walk behind :func:`fcfs_admit` and :func:`fcfs_admit_with_grants`."""
+    running0 = count_of(view.active, lambda a: a.present, ops)
+    cap = view.max_num_seqs  # a configuration fact, not a value of the state
+
+    def step(w: WaitingEntry, state: tuple[Any, BoolLike, IntLike]) -> tuple[Any, tuple[Any, BoolLike, IntLike]]:
+        acc, blocked, running = state
+        ok, acc_if, grant_if = fits(w, acc)
+        if cap is not None:
+            ok = ops.and_(ok, ops.lt(running, cap))
         take = ops.and_(w.present, ops.not_(blocked), ok)
-        admits.append(take)
-        acc = _select(ops, take, acc_if, acc)
-        running = running + ops.ite(take, 1, 0)
-        blocked = ops.or_(blocked, ops.and_(w.present, ops.not_(take)))
-    return tuple(admits)
+        out = (take, ops.ite(take, grant_if, 0)) if granting else take
+        return out, (
+            _select(ops, take, acc_if, acc),
+            ops.or_(blocked, ops.and_(w.present, ops.not_(take))),
+            running + ops.ite(take, 1, 0),
+        )
+
+    outs, _ = scan(view.waiting, step, (start, ops.not_(allowed), running0), width=2 if granting else None)
+    return (outs[0], outs[1]) if granting else (outs, None)
 
 
 def _select(ops: Ops, cond: BoolLike, then: Any, other: Any) -> Any:
@@ -528,6 +647,80 @@ def _select(ops: Ops, cond: BoolLike, then: Any, other: Any) -> Any:
     if isinstance(then, tuple):
         return tuple(_select(ops, cond, a, b) for a, b in zip(then, other))
     return ops.ite(cond, then, other)
+
+
+@runtime_checkable
+class Projected(Protocol):
+    """A request's projected future, as :func:`fcfs_admit_projected` reads it."""
+
+    @property
+    def f(self) -> IntLike:
+        """Slots until the request finishes, this one counted."""
+
+    @property
+    def present(self) -> BoolLike:
+        """Whether the entry holds a request (an empty slot of a symbolic view projects nothing)."""
+
+    def held_at(self, view: View, tau: IntLike, ops: Ops) -> IntLike:
+        """Memory it holds ``tau ≥ 1`` slots from now (0 once finished, or for an empty slot)."""
+
+
+def fcfs_admit_projected(
+    view: View, ops: Ops, project: Callable[[IntLike, IntLike, IntLike, BoolLike], Projected]
+) -> tuple[BoolLike, ...]:
+    """FCFS admission that keeps the projected memory within ``M`` at every future slot.
+
+    ``project(s, o, progress, present)`` projects one request (an active one
+    at its progress, a waiting one at 0).  Walk the queue in order
+    (:func:`fcfs_admit`): the head ``w`` is admitted while the projected total
+    of the active requests, the ones admitted so far and ``w`` itself, checked
+    at the finish slot ``f`` of every one of them, stays ``≤ M``.  A projection
+    that grows until its finish slot and is 0 after it makes a total of them
+    largest at one of their finish slots, so this bounds every future slot
+    (``docs/proofs.md``).  The accumulator holds the totals at the active
+    requests' finish slots and which queued requests were admitted.
+    """
+    hook = getattr(type(view.waiting), "__kvstab_projected__", None)
+    if hook is not None:
+        return hook(view.waiting, view, ops, project)  # type: ignore[no-any-return]
+    act = [project(a.s, a.o, a.progress, a.present) for a in view.active]
+    # totals[k]: projected memory at the finish slot of act[k]
+    totals = tuple(ops.sum(q.held_at(view, k.f, ops) for q in act) for k in act)
+    cands = [project(w.s, w.o, 0, w.present) for w in view.waiting]
+    index = {id(w): j for j, w in enumerate(view.waiting)}
+    # the accumulator: (totals at the active finish slots, admitted flags of the queue)
+    start: tuple[Any, ...] = (totals, tuple(False for _ in cands))
+
+    def fits(w: WaitingEntry, acc: tuple[Any, ...]) -> tuple[BoolLike, tuple[Any, ...]]:
+        tot_act, incl = acc
+        j = index[id(w)]
+        c = cands[j]
+        # the candidate's own memory at every active finish slot
+        new_act = tuple(t + c.held_at(view, k.f, ops) for t, k in zip(tot_act, act))
+        earlier = list(zip(incl[:j], cands[:j]))
+        # the total at the candidate's own finish slot: everyone admitted, itself too
+        at_own = (
+            ops.sum(q.held_at(view, c.f, ops) for q in act)
+            + ops.sum(ops.ite(flag, ci.held_at(view, c.f, ops), 0) for flag, ci in earlier)
+            + c.held_at(view, c.f, ops)
+        )
+        # the totals at the finish slots of earlier admitted candidates, with c added
+        ok_cands = [
+            ops.or_(
+                ops.not_(flag),
+                ops.le(
+                    ops.sum(q.held_at(view, ci.f, ops) for q in act)
+                    + ops.sum(ops.ite(fl2, cj.held_at(view, ci.f, ops), 0) for fl2, cj in earlier)
+                    + c.held_at(view, ci.f, ops),
+                    view.M,
+                ),
+            )
+            for flag, ci in earlier
+        ]
+        ok = ops.and_(c.present, ops.le(at_own, view.M), *[ops.le(t, view.M) for t in new_act], *ok_cands)
+        return ok, (new_act, tuple(True if i == j else f for i, f in enumerate(incl)))
+
+    return fcfs_admit(view, ops, fits, start)
 
 
 def check_decision_shape(decision: object, view: View, who: str) -> Decision:

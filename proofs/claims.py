@@ -16,9 +16,10 @@ active and ``Q`` queued requests (memory ≤ ``M`` when it decides):
   running request is never preempted and advances; a lone head is admitted
   into an empty server.  With them no run livelocks: after the last arrival
   the ranking ``ρ = N·(T + 1) + r`` decreases every slot, where ``N`` is the
-  number of unfinished requests, ``T`` the longest service ``n(s) + o``, and
-  ``r`` the units the oldest running request still needs (``T + 1`` when none
-  runs) — see ``docs/proofs.md``.
+  number of unfinished requests, ``T`` the longest request ``s + o``, and
+  ``r`` the tokens the oldest running request still needs (``T + 1`` when none
+  runs) — checked for every rule that does not declare ``stalls_running``,
+  grants included; see ``docs/proofs.md``.
 """
 
 from __future__ import annotations
@@ -226,27 +227,24 @@ def _lone_head(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget
     return Claim("empty server admits" if not fcfs else "lone head admitted", v, tuple(obs), witness)
 
 
-def _units_left(e: Entry, setting: Setting) -> z3.ArithRef:
-    """Slots ``e`` still needs with one full unit per slot: ``⌈(s − p)⁺/ŝ⌉ + s + o − max(p, s)``."""
-    s, o, p = e.s, e.o, e.p
-    rest = z3.If(s - p > 0, s - p, 0)
-    return (rest + setting.chunk - 1) / setting.chunk + s + o - z3.If(p > s, p, s)
+def _tokens_left(e: Entry) -> z3.ArithRef:
+    """Tokens ``e`` still has to process: ``s + o − p``."""
+    return e.s + e.o - e.p
 
 
 def _ranking(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget: Budget) -> Claim:
-    """No livelock: once arrivals stop, ``ρ = N·(T + 1) + r`` falls every slot."""
+    """No livelock: once arrivals stop, ``ρ = N·(T + 1) + r`` falls every slot, where ``r`` counts
+    the *tokens* the oldest running request still needs — so a rule that grants part of a unit
+    (``vllm-v1`` under a token budget) is covered as well as one that runs full units."""
     T = z3.Int("rank.T")
     pre, post = step.pre, step.post
-    bound = [
-        z3.Implies(e.present, T >= _units_left(Entry(e.present, e.rid, e.s, e.o, z3.IntVal(0)), setting))
-        for e in pre.active + pre.waiting
-    ]
+    bound = [z3.Implies(e.present, T >= e.s + e.o) for e in pre.active + pre.waiting]
 
     def rank(active: tuple[Entry, ...], waiting: tuple[Entry, ...]) -> tuple[z3.ArithRef, z3.ArithRef]:
         n = z3.Sum([z3.If(e.present, 1, 0) for e in active + waiting] + [z3.IntVal(0)])
         r: z3.ArithRef = T + 1
         for e in reversed(active):  # the first present entry is the oldest running request
-            r = z3.If(e.present, _units_left(e, setting), r)
+            r = z3.If(e.present, _tokens_left(e), r)
         return n, r
 
     # ρ = N·(T + 1) + r with 1 ≤ r ≤ T + 1 falls iff (N, r) falls lexicographically;
@@ -377,6 +375,8 @@ def prove_claims(
     if not traits.negative_control and want("progress"):
         claims.append(_oldest(step, setting, prem, budget))
         claims.append(_lone_head(step, setting, prem, budget, traits.fcfs))
-        if step.full_units:
+        # a rule that may give running requests no work (stalls_running: SGLang's prefill-only
+        # steps) need not advance the oldest request every slot; its drain is bounded otherwise
+        if not traits.stalls_running:
             claims.append(_ranking(step, setting, prem, budget))
     return ClaimResult(scheduler.name, tuple(claims))

@@ -181,6 +181,7 @@ def _json(args: argparse.Namespace, out: _Outcome) -> str:
         "K": rep.K,
         "Q": rep.Q,
         "unbounded": rep.unbounded,
+        "invariants": list(rep.invariants),
         "notes": list(rep.notes),
         "strengthening": list(rep.strengthening),
         "houdini": list(rep.houdini_log),
@@ -247,6 +248,7 @@ def _text(args: argparse.Namespace, out: _Outcome) -> str:
     ]
     lines += [f"  {o.seconds:7.2f}s  {str(o.verdict):<48} {o.label()}" for o in rep.obligations]
     lines += [f"  houdini: {line}" for line in rep.houdini_log]
+    lines += [f"  {line}" for line in rep.invariants]
     lines += [f"  note: {n}" for n in rep.notes]
     v = rep.verdict
     lines.append(f"verdict: {v}  ({rep.seconds:.1f} s)")
@@ -326,8 +328,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         dest="unbounded",
         action="store_true",
         default=True,
-        help="(the default) prove for any number of requests where the rule is a prefix fold; other rules get "
-        "the bounded proof and a note saying so",
+        help="(the default) prove for any number of requests where the rule is made of kvstab.contract's folds; "
+        "other rules get the bounded proof and a note saying so",
     )
     scope.add_argument(
         "--bounded",

@@ -52,6 +52,8 @@ class ProofReport:
     notes: tuple[str, ...] = field(default=())
     #: the verdict holds for every number of active and queued requests
     unbounded: bool = False
+    #: what the unbounded proof rests on: each fold's loop invariant, or the state invariant it keeps
+    invariants: tuple[str, ...] = field(default=())
 
 
 def resolve(scheduler: str | Scheduler) -> tuple[Scheduler, str | None]:
@@ -81,9 +83,11 @@ def prove(
     """Prove or refute that ``scheduler`` keeps every slot's memory within ``M``.
 
     With ``unbounded``, the prefix-fold theorem (:mod:`kvstab.proofs.unbounded`)
-    is tried first: for a rule in its class it proves the invariant for every
-    number of requests.  A rule outside the class (or whose per-request
-    obligations fail) gets the bounded flow, and the report's ``notes`` say so.
+    is tried first: for a rule in its class (a rule that reads the view's
+    sequences only through ``kvstab.contract``'s folds) it proves the invariant
+    for every number of requests.  A rule outside the class (or whose
+    obligations are not all proved) gets the bounded flow, and the report's
+    ``notes`` say so.
     """
     check_bounds(K, Q)
     setting = setting or Setting()
@@ -99,7 +103,8 @@ def prove(
         ub = prove_unbounded(sched, setting, budget)
         obs += ub.obligations
         if isinstance(ub.verdict, Proved) and not strengthen:
-            return _report(sched, spec, K, Q, setting, ub.verdict, obs, [], hlog, t0, notes, unbounded=True)
+            rep = _report(sched, spec, K, Q, setting, ub.verdict, obs, [], hlog, t0, notes, unbounded=True)
+            return dataclasses.replace(rep, invariants=ub.invariants)
         why = ub.verdict.reason if isinstance(ub.verdict, Unknown) else str(ub.verdict)
         if strengthen:
             why = "user strengthenings are proved by the bounded flow"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvstab.contract import Decision, Traits, View, WaitingEntry, fcfs_admit, held_first, preempt_newest
+from kvstab.contract import Decision, Traits, View, WaitingEntry, any_of, fcfs_admit, held_first, preempt_newest
 from kvstab.model import ModelParams, tokens_held
 from kvstab.ops import BoolLike, IntLike, Ops
 
@@ -48,7 +48,7 @@ class CurrentFit:
     def decide(self, view: View, ops: Ops) -> Decision:
         """Preempt the suffix (newest admissions) that does not fit; admit only if none was preempted."""
         preempt, kept = preempt_newest(view, ops)
-        any_preempted = ops.or_(*preempt)
+        any_preempted = any_of(preempt, ops)
 
         def fits(w: WaitingEntry, acc: IntLike) -> tuple[BoolLike, IntLike]:
             after = acc + held_first(view, w, ops)

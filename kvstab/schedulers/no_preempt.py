@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvstab.contract import Decision, Traits, View, WaitingEntry, fcfs_admit, held_first, used_next
+from kvstab.contract import Decision, Traits, View, WaitingEntry, fcfs_admit, held_first, no_preemption, used_next
 from kvstab.model import ModelParams, tokens_held
 from kvstab.ops import BoolLike, IntLike, Ops
 
@@ -43,7 +43,7 @@ class CurrentFitNoPreempt:
             return ops.le(after, view.M), after
 
         admit = fcfs_admit(view, ops, fits, used_next(view, ops))
-        return Decision(admit=admit, preempt=tuple(False for _ in view.active))
+        return Decision(admit=admit, preempt=no_preemption(view))
 
 
 SCHEDULER = CurrentFitNoPreempt()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvstab.contract import ActiveEntry, Decision, Traits, View, WaitingEntry, fcfs_admit
+from kvstab.contract import ActiveEntry, Decision, Traits, View, WaitingEntry, fcfs_admit, no_preemption, sum_of
 from kvstab.model import ModelParams, tokens_held
 from kvstab.ops import BoolLike, IntLike, Ops
 
@@ -39,14 +39,14 @@ class Reserve:
 
     def decide(self, view: View, ops: Ops) -> Decision:
         """Admit the head while reserved peak memory stays within ``M``."""
-        reserved = ops.sum(peak(view, a, ops) for a in view.active)
+        reserved = sum_of(view.active, lambda a: peak(view, a, ops), ops)
 
         def fits(w: WaitingEntry, acc: IntLike) -> tuple[BoolLike, IntLike]:
             after = acc + peak(view, w, ops)
             return ops.le(after, view.M), after
 
         admit = fcfs_admit(view, ops, fits, reserved)
-        return Decision(admit=admit, preempt=tuple(False for _ in view.active))
+        return Decision(admit=admit, preempt=no_preemption(view))
 
 
 SCHEDULER = Reserve()

@@ -42,8 +42,9 @@ kvstab's lifecycle, and it is audited there like every other scheduler.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from kvstab.contract import Decision, Traits, View, WaitingEntry, fcfs_admit
+from kvstab.contract import ActiveEntry, Decision, Traits, View, WaitingEntry, any_of, fcfs_admit_with_grants, scan
 from kvstab.model import ModelParams, tokens_held
 from kvstab.ops import BoolLike, IntLike, Ops
 
@@ -78,48 +79,38 @@ class VllmV1:
     def decide(self, view: View, ops: Ops) -> Decision:
         """One vLLM step: grants for the running list, the preempted suffix, then admissions."""
         unlimited = view.token_budget is None  # a configuration fact, not a value of the state
-        budget: IntLike = 0 if unlimited else view.token_budget
 
-        grants: list[IntLike] = []
-        preempt: list[BoolLike] = []
-        afters: list[IntLike] = []  # post-step memory of each entry, 0 for an empty slot
-        prefix: IntLike = 0  # post-step memory of the running list up to here
-        for a in view.active:
+        def schedule(a: ActiveEntry, acc: tuple[IntLike, IntLike, IntLike]) -> tuple[tuple[BoolLike, IntLike], Any]:
+            """One running request, oldest first; ``acc``: post-step memory of the running
+            list so far (``prefix``), budget left, post-step memory of the survivors (``kept``)."""
+            prefix, budget, kept = acc
             ask = ops.ite(ops.lt(a.progress, a.s), ops.min(a.s - a.progress, view.chunk), 1)
             grant = ask if unlimited else ops.min(ask, budget)
             grant = ops.ite(a.present, grant, 0)
+            # post-step memory, masked: an empty slot (symbolic runs) holds nothing
             after = ops.ite(a.present, tokens_held(a.progress + grant, view.block, ops), 0)
-            afters.append(after)
             prefix = prefix + after
             victim = ops.and_(a.present, ops.lt(view.M, prefix))
-            preempt.append(victim)
-            grants.append(ops.ite(victim, 0, grant))
             # a victim was never scheduled, so it spends no budget; victims are a
             # suffix, so the survivors' grants are what vLLM's loop gives them
             if not unlimited:
                 budget = budget - ops.ite(victim, 0, grant)
-        any_preempted = ops.or_(*preempt)
-        # masked through `after`: an empty slot (symbolic runs) holds nothing
-        kept = ops.sum(ops.ite(v, 0, after) for v, after in zip(preempt, afters))
+            return (victim, ops.ite(victim, 0, grant)), (prefix, budget, kept + ops.ite(victim, 0, after))
 
-        def fits(w: WaitingEntry, acc: tuple[IntLike, IntLike]) -> tuple[BoolLike, tuple[IntLike, IntLike]]:
+        start = (0, 0 if unlimited else view.token_budget, 0)
+        (preempt, grants), (_, budget, kept) = scan(view.active, schedule, start, width=2)
+        any_preempted = any_of(preempt, ops)
+
+        def fits(w: WaitingEntry, acc: tuple[IntLike, IntLike]) -> tuple[BoolLike, tuple[IntLike, IntLike], IntLike]:
+            """The whole prompt must fit; the request is allocated only its first chunk."""
             used, left = acc
             first = ops.min(w.s, view.chunk) if unlimited else ops.min(w.s, view.chunk, left)
             whole_prompt_fits = ops.le(used + tokens_held(w.s, view.block, ops), view.M)
             ok = whole_prompt_fits if unlimited else ops.and_(ops.lt(0, left), whole_prompt_fits)
-            return ok, (used + tokens_held(first, view.block, ops), left - first)
+            return ok, (used + tokens_held(first, view.block, ops), left - first), first
 
-        start = (kept, 0 if unlimited else budget)
-        admit = fcfs_admit(view, ops, fits, start, allowed=ops.not_(any_preempted))
-
-        # grants of admitted requests: replay the admission walk's budget
-        left: IntLike = 0 if unlimited else budget
-        for w, take in zip(view.waiting, admit):
-            first = ops.min(w.s, view.chunk) if unlimited else ops.min(w.s, view.chunk, left)
-            grants.append(ops.ite(take, first, 0))
-            if not unlimited:
-                left = left - ops.ite(take, first, 0)
-        return Decision(admit=admit, preempt=tuple(preempt), grants=tuple(grants))
+        admit, admit_grants = fcfs_admit_with_grants(view, ops, fits, (kept, budget), allowed=ops.not_(any_preempted))
+        return Decision(admit=admit, preempt=preempt, grants=grants + admit_grants)
 
 
 SCHEDULER = VllmV1()

@@ -4,7 +4,10 @@ and the scope of each said in the report."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
+
+import pytest
 
 from kvstab.audit.audit import _check_proofs, proofs_section
 from kvstab.audit.profiles import get_profile
@@ -14,9 +17,13 @@ from kvstab.registry import load_scheduler
 PARAMS = ModelParams(M=4096, chunk=512, block=1)
 
 
-def test_a_rule_in_the_class_is_proved_for_any_number_of_requests(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [("current-fit", PARAMS), ("vllm-v1", ModelParams(M=4096, chunk=512, block=16, token_budget=2048, max_num_seqs=8))],
+)
+def test_a_rule_in_the_class_is_proved_for_any_number_of_requests(name: str, params: ModelParams, tmp_path: Path) -> None:
     lines: list[str] = []
-    sec = proofs_section(load_scheduler("current-fit"), "current-fit", PARAMS, get_profile("dev"), tmp_path, lines.append)
+    sec = proofs_section(load_scheduler(name), name, params, get_profile("dev"), tmp_path, lines.append)
     inv = sec["invariant"]
     assert inv["verdict"] == "Proved" and inv["unbounded"] is True
     assert inv["scope"] == "any number of requests" and inv["total_budget_s"] == 60.0
@@ -25,9 +32,16 @@ def test_a_rule_in_the_class_is_proved_for_any_number_of_requests(tmp_path: Path
     assert check.status == "pass" and check.detail == "Proved for any number of requests"
 
 
-def test_a_rule_outside_it_falls_back_to_the_bounded_proof_with_its_scope(tmp_path: Path) -> None:
+def test_a_rule_outside_it_falls_back_to_the_bounded_proof_with_its_scope(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a plug-in that iterates its preempt flags itself (ops.or_(*preempt)): outside the prefix-fold class
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "proofs"))
+    sys.modules.pop("proof_plugins", None)
+    from proof_plugins import RATIO_RESERVE
+
     tiny = dataclasses.replace(get_profile("dev"), proof_K=2, proof_Q=1)
-    sec = proofs_section(load_scheduler("vllm-v1"), "vllm-v1", PARAMS, tiny, tmp_path)
+    sec = proofs_section(RATIO_RESERVE, "proof_plugins:RATIO_RESERVE", PARAMS, tiny, tmp_path)
     inv = sec["invariant"]
     assert inv["verdict"] == "Proved" and inv["unbounded"] is False
     assert inv["scope"] == "at most 2 active and 1 queued requests"

@@ -31,13 +31,26 @@ def test_prove_current_fit(capsys: pytest.CaptureFixture[str]) -> None:
     assert "[admits] memory ≤ M in the slot" in out and "assuming at most K = 2" in out
 
 
-def test_prove_is_unbounded_by_default_where_the_rule_allows(capsys: pytest.CaptureFixture[str]) -> None:
+def test_prove_is_unbounded_by_default_where_the_rule_allows(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert main(["prove", "--scheduler", "current-fit"]) == 0
     out = capsys.readouterr().out
     assert "any number of requests" in out and "verdict: Proved (prefix-fold theorem" in out
     assert "assuming any number of active and queued requests (no K, no Q)" in out and "K = " not in out
+    assert "loop invariant of fold 0: preempt_newest" in out
+    # vllm-v1 with its block size, token budget and running cap, and lookahead (the projection form)
+    args = ["prove", "--scheduler", "vllm-v1", "--block", "16", "--token-budget", "2048", "--max-num-seqs", "8", "--json"]
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["unbounded"] is True and doc["verdict"] == "Proved" and doc["invariants"]
+    assert "token budget = 2048" in doc["assumptions"] and not any("K = " in a for a in doc["assumptions"])
+    assert main(["prove", "--scheduler", "lookahead"]) == 0
+    assert "verdict: Proved (prefix-fold theorem, projection form" in capsys.readouterr().out
     # a rule outside the class says that its verdict is bounded
-    assert main(["prove", "--scheduler", "vllm-v1", "--K", "2", "--Q", "1", "--bmc", "2"]) == 0
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent))
+    sys.modules.pop("proof_plugins", None)
+    assert main(["prove", "--scheduler", "proof_plugins:RATIO_RESERVE", "--K", "2", "--Q", "1", "--bmc", "2"]) == 0
     out = capsys.readouterr().out
     assert "note: not proved for every number of requests" in out and "assuming at most K = 2" in out
 
@@ -204,12 +217,12 @@ def test_the_same_prove_gives_the_same_json_every_run() -> None:
 
 def test_ctrl_c_stops_the_solver_with_one_line() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kvstab.cli", "prove", "--scheduler", "lookahead", "--K", "12", "--Q", "4"],
+        [sys.executable, "-m", "kvstab.cli", "prove", "--scheduler", "lookahead", "--bounded", "--K", "12", "--Q", "4"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(4)  # into the solving (the K = 12 queries take minutes)
+    time.sleep(4)  # into the solving (the K = 12 bounded queries take minutes; unbounded, lookahead takes 0.2 s)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
@@ -227,6 +240,8 @@ def test_cvc5_confirms_the_built_ins_obligations(tmp_path: Path) -> None:
     from kvstab.proofs.unbounded import prove_unbounded
 
     b = Budget(smt2_dir=tmp_path, keep_all=True)
+    # the unbounded theorems' obligations with blocks, a token budget and a running cap too
+    prove_unbounded(load_scheduler("vllm-v1"), Setting(block=16, token_budget=2048, max_num_seqs=8), b)
     for name in ("current-fit", "reserve", "lookahead", "vllm-v1", "current-fit-no-preempt"):
         sched = load_scheduler(name)
         prove_unbounded(sched, Setting(), b)

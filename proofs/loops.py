@@ -1,0 +1,612 @@
+"""The fold theorem: the memory invariant from one step of each fold.
+
+A rule made of folds (:mod:`kvstab.proofs.folds`) decides a slot by running
+recorded steps over the active list and the queue.  Its slot charges at most
+``M`` for *every* length of those lists if loop invariants exist such that
+
+* **init** — the invariant holds of the fold's initial accumulator;
+* **step** — for *any* well-formed entry and *any* accumulator satisfying the
+  invariant, the step's next accumulator satisfies it again;
+* **end** — the invariants of the final accumulators imply the slot's checks
+  (memory ``≤ M``, tokens ``≤`` the budget, running ``≤ max_num_seqs``).
+
+Each is one solver query about one entry and one accumulator: nothing in it
+mentions ``K`` or ``Q``.  By induction over the list, the invariant holds
+after every prefix of it, so it holds of the real final accumulator whatever
+the list's length.
+
+**Ghosts.**  What the end needs is a statement about sums over the list (the
+slot's charge), so a loop's state is the accumulator *and* ghost counters that
+add up, entry by entry, what the engine will do with it:
+
+* on every fold over the active list: ``Σheld`` (memory held before the slot)
+  and ``#active``; their finals are the pre state's memory and count, which the
+  state invariant bounds (``≤ M``, ``≤ max_num_seqs``); optionally ``Σcost``, a
+  per-request term the rule sums (see ``cost`` below);
+* on the fold whose outputs are the rule's preempt flags and grants (the
+  *host*) and on the fold whose outputs are its admit flags (and grants):
+  ``Σcharge`` (the engine's charge of the entry after its grant),
+  ``Σtokens`` and ``#running``, continuing from the active list into the queue.
+
+**Strata.**  Invariants are found in two rounds.  First each fold on its own,
+in the order the rule ran them, with ghosts ``Σheld`` and ``#active`` only; their
+final instances are facts about the folds' results (``Φ``) — true facts about
+the one slot, so every later query may assume them.  Then the two hosts with
+every ghost, assuming ``Φ``.
+
+**Search.**  The candidates are a fixed menu of linear atoms over the loop's
+state (``x ≥ 0``, ``x ≤ M``, ``x ≤ y``, ``g + x ≤ budget`` …); Houdini drops
+the ones a model shows are not implied at the start or not preserved by a
+step, until the rest are inductive.  The search is only a search: the
+invariant it leaves is then proved by the named obligations above, each with
+a vacuity guard, which are what a verdict rests on.
+
+**Cost.**  A rule like ``reserve`` keeps an invariant across slots,
+``Σ_active c(a) ≤ M`` for a per-request term ``c`` it sums.  The candidate
+costs are the summands of the rule's own sums over the active list; with one
+chosen, the pre state is assumed to satisfy it, the queue's host adds the
+admitted requests' costs, the end requires ``Σcost ≤ M`` again, and
+per-request facts (``c ≥ 0``, ``c`` does not grow while a request stays) carry
+it to the next slot (checked by ``kvstab.proofs.unbounded``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import z3
+
+from kvstab.model import progress_after
+from kvstab.proofs.encoding import OPS, Entry, Setting, held
+from kvstab.proofs.folds import Fold, Program
+from kvstab.proofs.solver import Budget, Status, solve
+from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict
+from kvstab.symbolic import Sym, unwrap
+
+__all__ = ["Sides", "FoldOutcome", "prove_folds", "costs_of", "free_constants", "obligation", "rename_entry", "GHOSTS"]
+
+#: what each ghost counts, as reports print it
+GHOSTS = {
+    "Σheld": "memory the entries so far hold before the slot",
+    "#active": "entries so far",
+    "Σcost": "the cost term summed over the entries so far (and the admitted requests)",
+    "Σcharge": "memory the engine charges the entries so far after their grants",
+    "Σtokens": "tokens the entries so far process",
+    "#running": "entries so far that run",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Sides:
+    """Where the decision comes from: per entry, a term of the host fold's
+    variables (or a constant), for the active list and for the queue."""
+
+    #: the fold whose outputs are the preempt flags / grants (``None``: they are constants)
+    active_host: int | None
+    preempt: z3.BoolRef
+    active_grant: z3.ArithRef | None
+    #: the fold whose outputs are the admit flags / grants (``None``: nobody is ever admitted)
+    waiting_host: int | None
+    admit: z3.BoolRef
+    waiting_grant: z3.ArithRef | None
+    #: the rule gives grants (else every running request does one full unit)
+    grants: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FoldOutcome:
+    """The verdict, every obligation, and the loop invariants that were proved."""
+
+    verdict: Verdict
+    obligations: tuple[Obligation, ...]
+    invariants: tuple[str, ...] = ()
+    cost: z3.ArithRef | None = None
+    cost_entry: Entry | None = None
+
+
+@dataclass(slots=True)
+class _Loop:
+    """One fold seen as a loop: its state (accumulator leaves and ghosts) and three maps of it."""
+
+    label: str
+    acc: list[tuple[str, z3.ExprRef]]
+    ghosts: list[tuple[str, z3.ArithRef]]
+    start: dict[str, z3.ExprRef]  # state variable (by name) -> its value before the first entry
+    step: dict[str, z3.ExprRef]  # -> its value after one step
+    end: dict[str, z3.ExprRef]  # -> the value it stands for at the end (final symbols)
+    premises: list[z3.BoolRef]  # about the one entry of a step (well-formed, links)
+    extra_goals: list[tuple[str, z3.BoolRef]] = field(default_factory=list)  # further step goals under the invariant
+    _pairs: dict[int, list[tuple[z3.ExprRef, z3.ExprRef]]] = field(default_factory=dict)
+
+    def variables(self) -> list[z3.ExprRef]:
+        return [v for _, v in self.acc] + [v for _, v in self.ghosts]
+
+    def at(self, where: dict[str, z3.ExprRef], term: z3.BoolRef) -> z3.BoolRef:
+        """``term`` (over the loop's state) with the state replaced by ``where``'s values."""
+        pairs = self._pairs.get(id(where))
+        if pairs is None:  # naming a z3 variable prints it: once per map, not once per atom
+            pairs = self._pairs[id(where)] = [(v, where[str(v)]) for v in self.variables()]
+        out = z3.substitute(term, *pairs) if pairs else term
+        assert isinstance(out, z3.BoolRef)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Atom:
+    label: str
+    term: z3.BoolRef
+
+
+def _all(terms: Sequence[z3.BoolRef]) -> z3.BoolRef:
+    return z3.And(*terms) if terms else z3.BoolVal(True)
+
+
+def _any(terms: Sequence[z3.BoolRef]) -> z3.BoolRef:
+    return z3.Or(*terms) if terms else z3.BoolVal(False)
+
+
+def _arith(v: z3.ExprRef) -> bool:
+    return isinstance(v, z3.ArithRef)
+
+
+def _menu(loop: _Loop, consts: list[tuple[str, z3.ArithRef]]) -> list[_Atom]:
+    """The candidate atoms over a loop's state (see the module docstring)."""
+    xs = [(n, v) for n, v in loop.acc if _arith(v)]
+    gs = loop.ghosts
+    out: list[_Atom] = []
+    for n, x in xs + gs:
+        out.append(_Atom(f"{n} ≥ 0", x >= 0))
+        out += [_Atom(f"{n} ≤ {k}", x <= kv) for k, kv in consts]
+    for g, gv in gs:
+        for n, x in xs:
+            out += [_Atom(f"{g} ≤ {n}", gv <= x), _Atom(f"{n} ≤ {g}", x <= gv)]
+            out += [_Atom(f"{g} + {n} ≤ {k}", gv + x <= kv) for k, kv in consts]
+    for n, x in xs:
+        out += [_Atom(f"{n} ≤ {m}", x <= y) for m, y in xs if m != n]
+    for g, gv in gs:
+        out += [_Atom(f"{g} ≤ {h}", gv <= hv) for h, hv in gs if h != g]
+    return out
+
+
+def _show(atoms: Sequence[_Atom]) -> str:
+    """The invariant as a reader wants it: ``x ≤ y ∧ y ≤ x`` printed as ``x = y``."""
+    labels = [a.label for a in atoms]
+    done: set[str] = set()
+    parts: list[str] = []
+    for lab in labels:
+        if lab in done:
+            continue
+        lhs, sep, rhs = lab.partition(" ≤ ")
+        if sep and "+" not in lhs and f"{rhs} ≤ {lhs}" in labels:
+            done.add(f"{rhs} ≤ {lhs}")
+            parts.append(f"{lhs} = {rhs}")
+        else:
+            parts.append(lab)
+        done.add(lab)
+    return " ∧ ".join(parts) if parts else "true"
+
+
+def _houdini(loop: _Loop, cands: list[_Atom], context: list[z3.BoolRef], budget: Budget) -> list[_Atom] | None:
+    """The largest subset of ``cands`` that holds at the start and is kept by
+    every step (``None``: the solver left a query undecided).  A search: its
+    answer is proved afterwards by :func:`_loop_obligations`."""
+    quiet = dataclasses.replace(budget, keep_all=False)
+    alive = list(cands)
+    for phase in ("start", "step"):
+        while alive:
+            if phase == "start":
+                query = context + [_any([z3.Not(loop.at(loop.start, a.term)) for a in alive])]
+            else:
+                query = (
+                    context
+                    + loop.premises
+                    + [a.term for a in alive]
+                    + [_any([z3.Not(loop.at(loop.step, a.term)) for a in alive])]
+                )
+            ans = solve(query, quiet, f"houdini-{loop.label}-{phase}")
+            if ans.status is Status.UNSAT:
+                break
+            if ans.status is not Status.SAT or ans.model is None:
+                return None
+            m = ans.model
+            where = loop.start if phase == "start" else loop.step
+            keep = [a for a in alive if z3.is_true(m.eval(loop.at(where, a.term), model_completion=True))]
+            if len(keep) == len(alive):  # cannot happen (the model breaks one); never loop forever
+                return None
+            alive = keep
+    return alive
+
+
+def obligation(name: str, premises: list[z3.BoolRef], goal: z3.BoolRef, budget: Budget, what: str) -> list[Obligation]:
+    """A vacuity guard on ``premises``, then ``premises ∧ ¬goal`` unsat."""
+    t0 = time.perf_counter()
+    g = solve(premises, budget, f"unbounded-{name}-premises")
+    t1 = time.perf_counter()
+    if g.status is not Status.SAT:
+        why = "vacuous premises" if g.status is Status.UNSAT else f"solver: {g.reason}"
+        return [Obligation(name, Unknown(why, g.smt2), t1 - t0, conjunct=what + " [guard]")]
+    a = solve(premises + [z3.Not(goal)], budget, f"unbounded-{name}")
+    secs = time.perf_counter() - t1
+    v: Verdict
+    match a.status:
+        case Status.UNSAT:
+            v = Proved("unsat")
+        case Status.SAT:
+            v = Refuted(None, f"{what}: false for some entry")
+        case _:
+            v = Unknown(f"solver: {a.reason}", a.smt2)
+    return [
+        Obligation(name, Proved("premises satisfiable (vacuity guard)"), t1 - t0, conjunct=what + " [guard]"),
+        Obligation(name, v, secs, conjunct=what),
+    ]
+
+
+def _loop_obligations(loop: _Loop, inv: list[_Atom], context: list[z3.BoolRef], budget: Budget) -> list[Obligation]:
+    """The invariant holds at the start, and every step keeps it (and any further step goals)."""
+    j = _all([a.term for a in inv])
+    obs = obligation(loop.label, list(context), loop.at(loop.start, j), budget, "invariant holds at the start")
+    prem = list(context) + loop.premises + [j]
+    obs += obligation(loop.label, prem, loop.at(loop.step, j), budget, "every step keeps the invariant")
+    for what, goal in loop.extra_goals:
+        obs += obligation(loop.label, prem, goal, budget, what)
+    return obs
+
+
+def _passed(obs: Sequence[Obligation]) -> bool:
+    return all(isinstance(o.verdict, Proved) for o in obs)
+
+
+# --- building the loops
+
+
+def _wf_active(e: Entry, setting: Setting, aligned: bool) -> list[z3.BoolRef]:
+    """A well-formed active entry (present: the lists hold only real requests)."""
+    M = setting.M_term
+    out = [e.s >= 1, e.o >= 1, held(e.s + e.o, setting) <= M, e.p > 0, e.p < e.s + e.o]
+    if aligned:
+        out.append(z3.Implies(e.p < e.s, e.p % setting.chunk == 0))
+    return out
+
+
+def _wf_waiting(e: Entry, setting: Setting) -> list[z3.BoolRef]:
+    return [e.s >= 1, e.o >= 1, held(e.s + e.o, setting) <= setting.M_term]
+
+
+def _after(e: Entry, grant: z3.ArithRef | None, setting: Setting) -> z3.ArithRef:
+    """Progress after the slot's work: ``progress_after`` with the grant (``None``: a full unit)."""
+    g = None if grant is None else Sym(grant)
+    out = unwrap(progress_after(Sym(e.s), Sym(e.p), setting.chunk, g, OPS))
+    assert isinstance(out, z3.ArithRef)
+    return out
+
+
+def rename_entry(term: z3.ExprRef, src: Entry, dst: Entry) -> z3.ExprRef:
+    """``term`` written for ``src``'s entry variables, rewritten for ``dst``'s."""
+    pairs = [(a, b) for a, b in zip((src.rid, src.s, src.o, src.p), (dst.rid, dst.s, dst.o, dst.p)) if not a.eq(b)]
+    pairs = [(a, b) for a, b in pairs if z3.is_const(a) and a.decl().kind() == z3.Z3_OP_UNINTERPRETED]
+    return z3.substitute(term, *pairs) if pairs else term
+
+
+def _leaf_names(f: Fold) -> list[tuple[str, z3.ExprRef]]:
+    names = f.names if len(f.names) == len(f.acc) else tuple(f"acc[{i}]" for i in range(len(f.acc)))
+    return list(zip(names, f.acc))
+
+
+def costs_of(prog: Program, budget: Budget) -> list[tuple[z3.ArithRef, Fold]]:
+    """The per-request terms the rule sums over the active list: every fold over
+    it with no output and one accumulator ``acc`` whose step is ``acc + c(entry)``."""
+    out: list[tuple[z3.ArithRef, Fold]] = []
+    for f in prog.folds:
+        if f.base != "active" or f.outs != (None,) or len(f.acc) != 1 or f.links or not _arith(f.acc[0]):
+            continue
+        acc = f.acc[0]
+        c = z3.substitute(f.nxt[0], (acc, z3.IntVal(0) if acc.is_int() else z3.RealVal(0)))  # type: ignore[attr-defined]
+        if any(v.eq(acc) for v in free_constants(c)):
+            continue
+        ans = solve([f.nxt[0] != acc + c], dataclasses.replace(budget, keep_all=False), f"cost-{f.index}")
+        if ans.status is Status.UNSAT:
+            assert isinstance(c, z3.ArithRef)
+            out.append((c, f))
+    return out
+
+
+def free_constants(t: z3.ExprRef) -> set[z3.ExprRef]:
+    """The uninterpreted constants (the variables) of ``t``."""
+    seen: set[int] = set()
+    out: set[z3.ExprRef] = set()
+    stack = [t]
+    while stack:
+        x = stack.pop()
+        if x.get_id() in seen:
+            continue
+        seen.add(x.get_id())
+        if z3.is_const(x) and x.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+            out.add(x)
+        stack.extend(x.children())
+    return out
+
+
+@dataclass(slots=True)
+class _Theorem:
+    """Everything one attempt at the theorem shares."""
+
+    prog: Program
+    sides: Sides
+    setting: Setting
+    budget: Budget
+    base: list[z3.BoolRef]
+    consts: list[tuple[str, z3.ArithRef]]
+    pre_memory: z3.ArithRef = field(default_factory=lambda: z3.Int("pre.Σheld"))
+    pre_count: z3.ArithRef = field(default_factory=lambda: z3.Int("pre.#active"))
+    pre_cost: z3.ArithRef = field(default_factory=lambda: z3.Int("pre.Σcost"))
+    #: stratum-one invariants (fold index -> atoms), and their final instances
+    inv1: dict[int, list[_Atom]] = field(default_factory=dict)
+    phi: list[z3.BoolRef] = field(default_factory=list)
+    obligations: list[Obligation] = field(default_factory=list)
+    shown: list[str] = field(default_factory=list)
+
+    def links(self, f: Fold, tag: str) -> list[z3.BoolRef]:
+        """Each linked element component is fold ``j``'s output at this entry for
+        *some* accumulator satisfying ``j``'s invariant."""
+        out: list[z3.BoolRef] = []
+        for i, (var, j, c) in enumerate(f.links):
+            src = self.prog.folds[j]
+            copy = [_fresh_like(a, f"{tag}.link{i}.acc{k}") for k, a in enumerate(src.acc)]
+            pairs = list(zip(src.acc, copy))
+            term = src.outs[c]
+            assert term is not None
+            out.append(var == rename_entry(z3.substitute(term, *pairs) if pairs else term, src.entry, f.entry))
+            for a in self.inv1.get(j, []):
+                t = z3.substitute(a.term, *pairs) if pairs else a.term
+                out.append(rename_entry(t, src.entry, f.entry))  # type: ignore[arg-type]
+        return out
+
+    def state_ghosts(self, f: Fold, tag: str, cost: tuple[z3.ArithRef, Fold] | None) -> tuple[
+        list[tuple[str, z3.ArithRef]], dict[str, z3.ExprRef], dict[str, z3.ExprRef], dict[str, z3.ExprRef]
+    ]:
+        """``Σheld``, ``#active`` (and ``Σcost``) of a fold over the active list."""
+        gs = [("Σheld", z3.Int(f"{tag}.Σheld")), ("#active", z3.Int(f"{tag}.#active"))]
+        incs: list[z3.ArithRef] = [held(f.entry.p, self.setting), z3.IntVal(1)]
+        ends: list[z3.ArithRef] = [self.pre_memory, self.pre_count]
+        if cost is not None:
+            gs.append(("Σcost", z3.Int(f"{tag}.Σcost")))
+            incs.append(rename_entry(cost[0], cost[1].entry, f.entry))  # type: ignore[arg-type]
+            ends.append(self.pre_cost)
+        start = {str(v): z3.IntVal(0) for _, v in gs}
+        step = {str(v): v + d for (_, v), d in zip(gs, incs)}
+        end = {str(v): e for (_, v), e in zip(gs, ends)}
+        return gs, start, step, end
+
+    def loop1(self, f: Fold) -> _Loop:
+        """Stratum one: the fold with the state ghosts only."""
+        tag = f"s1.fold{f.index}"
+        start = {str(a): i for a, i in zip(f.acc, f.init)}
+        step = {str(a): n for a, n in zip(f.acc, f.nxt)}
+        end = {str(a): x for a, x in zip(f.acc, f.final)}
+        gs: list[tuple[str, z3.ArithRef]] = []
+        prem = self.links(f, tag)
+        if f.base == "active":
+            gs, s0, s1, s2 = self.state_ghosts(f, tag, None)
+            start.update(s0)
+            step.update(s1)
+            end.update(s2)
+            prem += _wf_active(f.entry, self.setting, not self.sides.grants)
+        else:
+            prem += _wf_waiting(f.entry, self.setting)
+        return _Loop(f"fold {f.index}: {f.where}", _leaf_names(f), gs, start, step, end, prem)
+
+
+def _fresh_like(v: z3.ExprRef, name: str) -> z3.ExprRef:
+    if v.sort() == z3.BoolSort():
+        return z3.Bool(name)
+    if isinstance(v, z3.ArithRef) and v.is_real():
+        return z3.Real(name)
+    return z3.Int(name)
+
+
+def _base_facts(prog: Program, setting: Setting, th_pre: tuple[z3.ArithRef, z3.ArithRef]) -> list[z3.BoolRef]:
+    """What the theorem assumes of the pre state: ``M ≥ B``, memory ``≤ M``, the
+    active count ``≤ max_num_seqs``."""
+    mem, count = th_pre
+    M = setting.M_term
+    out = [M >= max(1, setting.block), mem >= 0, mem <= M, count >= 0, prog.n_waiting >= 0]
+    if setting.max_num_seqs is not None:
+        out.append(count <= setting.max_num_seqs)
+    return out
+
+
+def prove_folds(
+    prog: Program,
+    sides: Sides,
+    setting: Setting,
+    budget: Budget,
+    state_bounds: Sequence[z3.BoolRef] = (),
+    state_goals: Sequence[tuple[str, z3.BoolRef]] = (),
+) -> FoldOutcome:
+    """The fold theorem for ``prog``: stratum one, then the hosts with each
+    candidate cost (none first), then the end.  ``state_bounds`` are a
+    stateful rule's declared bounds on its pre state (assumed), ``state_goals``
+    its next state within them (proved at the end).  The first attempt whose
+    every obligation is ``unsat`` is the proof; otherwise the failure of the
+    attempt that came closest."""
+    consts: list[tuple[str, z3.ArithRef]] = [("M", setting.M_term)]
+    if setting.token_budget is not None:
+        consts.append(("token_budget", z3.IntVal(setting.token_budget)))
+    if setting.max_num_seqs is not None:
+        consts.append(("max_num_seqs", z3.IntVal(setting.max_num_seqs)))
+    th = _Theorem(prog, sides, setting, budget, [], consts)
+    th.base = _base_facts(prog, setting, (th.pre_memory, th.pre_count)) + list(state_bounds)
+
+    # stratum one: each fold on its own, in the order the rule ran them
+    for f in prog.folds:
+        loop = th.loop1(f)
+        inv = _houdini(loop, _menu(loop, consts), th.base + th.phi, budget)
+        if inv is None:
+            return FoldOutcome(Unknown(f"the solver left the loop-invariant search of {loop.label} undecided"), ())
+        th.obligations += _loop_obligations(loop, inv, th.base + th.phi, budget)
+        th.inv1[f.index] = inv
+        th.phi += [loop.at(loop.end, a.term) for a in inv]
+        th.shown.append(f"{loop.label}: {_show(inv)}")
+    if not _passed(th.obligations):
+        return _failed(th.obligations, th.shown)
+
+    costs: list[tuple[z3.ArithRef, Fold] | None] = [None, *costs_of(prog, budget)]
+    hosts: list[int | None] = (
+        [sides.active_host] if sides.active_host is not None else [f.index for f in prog.folds if f.base == "active"]
+    )
+    best: FoldOutcome | None = None
+    for cost in costs:
+        for host in hosts or [None]:
+            out = _attempt(th, host, cost, state_goals)
+            if isinstance(out.verdict, Proved):
+                return out
+            # report the attempt that came closest (fewest obligations left unproved; the first on a tie)
+            if best is None or _misses(out) < _misses(best):
+                best = out
+    assert best is not None
+    return best
+
+
+def _misses(out: FoldOutcome) -> int:
+    """How many obligations an attempt left unproved (one stopped early counts as worst)."""
+    return sum(1 for o in out.obligations if not isinstance(o.verdict, Proved)) or len(out.obligations) + 1
+
+
+def _failed(obs: Sequence[Obligation], shown: Sequence[str]) -> FoldOutcome:
+    bad = next(o for o in obs if not isinstance(o.verdict, Proved))
+    if isinstance(bad.verdict, Unknown) and bad.verdict.reason.startswith("solver"):
+        v: Verdict = Unknown(f"{bad.label()}: {bad.verdict.reason}", bad.verdict.smt2)
+    else:
+        v = Unknown(f"the fold theorem does not apply: {bad.label()} is not proved ({bad.verdict})")
+    return FoldOutcome(v, tuple(obs), tuple(shown))
+
+
+def _attempt(
+    th: _Theorem, host: int | None, cost: tuple[z3.ArithRef, Fold] | None, state_goals: Sequence[tuple[str, z3.BoolRef]]
+) -> FoldOutcome:
+    """The hosts' loops with every ghost, then the end, for one host and one cost."""
+    se, sides, budget = th.setting, th.sides, th.budget
+    obs = list(th.obligations)
+    shown = list(th.shown)
+    base = th.base + ([th.pre_cost <= se.M_term] if cost is not None else [])
+    ctx = base + th.phi
+
+    # the active list's host
+    charge_names = ("Σcharge", "Σtokens", "#running")
+    if host is not None:
+        f = th.prog.folds[host]
+        tag = f"s2.fold{f.index}"
+        gs, start, step, end = th.state_ghosts(f, tag, cost)
+        start.update({str(a): i for a, i in zip(f.acc, f.init)})
+        step.update({str(a): n for a, n in zip(f.acc, f.nxt)})
+        end.update({str(a): x for a, x in zip(f.acc, f.final)})
+        e = f.entry
+        # the decision's terms are the host's own outputs (or constants, the same for every entry)
+        pre, grant = sides.preempt, sides.active_grant
+        prem = th.links(f, tag) + _wf_active(e, se, not sides.grants)
+        leaves = _leaf_names(f)
+        label = f"fold {f.index}: {f.where}"
+    else:
+        e = Entry(z3.BoolVal(True), z3.Int("s2.x.rid"), z3.Int("s2.x.s"), z3.Int("s2.x.o"), z3.Int("s2.x.p"))
+        tag = "s2.entries"
+        dummy = Fold(-1, "active", "the active list", e, (), (), (), (), (), ())
+        gs, start, step, end = th.state_ghosts(dummy, tag, cost)
+        pre, grant = sides.preempt, sides.active_grant
+        prem = _wf_active(e, se, not sides.grants)
+        leaves = []
+        label = "the active list"
+    runs = z3.Not(pre)
+    after = _after(e, grant, se)
+    ends_a = {n: z3.Int(f"A.{n}.end") for n in charge_names}
+    incs = {"Σcharge": z3.If(runs, held(after, se), 0), "Σtokens": z3.If(runs, after - e.p, 0), "#running": z3.If(runs, 1, 0)}
+    for n in charge_names:
+        v = z3.Int(f"{tag}.{n}")
+        gs.append((n, v))
+        start[str(v)] = z3.IntVal(0)
+        step[str(v)] = v + incs[n]
+        end[str(v)] = ends_a[n]
+    extra_a = []
+    if grant is not None:
+        # the engine rejects a negative grant (check_decision_values) and clamps one above the unit
+        extra_a.append(("every grant is ≥ 0 (the engine rejects a negative one)", grant >= 0))
+    loop_a = _Loop(label + " (with the charge)", leaves, gs, start, step, end, prem, extra_a)
+    inv_a = _houdini(loop_a, _menu(loop_a, th.consts), ctx, budget)
+    if inv_a is None:
+        return FoldOutcome(Unknown(f"the solver left the loop-invariant search of {loop_a.label} undecided"), tuple(obs))
+    obs += _loop_obligations(loop_a, inv_a, ctx, budget)
+    shown.append(f"{loop_a.label}: {_show(inv_a)}")
+    facts_a = [loop_a.at(loop_a.end, a.term) for a in inv_a]
+    cost_end = th.pre_cost
+
+    # the queue's host, starting from the active list's ghosts
+    ctx_w = ctx + facts_a
+    w = sides.waiting_host
+    if w is not None:
+        f = th.prog.folds[w]
+        tag = f"s2.fold{f.index}"
+        x = f.entry
+        gs_w: list[tuple[str, z3.ArithRef]] = []
+        start_w = {str(a): i for a, i in zip(f.acc, f.init)}
+        step_w = {str(a): n for a, n in zip(f.acc, f.nxt)}
+        end_w = {str(a): y for a, y in zip(f.acc, f.final)}
+        take = sides.admit
+        grant_w = sides.waiting_grant
+        after_w = _after(x, grant_w, se)
+        incs_w = {
+            "Σcharge": z3.If(take, held(after_w, se), 0),
+            "Σtokens": z3.If(take, after_w, 0),
+            "#running": z3.If(take, 1, 0),
+        }
+        names = list(charge_names)
+        if cost is not None:
+            names.append("Σcost")
+            incs_w["Σcost"] = z3.If(take, rename_entry(cost[0], cost[1].entry, x), 0)  # type: ignore[arg-type]
+        ends_w = {n: z3.Int(f"W.{n}.end") for n in names}
+        for n in names:
+            v = z3.Int(f"{tag}.{n}")
+            gs_w.append((n, v))
+            start_w[str(v)] = ends_a[n] if n != "Σcost" else th.pre_cost
+            step_w[str(v)] = v + incs_w[n]
+            end_w[str(v)] = ends_w[n]
+        extra = []
+        if grant_w is not None:
+            extra.append(("every grant is ≥ 0 (the engine rejects a negative one)", grant_w >= 0))
+            extra.append(("an admitted request makes progress (grant ≥ 1 token)", z3.Implies(take, after_w > 0)))
+        loop_w = _Loop(
+            f"fold {f.index}: {f.where} (with the charge)", _leaf_names(f), gs_w, start_w, step_w, end_w,
+            th.links(f, tag) + _wf_waiting(x, se), extra,
+        )
+        inv_w = _houdini(loop_w, _menu(loop_w, th.consts), ctx_w, budget)
+        if inv_w is None:
+            return FoldOutcome(Unknown(f"the solver left the loop-invariant search of {loop_w.label} undecided"), tuple(obs))
+        obs += _loop_obligations(loop_w, inv_w, ctx_w, budget)
+        shown.append(f"{loop_w.label}: {_show(inv_w)}")
+        facts = ctx_w + [loop_w.at(loop_w.end, a.term) for a in inv_w]
+        totals = ends_w
+        if cost is not None:
+            cost_end = ends_w["Σcost"]
+    else:
+        facts = ctx_w
+        totals = dict(ends_a)
+
+    # the end: the slot's checks, from the final instances
+    obs += obligation("end", facts, totals["Σcharge"] <= se.M_term, budget, "memory charged in the slot ≤ M")
+    if se.token_budget is not None:
+        obs += obligation("end", facts, totals["Σtokens"] <= se.token_budget, budget, "tokens in the slot ≤ token budget")
+    if se.max_num_seqs is not None:
+        obs += obligation("end", facts, totals["#running"] <= se.max_num_seqs, budget, "running ≤ max_num_seqs")
+    if cost is not None:
+        obs += obligation("end", facts, cost_end <= se.M_term, budget, "Σcost over the next active requests ≤ M")
+    for what, goal in state_goals:
+        obs += obligation("end", facts, goal, budget, what)
+    if _passed(obs):
+        return FoldOutcome(
+            Proved("prefix-fold theorem"), tuple(obs), tuple(shown), cost[0] if cost else None, cost[1].entry if cost else None
+        )
+    out = _failed(obs, shown)
+    return dataclasses.replace(out, cost=cost[0] if cost else None, cost_entry=cost[1].entry if cost else None)
+
+
