@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from test_engine_differential import FIELDS, _same
 
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals
 from kvstab.engine import _kernel as K
@@ -25,21 +26,7 @@ from kvstab.model import ModelParams
 from kvstab.registry import load_scheduler
 from kvstab.simulator import Engine, SimResult
 
-FIELDS = (
-    "arrived admitted preempted completed running memory wasted tokens queue "
-    "s o arrival first_admit finish preemptions served request_wasted"
-).split()
 COMPILED = ["current-fit", "current-fit-no-preempt", "reserve", "lookahead", "vllm-v1"]
-
-
-def _same(a: SimResult, b: SimResult) -> None:
-    assert a.slots == b.slots
-    for f in FIELDS:
-        x, y = getattr(a, f), getattr(b, f)
-        bad = np.flatnonzero(x != y) if x.shape == y.shape else [0]
-        assert len(bad) == 0, (
-            f"{f} differs first at {bad[0]}: reference {x[bad[0] : bad[0] + 3]}, fast {y[bad[0] : bad[0] + 3]}"
-        )
 
 
 def _work(

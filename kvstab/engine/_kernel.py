@@ -284,6 +284,19 @@ def _heap_remove(hk: np.ndarray, hid: np.ndarray, R: np.ndarray, r: int, size: i
 
 
 @_njit(cache=True, inline="always")
+def _touch(R: np.ndarray, r: int, t: int, B: int) -> int:
+    """Bring lazy decoder ``r``'s progress and areas up to the start of slot ``t`` (its ``d`` is
+    unchanged); returns its progress."""
+    k = t - R[F_TB, r]
+    a = _area(R[F_PROG, r], k, B)
+    R[F_ATT, r] += a
+    R[F_SERVED, r] += a
+    R[F_PROG, r] += k
+    R[F_TB, r] = t
+    return R[F_PROG, r]
+
+
+@_njit(cache=True, inline="always")
 def _lazy_add(
     R: np.ndarray, hk: np.ndarray, hid: np.ndarray, ph: np.ndarray, r: int, p: int, t: int, B: int,
     nL: int, CL: int, DL: int, hn: int,
@@ -308,20 +321,39 @@ def _lazy_remove(
 ) -> tuple[int, int, int, int, int]:  # fmt: skip
     """Request ``r`` leaves the lazy set at the start of slot ``t``: its progress and areas are
     brought up to date (slots ``R[F_TB, r] … t − 1``).  Returns its progress and the aggregates."""
-    p0 = R[F_PROG, r]
-    tb = R[F_TB, r]
-    k = t - tb
-    a = _area(p0, k, B)
-    R[F_ATT, r] += a
-    R[F_SERVED, r] += a
-    p = p0 + k
-    R[F_PROG, r] = p
-    R[F_TB, r] = t
-    d = p0 - tb
+    d = R[F_PROG, r] - R[F_TB, r]
+    p = _touch(R, r, t, B)
     if B > 1:
         ph[d % B] -= 1
     hn = _heap_remove(hk, hid, R, r, hn)
     return p, nL - 1, CL - d, DL - held(p, B), hn
+
+
+@_njit(cache=True, inline="always")
+def _unlink(R: np.ndarray, r: int, ah: int, at: int) -> tuple[int, int]:
+    """Take ``r`` out of the admission-order list; returns its new head and tail."""
+    prv = R[F_PRV, r]
+    nxt = R[F_NXT, r]
+    if prv >= 0:
+        R[F_NXT, prv] = nxt
+    else:
+        ah = nxt
+    if nxt >= 0:
+        R[F_PRV, nxt] = prv
+    else:
+        at = prv
+    return ah, at
+
+
+@_njit(cache=True, inline="always")
+def _arrive(
+    R: np.ndarray, qbuf: np.ndarray, ps: np.ndarray, po: np.ndarray, i: int, qh: int, ql: int, life: int
+) -> int:
+    """Request ``i`` of the plan joins the queue's tail (vLLM's lifecycle: ``o − 1`` decode units)."""
+    R[F_S, i] = ps[i]
+    R[F_O, i] = po[i] - 1 if life == VLLM_LIFE else po[i]
+    qbuf[(qh + ql) % qbuf.shape[0]] = i
+    return ql + 1
 
 
 @_njit(cache=True)
@@ -332,13 +364,7 @@ def sync_lazy(R: np.ndarray, st: np.ndarray, B: int) -> None:
     r = st[ST_AH]
     while r >= 0:
         if R[F_MODE, r] == M_LAZY:
-            k = t - R[F_TB, r]
-            if k > 0:
-                a = _area(R[F_PROG, r], k, B)
-                R[F_ATT, r] += a
-                R[F_SERVED, r] += a
-                R[F_PROG, r] += k
-                R[F_TB, r] = t
+            _touch(R, r, t, B)
         r = R[F_NXT, r]
 
 
@@ -530,10 +556,7 @@ def run_slots(
                     for tt in range(t, te):
                         arrived = 0
                         while i < n and pslot[i] == tt:
-                            R[F_S, i] = ps[i]
-                            R[F_O, i] = po[i] - 1 if life == VLLM_LIFE else po[i]
-                            qbuf[(qh + ql) % cap] = i
-                            ql += 1
+                            ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
                             i += 1
                             arrived += 1
                         post = _lazy_post(DL, nL, tt, B, ph)
@@ -552,10 +575,7 @@ def run_slots(
                         DL = post
                 else:
                     while i < n and pslot[i] < te:
-                        R[F_S, i] = ps[i]
-                        R[F_O, i] = po[i] - 1 if life == VLLM_LIFE else po[i]
-                        qbuf[(qh + ql) % cap] = i
-                        ql += 1
+                        ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
                         if binned:
                             k2 = pslot[i] - b2f
                             if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
@@ -573,10 +593,7 @@ def run_slots(
         st[ST_FULL] += 1
         arrived = 0
         while i < n and pslot[i] == t:
-            R[F_S, i] = ps[i]
-            R[F_O, i] = po[i] - 1 if life == VLLM_LIFE else po[i]
-            qbuf[(qh + ql) % cap] = i
-            ql += 1
+            ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
             i += 1
             arrived += 1
 
@@ -812,36 +829,13 @@ def run_slots(
         done = 0
         while hn > 0 and hk[0] == t:
             r = hid[0]
-            hn = _heap_remove(hk, hid, R, r, hn)
-            p0 = R[F_PROG, r]
-            tb = R[F_TB, r]
-            kk = t - tb + 1
-            a = _area(p0, kk, B)
-            R[F_ATT, r] += a
-            R[F_SERVED, r] += a
-            pf = p0 + kk
-            d = p0 - tb
-            nL -= 1
-            CL -= d
-            DL -= held(pf, B)
-            if B > 1:
-                ph[d % B] -= 1
-            R[F_PROG, r] = pf
-            R[F_TB, r] = t + 1
+            # its last slot's work is done: leaving the lazy set at slot t + 1 settles its areas
+            _, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t + 1, B, nL, CL, DL, hn)
             R[F_MODE, r] = M_OUT
             R[F_FIN, r] = t
             if pol == RESERVE:
                 resv -= held(R[F_S, r] + R[F_O, r], B)
-            prv = R[F_PRV, r]
-            nxt = R[F_NXT, r]
-            if prv >= 0:
-                R[F_NXT, prv] = nxt
-            else:
-                ah = nxt
-            if nxt >= 0:
-                R[F_PRV, nxt] = prv
-            else:
-                at = prv
+            ah, at = _unlink(R, r, ah, at)
             na -= 1
             done += 1
         for k in range(ne - 1, -1, -1):
@@ -859,16 +853,7 @@ def run_slots(
                     R[F_FIN, r] = t
                     if pol == RESERVE:
                         resv -= held(sr + R[F_O, r], B)
-                    prv = R[F_PRV, r]
-                    nxt = R[F_NXT, r]
-                    if prv >= 0:
-                        R[F_NXT, prv] = nxt
-                    else:
-                        ah = nxt
-                    if nxt >= 0:
-                        R[F_PRV, nxt] = prv
-                    else:
-                        at = prv
+                    ah, at = _unlink(R, r, ah, at)
                     na -= 1
                     done += 1
                 else:
