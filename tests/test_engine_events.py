@@ -228,3 +228,17 @@ def test_a_violation_after_a_stretch_is_reported_at_its_slot() -> None:
             run(load_scheduler("current-fit-no-preempt"), params, plan, 200, engine=engine)  # type: ignore[arg-type]
         outs.append((exc.value.slot, exc.value.memory, exc.value.requests, str(exc.value)))
     assert outs[0] == outs[1] and outs[0][0] > 40
+
+
+def test_huge_blocks_step_every_request_explicitly() -> None:
+    """Above LAZY_BMAX the phase histogram would be too large: every running request is stepped
+    slot by slot (the slot loop's cost), with the reference's outcome."""
+    B = K.LAZY_BMAX + 3
+    params = ModelParams(M=4 * B, chunk=4, block=B)
+    plan = fixed_arrivals([(0, 5, 20), (1, 9, 30), (2, 3, 12), (2, 6, 40), (3, 2, 9), (30, 4, 4)])
+    for rule in COMPILED:
+        ref = run(load_scheduler(rule), params, plan, 80, engine="reference").result
+        fast, work = _work(rule, params, plan, 80)
+        assert ref is not None
+        _same(ref, fast)
+        assert work["explicit_steps"] == int(ref.running.sum()), work  # every running request, every slot
