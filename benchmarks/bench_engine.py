@@ -1,13 +1,16 @@
 """The fast engine: speed targets, the scaling table, and the differential checks it must pass.
 
     python benchmarks/bench_engine.py                 # everything (minutes on a shared 2-core machine)
-    python benchmarks/bench_engine.py --only targets  # one section: targets | vllm | plugin | sglang | scaling | check | python
+    python benchmarks/bench_engine.py --only targets  # one section: targets | events | vllm | plugin | sglang | scaling | check | python
 
 Sections (issue 11; no timed tests — figures are printed here):
 
-* ``targets``  10⁶ requests of paper 1:1 at λ = 1.2·μ, M = 131000, each built-in (the
+* ``targets``  10⁶ requests of paper 1:1 at λ = 1.2·μ, M = 131000, each compiled built-in (the
   negative control with ``check=False``, so that it runs the whole horizon) and
   ``vllm-v1`` with vLLM's lifecycle; streamed (no per-slot arrays); target ≤ 10 s each.
+* ``events``   the event engine's cost: CPU ns per slot and per event as M grows 16k → 8M at
+  λ = 1.2·μ (the number running grows with M) and at λ = 0.9·μ, 0.5·μ; slots run one by one
+  and skipped, events processed; how often vLLM's default token budget stalls decoders.
 * ``vllm``     the vLLM-matched model (fast) vs vLLM 0.33's own scheduler and vs the
   reference model on one plan: steps/s, and step-for-step identity (check (c)).
 * ``plugin``   a plug-in rule (current-fit's rule in an outside class) on the plug-in path vs
@@ -43,7 +46,8 @@ from kvstab.arrivals import ArrivalPlan, poisson_arrivals
 from kvstab.contract import Decision, Traits, View, WaitingEntry, fcfs_admit, held_first, preempt_newest
 from kvstab.data import trace_path
 from kvstab.engine import run
-from kvstab.engine.driver import Lifecycle
+from kvstab.engine.driver import Lifecycle, _run_fast, fast_rule
+from kvstab.engine.stream import Summary
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import PAPER_BBAR, ModelParams
 from kvstab.ops import BoolLike, IntLike, Ops
@@ -78,33 +82,99 @@ def horizon(plan: ArrivalPlan) -> int:
     return int(plan.slot[-1]) + 1 if len(plan) else 1
 
 
+def fast_run(
+    rule: str, params: ModelParams, plan: ArrivalPlan, T: int, life: Lifecycle = "kvstab", check: bool = True
+) -> tuple[Summary, dict[str, int], float]:
+    """A streamed fixed-horizon run on the compiled engine: its summary, what it did
+    (``_State.work``: slots run one by one and skipped, events) and its CPU seconds."""
+    pol = fast_rule(load_scheduler(rule))
+    assert pol is not None, rule
+    work: dict[str, int] = {}
+    c0 = time.process_time()
+    summary, _ = _run_fast(
+        pol, rule, params, plan, T, False, check, life, False, None, max(T, 10_000_000), 0.25, 20, work
+    )
+    return summary, work, time.process_time() - c0
+
+
+def events_of(work: dict[str, int], arrived: int) -> int:
+    """The events a run processed: arrivals, admissions, preemptions, completions, and the
+    request-slots stepped one by one (prefill chunks, budget stalls)."""
+    return arrived + work["admissions"] + work["preemptions"] + work["completions"] + work["explicit_steps"]
+
+
 def section_targets(requests: int) -> None:
     header(f"targets: {requests:.0e} requests, paper 1:1, λ = 1.2·μ, M = 131000 (target ≤ 10 s each)")
     params = ModelParams()
     plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, requests)
     T = horizon(plan)
-    print(f"{len(plan)} requests over {T} slots")
     print(
-        f"{'rule':<52}{'wall s':>8}{'CPU s':>8}{'slots/s':>11}{'completed':>11}{'preempt':>9}  throughput/slot [95% CI]"
+        f"{len(plan)} requests over {T} slots; the compiled built-ins (sglang runs on the plug-in path: --only sglang)"
     )
-    cases: list[tuple[str, Lifecycle]] = [(n, "kvstab") for n in builtin_names(include_negative=True)]
+    print(
+        f"{'rule':<52}{'CPU s':>7}{'slots/s':>11}{'completed':>10}{'preempt':>9}{'stepped':>9}{'events':>10}"
+        "  throughput/slot [95% CI]"
+    )
+    cases: list[tuple[str, Lifecycle]] = [
+        (n, "kvstab") for n in builtin_names(include_negative=True) if fast_rule(load_scheduler(n)) is not None
+    ]
     cases.append(("vllm-v1", "vllm"))
     for name, life in cases:
         # the negative control overflows M at once; check=False lets it run the whole horizon
         check = name != "current-fit-no-preempt"
         run(load_scheduler(name), params, plan, 10, lifecycle=life, record=False)  # compile / load the cache
-        t0, c0 = time.perf_counter(), time.process_time()
-        out = run(load_scheduler(name), params, plan, T, lifecycle=life, record=False, check=check)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        s = out.summary
+        s, work, cpu = fast_run(name, params, plan, T, life, check)
         thr = s.throughput
         ci = f"{thr.value:.4f} [{thr.low:.4f}, {thr.high:.4f}]" if thr else "-"
         label = f"{name} ({life} lifecycle{'' if check else ', check=False'})"
         print(
-            f"{label:<52}{wall:>8.2f}{cpu:>8.2f}{T / cpu:>11.0f}{s.completed:>11}{s.preemptions:>9}  {ci}", flush=True
+            f"{label:<52}{cpu:>7.2f}{T / cpu:>11.0f}{s.completed:>10}{s.preemptions:>9}{work['full_slots']:>9}"
+            f"{events_of(work, s.arrived):>10}  {ci}",
+            flush=True,
         )
+    print("stepped: slots run one by one (the others were skipped in quiet stretches); events: arrivals,")
+    print("admissions, preemptions, completions and request-slots stepped one by one (prefill chunks)")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS of this process so far: {rss:.0f} MB (target < 1 GB for 10⁶ requests)")
+
+
+def section_events(requests: int) -> None:
+    """The cost per slot and per event as the number running grows with M, and as the load falls."""
+    header(f"events: CPU per slot and per event ({requests} requests per point, paper 1:1, streamed)")
+    w = PAPER_WORKLOADS["paper-1:1"]
+    print(
+        f"{'rule':<16}{'M':>9}{'λ/μ':>5}{'slots':>10}{'running':>9}{'stepped':>8}{'events':>10}{'ev/slot':>8}"
+        f"{'CPU s':>7}{'ns/slot':>9}{'ns/event':>9}{'req-slots/ev':>13}"
+    )
+    points = [(M, 1.2) for M in (16_000, 131_000, 1_000_000, 8_000_000)] + [(131_000, 0.9), (131_000, 0.5)]
+    for rule in ("current-fit", "vllm-v1", "lookahead"):
+        run(load_scheduler(rule), ModelParams(), plan_for(w, ModelParams(), 100), 10)  # compile / load the cache
+        for M, lf in points:
+            params = ModelParams(M=M)
+            plan = plan_for(w, params, requests, lf)
+            T = horizon(plan)
+            s, work, cpu = fast_run(rule, params, plan, T)
+            ev = events_of(work, s.arrived)
+            print(
+                f"{rule:<16}{M:>9}{lf:>5}{T:>10}{work['request_slots'] / T:>9.1f}"
+                f"{work['full_slots'] / T:>7.0%} {ev:>10}{ev / T:>8.2f}{cpu:>7.2f}{cpu / T * 1e9:>9.0f}"
+                f"{cpu / ev * 1e9:>9.0f}{work['request_slots'] / ev:>13.1f}",
+                flush=True,
+            )
+    print("running: mean requests running per slot (what a slot-by-slot loop steps each slot); stepped: share")
+    print("of slots run one by one; req-slots/ev: request-slots a slot loop would step per event processed")
+    # the token budget's per-slot fallback at vLLM's defaults (B = 16, budget = chunk = 2048, 256 seqs)
+    params = ModelParams(M=131_000, chunk=2048, block=16, token_budget=2048, max_num_seqs=256)
+    for life in ("kvstab", "vllm"):
+        plan = plan_for(w, params, requests, 1.2)
+        T = horizon(plan)
+        s, work, cpu = fast_run("vllm-v1", params, plan, T, life)  # type: ignore[arg-type]
+        print(
+            f"vllm-v1 at vLLM's defaults ({life} lifecycle, λ = 1.2·μ): {T} slots, {work['full_slots']} stepped, "
+            f"budget stalled a lazy decoder in {work['budget_slots']} slots ({work['budget_stalls']} request-slots); "
+            f"{cpu:.2f} CPU s",
+            flush=True,
+        )
 
 
 def section_vllm(steps: int) -> None:
@@ -333,9 +403,12 @@ def section_python(slots: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--only", choices=["targets", "vllm", "plugin", "sglang", "scaling", "check", "python"], action="append"
+        "--only",
+        choices=["targets", "events", "vllm", "plugin", "sglang", "scaling", "check", "python"],
+        action="append",
     )
     ap.add_argument("--requests", type=int, default=1_000_000, help="requests for the targets section")
+    ap.add_argument("--events-requests", type=int, default=200_000, help="requests per point of the events section")
     ap.add_argument("--vllm-steps", type=int, default=4000)
     ap.add_argument("--plugin-requests", type=int, default=3000)
     ap.add_argument("--sglang-requests", default="3000,100000", help="request counts of the sglang section")
@@ -344,11 +417,13 @@ def main() -> None:
     ap.add_argument("--check-M", type=int, default=16_000)
     ap.add_argument("--scaling", default="10000,100000,1000000", help="request counts of the scaling table")
     args = ap.parse_args()
-    todo = args.only or ["python", "targets", "vllm", "plugin", "sglang", "scaling", "check"]
+    todo = args.only or ["python", "targets", "events", "vllm", "plugin", "sglang", "scaling", "check"]
     print(f"bench_engine: {' '.join(todo)}; CPU affinity {sorted(os.sched_getaffinity(0))}")
     for name in todo:
         if name == "targets":
             section_targets(args.requests)
+        elif name == "events":
+            section_events(args.events_requests)
         elif name == "vllm":
             section_vllm(args.vllm_steps)
         elif name == "plugin":

@@ -1,18 +1,42 @@
-"""The compiled slot loop of the fast engine (numba; plain Python if numba is absent).
+"""The compiled engine of the built-in rules: event-driven, exact (numba; plain Python without numba).
 
-One function, :func:`run_slots`, runs the built-in rules slot by slot on flat
-int64 arrays and returns when it reaches ``t_end``, drains, or breaks an
-invariant; the Python driver (:mod:`kvstab.engine.driver`) calls it batch by
-batch, so per-slot series can be streamed and a progress bar updated.
+One function, :func:`run_slots`, runs the built-in rules from slot ``st[ST_T]``
+to ``t_end`` and returns there, on a drain, or at a broken invariant; the
+Python driver (:mod:`kvstab.engine.driver`) calls it batch by batch, so a
+progress bar moves and statistics stream.
 
-Every step mirrors :meth:`kvstab.simulator.Engine.step` for the built-in rule
+Every slot it runs is :meth:`kvstab.simulator.Engine.step` for the rule
 selected by ``pol`` — the differential tests (``tests/test_engine_*.py``) and
-``benchmarks/bench_engine.py`` hold the two to identical outputs.  What makes
-it fast is not a different model but the absence of per-slot objects: no
-``View``, no ``Decision``, no dictionaries, and aggregates where the rule only
-needs a sum (reserved peaks), a running finish-time table for ``lookahead``
-(which makes its admission test O(n) instead of O(n²)), and whole idle
-stretches skipped in one jump.
+``benchmarks/bench_engine.py`` hold the two to identical outputs — but its work
+grows with *events* (arrivals, admissions, preemptions, completions, prefill
+chunks), not with slots × running requests:
+
+* **Decoding requests are lazy.**  A request that decodes one token a slot
+  holds ``held(d + t)`` at the start of slot ``t`` (``d`` = its progress minus
+  the slot it was last touched), so nothing is stored per slot: the loop keeps
+  aggregates over the lazy set — their number, ``Σ d``, the memory they hold
+  now, and (block size ``B > 1``) a histogram of ``d mod B``, which says how
+  many of them open a new block in a given slot — and an indexed heap of
+  their finish slots.  A lazy request is *touched* (its progress, attempt area
+  and served area brought up to date in closed form) only when something
+  happens to it: preemption, completion, the token budget stalling it, or
+  when the driver reads the state.
+* **Explicit requests** — prefilling ones, and decoders the token budget
+  stalls in this slot — are stepped one by one, as before.
+* **Recompute victims are a suffix** of the admission order, so they are
+  found by walking back from the newest while the total post-slot memory
+  exceeds ``M``: O(victims), not O(running).  The token budget's grants are
+  found the same way (only requests past the budget get less than a unit).
+* **Quiet stretches are skipped in one jump.**  With no explicit request, the
+  loop computes the first slot in which anything could change — the next
+  completion (heap top), the next arrival if the queue is empty, the first slot
+  whose post-slot memory exceeds ``M`` (closed form), the slot a refused
+  ``lookahead`` head can next pass its test — and fills the slots before it in
+  closed form: per-slot rows when recording, the batch-means sums when
+  streaming.
+
+``docs/engine.md`` ("Why the shortcuts are exact") states, per rule, why a
+skipped slot decides exactly what the reference would have.
 """
 
 from __future__ import annotations
@@ -54,25 +78,307 @@ COLUMNS = (
 ).split()
 NCOLS = len(COLUMNS)
 
+# rows of the request table ``R`` (one column per request, arrival order)
+F_S, F_O, F_PROG, F_TB, F_ATT, F_SERVED, F_WASTED, F_NPRE, F_FIRST, F_FIN = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
+F_RECOMP, F_MODE, F_NXT, F_PRV, F_HPOS, F_EPOS, F_GRANT, F_TA, F_FSLOT, F_TF = 10, 11, 12, 13, 14, 15, 16, 17, 18, 19
+NF = 20
+
+# request modes (``R[F_MODE]``): not running, a lazy decoder, stepped explicitly
+M_OUT, M_LAZY, M_EXPL = 0, 1, 2
+
 # indices into the scalar state array ``st``
 ST_T, ST_I, ST_QH, ST_QL, ST_NA, ST_RESV = 0, 1, 2, 3, 4, 5
 ST_VKIND, ST_VSLOT, ST_VVALUE, ST_VMEM = 6, 7, 8, 9
-ST_SIZE = 10
+ST_AH, ST_AT = 10, 11  # head (oldest) and tail (newest) of the admission-order list of actives
+ST_NL, ST_CL, ST_DL = 12, 13, 14  # lazy decoders: number, Σ d, memory held at the start of slot ST_T
+ST_NE, ST_HN = 15, 16  # explicit requests, heap size
+ST_LAH, ST_LAW = 17, 18  # lookahead: the refused head and the first slot it can pass its test
+ST_DONE, ST_MEMSUM = 19, 20  # completions so far; streamed Σ memory from the steady window's start
+# work counters (what the run cost, for benchmarks/bench_engine.py)
+ST_FULL, ST_SKIP, ST_STRETCH, ST_EXPL, ST_ADMIT, ST_PREEMPT, ST_BUDGET, ST_BUDREQ, ST_LATEST = range(21, 30)
+ST_RUNSUM = 30  # Σ over slots of the requests running: what a slot-by-slot loop steps
+ST_SIZE = 31
+
+#: the work counters a run reports (name, index into ``st``)
+WORK = (
+    ("full_slots", ST_FULL),
+    ("skipped_slots", ST_SKIP),
+    ("stretches", ST_STRETCH),
+    ("explicit_steps", ST_EXPL),
+    ("admissions", ST_ADMIT),
+    ("preemptions", ST_PREEMPT),
+    ("completions", ST_DONE),
+    ("budget_slots", ST_BUDGET),
+    ("budget_stalls", ST_BUDREQ),
+    ("lookahead_tests", ST_LATEST),
+    ("request_slots", ST_RUNSUM),
+)
+
+# streamed batch-means parameters (``bp``): throughput bins, queue-slope bins, Σ memory from MEM_START
+BP_ON, BP_F1, BP_S1, BP_N1, BP_F2, BP_S2, BP_N2, BP_MEM = 0, 1, 2, 3, 4, 5, 6, 7
+BP_SIZE = 8
 
 # return codes
 REACHED, VIOLATION, DRAINED = 0, 1, 2
 # violation kinds
 V_MEMORY, V_SEQS, V_BUDGET = 1, 2, 3
 
+#: the largest block size with a lazy decode path (its phase histogram has B entries);
+#: above it every running request is stepped explicitly, slot by slot
+LAZY_BMAX = 1 << 16
+
+_FAR = 1 << 62
+
 
 @_njit(cache=True, inline="always")
 def held(p: int, B: int) -> int:
     """KV tokens held at progress ``p``: :func:`kvstab.model.tokens_held` on ints
-    (numba cannot call the ops-generic original; ``tests/test_engine_kernel.py``
+    (numba cannot call the ops-generic original; ``tests/test_engine_stream.py``
     checks the two agree)."""
     if B == 1:
         return p
     return (p + B - 1) // B * B
+
+
+@_njit(cache=True, inline="always")
+def _pad_sum(x: int, B: int) -> int:
+    """``Σ_{y=0}^{x-1} ((-y) mod B)``: the block padding ``held(y) - y`` summed over ``y < x`` (``x ≥ 0``)."""
+    q = x // B
+    r = x - q * B
+    part = 0 if r == 0 else (r - 1) * B - (r - 1) * r // 2
+    return q * (B * (B - 1) // 2) + part
+
+
+@_njit(cache=True, inline="always")
+def _area(p0: int, k: int, B: int) -> int:
+    """``Σ_{j=1}^{k} held(p0 + j)``: the area a request decoding from progress ``p0`` is
+    served over ``k`` slots (one token a slot; memory is charged after each slot's work)."""
+    a = k * p0 + k * (k + 1) // 2
+    if B > 1:
+        a += _pad_sum(p0 + k + 1, B) - _pad_sum(p0 + 1, B)
+    return a
+
+
+@_njit(cache=True, inline="always")
+def _lazy_post(DL: int, nL: int, t: int, B: int, ph: np.ndarray) -> int:
+    """Post-slot memory of the lazy decoders in slot ``t`` (``DL``: what they hold at its start).
+    A decoder at progress ``p`` opens a new block in the slot iff ``p ≡ 0 (mod B)``, i.e. iff
+    its ``d ≡ -t``."""
+    if nL == 0:
+        return DL
+    if B == 1:
+        return DL + nL
+    return DL + B * ph[(-t) % B]
+
+
+@_njit(cache=True)
+def _dl_advance(DL: int, nL: int, t: int, L: int, B: int, ph: np.ndarray) -> int:
+    """What the lazy decoders hold at the start of slot ``t + L`` (none joining or leaving)."""
+    if nL == 0 or L <= 0:
+        return DL
+    if B == 1:
+        return DL + nL * L
+    q = L // B
+    DL += q * B * nL  # every decoder opens one block per B slots
+    for j in range(q * B, L):
+        DL += B * ph[(-(t + j)) % B]
+    return DL
+
+
+@_njit(cache=True)
+def _post_sum(DL: int, nL: int, t: int, L: int, B: int, ph: np.ndarray) -> int:
+    """``Σ`` of the lazy decoders' post-slot memory over slots ``t … t + L − 1`` in closed form
+    (O(min(L, B))): slot ``t + j`` adds the blocks opened in slots ``t … t + j``."""
+    if L <= 0:
+        return 0
+    if nL == 0:
+        return DL * L
+    if B == 1:
+        return L * DL + nL * (L * (L + 1) // 2)
+    total = L * DL
+    for i in range(min(B, L)):
+        c = ph[(-(t + i)) % B]
+        if c != 0:
+            K = (L - i + B - 1) // B  # slots t + i, t + i + B, … before t + L: each counts L − (offset) times
+            total += B * c * (K * (L - i) - B * K * (K - 1) // 2)
+    return total
+
+
+@_njit(cache=True)
+def _overflow(DL: int, nL: int, t: int, limit: int, M: int, B: int, ph: np.ndarray) -> int:
+    """The first slot in ``[t, limit)`` whose post-slot lazy memory exceeds ``M`` (``limit`` if
+    none).  Memory only grows: by ``nL`` a slot (``B = 1``), or by ``B·nL`` every ``B`` slots."""
+    post = _lazy_post(DL, nL, t, B, ph)
+    if post > M:
+        return t
+    if nL == 0:
+        return limit
+    if B == 1:
+        return min(t + (M - post) // nL + 1, limit)
+    k = (M - post) // (B * nL)  # whole periods that stay within M
+    tt = t + k * B
+    if tt >= limit:
+        return limit
+    d = DL + k * B * nL
+    while tt < limit:  # at most B slots: one more period exceeds M
+        post = d + B * ph[(-tt) % B]
+        if post > M:
+            return tt
+        d = post
+        tt += 1
+    return limit
+
+
+# --- the indexed min-heap of lazy decoders' finish slots (positions in R[F_HPOS])
+@_njit(cache=True, inline="always")
+def _sift_up(hk: np.ndarray, hid: np.ndarray, R: np.ndarray, j: int) -> None:
+    key = hk[j]
+    r = hid[j]
+    while j > 0:
+        pj = (j - 1) >> 1
+        if hk[pj] <= key:
+            break
+        hk[j] = hk[pj]
+        hid[j] = hid[pj]
+        R[F_HPOS, hid[j]] = j
+        j = pj
+    hk[j] = key
+    hid[j] = r
+    R[F_HPOS, r] = j
+
+
+@_njit(cache=True, inline="always")
+def _sift_down(hk: np.ndarray, hid: np.ndarray, R: np.ndarray, j: int, size: int) -> None:
+    key = hk[j]
+    r = hid[j]
+    while True:
+        c = 2 * j + 1
+        if c >= size:
+            break
+        if c + 1 < size and hk[c + 1] < hk[c]:
+            c += 1
+        if hk[c] >= key:
+            break
+        hk[j] = hk[c]
+        hid[j] = hid[c]
+        R[F_HPOS, hid[j]] = j
+        j = c
+    hk[j] = key
+    hid[j] = r
+    R[F_HPOS, r] = j
+
+
+@_njit(cache=True, inline="always")
+def _heap_remove(hk: np.ndarray, hid: np.ndarray, R: np.ndarray, r: int, size: int) -> int:
+    j = R[F_HPOS, r]
+    last = size - 1
+    if j != last:
+        hk[j] = hk[last]
+        hid[j] = hid[last]
+        R[F_HPOS, hid[j]] = j
+        if j > 0 and hk[j] < hk[(j - 1) >> 1]:
+            _sift_up(hk, hid, R, j)
+        else:
+            _sift_down(hk, hid, R, j, last)
+    return last
+
+
+@_njit(cache=True, inline="always")
+def _touch(R: np.ndarray, r: int, t: int, B: int) -> int:
+    """Bring lazy decoder ``r``'s progress and areas up to the start of slot ``t`` (its ``d`` is
+    unchanged); returns its progress."""
+    k = t - R[F_TB, r]
+    a = _area(R[F_PROG, r], k, B)
+    R[F_ATT, r] += a
+    R[F_SERVED, r] += a
+    R[F_PROG, r] += k
+    R[F_TB, r] = t
+    return R[F_PROG, r]
+
+
+@_njit(cache=True, inline="always")
+def _lazy_add(
+    R: np.ndarray, hk: np.ndarray, hid: np.ndarray, ph: np.ndarray, r: int, p: int, t: int, B: int,
+    nL: int, CL: int, DL: int, hn: int,
+) -> tuple[int, int, int, int]:  # fmt: skip
+    """Request ``r`` (decoding, progress ``p`` at the start of slot ``t``) joins the lazy set."""
+    R[F_MODE, r] = M_LAZY
+    R[F_PROG, r] = p
+    R[F_TB, r] = t
+    d = p - t
+    if B > 1:
+        ph[d % B] += 1
+    hk[hn] = t + R[F_S, r] + R[F_O, r] - p - 1  # the slot whose work brings it to s + o
+    hid[hn] = r
+    _sift_up(hk, hid, R, hn)
+    return nL + 1, CL + d, DL + held(p, B), hn + 1
+
+
+@_njit(cache=True, inline="always")
+def _lazy_remove(
+    R: np.ndarray, hk: np.ndarray, hid: np.ndarray, ph: np.ndarray, r: int, t: int, B: int,
+    nL: int, CL: int, DL: int, hn: int,
+) -> tuple[int, int, int, int, int]:  # fmt: skip
+    """Request ``r`` leaves the lazy set at the start of slot ``t``: its progress and areas are
+    brought up to date (slots ``R[F_TB, r] … t − 1``).  Returns its progress and the aggregates."""
+    d = R[F_PROG, r] - R[F_TB, r]
+    p = _touch(R, r, t, B)
+    if B > 1:
+        ph[d % B] -= 1
+    hn = _heap_remove(hk, hid, R, r, hn)
+    return p, nL - 1, CL - d, DL - held(p, B), hn
+
+
+@_njit(cache=True, inline="always")
+def _unlink(R: np.ndarray, r: int, ah: int, at: int) -> tuple[int, int]:
+    """Take ``r`` out of the admission-order list; returns its new head and tail."""
+    prv = R[F_PRV, r]
+    nxt = R[F_NXT, r]
+    if prv >= 0:
+        R[F_NXT, prv] = nxt
+    else:
+        ah = nxt
+    if nxt >= 0:
+        R[F_PRV, nxt] = prv
+    else:
+        at = prv
+    return ah, at
+
+
+@_njit(cache=True, inline="always")
+def _arrive(
+    R: np.ndarray, qbuf: np.ndarray, ps: np.ndarray, po: np.ndarray, i: int, qh: int, ql: int, life: int
+) -> int:
+    """Request ``i`` of the plan joins the queue's tail (vLLM's lifecycle: ``o − 1`` decode units)."""
+    R[F_S, i] = ps[i]
+    R[F_O, i] = po[i] - 1 if life == VLLM_LIFE else po[i]
+    qbuf[(qh + ql) % qbuf.shape[0]] = i
+    return ql + 1
+
+
+@_njit(cache=True)
+def sync_lazy(R: np.ndarray, st: np.ndarray, B: int) -> None:
+    """Bring every lazy decoder's progress and areas up to the start of slot ``st[ST_T]``
+    (the aggregates do not change: ``d`` stays what it is)."""
+    t = st[ST_T]
+    r = st[ST_AH]
+    while r >= 0:
+        if R[F_MODE, r] == M_LAZY:
+            _touch(R, r, t, B)
+        r = R[F_NXT, r]
+
+
+@_njit(cache=True)
+def active_ids(R: np.ndarray, st: np.ndarray) -> np.ndarray:
+    """The active requests, admission order."""
+    ids = np.empty(st[ST_NA], dtype=np.int64)
+    r = st[ST_AH]
+    k = 0
+    while r >= 0 and k < ids.shape[0]:
+        ids[k] = r
+        k += 1
+        r = R[F_NXT, r]
+    return ids[:k]
 
 
 @_njit(cache=True, inline="always")
@@ -89,6 +395,55 @@ def _proj_held(s: int, o: int, ta: int, E: int, chunk: int, B: int) -> int:
     else:
         prog = s + tau - rp
     return held(prog, B)
+
+
+@_njit(cache=True)
+def _lookahead_test(R: np.ndarray, ah: int, c: int, t: int, M: int, chunk: int, B: int) -> tuple[bool, int, int, int]:
+    """``lookahead``'s admission test of queue head ``c`` in slot ``t`` against the finish-time
+    table (``R[F_FSLOT]``: finish slot ``F_q``, ``R[F_TF]``: projected total at ``F_q``).
+
+    Returns ``(ok, wake, fc, own)``: when refused, ``wake`` is a slot before which the test
+    cannot pass while the head and the actives stay (completions change no projected total
+    at a later slot; see ``docs/engine.md``): a failing finish-slot constraint of ``q`` keeps
+    failing while the head, admitted later, still holds more than ``M − total(F_q)`` at
+    ``F_q``; a failing total at the head's own finish keeps failing until that finish
+    passes the next finish slot of an active request (the total only grows between them).
+    """
+    sc = R[F_S, c]
+    oc = R[F_O, c]
+    rp = (sc + chunk - 1) // chunk
+    life = rp + oc
+    fc = t + life - 1
+    own = _proj_held(sc, oc, t, fc, chunk, B)
+    ok = True
+    wake = t + 1
+    fnext = _FAR
+    q = ah
+    while q >= 0:
+        fq = R[F_FSLOT, q]
+        if fq >= fc:
+            own += _proj_held(R[F_S, q], R[F_O, q], R[F_TA, q], fc, chunk, B)
+            if fq < fnext:
+                fnext = fq
+        extra = _proj_held(sc, oc, t, fq, chunk, B) if fq <= fc else 0
+        if R[F_TF, q] + extra > M:
+            ok = False
+            if fq <= fc:
+                # the largest age tau at which the head holds at most M − total(F_q)
+                m = (M - R[F_TF, q]) // B * B
+                tau = m // chunk if m < sc else rp + min(oc, m - sc)
+                w = fq + 1 - tau
+            else:
+                w = fq + 1  # (never: totals stay within M) fails while q runs
+            if w > wake:
+                wake = w
+        q = R[F_NXT, q]
+    if own > M:
+        ok = False
+        w = fnext - life + 2
+        if w > wake:
+            wake = w
+    return ok, wake, fc, own
 
 
 @_njit(cache=True)
@@ -109,243 +464,336 @@ def run_slots(
     pslot: np.ndarray,
     ps: np.ndarray,
     po: np.ndarray,
-    s: np.ndarray,
-    o: np.ndarray,
-    prog: np.ndarray,
-    att: np.ndarray,
-    served: np.ndarray,
-    wasted: np.ndarray,
-    npre: np.ndarray,
-    first: np.ndarray,
-    fin: np.ndarray,
-    recomp: np.ndarray,
-    ta: np.ndarray,
-    fslot: np.ndarray,
-    tf: np.ndarray,
-    grant: np.ndarray,
+    R: np.ndarray,
     qbuf: np.ndarray,
-    act: np.ndarray,
+    elist: np.ndarray,
+    hk: np.ndarray,
+    hid: np.ndarray,
+    ph: np.ndarray,
     st: np.ndarray,
     out: np.ndarray,
+    bins1: np.ndarray,
+    bins2: np.ndarray,
+    bp: np.ndarray,
 ) -> int:
-    """Run slots ``st[ST_T]`` … ``t_end - 1`` (fewer on a drain or a violation),
-    writing slot ``t``'s row at ``out[:, t - t_base]``; returns a status code."""
+    """Run slots ``st[ST_T]`` … ``t_end − 1`` (fewer on a drain or a violation); returns a status
+    code.  With ``out`` of positive width, slot ``t``'s row is written at ``out[:, t − t_base]``;
+    with ``bp[BP_ON]``, the batch-means sums of a streamed fixed horizon are added to
+    ``bins1`` (completions), ``bins2`` (arrivals − completions) and ``st[ST_MEMSUM]``."""
     n = pslot.shape[0]
     cap = qbuf.shape[0]
+    rows = out.shape[1] > 0
+    lazy_ok = B <= LAZY_BMAX
+    preempts = pol == CURRENT_FIT or pol == VLLM_V1
+    binned = bp[BP_ON] != 0
+    b1f, b1s, b1n = bp[BP_F1], bp[BP_S1], bp[BP_N1]
+    b2f, b2s, b2n = bp[BP_F2], bp[BP_S2], bp[BP_N2]
+    mstart = bp[BP_MEM]
     t = st[ST_T]
     i = st[ST_I]
     qh = st[ST_QH]
     ql = st[ST_QL]
     na = st[ST_NA]
     resv = st[ST_RESV]
+    ah = st[ST_AH]
+    at = st[ST_AT]
+    nL = st[ST_NL]
+    CL = st[ST_CL]
+    DL = st[ST_DL]
+    ne = st[ST_NE]
+    hn = st[ST_HN]
+    lah = st[ST_LAH]
+    law = st[ST_LAW]
+    memsum = st[ST_MEMSUM]
     status = REACHED
     while t < t_end:
         if drain and i >= n and na == 0 and ql == 0 and t >= drain_min:
             status = DRAINED
             break
-        if na == 0 and ql == 0 and (i >= n or pslot[i] > t):
-            # an idle stretch: nothing waits, runs or arrives, so every slot up to the
-            # next arrival is an all-zero row (already zero in ``out``)
-            if i < n:
-                nt = pslot[i]
-            elif drain:
-                nt = drain_min  # t < drain_min here, or the run would have drained above
-            else:
-                nt = t_end
-            t = min(nt, t_end)
-            continue
-        row = t - t_base
+
+        # ================= a quiet stretch: every running request is a lazy decoder, and
+        # nothing can change a decision before slot te
+        if ne == 0:
+            te = t_end
+            if ql == 0 and i < n and pslot[i] < te:
+                te = pslot[i]  # an arrival into an empty queue may be admitted at once
+            if drain and i >= n and t < drain_min < te:
+                te = drain_min
+            if hn > 0 and hk[0] < te:
+                te = hk[0]  # a completion frees memory at the end of its slot
+            if te > t and ql > 0:
+                # the head must be refused now and in every slot before te
+                h = qbuf[qh]
+                full = maxseq >= 0 and na >= maxseq  # until a completion
+                if not full:
+                    if pol == CURRENT_FIT or pol == NO_PREEMPT:
+                        # post-slot memory only grows, so a refused first chunk stays refused
+                        if _lazy_post(DL, nL, t, B, ph) + held(min(R[F_S, h], chunk), B) <= M:
+                            te = t
+                    elif pol == VLLM_V1:
+                        # memory only grows and the budget left (budget − running) stays
+                        if (budget < 0 or budget - nL > 0) and _lazy_post(DL, nL, t, B, ph) + held(R[F_S, h], B) <= M:
+                            te = t
+                    elif pol == RESERVE:
+                        if resv + held(R[F_S, h] + R[F_O, h], B) <= M:
+                            te = t
+                    elif h != lah or t >= law:  # LOOKAHEAD: not tested yet, or its wake slot came
+                        te = t
+                    elif law < te:
+                        te = law
+            if te > t and (preempts or check):
+                te = _overflow(DL, nL, t, te, M, B, ph)  # a preemption (or the violation) is an event
+            if te > t and budget >= 0 and nL > budget and (pol == VLLM_V1 or check):
+                te = t  # the budget binds (vllm-v1 stalls decoders) or is broken: per-slot work
+            if te > t and check and maxseq >= 0 and na > maxseq:
+                te = t
+            if te > t:
+                L = te - t
+                st[ST_STRETCH] += 1
+                st[ST_SKIP] += L
+                st[ST_RUNSUM] += na * L
+                if rows:
+                    for tt in range(t, te):
+                        arrived = 0
+                        while i < n and pslot[i] == tt:
+                            ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
+                            i += 1
+                            arrived += 1
+                        post = _lazy_post(DL, nL, tt, B, ph)
+                        col = tt - t_base
+                        out[0, col] = arrived
+                        out[4, col] = na
+                        out[5, col] = post
+                        out[7, col] = nL
+                        out[8, col] = ql
+                        if comp:
+                            kv = CL + nL * (tt + 1)
+                            out[9, col] = nL
+                            out[11, col] = nL
+                            out[12, col] = kv
+                            out[16, col] = kv
+                        DL = post
+                else:
+                    while i < n and pslot[i] < te:
+                        ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
+                        if binned:
+                            k2 = pslot[i] - b2f
+                            if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
+                                bins2[k2 // b2s] += 1.0
+                        i += 1
+                    if binned:
+                        lo = max(t, mstart)
+                        if lo < te:
+                            memsum += _post_sum(_dl_advance(DL, nL, t, lo - t, B, ph), nL, lo, te - lo, B, ph)
+                    DL = _dl_advance(DL, nL, t, L, B, ph)
+                t = te
+                continue
+
+        # ================= a full slot
+        st[ST_FULL] += 1
         arrived = 0
         while i < n and pslot[i] == t:
-            r = i
-            s[r] = ps[i]
-            o[r] = po[i] - 1 if life == VLLM_LIFE else po[i]
-            qbuf[(qh + ql) % cap] = r
-            ql += 1
+            ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
             i += 1
             arrived += 1
 
-        # --- the decision: victims (a suffix of the admission order) and grants
-        kcut = na
-        kept = 0  # post-slot memory of the survivors
-        left = budget
-        if pol == CURRENT_FIT or pol == NO_PREEMPT:
-            prefix = 0
-            for k in range(na):
-                r = act[k]
-                p = prog[r]
-                u = min(chunk, s[r] - p) if p < s[r] else 1
-                prefix += held(p + u, B)
-                if pol == CURRENT_FIT and prefix > M and kcut == na:
-                    kcut = k
-                if kcut == na:
-                    kept = prefix
-            if pol == NO_PREEMPT:
-                kept = prefix
-        elif pol == VLLM_V1:
-            prefix = 0
-            for k in range(na):
-                r = act[k]
-                p = prog[r]
-                ask = min(s[r] - p, chunk) if p < s[r] else 1
-                g = ask if budget < 0 else min(ask, left)
-                prefix += held(p + g, B)
-                if kcut == na and prefix > M:
-                    kcut = k
-                if kcut == na:
-                    grant[r] = g
-                    kept = prefix
-                    if budget >= 0:
-                        left -= g
+        # --- the decision: grants (one unit each unless the budget binds), then victims
+        pexp = 0  # post-slot memory of the explicit requests
+        gexp = 0  # their grants
+        for k in range(ne):
+            r = elist[k]
+            p = R[F_PROG, r]
+            sr = R[F_S, r]
+            u = min(chunk, sr - p) if p < sr else 1
+            R[F_GRANT, r] = u
+            gexp += u
+            pexp += held(p + u, B)
+        if pol == VLLM_V1 and budget >= 0 and nL + gexp > budget:
+            # vLLM's running-first walk: a prefix of the admission order gets its whole ask,
+            # one request the budget's rest, the newer ones nothing.  Walk back from the newest
+            # while the asks before a request already spend the budget.
+            total = nL + gexp
+            sfx = 0
+            stalled = 0
+            r = at
+            while r >= 0:
+                lazy = R[F_MODE, r] == M_LAZY
+                if lazy:
+                    ask = 1
                 else:
-                    grant[r] = 0
+                    ask = R[F_GRANT, r]
+                if total - sfx <= budget:
+                    break
+                g = budget - (total - sfx - ask)
+                if g < 0:
+                    g = 0
+                prv = R[F_PRV, r]
+                if lazy:
+                    # a decoder the budget stalls is stepped explicitly in this slot
+                    p, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t, B, nL, CL, DL, hn)
+                    R[F_MODE, r] = M_EXPL
+                    elist[ne] = r
+                    R[F_EPOS, r] = ne
+                    ne += 1
+                    pexp += held(p + g, B)
+                    gexp += g
+                    stalled += 1
+                else:
+                    p = R[F_PROG, r]
+                    pexp += held(p + g, B) - held(p + ask, B)
+                    gexp += g - ask
+                R[F_GRANT, r] = g
+                sfx += ask
+                r = prv
+            if stalled > 0:
+                st[ST_BUDGET] += 1
+                st[ST_BUDREQ] += stalled
+        P = _lazy_post(DL, nL, t, B, ph) + pexp
 
-        # --- preemption: lose memory and progress, back to the queue head, oldest first
-        npreempt = na - kcut
+        # --- preemption: the newest while post-slot memory exceeds M (victims are a suffix)
+        npreempt = 0
         step_wasted = 0
         step_recomp = 0
-        for k in range(kcut, na):
-            r = act[k]
-            if life == VLLM_LIFE:
-                recomp[r] += prog[r]
-                step_recomp += prog[r]
-                if prog[r] >= s[r]:
-                    ns = prog[r] + 1
-                    o[r] = s[r] + o[r] - prog[r] - 1
-                    s[r] = ns
-            step_wasted += att[r]
-            wasted[r] += att[r]
-            att[r] = 0
-            prog[r] = 0
-            npre[r] += 1
-        for k in range(na - 1, kcut - 1, -1):
-            qh = (qh - 1) % cap
-            qbuf[qh] = act[k]
-            ql += 1
-        n_before = na
-        na = kcut
+        if preempts and P > M:
+            while P > M:
+                r = at
+                if R[F_MODE, r] == M_LAZY:
+                    p, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t, B, nL, CL, DL, hn)
+                    P -= held(p + 1, B)
+                else:
+                    p = R[F_PROG, r]
+                    g = R[F_GRANT, r]
+                    P -= held(p + g, B)
+                    pexp -= held(p + g, B)
+                    gexp -= g
+                    ne -= 1
+                    e = R[F_EPOS, r]
+                    last = elist[ne]
+                    elist[e] = last
+                    R[F_EPOS, last] = e
+                at = R[F_PRV, r]
+                if at >= 0:
+                    R[F_NXT, at] = -1
+                else:
+                    ah = -1
+                na -= 1
+                if life == VLLM_LIFE:
+                    R[F_RECOMP, r] += p
+                    step_recomp += p
+                    if p >= R[F_S, r]:  # vLLM keeps the outputs: they are recomputed as prompt
+                        R[F_O, r] = R[F_S, r] + R[F_O, r] - p - 1
+                        R[F_S, r] = p + 1
+                step_wasted += R[F_ATT, r]
+                R[F_WASTED, r] += R[F_ATT, r]
+                R[F_ATT, r] = 0
+                R[F_PROG, r] = 0
+                R[F_NPRE, r] += 1
+                R[F_MODE, r] = M_OUT
+                # back to the queue head; popped newest first, so the oldest ends up first
+                qh = (qh - 1) % cap
+                qbuf[qh] = r
+                ql += 1
+                npreempt += 1
+            st[ST_PREEMPT] += npreempt
 
         # --- admission: head of line, FCFS; none in a slot that preempted
         nadmit = 0
-        if npreempt == 0:
-            running = n_before
-            if pol == CURRENT_FIT or pol == NO_PREEMPT:
-                acc = kept
-                while ql > 0:
-                    r = qbuf[qh]
-                    after = acc + held(min(s[r], chunk), B)
-                    if after > M or (maxseq >= 0 and running >= maxseq):
+        if npreempt == 0 and ql > 0:
+            running = na
+            acc = P  # post-slot memory of the actives
+            left = budget - (nL + gexp)
+            while ql > 0:
+                r = qbuf[qh]
+                if maxseq >= 0 and running >= maxseq:
+                    break
+                sr = R[F_S, r]
+                if pol == CURRENT_FIT or pol == NO_PREEMPT:
+                    g = min(sr, chunk)
+                    after = acc + held(g, B)
+                    if after > M:
                         break
                     acc = after
-                    qh = (qh + 1) % cap
-                    ql -= 1
-                    act[na] = r
-                    na += 1
-                    running += 1
-                    nadmit += 1
-            elif pol == RESERVE:
-                while ql > 0:
-                    r = qbuf[qh]
-                    after = resv + held(s[r] + o[r], B)
-                    if after > M or (maxseq >= 0 and running >= maxseq):
+                elif pol == RESERVE:
+                    after = resv + held(sr + R[F_O, r], B)
+                    if after > M:
                         break
                     resv = after
-                    qh = (qh + 1) % cap
-                    ql -= 1
-                    act[na] = r
-                    na += 1
-                    running += 1
-                    nadmit += 1
-            elif pol == VLLM_V1:
-                used = kept
-                while ql > 0:
-                    r = qbuf[qh]
-                    ok = used + held(s[r], B) <= M
-                    if budget >= 0 and left <= 0:
-                        ok = False
-                    if maxseq >= 0 and running >= maxseq:
-                        ok = False
-                    if not ok:
+                    g = min(sr, chunk)
+                elif pol == VLLM_V1:
+                    if acc + held(sr, B) > M or (budget >= 0 and left <= 0):
                         break
-                    f1 = min(s[r], chunk) if budget < 0 else min(s[r], chunk, left)
-                    used += held(f1, B)
+                    g = min(sr, chunk) if budget < 0 else min(sr, chunk, left)
+                    acc += held(g, B)
                     if budget >= 0:
-                        left -= f1
-                    grant[r] = f1
-                    qh = (qh + 1) % cap
-                    ql -= 1
-                    act[na] = r
-                    na += 1
-                    running += 1
-                    nadmit += 1
-            else:  # LOOKAHEAD: projected totals at every included finish slot stay within M
-                while ql > 0:
-                    r = qbuf[qh]
-                    if maxseq >= 0 and running >= maxseq:
+                        left -= g
+                else:  # LOOKAHEAD: projected totals at every included finish slot stay within M
+                    if r == lah and t < law:
                         break
-                    sc = s[r]
-                    oc = o[r]
-                    fc = t + (sc + chunk - 1) // chunk + oc - 1
-                    ok = True
-                    own = _proj_held(sc, oc, t, fc, chunk, B)
-                    for k in range(na):
-                        q = act[k]
-                        fq = fslot[q]
-                        if fq >= fc:
-                            own += _proj_held(s[q], o[q], ta[q], fc, chunk, B)
-                        extra = _proj_held(sc, oc, t, fq, chunk, B) if fq <= fc else 0
-                        if tf[q] + extra > M:
-                            ok = False
-                            break
-                    if not ok or own > M:
+                    st[ST_LATEST] += 1
+                    ok, wake, fc, own = _lookahead_test(R, ah, r, t, M, chunk, B)
+                    if not ok:
+                        lah = r
+                        law = wake
                         break
-                    for k in range(na):
-                        q = act[k]
-                        if fslot[q] <= fc:
-                            tf[q] += _proj_held(sc, oc, t, fslot[q], chunk, B)
-                    tf[r] = own
-                    fslot[r] = fc
-                    ta[r] = t
-                    qh = (qh + 1) % cap
-                    ql -= 1
-                    act[na] = r
-                    na += 1
-                    running += 1
-                    nadmit += 1
-            for k in range(na - nadmit, na):
-                r = act[k]
-                if first[r] < 0:
-                    first[r] = t
+                    q = ah
+                    while q >= 0:
+                        fq = R[F_FSLOT, q]
+                        if fq <= fc:
+                            R[F_TF, q] += _proj_held(sr, R[F_O, r], t, fq, chunk, B)
+                        q = R[F_NXT, q]
+                    R[F_TF, r] = own
+                    R[F_FSLOT, r] = fc
+                    R[F_TA, r] = t
+                    g = min(sr, chunk)
+                # admit r: queue head -> newest active, stepped explicitly (it prefills)
+                qh = (qh + 1) % cap
+                ql -= 1
+                R[F_PRV, r] = at
+                R[F_NXT, r] = -1
+                if at >= 0:
+                    R[F_NXT, at] = r
+                else:
+                    ah = r
+                at = r
+                na += 1
+                R[F_MODE, r] = M_EXPL
+                R[F_GRANT, r] = g
+                elist[ne] = r
+                R[F_EPOS, r] = ne
+                ne += 1
+                if R[F_FIRST, r] < 0:
+                    R[F_FIRST, r] = t
+                running += 1
+                nadmit += 1
+            st[ST_ADMIT] += nadmit
 
-        # --- work: every running request advances by its grant
-        tokens = 0
-        memory = 0
-        scheduled = 0
+        # --- work: lazy decoders in aggregate, explicit requests one by one
+        LP = _lazy_post(DL, nL, t, B, ph)
+        tokens = nL
+        memory = LP
+        scheduled = nL
         pf_tok = 0
-        dc_tok = 0
-        kv_att = 0
+        dc_tok = nL
+        kv_att = CL + nL * (t + 1)
         pf_reqs = 0
         pf_ctx = 0
         pf_sq = 0
-        dc_ctx = 0
-        for k in range(na):
-            r = act[k]
-            p0 = prog[r]
-            u = min(chunk, s[r] - p0) if p0 < s[r] else 1
-            g = u
-            if pol == VLLM_V1:
-                g = max(0, min(grant[r], u))
+        dc_ctx = kv_att
+        for k in range(ne):
+            r = elist[k]
+            p0 = R[F_PROG, r]
+            g = R[F_GRANT, r]
             p1 = p0 + g
-            prog[r] = p1
-            tokens += g
+            R[F_PROG, r] = p1
             h = held(p1, B)
-            att[r] += h
-            served[r] += h
+            R[F_ATT, r] += h
+            R[F_SERVED, r] += h
+            tokens += g
             memory += h
             if comp and g > 0:
                 scheduled += 1
                 kv_att += p1
-                if p0 < s[r]:
+                if p0 < R[F_S, r]:
                     pf_tok += g
                     pf_reqs += 1
                     pf_ctx += g * p0
@@ -353,6 +801,7 @@ def run_slots(
                 else:
                     dc_tok += g
                     dc_ctx += p1
+        st[ST_EXPL] += ne
 
         if check:
             vk = 0
@@ -374,41 +823,74 @@ def run_slots(
                 status = VIOLATION
                 break
 
-        # --- release the finished at the end of the slot (admission order kept)
+        # --- release the finished at the end of the slot; explicit decoders become lazy
         running_n = na
+        DL = LP  # the lazy set's post-slot memory is what it holds at the start of slot t + 1
         done = 0
-        w = 0
-        for k in range(na):
-            r = act[k]
-            if prog[r] >= s[r] + o[r]:
-                fin[r] = t
-                done += 1
-                if pol == RESERVE:
-                    resv -= held(s[r] + o[r], B)
-            else:
-                act[w] = r
-                w += 1
-        na = w
+        while hn > 0 and hk[0] == t:
+            r = hid[0]
+            # its last slot's work is done: leaving the lazy set at slot t + 1 settles its areas
+            _, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t + 1, B, nL, CL, DL, hn)
+            R[F_MODE, r] = M_OUT
+            R[F_FIN, r] = t
+            if pol == RESERVE:
+                resv -= held(R[F_S, r] + R[F_O, r], B)
+            ah, at = _unlink(R, r, ah, at)
+            na -= 1
+            done += 1
+        for k in range(ne - 1, -1, -1):
+            r = elist[k]
+            p = R[F_PROG, r]
+            sr = R[F_S, r]
+            finished = p >= sr + R[F_O, r]
+            if finished or (p >= sr and lazy_ok):
+                ne -= 1
+                last = elist[ne]
+                elist[k] = last
+                R[F_EPOS, last] = k
+                if finished:
+                    R[F_MODE, r] = M_OUT
+                    R[F_FIN, r] = t
+                    if pol == RESERVE:
+                        resv -= held(sr + R[F_O, r], B)
+                    ah, at = _unlink(R, r, ah, at)
+                    na -= 1
+                    done += 1
+                else:
+                    nL, CL, DL, hn = _lazy_add(R, hk, hid, ph, r, p, t + 1, B, nL, CL, DL, hn)
 
-        out[0, row] = arrived
-        out[1, row] = nadmit
-        out[2, row] = npreempt
-        out[3, row] = done
-        out[4, row] = running_n
-        out[5, row] = memory
-        out[6, row] = step_wasted
-        out[7, row] = tokens
-        out[8, row] = ql
-        if comp:
-            out[9, row] = scheduled
-            out[10, row] = pf_tok
-            out[11, row] = dc_tok
-            out[12, row] = kv_att
-            out[13, row] = pf_reqs
-            out[14, row] = pf_ctx
-            out[15, row] = pf_sq
-            out[16, row] = dc_ctx
-            out[17, row] = step_recomp
+        if rows:
+            col = t - t_base
+            out[0, col] = arrived
+            out[1, col] = nadmit
+            out[2, col] = npreempt
+            out[3, col] = done
+            out[4, col] = running_n
+            out[5, col] = memory
+            out[6, col] = step_wasted
+            out[7, col] = tokens
+            out[8, col] = ql
+            if comp:
+                out[9, col] = scheduled
+                out[10, col] = pf_tok
+                out[11, col] = dc_tok
+                out[12, col] = kv_att
+                out[13, col] = pf_reqs
+                out[14, col] = pf_ctx
+                out[15, col] = pf_sq
+                out[16, col] = dc_ctx
+                out[17, col] = step_recomp
+        if binned:
+            k1 = t - b1f
+            if b1s > 0 and k1 >= 0 and k1 < b1s * b1n:
+                bins1[k1 // b1s] += done
+            k2 = t - b2f
+            if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
+                bins2[k2 // b2s] += arrived - done
+            if t >= mstart:
+                memsum += memory
+        st[ST_DONE] += done
+        st[ST_RUNSUM] += running_n
         t += 1
 
     st[ST_T] = t
@@ -417,4 +899,14 @@ def run_slots(
     st[ST_QL] = ql
     st[ST_NA] = na
     st[ST_RESV] = resv
+    st[ST_AH] = ah
+    st[ST_AT] = at
+    st[ST_NL] = nL
+    st[ST_CL] = CL
+    st[ST_DL] = DL
+    st[ST_NE] = ne
+    st[ST_HN] = hn
+    st[ST_LAH] = lah
+    st[ST_LAW] = law
+    st[ST_MEMSUM] = memsum
     return status

@@ -74,21 +74,37 @@ class Run:
 
 
 class _State:
-    """The flat arrays the compiled loop works on (one run)."""
+    """The flat arrays the compiled engine works on (one run).
+
+    ``R`` is the request table (:data:`_kernel.NF` rows, one column per request);
+    the attributes ``s``, ``o``, ``prog``, ``att``, ``served``, ``wasted``, ``npre``,
+    ``first``, ``fin`` and ``recomp`` are views of its rows.  Lazy decoders carry
+    their progress and areas as of the slot they were last touched: read them after
+    :meth:`active` or :meth:`sync`, which bring them up to the current slot."""
 
     def __init__(self, plan: ArrivalPlan) -> None:
         n = len(plan)
         self.pslot = np.ascontiguousarray(plan.slot, dtype=np.int64)
         self.ps = np.ascontiguousarray(plan.s, dtype=np.int64)
         self.po = np.ascontiguousarray(plan.o, dtype=np.int64)
-        z = lambda: np.zeros(n, dtype=np.int64)  # noqa: E731
-        self.s, self.o, self.prog, self.att, self.served, self.wasted = z(), z(), z(), z(), z(), z()
-        self.npre, self.recomp, self.ta, self.fslot, self.tf, self.grant = z(), z(), z(), z(), z(), z()
-        self.first = np.full(n, -1, dtype=np.int64)
-        self.fin = np.full(n, -1, dtype=np.int64)
+        self.R = np.zeros((K.NF, n), dtype=np.int64)
+        for f in (K.F_FIRST, K.F_FIN, K.F_NXT, K.F_PRV):
+            self.R[f] = -1
+        self.s, self.o, self.prog = self.R[K.F_S], self.R[K.F_O], self.R[K.F_PROG]
+        self.att, self.served, self.wasted = self.R[K.F_ATT], self.R[K.F_SERVED], self.R[K.F_WASTED]
+        self.npre, self.first, self.fin, self.recomp = (
+            self.R[K.F_NPRE], self.R[K.F_FIRST], self.R[K.F_FIN], self.R[K.F_RECOMP]
+        )  # fmt: skip
         self.qbuf = np.zeros(n + 1, dtype=np.int64)
-        self.act = np.zeros(n + 1, dtype=np.int64)
+        self.elist = np.zeros(n + 1, dtype=np.int64)
+        self.hk = np.zeros(n + 1, dtype=np.int64)
+        self.hid = np.zeros(n + 1, dtype=np.int64)
+        self.ph = np.zeros(1, dtype=np.int64)  # sized for the block size at the first step
+        self.B = 1
         self.st = np.zeros(K.ST_SIZE, dtype=np.int64)
+        for f in (K.ST_AH, K.ST_AT, K.ST_LAH):
+            self.st[f] = -1
+        self.no_bins = (np.zeros(1), np.zeros(1), np.zeros(K.BP_SIZE, dtype=np.int64))
 
     @property
     def t(self) -> int:
@@ -98,9 +114,18 @@ class _State:
     def arrived(self) -> int:
         return int(self.st[K.ST_I])
 
+    def sync(self) -> None:
+        """Bring the lazy decoders' progress and areas up to the current slot."""
+        K.sync_lazy(self.R, self.st, self.B)
+
     def active(self) -> IntArray:
-        """Ids of the active requests, admission order."""
-        return self.act[: int(self.st[K.ST_NA])].copy()
+        """Ids of the active requests, admission order (their areas brought up to date)."""
+        self.sync()
+        return np.asarray(K.active_ids(self.R, self.st))
+
+    def work(self) -> dict[str, int]:
+        """What the run cost so far: slots run one by one and skipped, events, stalls."""
+        return {name: int(self.st[k]) for name, k in K.WORK}
 
     def step(
         self,
@@ -113,16 +138,23 @@ class _State:
         drain: bool,
         drain_min: int,
         out: IntArray,
+        bins: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], IntArray] | None = None,
     ) -> int:
+        """Run the compiled engine to ``t_end`` (rows into ``out`` if it has any width; the
+        streamed batch-means sums into ``bins``); returns its status code."""
+        B = params.block
+        if self.ph.shape[0] != B and B <= K.LAZY_BMAX:
+            self.ph = np.zeros(B, dtype=np.int64)  # the first step: nothing is lazy yet
+        self.B = B
+        b1, b2, bp = self.no_bins if bins is None else bins
         return int(
             K.run_slots(
-                pol, life, params.M, params.chunk, params.block,
+                pol, life, params.M, params.chunk, B,
                 -1 if params.token_budget is None else params.token_budget,
                 -1 if params.max_num_seqs is None else params.max_num_seqs,
                 check, comp, t_end, drain, drain_min, self.t,
-                self.pslot, self.ps, self.po, self.s, self.o, self.prog, self.att, self.served, self.wasted,
-                self.npre, self.first, self.fin, self.recomp, self.ta, self.fslot, self.tf, self.grant,
-                self.qbuf, self.act, self.st, out,
+                self.pslot, self.ps, self.po, self.R, self.qbuf, self.elist, self.hk, self.hid, self.ph,
+                self.st, out, b1, b2, bp,
             )
         )  # fmt: skip
 
@@ -304,7 +336,9 @@ def _run_fast(
     max_slots: int,
     warmup: float,
     batches: int,
+    work: dict[str, int] | None = None,
 ) -> tuple[Summary, SimResult | None]:
+    """The compiled engine's run (``work``, if given, receives :meth:`_State.work`)."""
     plan = _check_plan(plan, params, lifecycle)
     life = K.VLLM_LIFE if lifecycle == "vllm" else K.KVSTAB_LIFE
     state = _State(plan)
@@ -312,21 +346,31 @@ def _run_fast(
     horizon = int(slots) if fixed else max_slots  # type: ignore[arg-type]
     drain_min = 0 if slots is None else int(slots)
     stats = StreamStats(params.M, horizon if fixed else None, warmup, batches, keep_all=record)
-    out = np.zeros((K.NCOLS, min(BATCH, max(horizon, 1))), dtype=np.int64)
+    # a streamed fixed horizon keeps no rows: the engine adds the batch-means sums itself
+    bins = stats.kernel_bins()
+    width = 0 if bins is not None else min(BATCH, max(horizon, 1))
+    out = np.zeros((K.NCOLS, width), dtype=np.int64)
     while True:
         t0 = state.t
-        t_end = min(t0 + out.shape[1], horizon)
-        out[:] = 0
-        status = state.step(pol, life, params, check, False, t_end, drain, drain_min, out)
+        t_end = min(t0 + BATCH, horizon)
+        if width:
+            out[:] = 0
+        status = state.step(pol, life, params, check, False, t_end, drain, drain_min, out, bins)
         if status == K.VIOLATION:
             raise _violation(state, name, params)
-        stats.add(out[:, : state.t - t0])
+        if width:
+            stats.add(out[:, : state.t - t0])
         if progress is not None:
             progress(state.t, horizon if fixed else None)
         if status == K.DRAINED or (fixed and state.t >= horizon):
             break
         if state.t >= max_slots:
             raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
+    if bins is not None:
+        stats.add_streamed(state.t, state.arrived, int(state.st[K.ST_DONE]), int(state.st[K.ST_MEMSUM]))
+    state.sync()
+    if work is not None:
+        work.update(state.work())
     n = state.arrived
     arrival = state.pslot[:n].copy()
     finish = state.fin[:n].copy()

@@ -151,6 +151,27 @@ class StreamStats:
             self.compact.append(np.stack([arrived, completed, memory]).astype(np.int32))
         self.t += w
 
+    def kernel_bins(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], IntArray] | None:
+        """For a streamed fixed horizon, the arrays the compiled engine adds to directly — the
+        throughput and queue-slope batch sums and their cuts (:data:`_kernel.BP_SIZE` ints) —
+        so that no per-slot row is made; ``None`` otherwise (rows go through :meth:`add`)."""
+        if self.bins is None:
+            return None
+        thr, slope = self.bins
+        bp = np.zeros(K.BP_SIZE, dtype=np.int64)
+        bp[K.BP_ON] = 1
+        bp[K.BP_F1], bp[K.BP_S1], bp[K.BP_N1] = thr.first, thr.size, thr.batches
+        bp[K.BP_F2], bp[K.BP_S2], bp[K.BP_N2] = slope.first, slope.size, slope.batches
+        bp[K.BP_MEM] = self.start
+        return thr.sums, slope.sums, bp
+
+    def add_streamed(self, slots: int, arrived: int, completed: int, mem_sum: int) -> None:
+        """The totals of a run whose batch sums went to :meth:`kernel_bins`' arrays."""
+        self.t = slots
+        self.arrived = arrived
+        self.completed = completed
+        self.mem_sum = mem_sum
+
     def columns(self) -> dict[str, IntArray]:
         """The recorded per-slot series (``keep_all`` only)."""
         names = K.COLUMNS[:9]

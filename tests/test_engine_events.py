@@ -1,0 +1,244 @@
+"""The event-driven compiled engine's own corners, each against the reference engine.
+
+``tests/test_engine_differential.py`` compares every built-in on small servers;
+here the scenarios are built to reach what the event engine adds: long quiet
+stretches skipped in one jump (ending at an arrival, a completion, an overflow
+inside a block period, a refused ``lookahead`` head's wake slot), the closed
+forms behind them, and decoders the token budget stalls (which a run from the
+empty system does not reach: only the newest, cut-short prefill goes past the
+budget — so that path is driven from a loaded state, as
+:meth:`kvstab.simulator.Engine.load_state` loads one).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+from test_engine_differential import FIELDS, _same
+
+from kvstab.arrivals import ArrivalPlan, fixed_arrivals
+from kvstab.engine import _kernel as K
+from kvstab.engine import driver, run
+from kvstab.errors import InvariantViolation
+from kvstab.model import ModelParams
+from kvstab.registry import load_scheduler
+from kvstab.simulator import Engine, SimResult
+
+COMPILED = ["current-fit", "current-fit-no-preempt", "reserve", "lookahead", "vllm-v1"]
+
+
+def _work(
+    rule: str, params: ModelParams, plan: ArrivalPlan, slots: int, **kw: object
+) -> tuple[SimResult, dict[str, int]]:
+    """The fast engine's result and what it did (slots run one by one, skipped, stalls, tests)."""
+    work: dict[str, int] = {}
+    pol = driver.fast_rule(load_scheduler(rule))
+    assert pol is not None
+    args = dict(drain=False, check=True, lifecycle="kvstab", record=True, progress=None, max_slots=10**6)
+    args.update(kw)
+    _, res = driver._run_fast(pol, rule, params, plan, slots, work=work, warmup=0.25, batches=20, **args)  # type: ignore[arg-type]
+    assert res is not None
+    return res, work
+
+
+# --- the closed forms, against the sums they replace
+def _phases(rng: np.random.Generator, B: int, n: int) -> tuple[np.ndarray, list[int]]:
+    ds = [int(x) for x in rng.integers(-50, 50, size=n)]
+    ph = np.zeros(B, dtype=np.int64)
+    for d in ds:
+        ph[d % B] += 1
+    return ph, ds
+
+
+@pytest.mark.parametrize("B", [1, 2, 3, 4, 7, 16])
+def test_closed_forms_are_the_sums(B: int) -> None:
+    """Area, lazy memory after L slots, its sum over L slots and the first overflow slot are
+    what stepping the decoders slot by slot gives."""
+    rng = np.random.default_rng(B)
+    held = lambda p: -(-p // B) * B  # noqa: E731
+    for p0 in range(0, 40):
+        for k in range(0, 40):
+            assert K._area(p0, k, B) == sum(held(p0 + j) for j in range(1, k + 1))
+    for _ in range(60):
+        n = int(rng.integers(0, 9))
+        ph, ds = _phases(rng, B, n)
+        t = int(rng.integers(51, 200))  # every progress d + t stays positive
+        DL = sum(held(d + t) for d in ds)
+        for L in (0, 1, 2, B - 1, B, B + 1, 3 * B + 2, 50):
+            if L < 0:
+                continue
+            posts = [sum(held(d + t + j + 1) for d in ds) for j in range(L)]
+            assert K._dl_advance(DL, n, t, L, B, ph) == sum(held(d + t + L) for d in ds)
+            assert K._post_sum(DL, n, t, L, B, ph) == sum(posts)
+        for M in (DL, DL + 1, DL + B * n + 3, DL + 5 * B * n + 1):
+            limit = t + 400
+            first = next((t + j for j in range(400) if sum(held(d + t + j + 1) for d in ds) > M), limit)
+            assert K._overflow(DL, n, t, limit, M, B, ph) == first
+
+
+# --- quiet stretches that end at each kind of event
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), rule=st.sampled_from(COMPILED))
+def test_long_quiet_stretches_match_the_reference(data: st.DataObject, rule: str) -> None:
+    """Few long requests on a roomy server: most slots are skipped, and every stretch ends at
+    an arrival, a completion, an overflow (inside a block period when B > 1) or a wake slot."""
+    B = data.draw(st.sampled_from([1, 2, 4, 16]))
+    M = data.draw(st.integers(8 * B, 400))
+    chunk = data.draw(st.integers(1, 64))
+    horizon = data.draw(st.integers(50, 600))
+    rows = []
+    for _ in range(data.draw(st.integers(1, 10))):
+        slot = data.draw(st.integers(0, horizon))
+        s = data.draw(st.integers(1, M // 3))
+        o = data.draw(st.integers(1, max(1, M // B * B - s)))
+        rows.append((slot, s, o))
+    plan = fixed_arrivals(rows)
+    params = ModelParams(M=M, chunk=chunk, block=B)
+    check = rule != "current-fit-no-preempt"
+    ref = run(load_scheduler(rule), params, plan, horizon, engine="reference", check=check).result
+    fast, work = _work(rule, params, plan, horizon, check=check)
+    assert ref is not None
+    _same(ref, fast)
+    event("stretches skipped" if work["skipped_slots"] else "no stretch")
+    if ref.preemptions.any():
+        event("preempted after a stretch" if work["skipped_slots"] else "preempted")
+
+
+def test_a_stretch_ends_at_an_arrival_into_an_empty_queue() -> None:
+    """The arrival is admitted in its own slot, after a stretch of lone decoding."""
+    params = ModelParams(M=200, chunk=8, block=4)
+    plan = fixed_arrivals([(0, 5, 60), (23, 7, 30), (24, 3, 3)])
+    for rule in COMPILED:
+        ref = run(load_scheduler(rule), params, plan, 120, engine="reference").result
+        fast, work = _work(rule, params, plan, 120)
+        assert ref is not None and ref.first_admit[1] == 23
+        _same(ref, fast)
+        assert work["skipped_slots"] > 60, work
+
+
+@pytest.mark.parametrize("B", [1, 4, 16])
+def test_overflow_inside_a_block_period_preempts_in_its_slot(B: int) -> None:
+    """current-fit and vllm-v1: decoders grow into M after a skipped stretch; the victim is
+    preempted in the very slot the reference preempts it."""
+    params = ModelParams(M=16 * 13, chunk=4, block=B)
+    plan = fixed_arrivals([(0, 3, 150), (0, 5, 150), (2, 9, 150), (40, 2, 5)])
+    for rule in ("current-fit", "vllm-v1"):
+        ref = run(load_scheduler(rule), params, plan, 400, engine="reference").result
+        fast, work = _work(rule, params, plan, 400)
+        assert ref is not None and ref.preemptions.any()
+        _same(ref, fast)
+        assert work["skipped_slots"] > 0 and work["preemptions"] == int(ref.preemptions.sum())
+
+
+def test_lookahead_sleeps_until_its_head_can_pass() -> None:
+    """A refused lookahead head is tested again only at its wake slot, not every slot:
+    far fewer tests than slots it waited, the same outcome."""
+    params = ModelParams(M=120, chunk=8)
+    plan = fixed_arrivals([(0, 20, 80), (1, 30, 60), (2, 10, 90), (3, 40, 30), (4, 5, 100), (5, 50, 20)])
+    ref = run(load_scheduler("lookahead"), params, plan, drain=True, engine="reference").result
+    fast, work = _work("lookahead", params, plan, None, drain=True)
+    assert ref is not None
+    _same(ref, fast)
+    waited = int((ref.first_admit - ref.arrival).sum())
+    assert waited > 100 and work["lookahead_tests"] < waited // 5, (waited, work)
+
+
+def test_drained_runs_skip_to_the_end_exactly() -> None:
+    """drain=True with a minimum horizon past the last completion: the idle tail is skipped
+    in one jump and the run ends where the reference ends."""
+    params = ModelParams(M=64, chunk=8, block=2)
+    plan = fixed_arrivals([(0, 5, 20), (3, 4, 8), (500, 2, 2)])
+    for rule in COMPILED:
+        ref = run(load_scheduler(rule), params, plan, 900, drain=True, engine="reference").result
+        fast, work = _work(rule, params, plan, 900, drain=True)
+        assert ref is not None and ref.slots == 900
+        _same(ref, fast)
+        assert work["full_slots"] < 40, work
+
+
+# --- decoders the token budget stalls (from a loaded state)
+def _loaded(params: ModelParams, active: list[tuple[int, int, int]], waiting: list[tuple[int, int]]) -> driver._State:
+    """A fresh engine state holding ``active`` (``(s, o, progress)``, admission order) and
+    ``waiting`` (arriving in slot 0), as ``Engine.load_state`` holds it."""
+    plan = fixed_arrivals([(0, s, o) for s, o, _ in active] + [(0, s, o) for s, o in waiting])
+    state = driver._State(plan)
+    B = params.block
+    state.ph = np.zeros(B, dtype=np.int64)
+    R, st = state.R, state.st
+    nL = CL = DL = hn = ne = 0
+    prev = -1
+    for r, (s, o, p) in enumerate(active):
+        R[K.F_S, r], R[K.F_O, r] = s, o
+        R[K.F_PRV, r] = prev
+        if prev >= 0:
+            R[K.F_NXT, prev] = r
+        else:
+            st[K.ST_AH] = r
+        prev = r
+        if p >= s:
+            nL, CL, DL, hn = K._lazy_add(R, state.hk, state.hid, state.ph, r, p, 0, B, nL, CL, DL, hn)
+        else:
+            R[K.F_MODE, r], R[K.F_PROG, r], R[K.F_EPOS, r] = K.M_EXPL, p, ne
+            state.elist[ne] = r
+            ne += 1
+    st[K.ST_AT] = prev
+    st[K.ST_NA], st[K.ST_I] = len(active), len(active)
+    st[K.ST_NL], st[K.ST_CL], st[K.ST_DL], st[K.ST_HN], st[K.ST_NE] = nL, CL, DL, hn, ne
+    return state
+
+
+@pytest.mark.parametrize("B", [1, 4])
+def test_decoders_past_the_budget_hold_without_working(B: int) -> None:
+    """vllm-v1 with an old prefill that spends the budget: the lazy decoders behind it are
+    stepped explicitly (grant 0) in those slots, and everything is the reference's."""
+    params = ModelParams(M=400, chunk=8, block=B, token_budget=9)
+    active = [(3, 30, 5), (60, 10, 4), (2, 40, 9), (4, 25, 6), (1, 50, 3)]
+    waiting = [(5, 5), (7, 3)]
+    slots = 150
+    eng = Engine(load_scheduler("vllm-v1"), params)
+    eng.load_state(active=active, waiting=waiting)
+    for _ in range(slots):
+        eng.step()
+    ref = eng.result()
+    state = _loaded(params, active, waiting)
+    out = np.zeros((K.NCOLS, slots), dtype=np.int64)
+    status = state.step(K.VLLM_V1, K.KVSTAB_LIFE, params, True, False, slots, False, 0, out)
+    assert status == K.REACHED
+    state.sync()
+    cols = dict(zip(K.COLUMNS, out))
+    for f in FIELDS[:9]:
+        assert np.array_equal(getattr(ref, f), cols[f]), f
+    for f, mine in (("first_admit", state.first), ("finish", state.fin), ("served", state.served),
+                    ("preemptions", state.npre), ("s", state.s), ("o", state.o)):  # fmt: skip
+        assert np.array_equal(getattr(ref, f), mine), f
+    work = state.work()
+    assert work["budget_stalls"] > 0 and work["budget_slots"] > 0, work
+
+
+def test_a_violation_after_a_stretch_is_reported_at_its_slot() -> None:
+    """The negative control overflows M after a long quiet stretch: the same slot, memory and
+    running requests as the reference."""
+    params = ModelParams(M=100, chunk=8, block=4)
+    plan = fixed_arrivals([(0, 4, 90), (1, 4, 90)])
+    outs = []
+    for engine in ("reference", "fast"):
+        with pytest.raises(InvariantViolation) as exc:
+            run(load_scheduler("current-fit-no-preempt"), params, plan, 200, engine=engine)  # type: ignore[arg-type]
+        outs.append((exc.value.slot, exc.value.memory, exc.value.requests, str(exc.value)))
+    assert outs[0] == outs[1] and outs[0][0] > 40
+
+
+def test_huge_blocks_step_every_request_explicitly() -> None:
+    """Above LAZY_BMAX the phase histogram would be too large: every running request is stepped
+    slot by slot (the slot loop's cost), with the reference's outcome."""
+    B = K.LAZY_BMAX + 3
+    params = ModelParams(M=4 * B, chunk=4, block=B)
+    plan = fixed_arrivals([(0, 5, 20), (1, 9, 30), (2, 3, 12), (2, 6, 40), (3, 2, 9), (30, 4, 4)])
+    for rule in COMPILED:
+        ref = run(load_scheduler(rule), params, plan, 80, engine="reference").result
+        fast, work = _work(rule, params, plan, 80)
+        assert ref is not None
+        _same(ref, fast)
+        assert work["explicit_steps"] == int(ref.running.sum()), work  # every running request, every slot
