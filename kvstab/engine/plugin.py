@@ -80,6 +80,69 @@ FIRST_TRACE_AFTER = 8
 #: row fields of a tape (the kernel's ``code``): their bytes per row
 _ROW_BYTES = 6 * 8
 
+#: a class of shapes (same ``Q``) is taped at first sight once at least this many of its shapes were
+#: decided by ski rental and at least half of them came to be taped; one new shape in EAGER_SAMPLE
+#: is still decided by ski rental, so that the class can turn back
+EAGER_AFTER, EAGER_SAMPLE = 4, 4
+
+
+class _Rental:
+    """When to tape a shape rather than ask the rule itself on it once more (one per bank).
+
+    Ski rental: asking costs each time, taping once, and how often a shape will be met is
+    unknown, so a shape is taped once the asks spent on it have cost what taping it is
+    expected to cost (at most twice the best choice in hindsight).  The expected cost is a
+    least-squares line through the CPU seconds the bank's tapes took against their view
+    entries ``K + Q + 1``.  Shapes of one ``Q`` behave alike (a saturated queue shows the
+    window's ``Q`` in most slots, a short one a few rare ``Q``), so a class whose shapes
+    mostly came to be taped has its new shapes taped at first sight."""
+
+    def __init__(self) -> None:
+        self.spent: dict[tuple[int, int], float] = {}  # CPU seconds spent asking, per shape not taped
+        self.met: dict[tuple[int, int], int] = {}  # times met (TRACE_AFTER's count)
+        self.fit = [0.0, 0.0, 0.0, 0.0, 0.0]  # n, Σx, Σy, Σx², Σxy of (entries, seconds) of the tapes
+        self.rented: set[tuple[int, int]] = set()  # shapes decided by ski rental
+        self.classes: dict[int, list[int]] = {}  # Q -> [shapes met, shapes rented, rented shapes taped]
+
+    def expected(self, size: int) -> float | None:
+        """CPU seconds taping a view of ``size`` entries is expected to cost (None: no tape yet)."""
+        n, sx, sy, sxx, sxy = self.fit
+        if n == 0:
+            return None
+        den = n * sxx - sx * sx
+        slope = (n * sxy - sx * sy) / den if n >= 2 and den > 0 else 0.0
+        if slope <= 0.0:  # one tape, or no trend yet: its cost per entry, with a fixed part worth 16
+            return sy / (sx + 16 * n) * (size + 16)
+        return max(0.0, (sy - slope * sx) / n) + slope * size
+
+    def tape_now(self, shape: tuple[int, int]) -> bool:
+        """Whether to tape ``shape`` at this meeting (see the class docstring and TRACE_AFTER)."""
+        met = self.met[shape] = self.met.get(shape, 0) + 1
+        if TRACE_AFTER is not None:
+            return met > TRACE_AFTER
+        expected = self.expected(shape[0] + shape[1] + 1)
+        if expected is None:
+            return met > FIRST_TRACE_AFTER
+        cls = self.classes.setdefault(shape[1], [0, 0, 0])
+        if met == 1:
+            cls[0] += 1
+            if cls[1] >= EAGER_AFTER and 2 * cls[2] >= cls[1] and cls[0] % EAGER_SAMPLE:
+                return True
+            self.rented.add(shape)
+            cls[1] += 1
+        return self.spent.get(shape, 0.0) >= expected
+
+    def asked(self, shape: tuple[int, int], seconds: float) -> None:
+        self.spent[shape] = self.spent.get(shape, 0.0) + seconds
+
+    def taped(self, shape: tuple[int, int], size: int, seconds: float) -> None:
+        self.spent.pop(shape, None)
+        if shape in self.rented:
+            self.rented.discard(shape)
+            self.classes[shape[1]][2] += 1
+        for i, v in enumerate((1.0, size, seconds, size * size, size * seconds)):
+            self.fit[i] += v
+
 
 class _Bank:
     """The tapes of one rule on one server, as the flat arrays the kernel reads; shared by the
@@ -102,11 +165,7 @@ class _Bank:
         self.R = np.zeros(64, dtype=np.int64)
         self.F = np.zeros(64, dtype=np.float64)
         self.T = np.zeros(64, dtype=np.int64)
-        # ski rental: CPU seconds spent asking the rule on each shape not taped, times met, and the
-        # CPU seconds taping costs per view entry (the latest tapes'; None until one is measured)
-        self.spent: dict[tuple[int, int], float] = {}
-        self.met: dict[tuple[int, int], int] = {}
-        self.trace_rate: float | None = None
+        self.rental = _Rental()
         self.evicted = 0
 
     @property
@@ -152,7 +211,6 @@ class _Bank:
             tid[: self.tid.shape[0], : self.tid.shape[1]] = self.tid
             self.tid = tid
         self.tid[tape.K, tape.Q] = k
-        self.spent.pop((tape.K, tape.Q), None)
 
     def keep(self, ids: list[int]) -> None:
         """Keep only the tapes ``ids`` (in that order), in freshly packed arrays."""
@@ -186,18 +244,18 @@ class _Bank:
         end = self.ostart[k + 1] if k + 1 < self.count else self.nouts
         return int(end - self.ostart[k])
 
-    def evict(self, target: int) -> None:
-        """Drop the least recently used tapes until the bank takes at most ``target`` bytes
-        (the most recent one, just added for the current slot, stays)."""
+    def evict(self, target: int, now: int) -> None:
+        """Drop the least recently used tapes until the bank takes at most ``target`` bytes; the
+        tapes of slot ``now`` stay whatever they take (the slot is resumed from its start, and
+        a window widened in it meets its tapes again: dropping one would loop)."""
         order = sorted(range(self.count), key=lambda k: int(self.tused[k]))
-        size = {k: int(self.tlen[k]) * _ROW_BYTES + self._nout(k) * 16 for k in order}
         total = self.nbytes
         drop = set()
-        for k in order[:-1]:
-            if total <= target:
+        for k in order:
+            if total <= target or self.tused[k] >= now:
                 break
             drop.add(k)
-            total -= size[k]
+            total -= int(self.tlen[k]) * _ROW_BYTES + self._nout(k) * 16
         if drop:
             self.keep([k for k in range(self.count) if k not in drop])
 
@@ -220,9 +278,9 @@ def _bank(scheduler: Scheduler, params: ModelParams) -> _Bank:
     return bank
 
 
-def _within_budget(bank: _Bank) -> None:
+def _within_budget(bank: _Bank, now: int) -> None:
     """Hold all banks to :data:`TAPE_BYTES`: other banks go first (least recently used), then
-    this bank's least recently used tapes, down to three quarters of the budget."""
+    this bank's least recently used tapes (not slot ``now``'s), down to three quarters of the budget."""
     total = sum(b.nbytes for b in _TAPES.values()) + (0 if any(b is bank for b in _TAPES.values()) else bank.nbytes)
     if total <= TAPE_BYTES:
         return
@@ -234,7 +292,7 @@ def _within_budget(bank: _Bank) -> None:
         del _TAPES[key]
         if total <= TAPE_BYTES:
             return
-    bank.evict(TAPE_BYTES * 3 // 4)
+    bank.evict(TAPE_BYTES * 3 // 4, now)
 
 
 def trace_rule(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Tape:
@@ -353,18 +411,6 @@ class PluginPath:
 
     scheduler: Scheduler
 
-    @staticmethod
-    def _tape_now(bank: _Bank, shape: tuple[int, int]) -> bool:
-        """Whether to tape ``shape`` now rather than ask the rule itself once more (ski rental:
-        asking costs each time, taping once; tape when the asks so far have cost what taping
-        this shape is expected to, which makes the total at most twice the best choice)."""
-        met = bank.met[shape] = bank.met.get(shape, 0) + 1
-        if TRACE_AFTER is not None:
-            return met > TRACE_AFTER
-        if bank.trace_rate is None:
-            return met > FIRST_TRACE_AFTER
-        return bank.spent.get(shape, 0.0) >= bank.trace_rate * (shape[0] + shape[1] + 1)
-
     def run(
         self,
         params: ModelParams,
@@ -442,21 +488,18 @@ class PluginPath:
                 if status != PK.NEED_TAPE:
                     break
                 shape = (int(st[PK.ST_NEEDK]), int(st[PK.ST_NEEDQ]))
-                if not st[PK.ST_ASK] and self._tape_now(bank, shape):
+                if not st[PK.ST_ASK] and bank.rental.tape_now(shape):
                     c0 = time.process_time()
                     tape = trace_rule(self.scheduler, params, *shape)
-                    spent = time.process_time() - c0
-                    size = shape[0] + shape[1] + 1
-                    rate = spent / size
-                    bank.trace_rate = rate if bank.trace_rate is None else 0.5 * (bank.trace_rate + rate)
+                    bank.rental.taped(shape, shape[0] + shape[1] + 1, time.process_time() - c0)
                     bank.add(tape, int(st[PK.ST_T]))
-                    _within_budget(bank)
+                    _within_budget(bank, int(st[PK.ST_T]))
                 else:  # ski rental: ask the rule itself until the shape has cost what taping it would
                     c0 = time.process_time()
                     view = asker.view(shape, st, act, qbuf, ps, po, prog, sv, svf, svtag)
                     asker.answer(view, st)
                     if not st[PK.ST_ASK]:
-                        bank.spent[shape] = bank.spent.get(shape, 0.0) + time.process_time() - c0
+                        bank.rental.asked(shape, time.process_time() - c0)
             if status == PK.BAIL:
                 raise Bail(f"slot {int(st[PK.ST_T])}")
             t = int(st[PK.ST_T])

@@ -330,9 +330,13 @@ class TapeOps:
         tx, ty = type(x), type(y)
         if tx is not _V and ty is not _V:
             return _FOLD[op](x, y)
-        a = x if tx is _V and x.tape is self else self.val(x)
         # identities of Python's integers (x + 0, 0 + x, x - 0, x * 1, 1 * x, x // 1 are x as an int),
         # recorded as no row: tokens_held's ``⌈p / 1⌉ · 1`` and sum's starting 0 cost nothing
+        if tx is int and (x == 0 and op == _ADD or x == 1 and op == _MUL):
+            b = y if y.tape is self else self.val(y)
+            if b.kind in _INTS:
+                return self._as_int(b)
+        a = x if tx is _V and x.tape is self else self.val(x)
         if (
             ty is int
             and a.kind in _INTS
@@ -341,8 +345,6 @@ class TapeOps:
             return self._as_int(a)
         b = y if ty is _V and y.tape is self else self.val(y)
         ka, kb = a.kind, b.kind
-        if tx is int and kb in _INTS and (x == 0 and op == _ADD or x == 1 and op == _MUL):
-            return self._as_int(b)
         if op == _TDIV or ka not in _INTS or kb not in _INTS:
             # Python: true division is always a float; a float operand makes the result one;
             # an int-or-float operand with an int one leaves the type to the run
