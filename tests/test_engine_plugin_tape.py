@@ -759,3 +759,30 @@ def test_fast_entries_are_the_dataclass_entries() -> None:
     assert type(a) is ActiveEntry and a == b and hash(a) == hash(b) and (a.present, a.prior) == (True, 0)
     w, v = waiting_entry(5, 9, 2), WaitingEntry(5, 9, 2)
     assert type(w) is WaitingEntry and w == v and hash(w) == hash(v)
+
+
+def test_ask_rows_for_a_dominant_guard_and_taped_again_when_they_fire_often() -> None:
+    """A guard covering most of a tape leaves its rows to the rule (``ASK``): kept so for sglang's
+    ``retracting``, true in one slot; with every guarded run left to the rule (``ASK_MIN = 1``:
+    the prefill walk's guards too, true in most slots) the shapes are taped again with their rows.
+    Both runs are the reference's."""
+    from kvstab.engine import _guards
+
+    params = ModelParams(M=500, chunk=16)
+    plan = fixed_arrivals([(t // 2, 4 + t % 5, 80 + 13 * (t % 3)) for t in range(60)])  # retracts at K = 6
+    ref = run(load_scheduler("sglang"), params, plan, 800, engine="reference").result
+    assert ref is not None and ref.preemptions.sum() > 0
+    old = _guards.ASK_ROWS, _guards.ASK_SHARE, _guards.ASK_MIN
+    try:
+        # small servers: the retraction order is a fifth of a tape here (most of it at paper scale)
+        for rows, share, run_min, often in ((8, 0.2, 1 << 62, False), (1 << 62, 1.0, 1, True)):
+            _guards.ASK_ROWS, _guards.ASK_SHARE, _guards.ASK_MIN = rows, share, run_min
+            with trace_after(0):
+                out = run(load_scheduler("sglang"), params, plan, 800, engine="fast")
+                bank = plugin._bank(load_scheduler("sglang"), params)
+            assert out.engine == "fast-plugin", out.reason
+            asked = int(bank.tcount[1 : 2 * bank.count : 2].sum())
+            assert (asked > 0 or often) and bool(bank.no_ask) == often, (asked, bank.no_ask)
+            _same(ref, out.result)
+    finally:
+        _guards.ASK_ROWS, _guards.ASK_SHARE, _guards.ASK_MIN = old

@@ -346,6 +346,7 @@ def _decide(
     tflags: np.ndarray,
     tid: np.ndarray,
     tused: np.ndarray,
+    tcount: np.ndarray,
     nonce: int,
     once_k: np.ndarray,
     once_q: np.ndarray,
@@ -385,6 +386,7 @@ def _decide(
         return -1
     tape = tid[na, Q]
     tused[tape] = t
+    tcount[2 * tape] += 1
     for k in range(na):
         r = act[k]
         R[4 * k] = r
@@ -410,6 +412,7 @@ def _decide(
     if res == 0:
         return -2
     if res == 2:
+        tcount[2 * tape + 1] += 1
         return -3
     o0 = ostart[tape]
     flags = tflags[tape]
@@ -473,6 +476,7 @@ def run_plugin_slots(
     tflags: np.ndarray,
     tid: np.ndarray,
     tused: np.ndarray,
+    tcount: np.ndarray,
     once_k: np.ndarray,
     once_q: np.ndarray,
     once_off: np.ndarray,
@@ -495,7 +499,9 @@ def run_plugin_slots(
     ``t``'s row at ``out[:, t - t_base]``; returns a status code.  State variable ``m``
     is ``sv[m]`` (an int) or ``svf[m]`` (a float) as ``svtag[m]`` says; a real one
     (``svreal``) is checked against ``svflo``/``svfhi``, an integer one against
-    ``svlo``/``svhi``.  ``tused[tape]`` is set to the slot in which a tape last ran."""
+    ``svlo``/``svhi``.  ``tused[tape]`` is set to the slot in which a tape last ran,
+    ``tcount[2 tape]`` counts its runs and ``tcount[2 tape + 1]`` the slots its ``ASK`` rows
+    left to the rule."""
     n = pslot.shape[0]
     cap = qbuf.shape[0]
     nst = sv.shape[0]
@@ -530,7 +536,7 @@ def run_plugin_slots(
             Q = min(w, ql)
             flags = _decide(
                 na, Q, nst, t, act, qbuf, qh, ql, ps, po, prog, sv, svf, svtag, code, codef, tstart, tlen,
-                ostart, outs, okind, tflags, tid, tused, nonce, once_k, once_q, once_off, once_flags, ans, ansf,
+                ostart, outs, okind, tflags, tid, tused, tcount, nonce, once_k, once_q, once_off, once_flags, ans, ansf,
                 anst, R, F, T, dec, decf, dect,
             )  # fmt: skip
             if flags == -1 or flags == -3:  # no tape for this shape, or its tape leaves the slot to the rule

@@ -77,6 +77,10 @@ TRACE_AFTER: int | None = None
 #: their (FIRST_TRACE_AFTER + 1)-th meeting
 FIRST_TRACE_AFTER = 8
 
+#: a tape whose ``ASK`` rows (:data:`kvstab.engine._guards.ASK_SHARE`) left at least this many slots,
+#: and one in eight of its runs, to the rule is taped again with those rows kept
+ASK_AGAIN = 16
+
 #: row fields of a tape (the kernel's ``code``): their bytes per row
 _ROW_BYTES = 6 * 8
 
@@ -160,6 +164,7 @@ class _Bank:
         self.ostart = np.zeros(64, dtype=np.int64)
         self.tflags = np.zeros(64, dtype=np.int64)
         self.tused = np.zeros(64, dtype=np.int64)
+        self.tcount = np.zeros(128, dtype=np.int64)  # per tape: runs, then slots its ASK rows asked
         self.shapes: list[tuple[int, int]] = []
         self.tid = np.full((16, 16), -1, dtype=np.int64)
         self.R = np.zeros(64, dtype=np.int64)
@@ -167,6 +172,7 @@ class _Bank:
         self.T = np.zeros(64, dtype=np.int64)
         self.rental = _Rental()
         self.evicted = 0
+        self.no_ask: set[tuple[int, int]] = set()  # shapes whose ASK rows fired often: taped without
 
     @property
     def count(self) -> int:
@@ -199,6 +205,8 @@ class _Bank:
         self.tstart[k], self.tlen[k], self.ostart[k] = self.rows, rows, self.nouts
         self.tflags[k] = (1 if tape.has_grants else 0) | (2 if tape.has_state else 0)
         self.tused[k] = t
+        self.tcount = self._grow(self.tcount, 2 * k + 2)
+        self.tcount[2 * k : 2 * k + 2] = 0
         self.rows += rows
         self.nouts += nout
         self.shapes.append((tape.K, tape.Q))
@@ -224,6 +232,7 @@ class _Bank:
             for name in ("tstart", "tlen", "ostart", "tflags", "tused")
         }
         tid = np.full(self.tid.shape, -1, dtype=np.int64)
+        tcount = np.zeros(2 * max(len(ids), 64), dtype=np.int64)
         r = o = 0
         for new, k in enumerate(ids):
             n, m = int(self.tlen[k]), self._nout(k)
@@ -233,12 +242,27 @@ class _Bank:
             per["tstart"][new], per["tlen"][new], per["ostart"][new] = r, n, o
             per["tflags"][new], per["tused"][new] = self.tflags[k], self.tused[k]
             tid[self.shapes[k]] = new
+            tcount[2 * new : 2 * new + 2] = self.tcount[2 * k : 2 * k + 2]
             r, o = r + n, o + m
         self.evicted += self.count - len(ids)
         self.shapes = [self.shapes[k] for k in ids]
         self.code, self.outs, self.okind, self.rows, self.nouts, self.tid = code, outs, okind, r, o, tid
+        self.tcount = tcount
         for name, arr in per.items():
             setattr(self, name, arr)
+
+    def asks_often(self, shape: tuple[int, int]) -> bool:
+        """Whether the ``ASK`` rows of ``shape``'s tape left one slot in eight or more to the rule
+        (then its tape should keep those rows: a guard true that often is no rare case)."""
+        k = int(self.tid[shape])
+        fired = int(self.tcount[2 * k + 1])
+        return fired >= ASK_AGAIN and 8 * fired >= int(self.tcount[2 * k])
+
+    def drop(self, shape: tuple[int, int]) -> None:
+        """Drop ``shape``'s tape."""
+        k = int(self.tid[shape])
+        self.keep([j for j in range(self.count) if j != k])
+        self.evicted -= 1  # not an eviction
 
     def _nout(self, k: int) -> int:
         end = self.ostart[k + 1] if k + 1 < self.count else self.nouts
@@ -295,10 +319,11 @@ def _within_budget(bank: _Bank, now: int) -> None:
     bank.evict(TAPE_BYTES * 3 // 4, now)
 
 
-def trace_rule(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Tape:
+def trace_rule(scheduler: Scheduler, params: ModelParams, K: int, Q: int, ask: bool = True) -> Tape:
     """:func:`~kvstab.engine.tape.trace_tape` of ``scheduler`` for views of ``K`` active and
-    ``Q`` shown waiting entries (the tape the plug-in path runs for that shape)."""
-    return trace_tape(scheduler, params, K, Q)
+    ``Q`` shown waiting entries (the tape the plug-in path runs for that shape): with ``ask``,
+    the rows of a guard that covers most of the tape are left to the rule, else none."""
+    return trace_tape(scheduler, params, K, Q, ask)
 
 
 class _Asker:
@@ -346,7 +371,9 @@ class _Asker:
         for r in heads:
             e = self.waiting.get(r)
             if e is None:
-                e = self.waiting[r] = waiting_entry(r, int(ps[r]), int(po[r]) if self.seen else self.hidden[r] if r in self.hidden else self._hide(r))
+                e = self.waiting[r] = waiting_entry(
+                    r, int(ps[r]), int(po[r]) if self.seen else self.hidden[r] if r in self.hidden else self._hide(r)
+                )
             waiting.append(e)
         return View(
             active=active,
@@ -482,15 +509,23 @@ class PluginPath:
                     t0, pslot, ps, po, prog, att, served, wasted, npre, first, fin, qbuf, act, st, sv, svf, svtag,
                     svreal, svlo, svhi, svflo, svfhi, bank.code, bank.code.view(np.float64), bank.tstart,
                     bank.tlen, bank.ostart, bank.outs, bank.okind, bank.tflags, bank.tid, bank.tused,
-                    asker.once_k, asker.once_q, asker.once_off, asker.once_flags, asker.ans, asker.ansf, asker.anst,
+                    bank.tcount, asker.once_k, asker.once_q, asker.once_off, asker.once_flags, asker.ans, asker.ansf, asker.anst,
                     bank.R, bank.F, bank.T, dec, decf, dect, tmp, scr, prev, out,
                 )  # fmt: skip
                 if status != PK.NEED_TAPE:
                     break
                 shape = (int(st[PK.ST_NEEDK]), int(st[PK.ST_NEEDQ]))
-                if not st[PK.ST_ASK] and bank.rental.tape_now(shape):
+                ask = bool(st[PK.ST_ASK])  # the shape's tape left this slot to the rule (an ASK row)
+                if ask and bank.asks_often(shape):  # tape it again, keeping the rows it asks for
+                    bank.no_ask.add(shape)
+                    bank.drop(shape)
+                    ask = False
+                    st[PK.ST_ASK] = 0
+                    bank.add(trace_rule(self.scheduler, params, *shape, ask=False), int(st[PK.ST_T]))
+                    _within_budget(bank, int(st[PK.ST_T]))
+                elif not ask and bank.rental.tape_now(shape):
                     c0 = time.process_time()
-                    tape = trace_rule(self.scheduler, params, *shape)
+                    tape = trace_rule(self.scheduler, params, *shape, ask=shape not in bank.no_ask)
                     bank.rental.taped(shape, shape[0] + shape[1] + 1, time.process_time() - c0)
                     bank.add(tape, int(st[PK.ST_T]))
                     _within_budget(bank, int(st[PK.ST_T]))
@@ -498,7 +533,7 @@ class PluginPath:
                     c0 = time.process_time()
                     view = asker.view(shape, st, act, qbuf, ps, po, prog, sv, svf, svtag)
                     asker.answer(view, st)
-                    if not st[PK.ST_ASK]:
+                    if not ask:
                         bank.rental.asked(shape, time.process_time() - c0)
             if status == PK.BAIL:
                 raise Bail(f"slot {int(st[PK.ST_T])}")

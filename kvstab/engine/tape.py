@@ -613,10 +613,15 @@ def _rule_info(scheduler: Scheduler) -> tuple[Any, tuple[Any, ...]]:
     return hit[1], hit[2]
 
 
-def trace_tape(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Tape:
+def trace_tape(scheduler: Scheduler, params: ModelParams, K: int, Q: int, ask: bool | None = None) -> Tape:
     """The rule's decision for views of ``K`` active and ``Q`` shown waiting entries
     as a :class:`Tape`; raises :class:`Untraceable` (or :class:`InvalidScheduler`
-    for a decision of the wrong shape, as the reference engine would)."""
+    for a decision of the wrong shape, as the reference engine would).
+
+    Which guarded rows are left to the rule (``ASK`` rows, :mod:`kvstab.engine._guards`):
+    ``ask=None`` the runs of at least ``_guards.ASK_MIN`` rows (none by default), ``True``
+    also every run of a guard that covers most of the tape (``_guards.ASK_SHARE``: the
+    plug-in path's first tape of a shape), ``False`` none."""
     traits, svars = _rule_info(scheduler)
     who = getattr(scheduler, "name", type(scheduler).__name__)
     for v in svars:
@@ -707,7 +712,13 @@ def trace_tape(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Tap
     return Tape(
         K=K,
         Q=Q,
-        code=with_guards(tr.code(), base + 1 + len(svars), outputs, _guards.ASK_MIN),
+        code=with_guards(
+            tr.code(),
+            base + 1 + len(svars),
+            outputs,
+            1 << 62 if ask is False else _guards.ASK_MIN,
+            _guards.ASK_SHARE if ask else None,
+        ),
         outputs=outputs,
         okinds=np.array(okinds, dtype=np.int64),
         n_regs=tr.n_regs,
