@@ -4,12 +4,12 @@ with the decision read off a tape (:mod:`kvstab.engine.tape`) instead of a Pytho
 :func:`run_plugin_slots` runs slots until ``t_end``, a drain, or a slot it cannot
 finish by itself, and returns a status:
 
-* ``NEED_TAPE`` — the slot needs a view shape ``(K, Q)`` with no tape yet; the
-  driver traces it, or (for a shape met only a few times so far) asks the rule
-  itself and passes the answer as a *one-slot* tape (``once_*``: constant
-  outputs, valid until the slot ends), and calls again (the slot's arrivals are
-  kept in ``st``, and nothing else of the slot has happened yet, so the call
-  resumes it);
+* ``NEED_TAPE`` — the slot needs a view shape ``(K, Q)`` with no tape yet (or
+  its tape's ``ASK`` row left this slot to the rule, ``st[ST_ASK]``); the driver
+  tapes it, or asks the rule itself and passes the answer for this slot only
+  (``once_*`` and ``ans*``: the decision's values, dropped when the slot ends),
+  and calls again (the slot's arrivals are kept in ``st``, and nothing else of
+  the slot has happened yet, so the call resumes it);
 * ``BAIL`` — something only the reference engine can report exactly happened:
   an invariant broke (with ``check``), a grant was negative, a next state left
   its bounds, a division by zero, a value beyond ±2⁶¹.  The driver then runs

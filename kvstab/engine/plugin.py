@@ -1,22 +1,33 @@
-"""Plug-in rules on a faster path: the rule taped once per view shape, run by a compiled loop.
+"""Plug-in rules on a faster path: a compiled slot loop, the rule taped per view shape or asked.
 
 A rule written against :class:`kvstab.ops.Ops` computes, for one shape of view
 (``K`` active and ``Q`` shown waiting entries), one fixed expression of the
 view's values.  :func:`kvstab.engine.tape.trace_tape` records that expression
-as a tape of int64 register operations, once per shape (cached across runs),
-and :func:`kvstab.engine._plugin_kernel.run_plugin_slots` runs
+as a tape of int64 and float64 register operations, and
+:func:`kvstab.engine._plugin_kernel.run_plugin_slots` runs
 :meth:`kvstab.simulator.Engine.step`'s slot — window widening, preemption,
 admission, work, checks, release, the scheduler's state — in numba, reading
-each decision off the tape.  It returns to Python only to tape a shape it has
-not met, and hands the run to the reference engine whenever something happens
-that only the reference reports exactly (a broken invariant, a bad grant or
-state, a division by zero, an integer beyond ±2⁶¹): the outcome is the
-reference engine's in every case (``tests/test_engine_plugin*.py``).
+each decision off the tape of its shape.  For a shape with no tape it returns to
+Python, which either asks the rule itself on the real view (as the reference
+engine would: the answer holds for this slot) or tapes the shape: taping costs
+about what ten asks do, and at paper scale most of the ~300 shapes a run meets
+are met a handful of times (the queue's ramp-up, short queues), a few thousands
+of times (a saturated queue: ``Q`` at the window) — :class:`_Rental` decides.
+The tapes of a rule on a server are kept in one :class:`_Bank` shared by the
+runs of a sweep, held to :data:`TAPE_BYTES` (least recently used dropped).
 
-Why a tape and not fewer rule calls: at paper scale (1:1, ``M = 131000``,
-``λ = 1.2·μ``) 61 % of slots admit, preempt or complete something, so a path
-that calls the rule only when something can change still calls it in most
-slots; what costs is each call and each slot's Python, and the tape removes both.
+The loop hands the run to the reference engine whenever something happens that
+only the reference reports exactly (a broken invariant, a bad grant or state, a
+division by zero, an integer beyond ±2⁶¹): the outcome is the reference
+engine's in every case (``tests/test_engine_plugin*.py``).
+
+Why not call the rule only when something can change: at paper scale (1:1,
+``M = 131000``, ``λ = 1.2·μ``) 61 % of slots admit, preempt or complete
+something, so such a path still decides most slots; what costs is each call and
+each slot's Python, which the tape and the loop remove.  And a tape cannot be
+stretched to other shapes (padded with absent entries): a rule may branch in
+Python on ``len(view.active)``, so only running it on a shape says what it does
+there.
 """
 
 from __future__ import annotations
@@ -107,6 +118,7 @@ class _Rental:
         self.fit = [0.0, 0.0, 0.0, 0.0, 0.0]  # n, Σx, Σy, Σx², Σxy of (entries, seconds) of the tapes
         self.rented: set[tuple[int, int]] = set()  # shapes decided by ski rental
         self.classes: dict[int, list[int]] = {}  # Q -> [shapes met, shapes rented, rented shapes taped]
+        self.taped_count = 0  # meetings that taped the shape (the others asked the rule)
 
     def expected(self, size: int) -> float | None:
         """CPU seconds taping a view of ``size`` entries is expected to cost (None: no tape yet)."""
@@ -140,6 +152,7 @@ class _Rental:
         self.spent[shape] = self.spent.get(shape, 0.0) + seconds
 
     def taped(self, shape: tuple[int, int], size: int, seconds: float) -> None:
+        self.taped_count += 1
         self.spent.pop(shape, None)
         if shape in self.rented:
             self.rented.discard(shape)
@@ -595,4 +608,6 @@ def plugin_path(scheduler: Scheduler, lifecycle: str) -> tuple[PluginPath | None
         trace_tape(scheduler, ModelParams(M=64, chunk=4), 2, 2)
     except (Untraceable, InvalidScheduler) as exc:
         return None, f"the rule cannot be traced to a tape ({exc})"
-    return PluginPath(scheduler), "the rule taped to register code once per view shape, run by a compiled loop"
+    return PluginPath(scheduler), (
+        "a compiled loop: the rule taped to register code for the view shapes met often, asked itself for the others"
+    )

@@ -569,7 +569,7 @@ def _entry_maker(cls: type) -> Any:
         set_rid, set_s, set_o, set_p, set_present, set_prior = sets
 
         def active(rid: Any, s: Any, o: Any, progress: Any) -> Any:
-            e = new(cls)
+            e: Any = new(cls)
             set_rid(e, rid)
             set_s(e, s)
             set_o(e, o)
@@ -583,7 +583,7 @@ def _entry_maker(cls: type) -> Any:
         set_rid, set_s, set_o, set_present, set_prior = sets
 
         def waiting(rid: Any, s: Any, o: Any) -> Any:
-            e = new(cls)
+            e: Any = new(cls)
             set_rid(e, rid)
             set_s(e, s)
             set_o(e, o)
