@@ -786,3 +786,18 @@ def test_ask_rows_for_a_dominant_guard_and_taped_again_when_they_fire_often() ->
             _same(ref, out.result)
     finally:
         _guards.ASK_ROWS, _guards.ASK_SHARE, _guards.ASK_MIN = old
+
+
+def test_runs_in_threads_keep_their_own_tapes() -> None:
+    """Runs of one rule on one server in several threads at once (a thread pool of a sweep): each
+    thread has its own bank, each run is the reference's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    params = ModelParams(M=300, chunk=16)
+    sched = Outside(load_scheduler("current-fit"))
+    plans = [fixed_arrivals([(t // (2 + k), 5 + (t * k) % 9, 4 + t % (7 + k)) for t in range(90)]) for k in range(4)]
+    with trace_after(None), bank_budget(32 * 1024), ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(lambda plan: run(sched, params, plan, 250, engine="fast"), plans))
+    for plan, out in zip(plans, outs):
+        assert out.engine == "fast-plugin", out.reason
+        _same(run(sched, params, plan, 250, engine="reference").result, out.result)

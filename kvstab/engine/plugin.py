@@ -32,6 +32,7 @@ there.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -297,39 +298,44 @@ class _Bank:
             self.keep([k for k in range(self.count) if k not in drop])
 
 
-#: the banks, least recently used first: (scheduler, params) -> the tapes of its shapes
-_TAPES: OrderedDict[tuple[Any, ModelParams], _Bank] = OrderedDict()
+#: the banks, least recently used first: (scheduler, params, thread) -> the tapes of its shapes
+_TAPES: OrderedDict[tuple[Any, ModelParams, int], _Bank] = OrderedDict()
+_TAPES_LOCK = threading.Lock()  # the dict itself (each bank is its thread's own)
 
 
 def _bank(scheduler: Scheduler, params: ModelParams) -> _Bank:
     """The bank of ``scheduler`` on ``params``: shared across runs when the scheduler is
-    hashable (frozen dataclasses are), else one for this run only."""
+    hashable (frozen dataclasses are), else one for this run only.  One per thread: a run
+    changes its bank's arrays between calls of the kernel (a thread pool running two runs
+    of one rule at once must not see the other's half-made changes)."""
     try:
-        key = (scheduler, params)
-        bank = _TAPES.get(key)
+        key = (scheduler, params, threading.get_ident())
+        hash(key)
     except TypeError:  # an unhashable scheduler: tapes per run only
         return _Bank()
-    if bank is None:
-        bank = _TAPES[key] = _Bank()
-    _TAPES.move_to_end(key)
+    with _TAPES_LOCK:
+        bank = _TAPES.get(key)
+        if bank is None:
+            bank = _TAPES[key] = _Bank()
+        _TAPES.move_to_end(key)
     return bank
 
 
 def _within_budget(bank: _Bank, now: int) -> None:
-    """Hold all banks to :data:`TAPE_BYTES`: other banks go first (least recently used), then
-    this bank's least recently used tapes (not slot ``now``'s), down to three quarters of the budget."""
-    total = sum(b.nbytes for b in _TAPES.values()) + (0 if any(b is bank for b in _TAPES.values()) else bank.nbytes)
-    if total <= TAPE_BYTES:
-        return
-    for key in list(_TAPES):
-        other = _TAPES[key]
-        if other is bank:
-            continue
-        total -= other.nbytes
-        del _TAPES[key]
-        if total <= TAPE_BYTES:
-            return
-    bank.evict(TAPE_BYTES * 3 // 4, now)
+    """Hold all banks to :data:`TAPE_BYTES`: other banks go first (least recently used; a run
+    of another thread keeps its own until it ends), then this bank's least recently used tapes
+    (not slot ``now``'s), down to three quarters of the budget."""
+    with _TAPES_LOCK:
+        banks = list(_TAPES.items())
+        total = sum(b.nbytes for _, b in banks) + (0 if any(b is bank for _, b in banks) else bank.nbytes)
+        for key, other in banks:
+            if total <= TAPE_BYTES:
+                return
+            if other is not bank:
+                total -= other.nbytes
+                _TAPES.pop(key, None)
+    if total > TAPE_BYTES:
+        bank.evict(TAPE_BYTES * 3 // 4, now)
 
 
 def trace_rule(scheduler: Scheduler, params: ModelParams, K: int, Q: int, ask: bool = True) -> Tape:
