@@ -267,19 +267,15 @@ def section_plugin(requests: int, long: list[int]) -> None:
                   flush=True)  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
 class Outside:
-    """A built-in's rule behind a class kvstab does not know (its state declared as the rule's)."""
+    """A built-in rule (sglang's) behind a class kvstab does not know, as a plug-in author might wrap
+    it: no compiled path of its own, so the plug-in path runs it."""
 
-    inner: Scheduler
-    name: str = "outside"
-    description: str = "a built-in rule behind an unknown class"
-    traits: Traits = Traits()
-
-    @property
-    def state_vars(self) -> tuple[StateVar, ...]:
-        """The wrapped rule's state (``sglang`` carries a real-valued ratio and a flag)."""
-        return state_vars_of(self.inner)
+    def __init__(self, inner: Scheduler) -> None:
+        self.inner = inner
+        self.name = f"outside-{inner.name}"
+        self.description = f"{inner.name}'s rule behind an outside class"
+        self.state_vars: tuple[StateVar, ...] = state_vars_of(inner)
 
     def decide(self, view: View, ops: Ops) -> Decision:
         """The wrapped rule's decision."""
