@@ -180,8 +180,11 @@ def plugin_case(rule: str, requests: int) -> None:
     ``section_plugin``, so that the peak is this case's)."""
     import json
 
-    from kvstab.engine import plugin
+    from kvstab.engine import _guards, plugin
 
+    if rule.endswith("-full"):  # every row of every tape kept (no ASK rows): the tape budget does the bounding
+        rule = rule[: -len("-full")]
+        _guards.ASK_SHARE = None  # type: ignore[assignment]
     sched = _outside(rule)
     params = ModelParams()
     plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, requests)
@@ -202,7 +205,7 @@ def plugin_case(rule: str, requests: int) -> None:
     }))  # fmt: skip
 
 
-def section_plugin(requests: int, long: list[int]) -> None:
+def section_plugin(requests: int, long: list[int], cases: list[str]) -> None:
     from kvstab.engine import plugin
 
     header(f"plugin: an outside rule on the plug-in path vs the reference engine ({requests} requests, paper 1:1)")
@@ -242,8 +245,11 @@ def section_plugin(requests: int, long: list[int]) -> None:
         flush=True,
     )
     for n in long:
-        for rule in ("current-fit", "sglang"):
-            header(f"plugin: {rule}'s rule behind an outside class, {n} requests, streamed, in a process of its own")
+        for rule in cases:
+            what = (
+                f"{rule[: -len('-full')]}'s rule, every tape row kept" if rule.endswith("-full") else f"{rule}'s rule"
+            )
+            header(f"plugin: {what} behind an outside class, {n} requests, streamed, in a process of its own")
             res = subprocess.run(
                 [sys.executable, __file__, "--plugin-case", rule, str(n)], capture_output=True, text=True
             )
@@ -259,7 +265,7 @@ def section_plugin(requests: int, long: list[int]) -> None:
             print(f"plug-in (cold)    {r['cold']:7.2f} s CPU {slots / r['cold']:10.0f} slots/s")
             print(f"plug-in (taped)   {r['taped']:7.2f} s CPU {slots / r['taped']:10.0f} slots/s   "
                   f"(cold and taped summaries {'identical' if r['same'] else 'DIFFER'})")  # fmt: skip
-            if rule == "current-fit":
+            if rule.startswith("current-fit"):
                 est = slots / (T / cr)  # the reference at its slots/s on the run above
                 print(f"reference         {est:7.1f} s CPU (extrapolated from its {T / cr:.0f} slots/s above, not run)"
                       f"   speed-up cold {est / r['cold']:.1f}×, taped {est / r['taped']:.1f}×")  # fmt: skip
@@ -442,6 +448,11 @@ def main() -> None:
     ap.add_argument(
         "--plugin-long", default="100000", help="request counts of the plugin section's long runs ('' for none)"
     )
+    ap.add_argument(
+        "--plugin-cases",
+        default="current-fit,sglang",
+        help="rules of the long runs: current-fit, sglang (O(K²) tapes), sglang-full (the same, no ASK rows)",
+    )
     ap.add_argument("--plugin-case", nargs=2, metavar=("RULE", "REQUESTS"), help=argparse.SUPPRESS)
     ap.add_argument("--sglang-requests", default="3000,100000", help="request counts of the sglang section")
     ap.add_argument("--sglang-reference-max", type=int, default=3000)
@@ -460,7 +471,11 @@ def main() -> None:
         elif name == "vllm":
             section_vllm(args.vllm_steps)
         elif name == "plugin":
-            section_plugin(args.plugin_requests, [int(x) for x in args.plugin_long.split(",") if x])
+            section_plugin(
+                args.plugin_requests,
+                [int(x) for x in args.plugin_long.split(",") if x],
+                [x for x in args.plugin_cases.split(",") if x],
+            )
         elif name == "sglang":
             section_sglang([int(x) for x in args.sglang_requests.split(",")], args.sglang_reference_max)
         elif name == "scaling":

@@ -198,17 +198,22 @@ class _Bank:
         return self.rows * _ROW_BYTES + self.nouts * 16
 
     @staticmethod
-    def _grow(a: np.ndarray, need: int) -> np.ndarray:
+    def _grow(a: np.ndarray, need: int, most: int | None = None) -> np.ndarray:
+        """``a`` with room for ``need`` entries: doubled, but not beyond ``most`` (unless needed)."""
         if need <= a.shape[0]:
             return a
-        b = np.zeros((max(need, 2 * a.shape[0]),) + a.shape[1:], dtype=a.dtype)
+        size = 2 * a.shape[0] if most is None else min(2 * a.shape[0], most)
+        b = np.zeros((max(need, size),) + a.shape[1:], dtype=a.dtype)
         b[: a.shape[0]] = a
         return b
 
     def add(self, tape: Tape, t: int) -> None:
         """Add ``tape`` for its shape (last used: slot ``t``)."""
         rows, nout, k = tape.code.shape[0], tape.outputs.shape[0], self.count
-        self.code = self._grow(self.code, self.rows + rows)
+        # the rows never take more room than the budget allows them (unless one tape needs it): the
+        # arrays are the tapes' memory, and a doubling past the budget would hold twice what it says
+        most = TAPE_BYTES // _ROW_BYTES + rows
+        self.code = self._grow(self.code, self.rows + rows, most)
         self.code[self.rows : self.rows + rows] = tape.code
         self.outs = self._grow(self.outs, self.nouts + nout)
         self.outs[self.nouts : self.nouts + nout] = tape.outputs
