@@ -652,8 +652,16 @@ def bank_budget(nbytes: int) -> Iterator[None]:
         plugin.TAPE_BYTES = old
 
 
-#: rules with small tapes (sglang's O(K²) tapes would make a budget of a few rows re-tape every slot)
-SHARED_RULES: list[Scheduler] = [ShapeBound(), Outside(load_scheduler("current-fit")), Bucket(), Smooth(), Granting()]
+#: rules with small tapes (sglang's O(K²) tapes would make a budget of a few rows re-tape every slot); Parity is
+#: not monotone in progress
+SHARED_RULES: list[Scheduler] = [
+    ShapeBound(),
+    Outside(load_scheduler("current-fit")),
+    Bucket(),
+    Smooth(),
+    Granting(),
+    Parity(),
+]
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

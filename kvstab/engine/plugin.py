@@ -240,35 +240,26 @@ class _Bank:
         self.tid[tape.K, tape.Q] = k
 
     def keep(self, ids: list[int]) -> None:
-        """Keep only the tapes ``ids`` (in that order), in freshly packed arrays."""
-        rows = sum(int(self.tlen[k]) for k in ids)
-        nouts = sum(self._nout(k) for k in ids)
-        code = np.zeros((max(rows, 1024), 6), dtype=np.int64)
-        outs = np.zeros(max(nouts, 1024), dtype=np.int64)
-        okind = np.zeros(max(nouts, 1024), dtype=np.int64)
-        per = {
-            name: np.zeros(max(len(ids), 64), dtype=np.int64)
-            for name in ("tstart", "tlen", "ostart", "tflags", "tused")
-        }
-        tid = np.full(self.tid.shape, -1, dtype=np.int64)
-        tcount = np.zeros(2 * max(len(ids), 64), dtype=np.int64)
+        """Keep only the tapes ``ids`` (increasing), packed to the front of the same arrays: each
+        moves towards the front, so moving them in order overwrites only what is dropped (no
+        second copy of the tapes, which would double their memory while it is made)."""
+        per = {name: getattr(self, name).copy() for name in ("tstart", "tlen", "ostart", "tflags", "tused", "tcount")}
+        nouts = [self._nout(k) for k in ids]
+        self.tid[:] = -1
         r = o = 0
-        for new, k in enumerate(ids):
-            n, m = int(self.tlen[k]), self._nout(k)
-            code[r : r + n] = self.code[self.tstart[k] : self.tstart[k] + n]
-            outs[o : o + m] = self.outs[self.ostart[k] : self.ostart[k] + m]
-            okind[o : o + m] = self.okind[self.ostart[k] : self.ostart[k] + m]
-            per["tstart"][new], per["tlen"][new], per["ostart"][new] = r, n, o
-            per["tflags"][new], per["tused"][new] = self.tflags[k], self.tused[k]
-            tid[self.shapes[k]] = new
-            tcount[2 * new : 2 * new + 2] = self.tcount[2 * k : 2 * k + 2]
+        for new, (k, m) in enumerate(zip(ids, nouts)):
+            n, s0, o0 = int(per["tlen"][k]), int(per["tstart"][k]), int(per["ostart"][k])
+            self.code[r : r + n] = self.code[s0 : s0 + n]  # numpy copies overlapping slices correctly
+            self.outs[o : o + m] = self.outs[o0 : o0 + m]
+            self.okind[o : o + m] = self.okind[o0 : o0 + m]
+            self.tstart[new], self.tlen[new], self.ostart[new] = r, n, o
+            self.tflags[new], self.tused[new] = per["tflags"][k], per["tused"][k]
+            self.tcount[2 * new : 2 * new + 2] = per["tcount"][2 * k : 2 * k + 2]
+            self.tid[self.shapes[k]] = new
             r, o = r + n, o + m
         self.evicted += self.count - len(ids)
         self.shapes = [self.shapes[k] for k in ids]
-        self.code, self.outs, self.okind, self.rows, self.nouts, self.tid = code, outs, okind, r, o, tid
-        self.tcount = tcount
-        for name, arr in per.items():
-            setattr(self, name, arr)
+        self.rows, self.nouts = r, o
 
     def asks_often(self, shape: tuple[int, int]) -> bool:
         """Whether the ``ASK`` rows of ``shape``'s tape left one slot in eight or more to the rule
@@ -532,8 +523,8 @@ class PluginPath:
                     params.M, params.chunk, params.block, budget, maxseq, check, window, t_end, drain, drain_min,
                     t0, pslot, ps, po, prog, att, served, wasted, npre, first, fin, qbuf, act, st, sv, svf, svtag,
                     svreal, svlo, svhi, svflo, svfhi, bank.code, bank.code.view(np.float64), bank.tstart,
-                    bank.tlen, bank.ostart, bank.outs, bank.okind, bank.tflags, bank.tid, bank.tused,
-                    bank.tcount, asker.once_k, asker.once_q, asker.once_off, asker.once_flags, asker.ans, asker.ansf, asker.anst,
+                    bank.tlen, bank.ostart, bank.outs, bank.okind, bank.tflags, bank.tid, bank.tused, bank.tcount,
+                    asker.once_k, asker.once_q, asker.once_off, asker.once_flags, asker.ans, asker.ansf, asker.anst,
                     bank.R, bank.F, bank.T, dec, decf, dect, tmp, scr, prev, out,
                 )  # fmt: skip
                 if status != PK.NEED_TAPE:
