@@ -23,6 +23,13 @@ no output depends on are dropped, except divisions.  Outputs are never guarded, 
 is a division by a register that may be 0: Python evaluates every operation the
 tape recorded (the tape skips only what it proves irrelevant to the *value*), so
 a ``ZeroDivisionError`` must still stop the run where the reference raises it.
+
+``ASK g`` instead of ``JZ g, n`` drops the run from the tape: where ``g`` is 0 the
+rows were irrelevant anyway, and where it holds the kernel stops at the ``ASK``
+row (before any row that could read a dropped register) and the plug-in path
+asks the rule itself for the slot.  It is used for a guard that covers most of a
+tape (:data:`ASK_SHARE`): sglang's retraction order, whose rows are most of its
+tapes' memory and matter in a handful of slots.
 """
 
 from __future__ import annotations
