@@ -303,11 +303,11 @@ def section_sglang(requests: list[int], reference_max: int) -> None:
         c0, t0 = time.process_time(), time.perf_counter()
         cold = run(sched, params, plan, T, engine="fast")
         tc, cc = time.perf_counter() - t0, time.process_time() - c0
-        shapes = len(plugin._TAPES)
+        shapes = _plugin_counts(sched, params)
         c0, t0 = time.process_time(), time.perf_counter()
         warm = run(sched, params, plan, T, engine="fast")
         tw, cw = time.perf_counter() - t0, time.process_time() - c0
-        print(f"{T} slots, {len(plan)} requests; engine: {cold.engine} ({cold.reason}); {shapes} view shapes taped")
+        print(f"{T} slots, {len(plan)} requests; engine: {cold.engine} ({cold.reason}); cold run: {shapes}")
         print(f"plug-in (cold)    {tc:7.2f} s wall {cc:7.2f} s CPU {T / cc:10.0f} slots/s")
         print(f"plug-in (taped)   {tw:7.2f} s wall {cw:7.2f} s CPU {T / cw:10.0f} slots/s")
         if n <= reference_max:
