@@ -14,9 +14,12 @@ Sections (issue 11; no timed tests — figures are printed here):
 * ``vllm``     the vLLM-matched model (fast) vs vLLM 0.33's own scheduler and vs the
   reference model on one plan: steps/s, and step-for-step identity (check (c)).
 * ``plugin``   a plug-in rule (current-fit's rule in an outside class) on the plug-in path vs
-  the reference engine on the same run: speed-up in CPU seconds (target ≥ 10×), with every
-  view shape taped during the run (cold) and with the tapes cached (a sweep's later points),
-  and identity of every SimResult array.
+  the reference engine on the same run: speed-up in CPU seconds (target ≥ 10× cold), cold
+  (every view shape asked of the rule or taped during the run) and again with the tapes kept
+  (a sweep's later points), and identity of every SimResult array; then ``--plugin-long``
+  requests (10⁵) streamed, each in a process of its own for its peak RSS (target < 1 GB):
+  current-fit's rule (the reference extrapolated from its slots/s, not run) and sglang's
+  rule behind an outside class (O(K²) tapes: the stress case of the tapes' memory bound).
 * ``sglang``   the built-in ``sglang`` (real-valued state, float reservations) on the plug-in path vs
   the reference engine, same run (cold: every shape taped or asked during the run; taped: cached);
   ``--sglang-reference-max`` requests at most are also run on the reference engine (it takes
@@ -43,7 +46,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvstab.arrivals import ArrivalPlan, poisson_arrivals
-from kvstab.contract import Decision, Traits, View, WaitingEntry, fcfs_admit, held_first, preempt_newest
+from kvstab.contract import (
+    Decision,
+    Scheduler,
+    StateVar,
+    Traits,
+    View,
+    WaitingEntry,
+    fcfs_admit,
+    held_first,
+    preempt_newest,
+    state_vars_of,
+)
 from kvstab.data import trace_path
 from kvstab.engine import run
 from kvstab.engine.driver import Lifecycle, _run_fast, fast_rule
@@ -213,7 +227,55 @@ def section_vllm(steps: int) -> None:
     print(f"fast model / vLLM speed ratio: {real.wall_s / fast.wall_s:.0f}×")
 
 
-def section_plugin(requests: int) -> None:
+def _outside(rule: str) -> Scheduler:
+    """A rule behind a class kvstab does not know (so it runs on the plug-in path)."""
+    return OutsideCurrentFit() if rule == "current-fit" else Outside(load_scheduler(rule))
+
+
+def _plugin_counts(sched: Scheduler, params: ModelParams) -> str:
+    """What the plug-in path's bank for ``sched`` holds: shapes taped, slots asked, tape memory."""
+    from kvstab.engine import plugin
+
+    bank = plugin._bank(sched, params)
+    met = sum(bank.rental.met.values())
+    return (
+        f"{bank.count} view shapes taped ({bank.nbytes / 2**20:.1f} MB of tapes, {bank.evicted} evicted), "
+        f"{met - bank.rental.taped_count} decisions asked of the rule itself"
+    )
+
+
+def plugin_case(rule: str, requests: int) -> None:
+    """One long plug-in run, cold then again with the tapes kept, streamed (``record=False``):
+    CPU seconds and the process's peak RSS, as one JSON line (run in its own process by
+    ``section_plugin``, so that the peak is this case's)."""
+    import json
+
+    from kvstab.engine import _guards, plugin
+
+    if rule.endswith("-full"):  # every row of every tape kept (no ASK rows): the tape budget does the bounding
+        rule = rule[: -len("-full")]
+        _guards.ASK_SHARE = None  # type: ignore[assignment]
+    sched = _outside(rule)
+    params = ModelParams()
+    plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, requests)
+    T = horizon(plan)
+    run(sched, ModelParams(M=params.M + 1), plan_for(PAPER_WORKLOADS["paper-1:1"], params, 50), 10, engine="fast")
+    plugin._TAPES.clear()
+    c0 = time.process_time()
+    cold = run(sched, params, plan, T, engine="fast", record=False)
+    cc = time.process_time() - c0
+    counts = _plugin_counts(sched, params)
+    c0 = time.process_time()
+    warm = run(sched, params, plan, T, engine="fast", record=False)
+    cw = time.process_time() - c0
+    print(json.dumps({
+        "slots": T, "requests": len(plan), "engine": cold.engine, "cold": cc, "taped": cw, "counts": counts,
+        "same": cold.summary == warm.summary, "preemptions": cold.summary.preemptions,
+        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }))  # fmt: skip
+
+
+def section_plugin(requests: int, long: list[int], cases: list[str]) -> None:
     from kvstab.engine import plugin
 
     header(f"plugin: an outside rule on the plug-in path vs the reference engine ({requests} requests, paper 1:1)")
@@ -225,30 +287,75 @@ def section_plugin(requests: int) -> None:
     print(f"plug-in path: {'yes' if path else 'no'} ({why})")
     # load the compiled loop from numba's cache on another M, so no tape is shared with the timed run
     run(sched, ModelParams(M=params.M + 1), plan, 10, engine="fast")
+    plugin._TAPES.clear()
     c0 = time.process_time()
     t0 = time.perf_counter()
     cold = run(sched, params, plan, T)  # every view shape asked of the rule or taped during the run
     tc, cc = time.perf_counter() - t0, time.process_time() - c0
+    counts = _plugin_counts(sched, params)
+    c0 = time.process_time()
     t0 = time.perf_counter()
-    warm = run(sched, params, plan, T)  # tapes cached (a sweep's later points)
-    tw = time.perf_counter() - t0
+    warm = run(sched, params, plan, T)  # the tapes kept (a sweep's later points)
+    tw, cw = time.perf_counter() - t0, time.process_time() - c0
     c0 = time.process_time()
     t0 = time.perf_counter()
     ref = run(sched, params, plan, T, engine="reference")
     tr, cr = time.perf_counter() - t0, time.process_time() - c0
     same = _first_difference(ref.result, cold.result) or _first_difference(ref.result, warm.result)
-    print(f"{T} slots, {len(plan)} requests; engine: {cold.engine}; {len(plugin._TAPES)} view shapes taped")
+    print(f"{T} slots, {len(plan)} requests; engine: {cold.engine}; cold run: {counts}")
     print(f"reference         {tr:7.2f} s wall {cr:7.2f} s CPU {T / cr:10.0f} slots/s")
     print(
         f"plug-in (cold)    {tc:7.2f} s wall {cc:7.2f} s CPU {T / cc:10.0f} slots/s   speed-up {cr / cc:6.1f}× (CPU), "
-        f"{tr / tc:.1f}× (wall)  (target ≥ 10×)"
+        f"{tr / tc:.1f}× (wall)  (target ≥ 10× cold)"
     )
-    print(f"plug-in (taped)   {tw:7.2f} s wall {'':>19}{T / tw:10.0f} slots/s   speed-up {tr / tw:6.1f}× (wall)")
+    print(f"plug-in (taped)   {tw:7.2f} s wall {cw:7.2f} s CPU {T / cw:10.0f} slots/s   speed-up {cr / cw:6.1f}× (CPU)")
     print(
         f"outcome: {'identical, every SimResult array' if same is None else 'DIFFER: ' + same}; "
         f"load averages now {load()}",
         flush=True,
     )
+    for n in long:
+        for rule in cases:
+            what = (
+                f"{rule[: -len('-full')]}'s rule, every tape row kept" if rule.endswith("-full") else f"{rule}'s rule"
+            )
+            header(f"plugin: {what} behind an outside class, {n} requests, streamed, in a process of its own")
+            res = subprocess.run(
+                [sys.executable, __file__, "--plugin-case", rule, str(n)], capture_output=True, text=True
+            )
+            if res.returncode != 0:
+                print(f"failed: {res.stderr.strip().splitlines()[-1:]}")
+                continue
+            import json
+
+            r = json.loads(res.stdout.strip().splitlines()[-1])
+            slots = r["slots"]
+            print(f"{slots} slots, {r['requests']} requests, {r['preemptions']} preemptions; engine {r['engine']}; "
+                  f"cold run: {r['counts']}")  # fmt: skip
+            print(f"plug-in (cold)    {r['cold']:7.2f} s CPU {slots / r['cold']:10.0f} slots/s")
+            print(f"plug-in (taped)   {r['taped']:7.2f} s CPU {slots / r['taped']:10.0f} slots/s   "
+                  f"(cold and taped summaries {'identical' if r['same'] else 'DIFFER'})")  # fmt: skip
+            if rule.startswith("current-fit"):
+                est = slots / (T / cr)  # the reference at its slots/s on the run above
+                print(f"reference         {est:7.1f} s CPU (extrapolated from its {T / cr:.0f} slots/s above, not run)"
+                      f"   speed-up cold {est / r['cold']:.1f}×, taped {est / r['taped']:.1f}×")  # fmt: skip
+            print(f"peak RSS of the process {r['rss_mb']:.0f} MB (target < 1 GB); load averages now {load()}",
+                  flush=True)  # fmt: skip
+
+
+class Outside:
+    """A built-in rule (sglang's) behind a class kvstab does not know, as a plug-in author might wrap
+    it: no compiled path of its own, so the plug-in path runs it."""
+
+    def __init__(self, inner: Scheduler) -> None:
+        self.inner = inner
+        self.name = f"outside-{inner.name}"
+        self.description = f"{inner.name}'s rule behind an outside class"
+        self.state_vars: tuple[StateVar, ...] = state_vars_of(inner)
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        """The wrapped rule's decision."""
+        return self.inner.decide(view, ops)
 
 
 def section_sglang(requests: list[int], reference_max: int) -> None:
@@ -266,11 +373,11 @@ def section_sglang(requests: list[int], reference_max: int) -> None:
         c0, t0 = time.process_time(), time.perf_counter()
         cold = run(sched, params, plan, T, engine="fast")
         tc, cc = time.perf_counter() - t0, time.process_time() - c0
-        shapes = len(plugin._TAPES)
+        shapes = _plugin_counts(sched, params)
         c0, t0 = time.process_time(), time.perf_counter()
         warm = run(sched, params, plan, T, engine="fast")
         tw, cw = time.perf_counter() - t0, time.process_time() - c0
-        print(f"{T} slots, {len(plan)} requests; engine: {cold.engine} ({cold.reason}); {shapes} view shapes taped")
+        print(f"{T} slots, {len(plan)} requests; engine: {cold.engine} ({cold.reason}); cold run: {shapes}")
         print(f"plug-in (cold)    {tc:7.2f} s wall {cc:7.2f} s CPU {T / cc:10.0f} slots/s")
         print(f"plug-in (taped)   {tw:7.2f} s wall {cw:7.2f} s CPU {T / cw:10.0f} slots/s")
         if n <= reference_max:
@@ -411,12 +518,24 @@ def main() -> None:
     ap.add_argument("--events-requests", type=int, default=200_000, help="requests per point of the events section")
     ap.add_argument("--vllm-steps", type=int, default=4000)
     ap.add_argument("--plugin-requests", type=int, default=3000)
+    ap.add_argument(
+        "--plugin-long", default="100000", help="request counts of the plugin section's long runs ('' for none)"
+    )
+    ap.add_argument(
+        "--plugin-cases",
+        default="current-fit,sglang",
+        help="rules of the long runs: current-fit, sglang (O(K²) tapes), sglang-full (the same, no ASK rows)",
+    )
+    ap.add_argument("--plugin-case", nargs=2, metavar=("RULE", "REQUESTS"), help=argparse.SUPPRESS)
     ap.add_argument("--sglang-requests", default="3000,100000", help="request counts of the sglang section")
     ap.add_argument("--sglang-reference-max", type=int, default=3000)
     ap.add_argument("--check-slots", type=int, default=100_000)
     ap.add_argument("--check-M", type=int, default=16_000)
     ap.add_argument("--scaling", default="10000,100000,1000000", help="request counts of the scaling table")
     args = ap.parse_args()
+    if args.plugin_case:  # one long run of the plugin section, in a process of its own
+        plugin_case(args.plugin_case[0], int(args.plugin_case[1]))
+        return
     todo = args.only or ["python", "targets", "events", "vllm", "plugin", "sglang", "scaling", "check"]
     print(f"bench_engine: {' '.join(todo)}; CPU affinity {sorted(os.sched_getaffinity(0))}")
     for name in todo:
@@ -427,7 +546,11 @@ def main() -> None:
         elif name == "vllm":
             section_vllm(args.vllm_steps)
         elif name == "plugin":
-            section_plugin(args.plugin_requests)
+            section_plugin(
+                args.plugin_requests,
+                [int(x) for x in args.plugin_long.split(",") if x],
+                [x for x in args.plugin_cases.split(",") if x],
+            )
         elif name == "sglang":
             section_sglang([int(x) for x in args.sglang_requests.split(",")], args.sglang_reference_max)
         elif name == "scaling":

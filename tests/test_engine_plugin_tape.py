@@ -298,8 +298,9 @@ def _same(ref: object, fast: object) -> None:
 
 
 @contextmanager
-def trace_after(n: int) -> Iterator[None]:
-    """Tape every shape at once (0), or ask the rule directly for every shape (huge)."""
+def trace_after(n: int | None) -> Iterator[None]:
+    """Tape every shape at once (0), or ask the rule directly for every shape (huge); ``None``: the
+    rental policy, which the runs use by default."""
     old = plugin.TRACE_AFTER
     plugin.TRACE_AFTER = n
     plugin._TAPES.clear()
@@ -612,3 +613,199 @@ def test_ask_rows_leave_the_slot_to_the_rule() -> None:
             _same(ref, out.result)
     finally:
         _guards.ASK_MIN = old
+
+
+# --- the bank, the rental policy, eviction, the tracer's identities (2026-12 rewrite of the cold path)
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeBound:
+    """Branches in Python on the view's *shape* (allowed: a shape is taped on its own): preempts
+    the newest request whenever exactly three run, and admits the head only while the window
+    shows an odd number of entries — a rule whose tape for one shape says nothing of another."""
+
+    name: str = "shape-bound"
+    description: str = "decisions that depend on len(view.active) and len(view.waiting)"
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        """Current fit, plus a preemption at K = 3 and admission only for an odd Q."""
+        must, kept = preempt_newest(view, ops)
+        k = len(view.active)
+        preempt = tuple(ops.or_(m, k == 3 and i == k - 1) for i, m in enumerate(must))
+
+        def fits(w: WaitingEntry, acc: IntLike) -> tuple[BoolLike, IntLike]:
+            after = acc + held_first(view, w, ops)
+            return ops.le(after, view.M), after
+
+        allowed = ops.and_(ops.not_(ops.or_(*preempt)), len(view.waiting) % 2 == 1)
+        return Decision(admit=fcfs_admit(view, ops, fits, kept, allowed=allowed), preempt=preempt)
+
+
+@contextmanager
+def bank_budget(nbytes: int) -> Iterator[None]:
+    """Hold the tapes to ``nbytes`` (a few rows: eviction in most runs), then restore."""
+    old = plugin.TAPE_BYTES
+    plugin.TAPE_BYTES = nbytes
+    try:
+        yield
+    finally:
+        plugin.TAPE_BYTES = old
+
+
+#: rules with small tapes (sglang's O(K²) tapes would make a budget of a few rows re-tape every slot); Parity is
+#: not monotone in progress
+SHARED_RULES: list[Scheduler] = [
+    ShapeBound(),
+    Outside(load_scheduler("current-fit")),
+    Bucket(),
+    Smooth(),
+    Granting(),
+    Parity(),
+]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    first=scenarios(),
+    second=scenarios(),
+    k=st.integers(0, len(SHARED_RULES) - 1),
+    policy=st.sampled_from([None, 0, 2]),
+    budget=st.sampled_from([1 << 30, 4096]),
+)
+def test_tapes_shared_by_runs_and_evicted_match_reference(
+    first: tuple[ModelParams, ArrivalPlan, int, int, bool],
+    second: tuple[ModelParams, ArrivalPlan, int, int, bool],
+    k: int,
+    policy: int | None,
+    budget: int,
+) -> None:
+    """Two runs on one bank (the second on the first's server, so it reuses and extends its
+    tapes), under the rental policy or a count, with a tape budget of a few tapes (evicting in
+    most runs): each run is the reference's."""
+    sched = SHARED_RULES[k]
+    second = (first[0],) + second[1:]  # type: ignore[assignment]
+    with trace_after(policy), bank_budget(budget):
+        for scenario in (first, second):
+            _same(_outcome(sched, scenario, "reference"), _outcome(sched, scenario, "fast"))
+
+
+def test_eviction_keeps_the_bank_within_its_budget() -> None:
+    """Under a budget far below the tapes a run meets, the least recently used go, the bank stays
+    within it (and taping goes on), and the outcome is the reference's."""
+    params = ModelParams(M=400, chunk=16)
+    plan = fixed_arrivals([(t // 2, 10 + t % 7, 5 + t % 11) for t in range(120)])
+    sched = Outside(load_scheduler("current-fit"))
+    with trace_after(0), bank_budget(64 * 1024):
+        out = run(sched, params, plan, 300, engine="fast")
+        bank = plugin._bank(sched, params)
+        assert bank.evicted > 0 and bank.nbytes <= 64 * 1024
+    assert out.engine == "fast-plugin", out.reason
+    _same(run(sched, params, plan, 300, engine="reference").result, out.result)
+
+
+def test_rental_tapes_recurring_shapes_and_classes() -> None:
+    """Ski rental on injected costs: a shape is taped once its asks cost what its tape is expected
+    to; a class of shapes (one Q) that mostly came to be taped is taped at first sight, but one
+    new shape in EAGER_SAMPLE is still rented."""
+    rental = plugin._Rental()
+    with trace_after(None):
+        for _ in range(plugin.FIRST_TRACE_AFTER):  # no tape yet: a count
+            assert not rental.tape_now((5, 8))
+        assert rental.tape_now((5, 8))
+        rental.taped((5, 8), 14, 0.014)  # 1 ms per entry
+        assert rental.expected(30) == pytest.approx(0.014 / 30 * 46)  # one tape: a fixed part worth 16 entries
+        rental.taped((9, 8), 18, 0.018)
+        assert rental.expected(100) == pytest.approx(0.1)  # a line through both
+        for K in range(20, 20 + plugin.EAGER_AFTER):  # a class rented shape by shape
+            assert not rental.tape_now((K, 4))
+            rental.asked((K, 4), rental.expected(K + 5) or 0.0)
+            assert rental.tape_now((K, 4))
+            rental.taped((K, 4), K + 5, 0.001)
+        firsts = [rental.tape_now((K, 4)) for K in range(40, 40 + 2 * plugin.EAGER_SAMPLE)]
+        assert firsts.count(False) == 2 and firsts.count(True) == 2 * plugin.EAGER_SAMPLE - 2
+        assert not rental.tape_now((60, 3))  # another class is rented
+
+
+def test_tracer_identities_are_pythons() -> None:
+    """``x + 0``, ``x * 1``, ``x // 1``, ``and_(True, b)``, ``ite(c, x, x)``, a count with plain
+    entries: no row where Python's value is an operand's (as an int: ``True + 0`` is 1), and the
+    value and type of every expression are Python's."""
+    tr = TapeOps(3)
+    x, b, c = tr.leaf(0, "i", -50, 50), tr.leaf(1, BOOL, 0, 1), tr.leaf(2, BOOL, 0, 1)
+    rows = tr.code().shape[0]
+    same = [x + 0, 0 + x, x - 0, x * 1, 1 * x, x // 1, b + 0, 1 * b, tr.and_(True, b), tr.ite(c, x, x), tr.sum([x])]
+    assert tr.code().shape[0] == rows and all(v.reg in (x.reg, b.reg) for v in same)
+    assert tr.and_(False, b) is False and tr.or_(True, b) is True
+    exprs = {
+        "x + 0": (x + 0, lambda x, b, c: x + 0),
+        "b + 0": (b + 0, lambda x, b, c: b + 0),
+        "1 * b": (1 * b, lambda x, b, c: 1 * b),
+        "b // 1": (b // 1, lambda x, b, c: b // 1),
+        "and(True, b)": (tr.and_(True, b), lambda x, b, c: all((True, b))),
+        "and(b, c)": (tr.and_(b, c), lambda x, b, c: all((b, c))),
+        "and(x)": (tr.and_(x), lambda x, b, c: all((x,))),
+        "count": (tr.count([True, b, False, x, True]), lambda x, b, c: sum(1 for v in (True, b, False, x, True) if v)),
+        "sum": (tr.sum([True, x, 2, b]), lambda x, b, c: sum((True, x, 2, b))),
+        "x % 1": (x % 1, lambda x, b, c: x % 1),
+    }
+    for xv, bv, cv in [(7, True, False), (-3, False, True), (0, True, True), (0, False, False)]:
+        ok, R, F, T = _eval(tr, [xv, int(bv), int(cv)])
+        assert ok
+        for name, (v, f) in exprs.items():
+            want = f(xv, bv, cv)
+            got = _read(v, R, F, T)
+            assert _identical(got, want, getattr(v, "kind", "")), (name, got, want)
+
+
+def test_fast_entries_are_the_dataclass_entries() -> None:
+    """The plug-in path builds view entries by setting their slots: equal to (and of the type of)
+    what the dataclass's constructor builds, defaults included."""
+    from kvstab.contract import ActiveEntry
+    from kvstab.engine.tape import active_entry, waiting_entry
+
+    a, b = active_entry(3, 10, 4, 7), ActiveEntry(3, 10, 4, 7)
+    assert type(a) is ActiveEntry and a == b and hash(a) == hash(b) and (a.present, a.prior) == (True, 0)
+    w, v = waiting_entry(5, 9, 2), WaitingEntry(5, 9, 2)
+    assert type(w) is WaitingEntry and w == v and hash(w) == hash(v)
+
+
+def test_ask_rows_for_a_dominant_guard_and_taped_again_when_they_fire_often() -> None:
+    """A guard covering most of a tape leaves its rows to the rule (``ASK``): kept so for sglang's
+    ``retracting``, true in one slot; with every guarded run left to the rule (``ASK_MIN = 1``:
+    the prefill walk's guards too, true in most slots) the shapes are taped again with their rows.
+    Both runs are the reference's."""
+    from kvstab.engine import _guards
+
+    params = ModelParams(M=500, chunk=16)
+    plan = fixed_arrivals([(t // 2, 4 + t % 5, 80 + 13 * (t % 3)) for t in range(60)])  # retracts at K = 6
+    ref = run(load_scheduler("sglang"), params, plan, 800, engine="reference").result
+    assert ref is not None and ref.preemptions.sum() > 0
+    old = _guards.ASK_ROWS, _guards.ASK_SHARE, _guards.ASK_MIN
+    try:
+        # small servers: the retraction order is a fifth of a tape here (most of it at paper scale)
+        for rows, share, run_min, often in ((8, 0.2, 1 << 62, False), (1 << 62, 1.0, 1, True)):
+            _guards.ASK_ROWS, _guards.ASK_SHARE, _guards.ASK_MIN = rows, share, run_min
+            with trace_after(0):
+                out = run(load_scheduler("sglang"), params, plan, 800, engine="fast")
+                bank = plugin._bank(load_scheduler("sglang"), params)
+            assert out.engine == "fast-plugin", out.reason
+            asked = int(bank.tcount[1 : 2 * bank.count : 2].sum())
+            assert (asked > 0 or often) and bool(bank.no_ask) == often, (asked, bank.no_ask)
+            _same(ref, out.result)
+    finally:
+        _guards.ASK_ROWS, _guards.ASK_SHARE, _guards.ASK_MIN = old
+
+
+def test_runs_in_threads_keep_their_own_tapes() -> None:
+    """Runs of one rule on one server in several threads at once (a thread pool of a sweep): each
+    thread has its own bank, each run is the reference's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    params = ModelParams(M=300, chunk=16)
+    sched = Outside(load_scheduler("current-fit"))
+    plans = [fixed_arrivals([(t // (2 + k), 5 + (t * k) % 9, 4 + t % (7 + k)) for t in range(90)]) for k in range(4)]
+    with trace_after(None), bank_budget(32 * 1024), ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(lambda plan: run(sched, params, plan, 250, engine="fast"), plans))
+    for plan, out in zip(plans, outs):
+        assert out.engine == "fast-plugin", out.reason
+        _same(run(sched, params, plan, 250, engine="reference").result, out.result)

@@ -23,6 +23,13 @@ no output depends on are dropped, except divisions.  Outputs are never guarded, 
 is a division by a register that may be 0: Python evaluates every operation the
 tape recorded (the tape skips only what it proves irrelevant to the *value*), so
 a ``ZeroDivisionError`` must still stop the run where the reference raises it.
+
+``ASK g`` instead of ``JZ g, n`` drops the run from the tape: where ``g`` is 0 the
+rows were irrelevant anyway, and where it holds the kernel stops at the ``ASK``
+row (before any row that could read a dropped register) and the plug-in path
+asks the rule itself for the slot.  It is used for a guard that covers most of a
+tape (:data:`ASK_SHARE`): sglang's retraction order, whose rows are most of its
+tapes' memory and matter in a handful of slots.
 """
 
 from __future__ import annotations
@@ -48,10 +55,16 @@ for _name, _n in OP.items():
 _AND, _TRUTH, _ITE, _XITE, _JZ, _ASK = OP["AND"], OP["TRUTH"], OP["ITE"], OP["XITE"], OP["JZ"], OP["ASK"]
 #: a guarded run of at least this many rows is not kept at all: ``ASK g`` makes the kernel ask the
 #: rule itself in a slot where ``g`` is true — exact, as the skipped rows are irrelevant whenever
-#: ``g`` is 0.  Off by default: it pays only for a guard that is rarely true (sglang's
-#: ``retracting``), and a length says nothing of that — at 64 rows sglang's prefill-walk runs,
-#: true in most slots, were asked too and the taped run went from 3.6 to 26 CPU s (20 600 slots)
+#: ``g`` is 0.  Off for runs by their length: it pays only for a guard that is rarely true
+#: (sglang's ``retracting``), and a run's length says nothing of that — at 64 rows sglang's
+#: prefill-walk runs, true in most slots, were asked too and the taped run went from 3.6 to 26 CPU s
 ASK_MIN = 1 << 62
+#: a guard that alone covers at least this share of a tape's rows (and ASK_ROWS rows) has its runs
+#: left to the rule (``ASK``): such a tape is mostly rows that a false guard makes irrelevant —
+#: sglang's O(K²) retraction order behind ``retracting`` — and keeping them costs memory in every
+#: tape (5.7 MB a shape at K = 100) for what the rule computes itself in the few slots that need
+#: it.  The plug-in path tapes the shape again without ``ASK`` rows if they fire often.
+ASK_SHARE, ASK_ROWS = 0.5, 4096
 _CONST, _FCONST = OP["CONST"], OP["FCONST"]
 _FDIV, _MOD, _XFDIV, _XMOD, _XTDIV = OP["FDIV"], OP["MOD"], OP["XFDIV"], OP["XMOD"], OP["XTDIV"]
 _NEGZERO = -(1 << 63)  # the bits of the float constant -0.0 (+0.0's are 0)
@@ -189,9 +202,9 @@ def guard_rows(code: np.ndarray, n_in: int, outs: np.ndarray, nargs: np.ndarray)
 
 
 @_njit(cache=True)
-def _emit(code: np.ndarray, guard: np.ndarray, jz: int, ask: int, ask_min: int) -> np.ndarray:
+def _emit(code: np.ndarray, guard: np.ndarray, jz: int, ask: int, ask_min: int, heavy: np.ndarray) -> np.ndarray:
     """The rows without the dead ones, with ``JZ g, n`` before each run of ``n`` rows guarded by ``g``,
-    or (``n >= ask_min``) ``ASK g`` instead of the run."""
+    or (``n >= ask_min`` or ``heavy[g]``) ``ASK g`` instead of the run."""
     n = code.shape[0]
     out = np.zeros((2 * n + 1, code.shape[1]), dtype=np.int64)
     w = 0
@@ -216,7 +229,7 @@ def _emit(code: np.ndarray, guard: np.ndarray, jz: int, ask: int, ask_min: int) 
                 run += 1
             x += 1
         out[head, 2] = g
-        if run >= ask_min:
+        if run >= ask_min or heavy[g]:
             out[head, 0] = ask
             w = head + 1  # the run is dropped
         else:
@@ -225,10 +238,18 @@ def _emit(code: np.ndarray, guard: np.ndarray, jz: int, ask: int, ask_min: int) 
     return out[:w].copy()
 
 
-def with_guards(code: np.ndarray, n_in: int, outputs: np.ndarray, ask_min: int = ASK_MIN) -> np.ndarray:
-    """``code`` with its dead rows dropped, its guarded runs behind ``JZ`` rows, and its long
-    guarded runs replaced by ``ASK`` rows (same registers)."""
+def with_guards(
+    code: np.ndarray, n_in: int, outputs: np.ndarray, ask_min: int = ASK_MIN, ask_share: float | None = None
+) -> np.ndarray:
+    """``code`` with its dead rows dropped, its guarded runs behind ``JZ`` rows, and replaced by
+    ``ASK`` rows (same registers): runs of at least ``ask_min`` rows, and (``ask_share``) every run
+    of a guard that covers that share of the live rows and at least :data:`ASK_ROWS`."""
     if code.shape[0] == 0:
         return code
     guard = guard_rows(code, n_in, outputs, NARGS)
-    return _emit(code, guard, _JZ, _ASK, ask_min)
+    heavy = np.zeros(n_in + code.shape[0], dtype=np.bool_)
+    if ask_share is not None:
+        covered = np.bincount(guard[guard >= 0], minlength=heavy.shape[0])
+        live = int(np.count_nonzero(guard != -2))
+        heavy = covered >= max(ASK_ROWS, ask_share * live)
+    return _emit(code, guard, _JZ, _ASK, ask_min, heavy)

@@ -4,12 +4,12 @@ with the decision read off a tape (:mod:`kvstab.engine.tape`) instead of a Pytho
 :func:`run_plugin_slots` runs slots until ``t_end``, a drain, or a slot it cannot
 finish by itself, and returns a status:
 
-* ``NEED_TAPE`` — the slot needs a view shape ``(K, Q)`` with no tape yet; the
-  driver traces it, or (for a shape met only a few times so far) asks the rule
-  itself and passes the answer as a *one-slot* tape (``once_*``: constant
-  outputs, valid until the slot ends), and calls again (the slot's arrivals are
-  kept in ``st``, and nothing else of the slot has happened yet, so the call
-  resumes it);
+* ``NEED_TAPE`` — the slot needs a view shape ``(K, Q)`` with no tape yet (or
+  its tape's ``ASK`` row left this slot to the rule, ``st[ST_ASK]``); the driver
+  tapes it, or asks the rule itself and passes the answer for this slot only
+  (``once_*`` and ``ans*``: the decision's values, dropped when the slot ends),
+  and calls again (the slot's arrivals are kept in ``st``, and nothing else of
+  the slot has happened yet, so the call resumes it);
 * ``BAIL`` — something only the reference engine can report exactly happened:
   an invariant broke (with ``check``), a grant was negative, a next state left
   its bounds, a division by zero, a value beyond ±2⁶¹.  The driver then runs
@@ -321,6 +321,118 @@ def eval_tape(
 
 
 @_njit(cache=True)
+def _decide(
+    na: int,
+    Q: int,
+    nst: int,
+    t: int,
+    act: np.ndarray,
+    qbuf: np.ndarray,
+    qh: int,
+    ql: int,
+    ps: np.ndarray,
+    po: np.ndarray,
+    prog: np.ndarray,
+    sv: np.ndarray,
+    svf: np.ndarray,
+    svtag: np.ndarray,
+    code: np.ndarray,
+    codef: np.ndarray,
+    tstart: np.ndarray,
+    tlen: np.ndarray,
+    ostart: np.ndarray,
+    outs: np.ndarray,
+    okind: np.ndarray,
+    tflags: np.ndarray,
+    tid: np.ndarray,
+    tused: np.ndarray,
+    tcount: np.ndarray,
+    nonce: int,
+    once_k: np.ndarray,
+    once_q: np.ndarray,
+    once_off: np.ndarray,
+    once_flags: np.ndarray,
+    ans: np.ndarray,
+    ansf: np.ndarray,
+    anst: np.ndarray,
+    R: np.ndarray,
+    F: np.ndarray,
+    T: np.ndarray,
+    dec: np.ndarray,
+    decf: np.ndarray,
+    dect: np.ndarray,
+) -> int:
+    """The decision for a view of ``na`` active and ``Q`` shown waiting entries, written to
+    ``dec`` (admit ``Q``, preempt ``na``, grants ``na + Q`` if any, then the integer next state)
+    and ``decf``/``dect`` (a real next state, and whether it is a float): from this slot's answer
+    of the rule itself (``once_*``) or from the shape's tape.  Returns the decision's flags
+    (1: grants, 2: state), ``-1`` (no tape for the shape), ``-2`` (the tape stopped: the reference
+    engine must run) or ``-3`` (an ``ASK`` row: ask the rule itself for this slot)."""
+    cap = qbuf.shape[0]
+    for x in range(nonce):
+        if once_k[x] == na and once_q[x] == Q:
+            flags = once_flags[x]
+            off = once_off[x]
+            nout = Q + na + ((na + Q) if flags & 1 else 0)
+            for j in range(nout):
+                dec[j] = ans[off + j]
+            if flags & 2:
+                for m in range(nst):
+                    dec[nout + m] = ans[off + nout + m]
+                    decf[m] = ansf[off + nout + m]
+                    dect[m] = anst[off + nout + m]
+            return flags
+    if na >= tid.shape[0] or Q >= tid.shape[1] or tid[na, Q] < 0:
+        return -1
+    tape = tid[na, Q]
+    tused[tape] = t
+    tcount[2 * tape] += 1
+    for k in range(na):
+        r = act[k]
+        R[4 * k] = r
+        R[4 * k + 1] = ps[r]
+        R[4 * k + 2] = po[r]
+        R[4 * k + 3] = prog[r]
+    base = 4 * na
+    for j in range(Q):
+        r = qbuf[(qh + j) % cap]
+        R[base + 3 * j] = r
+        R[base + 3 * j + 1] = ps[r]
+        R[base + 3 * j + 2] = po[r]
+    base += 3 * Q
+    R[base] = ql
+    for m in range(nst):
+        g = base + 1 + m
+        T[g] = svtag[m]
+        if svtag[m] == 1:
+            F[g] = svf[m]
+        else:
+            R[g] = sv[m]
+    res = eval_tape(code, codef, tstart[tape], tlen[tape], R, F, T)
+    if res == 0:
+        return -2
+    if res == 2:
+        tcount[2 * tape + 1] += 1
+        return -3
+    o0 = ostart[tape]
+    flags = tflags[tape]
+    nout = Q + na + ((na + Q) if flags & 1 else 0)
+    for j in range(nout):
+        dec[j] = R[outs[o0 + j]]  # admit and preempt are bools, grants ints: all in R
+    if flags & 2:
+        for m in range(nst):
+            reg = outs[o0 + nout + m]
+            kind = okind[o0 + nout + m]
+            if kind == 1 or (kind == 2 and T[reg] == 1):
+                decf[m] = F[reg]
+                dect[m] = 1
+            else:
+                dec[nout + m] = R[reg]
+                dect[m] = 0
+    return flags
+
+
+@_njit(cache=True)
 def run_plugin_slots(
     M: int,
     chunk: int,
@@ -363,21 +475,33 @@ def run_plugin_slots(
     okind: np.ndarray,
     tflags: np.ndarray,
     tid: np.ndarray,
+    tused: np.ndarray,
+    tcount: np.ndarray,
     once_k: np.ndarray,
     once_q: np.ndarray,
-    once_id: np.ndarray,
+    once_off: np.ndarray,
+    once_flags: np.ndarray,
+    ans: np.ndarray,
+    ansf: np.ndarray,
+    anst: np.ndarray,
     R: np.ndarray,
     F: np.ndarray,
     T: np.ndarray,
+    dec: np.ndarray,
+    decf: np.ndarray,
+    dect: np.ndarray,
     tmp: np.ndarray,
     scr: np.ndarray,
+    prev: np.ndarray,
     out: np.ndarray,
 ) -> int:
     """Run slots ``st[ST_T]`` … ``t_end - 1`` (see the module docstring), writing slot
     ``t``'s row at ``out[:, t - t_base]``; returns a status code.  State variable ``m``
     is ``sv[m]`` (an int) or ``svf[m]`` (a float) as ``svtag[m]`` says; a real one
     (``svreal``) is checked against ``svflo``/``svfhi``, an integer one against
-    ``svlo``/``svhi``."""
+    ``svlo``/``svhi``.  ``tused[tape]`` is set to the slot in which a tape last ran,
+    ``tcount[2 tape]`` counts its runs and ``tcount[2 tape + 1]`` the slots its ``ASK`` rows
+    left to the rule."""
     n = pslot.shape[0]
     cap = qbuf.shape[0]
     nst = sv.shape[0]
@@ -406,83 +530,50 @@ def run_plugin_slots(
 
         # --- the decision, widening the window while the rule admits all it sees
         w = window
-        tape = -1
         Q = 0
+        flags = 0
         while True:
             Q = min(w, ql)
-            tape = -1
-            for x in range(nonce):
-                if once_k[x] == na and once_q[x] == Q:
-                    tape = once_id[x]
-            if tape < 0:
-                if na >= tid.shape[0] or Q >= tid.shape[1] or tid[na, Q] < 0:
-                    st[ST_NEEDK] = na
-                    st[ST_NEEDQ] = Q
-                    status = NEED_TAPE
-                    break
-                tape = tid[na, Q]
-            for k in range(na):
-                r = act[k]
-                R[4 * k] = r
-                R[4 * k + 1] = ps[r]
-                R[4 * k + 2] = po[r]
-                R[4 * k + 3] = prog[r]
-            base = 4 * na
-            for j in range(Q):
-                r = qbuf[(qh + j) % cap]
-                R[base + 3 * j] = r
-                R[base + 3 * j + 1] = ps[r]
-                R[base + 3 * j + 2] = po[r]
-            base += 3 * Q
-            R[base] = ql
-            for m in range(nst):
-                g = base + 1 + m
-                T[g] = svtag[m]
-                if svtag[m] == 1:
-                    F[g] = svf[m]
-                else:
-                    R[g] = sv[m]
-            res = eval_tape(code, codef, tstart[tape], tlen[tape], R, F, T)
-            if res == 0:
-                status = BAIL
-                break
-            if res == 2:  # the tape left this case to the rule: ask it for this slot (a one-slot tape)
+            flags = _decide(
+                na, Q, nst, t, act, qbuf, qh, ql, ps, po, prog, sv, svf, svtag, code, codef, tstart, tlen,
+                ostart, outs, okind, tflags, tid, tused, tcount, nonce, once_k, once_q, once_off, once_flags, ans, ansf,
+                anst, R, F, T, dec, decf, dect,
+            )  # fmt: skip
+            if flags == -1 or flags == -3:  # no tape for this shape, or its tape leaves the slot to the rule
                 st[ST_NEEDK] = na
                 st[ST_NEEDQ] = Q
-                st[ST_ASK] = 1
+                st[ST_ASK] = 1 if flags == -3 else 0
                 status = NEED_TAPE
                 break
-            o0 = ostart[tape]
+            if flags == -2:
+                status = BAIL
+                break
             # the reference checks every answer: grants are integers >= 0, a next state within its bounds
-            og = o0 + Q + na
-            if tflags[tape] & 1:
+            og = Q + na
+            if flags & 1:
                 for x in range(na + Q):
-                    if R[outs[og + x]] < 0:
+                    if dec[og + x] < 0:
                         status = BAIL
-                if status == BAIL:
-                    break
                 og += na + Q
-            if tflags[tape] & 2:
+            if flags & 2:
                 for m in range(nst):
-                    reg = outs[og + m]
-                    isf = okind[og + m] == 1 or (okind[og + m] == 2 and T[reg] == 1)
                     if svreal[m] == 0:
-                        v = R[reg]
-                        if isf or v < svlo[m] or v > svhi[m]:
+                        v = dec[og + m]
+                        if dect[m] == 1 or v < svlo[m] or v > svhi[m]:
                             status = BAIL
-                    elif isf:  # check_next_state: finite and within the bounds
-                        fv = F[reg]
+                    elif dect[m] == 1:  # check_next_state: finite and within the bounds
+                        fv = decf[m]
                         if not (math.isfinite(fv) and svflo[m] <= fv and fv <= svfhi[m]):
                             status = BAIL
                     else:  # an int for a real variable: compared with float bounds, exactly up to 2⁵³
-                        v = R[reg]
+                        v = dec[og + m]
                         if abs(v) > _EXACT or not (svflo[m] <= float(v) and float(v) <= svfhi[m]):
                             status = BAIL
-                if status == BAIL:
-                    break
+            if status == BAIL:
+                break
             all_admit = True
             for j in range(Q):
-                if R[outs[o0 + j]] == 0:
+                if dec[j] == 0:
                     all_admit = False
             if Q < ql and Q > 0 and all_admit:
                 w *= 2
@@ -490,8 +581,6 @@ def run_plugin_slots(
             break
         if status != REACHED:
             break
-        o0 = ostart[tape]
-        flags = tflags[tape]
         hidden = ql - Q
         row = t - t_base
 
@@ -499,8 +588,9 @@ def run_plugin_slots(
         nv = 0
         step_wasted = 0
         for k in range(na):
-            if R[outs[o0 + Q + k]] != 0:
-                r = act[k]
+            r = act[k]
+            prev[k] = r  # the active list as the rule saw it (the admission below rewrites act)
+            if dec[Q + k] != 0:
                 step_wasted += att[r]
                 wasted[r] += att[r]
                 att[r] = 0
@@ -509,19 +599,19 @@ def run_plugin_slots(
                 nv += 1
         # grants by position (actives, then the window), read before the active list changes
         if flags & 1:
-            og = o0 + Q + na
+            og = Q + na
             for k in range(na):
-                tmp[act[k]] = R[outs[og + k]]
+                tmp[act[k]] = dec[og + k]
             for j in range(Q):
-                tmp[qbuf[(qh + j) % cap]] = R[outs[og + na + j]]
+                tmp[qbuf[(qh + j) % cap]] = dec[og + na + j]
         # --- admission from the window: admitted leave, the others keep their order at the head
         nadmit = 0
         for j in range(Q):
-            if R[outs[o0 + j]] != 0:
+            if dec[j] != 0:
                 nadmit += 1
         kept = 0
         for k in range(na):
-            if R[outs[o0 + Q + k]] == 0:
+            if dec[Q + k] == 0:
                 act[kept] = act[k]
                 kept += 1
         if nadmit > 0:
@@ -530,7 +620,7 @@ def run_plugin_slots(
             nrefused = 0
             for j in range(Q):
                 r = qbuf[(qh + j) % cap]
-                if R[outs[o0 + j]] != 0:
+                if dec[j] != 0:
                     act[x] = r
                     x += 1
                     if first[r] < 0:
@@ -548,9 +638,9 @@ def run_plugin_slots(
         # victims to the head of the queue, oldest admission first (Engine.requeue)
         if nv > 0:
             for k in range(na - 1, -1, -1):
-                if R[outs[o0 + Q + k]] != 0:
+                if dec[Q + k] != 0:
                     qh = (qh - 1) % cap
-                    qbuf[qh] = R[4 * k]  # the input registers still hold the original active list
+                    qbuf[qh] = prev[k]
                     ql += 1
         na_before = na
         na = running
@@ -593,15 +683,13 @@ def run_plugin_slots(
                 x += 1
         na = x
         if flags & 2:
-            og = o0 + Q + na_before + ((na_before + Q) if flags & 1 else 0)
+            og = Q + na_before + ((na_before + Q) if flags & 1 else 0)
             for m in range(nst):
-                reg = outs[og + m]
-                if okind[og + m] == 1 or (okind[og + m] == 2 and T[reg] == 1):
-                    svf[m] = F[reg]
-                    svtag[m] = 1
+                svtag[m] = dect[m]
+                if dect[m] == 1:
+                    svf[m] = decf[m]
                 else:
-                    sv[m] = R[reg]
-                    svtag[m] = 0
+                    sv[m] = dec[og + m]
         if hidden > 0:
             hid += 1
 
@@ -615,7 +703,7 @@ def run_plugin_slots(
         out[7, row] = tokens
         out[8, row] = ql
         pend = -1
-        nonce = 0  # one-slot tapes expire with their slot
+        nonce = 0  # the rule's answers expire with their slot
         t += 1
 
     st[ST_T] = t

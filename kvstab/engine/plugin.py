@@ -1,26 +1,40 @@
-"""Plug-in rules on a faster path: the rule taped once per view shape, run by a compiled loop.
+"""Plug-in rules on a faster path: a compiled slot loop, the rule taped per view shape or asked.
 
 A rule written against :class:`kvstab.ops.Ops` computes, for one shape of view
 (``K`` active and ``Q`` shown waiting entries), one fixed expression of the
 view's values.  :func:`kvstab.engine.tape.trace_tape` records that expression
-as a tape of int64 register operations, once per shape (cached across runs),
-and :func:`kvstab.engine._plugin_kernel.run_plugin_slots` runs
+as a tape of int64 and float64 register operations, and
+:func:`kvstab.engine._plugin_kernel.run_plugin_slots` runs
 :meth:`kvstab.simulator.Engine.step`'s slot — window widening, preemption,
 admission, work, checks, release, the scheduler's state — in numba, reading
-each decision off the tape.  It returns to Python only to tape a shape it has
-not met, and hands the run to the reference engine whenever something happens
-that only the reference reports exactly (a broken invariant, a bad grant or
-state, a division by zero, an integer beyond ±2⁶¹): the outcome is the
-reference engine's in every case (``tests/test_engine_plugin*.py``).
+each decision off the tape of its shape.  For a shape with no tape it returns to
+Python, which either asks the rule itself on the real view (as the reference
+engine would: the answer holds for this slot) or tapes the shape: taping costs
+about what ten asks do, and at paper scale most of the ~300 shapes a run meets
+are met a handful of times (the queue's ramp-up, short queues), a few thousands
+of times (a saturated queue: ``Q`` at the window) — :class:`_Rental` decides.
+The tapes of a rule on a server are kept in one :class:`_Bank` shared by the
+runs of a sweep, held to :data:`TAPE_BYTES` (least recently used dropped).
 
-Why a tape and not fewer rule calls: at paper scale (1:1, ``M = 131000``,
-``λ = 1.2·μ``) 61 % of slots admit, preempt or complete something, so a path
-that calls the rule only when something can change still calls it in most
-slots; what costs is each call and each slot's Python, and the tape removes both.
+The loop hands the run to the reference engine whenever something happens that
+only the reference reports exactly (a broken invariant, a bad grant or state, a
+division by zero, an integer beyond ±2⁶¹): the outcome is the reference
+engine's in every case (``tests/test_engine_plugin*.py``).
+
+Why not call the rule only when something can change: at paper scale (1:1,
+``M = 131000``, ``λ = 1.2·μ``) 61 % of slots admit, preempt or complete
+something, so such a path still decides most slots; what costs is each call and
+each slot's Python, which the tape and the loop remove.  And a tape cannot be
+stretched to other shapes (padded with absent entries): a rule may branch in
+Python on ``len(view.active)``, so only running it on a shape says what it does
+there.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +43,7 @@ import numpy as np
 
 from kvstab.arrivals import ArrivalPlan
 from kvstab.contract import (
-    ActiveEntry,
+    HiddenOutput,
     Scheduler,
     StateVar,
     View,
@@ -44,7 +58,7 @@ from kvstab.contract import (
 from kvstab.engine import _kernel as K
 from kvstab.engine import _plugin_kernel as PK
 from kvstab.engine.stream import StreamStats, Summary
-from kvstab.engine.tape import LIMIT, OP, Tape, Untraceable, float_bits, trace_tape
+from kvstab.engine.tape import LIMIT, Tape, Untraceable, active_entry, trace_tape, waiting_entry
 from kvstab.errors import InvalidArgument, InvalidScheduler
 from kvstab.model import ModelParams
 from kvstab.ops import CONCRETE
@@ -61,110 +75,97 @@ class Bail(Exception):
     the driver runs the reference engine instead."""
 
 
-#: tapes shared by runs (a sweep runs one rule at many rates): (scheduler, params, K, Q) -> tape
-_TAPES: dict[tuple[Any, ModelParams, int, int], Tape] = {}
-_TAPES_MAX = 20_000
+#: the tapes' memory, all banks together (a rule whose tapes are O(K²) rows — sglang's
+#: retraction order — would otherwise hold gigabytes over a long run): past it, the least
+#: recently used tapes are dropped, and a dropped shape is asked or taped again when met
+TAPE_BYTES = 256 << 20
+
+#: ``None``: a shape is taped once asking the rule on it has cost what taping it is expected to
+#: cost (ski rental); an int ``n``: from the ``(n + 1)``-th time the run meets the shape
+#: (0: every shape at once; the tests also use a huge ``n``: every shape asked)
+TRACE_AFTER: int | None = None
+
+#: until a bank has taped a shape (and so measured what taping costs), shapes are taped from
+#: their (FIRST_TRACE_AFTER + 1)-th meeting
+FIRST_TRACE_AFTER = 8
+
+#: a tape whose ``ASK`` rows (:data:`kvstab.engine._guards.ASK_SHARE`) left at least this many slots,
+#: and one in eight of its runs, to the rule is taped again with those rows kept
+ASK_AGAIN = 16
+
+#: row fields of a tape (the kernel's ``code``): their bytes per row
+_ROW_BYTES = 6 * 8
+
+#: a class of shapes (same ``Q``) is taped at first sight once at least this many of its shapes were
+#: decided by ski rental and at least half of them came to be taped; one new shape in EAGER_SAMPLE
+#: is still decided by ski rental, so that the class can turn back
+EAGER_AFTER, EAGER_SAMPLE = 4, 4
 
 
-def trace_rule(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Tape:
-    """:func:`~kvstab.engine.tape.trace_tape`, cached across runs when the scheduler
-    is hashable (frozen dataclasses are)."""
-    try:
-        key = (scheduler, params, K, Q)
-        hit = _TAPES.get(key)
-    except TypeError:  # an unhashable scheduler: tape per run only
-        return trace_tape(scheduler, params, K, Q)
-    if hit is None:
-        if len(_TAPES) >= _TAPES_MAX:
-            _TAPES.clear()
-        hit = _TAPES[key] = trace_tape(scheduler, params, K, Q)
-    return hit
+class _Rental:
+    """When to tape a shape rather than ask the rule itself on it once more (one per bank).
+
+    Ski rental: asking costs each time, taping once, and how often a shape will be met is
+    unknown, so a shape is taped once the asks spent on it have cost what taping it is
+    expected to cost (at most twice the best choice in hindsight).  The expected cost is a
+    least-squares line through the CPU seconds the bank's tapes took against their view
+    entries ``K + Q + 1``.  Shapes of one ``Q`` behave alike (a saturated queue shows the
+    window's ``Q`` in most slots, a short one a few rare ``Q``), so a class whose shapes
+    mostly came to be taped has its new shapes taped at first sight."""
+
+    def __init__(self) -> None:
+        self.spent: dict[tuple[int, int], float] = {}  # CPU seconds spent asking, per shape not taped
+        self.met: dict[tuple[int, int], int] = {}  # times met (TRACE_AFTER's count)
+        self.fit = [0.0, 0.0, 0.0, 0.0, 0.0]  # n, Σx, Σy, Σx², Σxy of (entries, seconds) of the tapes
+        self.rented: set[tuple[int, int]] = set()  # shapes decided by ski rental
+        self.classes: dict[int, list[int]] = {}  # Q -> [shapes met, shapes rented, rented shapes taped]
+        self.taped_count = 0  # meetings that taped the shape (the others asked the rule)
+
+    def expected(self, size: int) -> float | None:
+        """CPU seconds taping a view of ``size`` entries is expected to cost (None: no tape yet)."""
+        n, sx, sy, sxx, sxy = self.fit
+        if n == 0:
+            return None
+        den = n * sxx - sx * sx
+        slope = (n * sxy - sx * sy) / den if n >= 2 and den > 0 else 0.0
+        if slope <= 0.0:  # one tape, or no trend yet: its cost per entry, with a fixed part worth 16
+            return sy / (sx + 16 * n) * (size + 16)
+        return max(0.0, (sy - slope * sx) / n) + slope * size
+
+    def tape_now(self, shape: tuple[int, int]) -> bool:
+        """Whether to tape ``shape`` at this meeting (see the class docstring and TRACE_AFTER)."""
+        met = self.met[shape] = self.met.get(shape, 0) + 1
+        if TRACE_AFTER is not None:
+            return met > TRACE_AFTER
+        expected = self.expected(shape[0] + shape[1] + 1)
+        if expected is None:
+            return met > FIRST_TRACE_AFTER
+        cls = self.classes.setdefault(shape[1], [0, 0, 0])
+        if met == 1:
+            cls[0] += 1
+            if cls[1] >= EAGER_AFTER and 2 * cls[2] >= cls[1] and cls[0] % EAGER_SAMPLE:
+                return True
+            self.rented.add(shape)
+            cls[1] += 1
+        return self.spent.get(shape, 0.0) >= expected
+
+    def asked(self, shape: tuple[int, int], seconds: float) -> None:
+        self.spent[shape] = self.spent.get(shape, 0.0) + seconds
+
+    def taped(self, shape: tuple[int, int], size: int, seconds: float) -> None:
+        self.taped_count += 1
+        self.spent.pop(shape, None)
+        if shape in self.rented:
+            self.rented.discard(shape)
+            self.classes[shape[1]][2] += 1
+        for i, v in enumerate((1.0, size, seconds, size * size, size * seconds)):
+            self.fit[i] += v
 
 
-#: a shape is taped the (TRACE_AFTER + 1)-th time a run meets it; until then the rule is
-#: asked directly (taping a shape of ~100 active entries costs about what 4 direct calls of a
-#: rule linear in the view do — hundreds for sglang, whose O(K²) retraction order the concrete
-#: rule skips — and at paper scale half the shapes a run meets are met once or twice)
-TRACE_AFTER = 3
-
-
-def _cached(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> bool:
-    try:
-        return (scheduler, params, K, Q) in _TAPES
-    except TypeError:
-        return False
-
-
-def _view(
-    scheduler: Scheduler, params: ModelParams, shape: tuple[int, int], st: np.ndarray, act: np.ndarray,
-    qbuf: np.ndarray, ps: np.ndarray, po: np.ndarray, prog: np.ndarray, sv: np.ndarray, svf: np.ndarray,
-    svtag: np.ndarray,
-) -> View:  # fmt: skip
-    """The view the kernel's current slot shows the rule (as :meth:`Engine.view` builds it)."""
-    K, Q = shape
-    qh, ql, cap = int(st[PK.ST_QH]), int(st[PK.ST_QL]), qbuf.shape[0]
-    who = scheduler.name
-    seen = traits_of(scheduler).clairvoyant
-
-    def out_len(r: int) -> Any:
-        return int(po[r]) if seen else hidden_output(who, r)
-
-    acts = [int(r) for r in act[:K]]
-    heads = [int(qbuf[(qh + j) % cap]) for j in range(Q)]
-    return View(
-        active=tuple(ActiveEntry(r, int(ps[r]), out_len(r), int(prog[r])) for r in acts),
-        waiting=tuple(WaitingEntry(r, int(ps[r]), out_len(r)) for r in heads),
-        M=params.M,
-        chunk=params.chunk,
-        block=params.block,
-        token_budget=params.token_budget,
-        max_num_seqs=params.max_num_seqs,
-        n_waiting=ql,
-        # each variable as the rule returned it last: an int, or (a real one) possibly a float
-        state=tuple(float(f) if tag else int(v) for v, f, tag in zip(sv, svf, svtag)),
-    )
-
-
-def _answer(scheduler: Scheduler, view: View, svars: tuple[StateVar, ...]) -> Tape:
-    """The rule's own decision on ``view`` as a tape of constants (valid for this slot only);
-    :class:`Bail` for anything the reference engine would report (it then runs and reports it)."""
-    who = scheduler.name
-    try:
-        decision = scheduler.decide(view, CONCRETE)
-        decision = check_decision_values(check_decision_shape(decision, view, who), who)
-        if decision.state is not None:
-            check_next_state(decision, view.state, svars, who)
-    except Exception as exc:  # the reference engine raises this as InvalidScheduler, naming the slot
-        raise Bail(f"a decision the reference engine refuses ({type(exc).__name__})") from None
-    values: list[int | float] = [int(bool(x)) for x in decision.admit]
-    values += [int(bool(x)) for x in decision.preempt]
-    if decision.grants is not None:
-        values += [int(g) for g in decision.grants]
-    if decision.state is not None:  # checked: ints, and floats for real variables
-        values += [v.item() if isinstance(v, np.generic) else v for v in decision.state]
-    if any(isinstance(v, int) and abs(v) > LIMIT for v in values):
-        raise Bail("a value beyond the 64-bit registers")
-    base = 4 * len(view.active) + 3 * len(view.waiting) + 1 + len(view.state)
-    regs = np.arange(base, base + len(values), dtype=np.int64)
-    floats = np.array([isinstance(v, float) for v in values], dtype=bool)
-    code = np.zeros((len(values), 6), dtype=np.int64)
-    code[:, 0] = np.where(floats, OP["FCONST"], OP["CONST"])
-    code[:, 1] = regs
-    code[:, 2] = [float_bits(v) if isinstance(v, float) else v for v in values]
-    return Tape(
-        K=len(view.active),
-        Q=len(view.waiting),
-        code=code,
-        outputs=regs,
-        okinds=floats.astype(np.int64),
-        n_regs=base + len(values),
-        has_grants=decision.grants is not None,
-        has_state=decision.state is not None,
-    )
-
-
-class _TapeSet:
-    """The tapes of one run as the flat arrays the kernel reads, grown as shapes are met."""
+class _Bank:
+    """The tapes of one rule on one server, as the flat arrays the kernel reads; shared by the
+    runs of a sweep (same scheduler, same :class:`ModelParams`), grown as shapes are met, and
+    compacted when the least recently used are dropped (:data:`TAPE_BYTES`)."""
 
     def __init__(self) -> None:
         self.code = np.zeros((1024, 6), dtype=np.int64)
@@ -176,55 +177,274 @@ class _TapeSet:
         self.tlen = np.zeros(64, dtype=np.int64)
         self.ostart = np.zeros(64, dtype=np.int64)
         self.tflags = np.zeros(64, dtype=np.int64)
-        self.count = 0
+        self.tused = np.zeros(64, dtype=np.int64)
+        self.tcount = np.zeros(128, dtype=np.int64)  # per tape: runs, then slots its ASK rows asked
+        self.shapes: list[tuple[int, int]] = []
         self.tid = np.full((16, 16), -1, dtype=np.int64)
         self.R = np.zeros(64, dtype=np.int64)
         self.F = np.zeros(64, dtype=np.float64)
         self.T = np.zeros(64, dtype=np.int64)
-        self.once_k = np.zeros(64, dtype=np.int64)
-        self.once_q = np.zeros(64, dtype=np.int64)
-        self.once_id = np.zeros(64, dtype=np.int64)
+        self.rental = _Rental()
+        self.evicted = 0
+        self.no_ask: set[tuple[int, int]] = set()  # shapes whose ASK rows fired often: taped without
+
+    @property
+    def count(self) -> int:
+        return len(self.shapes)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the tapes take (rows and outputs, not the slack of the arrays)."""
+        return self.rows * _ROW_BYTES + self.nouts * 16
 
     @staticmethod
-    def _grow(a: np.ndarray, need: int) -> np.ndarray:
+    def _grow(a: np.ndarray, need: int, most: int | None = None) -> np.ndarray:
+        """``a`` with room for ``need`` entries: doubled, but not beyond ``most`` (unless needed)."""
         if need <= a.shape[0]:
             return a
-        b = np.zeros((max(need, 2 * a.shape[0]),) + a.shape[1:], dtype=a.dtype)
+        size = 2 * a.shape[0] if most is None else min(2 * a.shape[0], most)
+        b = np.zeros((max(need, size),) + a.shape[1:], dtype=a.dtype)
         b[: a.shape[0]] = a
         return b
 
-    def add(self, tape: Tape, st: np.ndarray | None = None) -> None:
-        """Add ``tape`` for its shape, or (given the kernel's ``st``) for the current slot only."""
+    def add(self, tape: Tape, t: int) -> None:
+        """Add ``tape`` for its shape (last used: slot ``t``)."""
         rows, nout, k = tape.code.shape[0], tape.outputs.shape[0], self.count
-        self.code = self._grow(self.code, self.rows + rows)
+        # the rows never take more room than the budget allows them (unless one tape needs it): the
+        # arrays are the tapes' memory, and a doubling past the budget would hold twice what it says
+        most = TAPE_BYTES // _ROW_BYTES + rows
+        self.code = self._grow(self.code, self.rows + rows, most)
         self.code[self.rows : self.rows + rows] = tape.code
         self.outs = self._grow(self.outs, self.nouts + nout)
         self.outs[self.nouts : self.nouts + nout] = tape.outputs
         self.okind = self._grow(self.okind, self.nouts + nout)
         self.okind[self.nouts : self.nouts + nout] = tape.okinds
-        for name in ("tstart", "tlen", "ostart", "tflags"):
+        for name in ("tstart", "tlen", "ostart", "tflags", "tused"):
             setattr(self, name, self._grow(getattr(self, name), k + 1))
         self.tstart[k], self.tlen[k], self.ostart[k] = self.rows, rows, self.nouts
         self.tflags[k] = (1 if tape.has_grants else 0) | (2 if tape.has_state else 0)
+        self.tused[k] = t
+        self.tcount = self._grow(self.tcount, 2 * k + 2)
+        self.tcount[2 * k : 2 * k + 2] = 0
         self.rows += rows
         self.nouts += nout
-        self.count += 1
+        self.shapes.append((tape.K, tape.Q))
         self.R = self._grow(self.R, tape.n_regs)
         self.F = self._grow(self.F, tape.n_regs)
         self.T = self._grow(self.T, tape.n_regs)
-        if st is not None:
-            x = int(st[PK.ST_NONCE])
-            for name in ("once_k", "once_q", "once_id"):
-                setattr(self, name, self._grow(getattr(self, name), x + 1))
-            self.once_k[x], self.once_q[x], self.once_id[x] = tape.K, tape.Q, k
-            st[PK.ST_NONCE] = x + 1
-            return
         if tape.K >= self.tid.shape[0] or tape.Q >= self.tid.shape[1]:
             tid = np.full((max(tape.K + 1, 2 * self.tid.shape[0]), max(tape.Q + 1, 2 * self.tid.shape[1])), -1,
                           dtype=np.int64)  # fmt: skip
             tid[: self.tid.shape[0], : self.tid.shape[1]] = self.tid
             self.tid = tid
         self.tid[tape.K, tape.Q] = k
+
+    def keep(self, ids: list[int]) -> None:
+        """Keep only the tapes ``ids`` (increasing), packed to the front of the same arrays: each
+        moves towards the front, so moving them in order overwrites only what is dropped (no
+        second copy of the tapes, which would double their memory while it is made)."""
+        per = {name: getattr(self, name).copy() for name in ("tstart", "tlen", "ostart", "tflags", "tused", "tcount")}
+        nouts = [self._nout(k) for k in ids]
+        self.tid[:] = -1
+        r = o = 0
+        for new, (k, m) in enumerate(zip(ids, nouts)):
+            n, s0, o0 = int(per["tlen"][k]), int(per["tstart"][k]), int(per["ostart"][k])
+            self.code[r : r + n] = self.code[s0 : s0 + n]  # numpy copies overlapping slices correctly
+            self.outs[o : o + m] = self.outs[o0 : o0 + m]
+            self.okind[o : o + m] = self.okind[o0 : o0 + m]
+            self.tstart[new], self.tlen[new], self.ostart[new] = r, n, o
+            self.tflags[new], self.tused[new] = per["tflags"][k], per["tused"][k]
+            self.tcount[2 * new : 2 * new + 2] = per["tcount"][2 * k : 2 * k + 2]
+            self.tid[self.shapes[k]] = new
+            r, o = r + n, o + m
+        self.evicted += self.count - len(ids)
+        self.shapes = [self.shapes[k] for k in ids]
+        self.rows, self.nouts = r, o
+
+    def asks_often(self, shape: tuple[int, int]) -> bool:
+        """Whether the ``ASK`` rows of ``shape``'s tape left one slot in eight or more to the rule
+        (then its tape should keep those rows: a guard true that often is no rare case)."""
+        k = int(self.tid[shape])
+        fired = int(self.tcount[2 * k + 1])
+        return fired >= ASK_AGAIN and 8 * fired >= int(self.tcount[2 * k])
+
+    def drop(self, shape: tuple[int, int]) -> None:
+        """Drop ``shape``'s tape."""
+        k = int(self.tid[shape])
+        self.keep([j for j in range(self.count) if j != k])
+        self.evicted -= 1  # not an eviction
+
+    def _nout(self, k: int) -> int:
+        end = self.ostart[k + 1] if k + 1 < self.count else self.nouts
+        return int(end - self.ostart[k])
+
+    def evict(self, target: int, now: int) -> None:
+        """Drop the least recently used tapes until the bank takes at most ``target`` bytes; the
+        tapes of slot ``now`` stay whatever they take (the slot is resumed from its start, and
+        a window widened in it meets its tapes again: dropping one would loop)."""
+        order = sorted(range(self.count), key=lambda k: int(self.tused[k]))
+        total = self.nbytes
+        drop = set()
+        for k in order:
+            if total <= target or self.tused[k] >= now:
+                break
+            drop.add(k)
+            total -= int(self.tlen[k]) * _ROW_BYTES + self._nout(k) * 16
+        if drop:
+            self.keep([k for k in range(self.count) if k not in drop])
+
+
+#: the banks, least recently used first: (scheduler, params, thread) -> the tapes of its shapes
+_TAPES: OrderedDict[tuple[Any, ModelParams, int], _Bank] = OrderedDict()
+_TAPES_LOCK = threading.Lock()  # the dict itself (each bank is its thread's own)
+
+
+def _bank(scheduler: Scheduler, params: ModelParams) -> _Bank:
+    """The bank of ``scheduler`` on ``params``: shared across runs when the scheduler is
+    hashable (frozen dataclasses are), else one for this run only.  One per thread: a run
+    changes its bank's arrays between calls of the kernel (a thread pool running two runs
+    of one rule at once must not see the other's half-made changes)."""
+    try:
+        key = (scheduler, params, threading.get_ident())
+        hash(key)
+    except TypeError:  # an unhashable scheduler: tapes per run only
+        return _Bank()
+    with _TAPES_LOCK:
+        bank = _TAPES.get(key)
+        if bank is None:
+            bank = _TAPES[key] = _Bank()
+        _TAPES.move_to_end(key)
+    return bank
+
+
+def _within_budget(bank: _Bank, now: int) -> None:
+    """Hold all banks to :data:`TAPE_BYTES`: other banks go first (least recently used; a run
+    of another thread keeps its own until it ends), then this bank's least recently used tapes
+    (not slot ``now``'s), down to three quarters of the budget."""
+    with _TAPES_LOCK:
+        banks = list(_TAPES.items())
+        total = sum(b.nbytes for _, b in banks) + (0 if any(b is bank for _, b in banks) else bank.nbytes)
+        for key, other in banks:
+            if total <= TAPE_BYTES:
+                return
+            if other is not bank:
+                total -= other.nbytes
+                _TAPES.pop(key, None)
+    if total > TAPE_BYTES:
+        bank.evict(TAPE_BYTES * 3 // 4, now)
+
+
+def trace_rule(scheduler: Scheduler, params: ModelParams, K: int, Q: int, ask: bool = True) -> Tape:
+    """:func:`~kvstab.engine.tape.trace_tape` of ``scheduler`` for views of ``K`` active and
+    ``Q`` shown waiting entries (the tape the plug-in path runs for that shape): with ``ask``,
+    the rows of a guard that covers most of the tape are left to the rule, else none."""
+    return trace_tape(scheduler, params, K, Q, ask)
+
+
+class _Asker:
+    """Asks the rule itself for the decision of the kernel's current slot (one run): builds
+    the view :meth:`Engine.view` would, calls the rule, checks its answer as the reference
+    engine does, and writes it where the kernel reads a slot's answers (``once_*``, ``ans*``)."""
+
+    def __init__(self, scheduler: Scheduler, params: ModelParams, svars: tuple[StateVar, ...]) -> None:
+        self.scheduler, self.params, self.svars = scheduler, params, svars
+        self.who = scheduler.name
+        self.seen = traits_of(scheduler).clairvoyant
+        self.waiting: dict[int, WaitingEntry] = {}  # a waiting entry never changes: one per request
+        self.hidden: dict[int, HiddenOutput] = {}  # the placeholder for o (a rule that is not clairvoyant)
+        self.once_k = np.zeros(16, dtype=np.int64)
+        self.once_q = np.zeros(16, dtype=np.int64)
+        self.once_off = np.zeros(16, dtype=np.int64)
+        self.once_flags = np.zeros(16, dtype=np.int64)
+        self.ends: list[int] = [0] * 16
+        self.ans = np.zeros(1024, dtype=np.int64)
+        self.ansf = np.zeros(1024, dtype=np.float64)
+        self.anst = np.zeros(1024, dtype=np.int64)
+
+    def _hide(self, r: int) -> HiddenOutput:
+        h = self.hidden[r] = hidden_output(self.who, r)
+        return h
+
+    def view(
+        self, shape: tuple[int, int], st: np.ndarray, act: np.ndarray, qbuf: np.ndarray, ps: np.ndarray,
+        po: np.ndarray, prog: np.ndarray, sv: np.ndarray, svf: np.ndarray, svtag: np.ndarray,
+    ) -> View:  # fmt: skip
+        """The view the kernel's current slot shows the rule (as :meth:`Engine.view` builds it)."""
+        K, Q = shape
+        qh, ql, cap = int(st[PK.ST_QH]), int(st[PK.ST_QL]), qbuf.shape[0]
+        a = act[:K]
+        rids = a.tolist()
+        if self.seen:
+            outs = po[a].tolist()
+        else:
+            # the placeholder raises on any use (truth included): looked up, never tested
+            hidden = self.hidden
+            outs = [hidden[r] if r in hidden else self._hide(r) for r in rids]
+        active = tuple(map(active_entry, rids, ps[a].tolist(), outs, prog[a].tolist()))
+        heads = qbuf[(qh + np.arange(Q)) % cap].tolist() if Q else []
+        waiting = []
+        for r in heads:
+            e = self.waiting.get(r)
+            if e is None:
+                e = self.waiting[r] = waiting_entry(
+                    r, int(ps[r]), int(po[r]) if self.seen else self.hidden[r] if r in self.hidden else self._hide(r)
+                )
+            waiting.append(e)
+        return View(
+            active=active,
+            waiting=tuple(waiting),
+            M=self.params.M,
+            chunk=self.params.chunk,
+            block=self.params.block,
+            token_budget=self.params.token_budget,
+            max_num_seqs=self.params.max_num_seqs,
+            n_waiting=ql,
+            # each variable as the rule returned it last: an int, or (a real one) possibly a float
+            state=tuple(float(f) if tag else int(v) for v, f, tag in zip(sv, svf, svtag)),
+        )
+
+    def answer(self, view: View, st: np.ndarray) -> None:
+        """The rule's own decision on ``view``, for the current slot only; :class:`Bail` for anything
+        the reference engine would report (it then runs and reports it)."""
+        who = self.who
+        try:
+            decision = self.scheduler.decide(view, CONCRETE)
+            decision = check_decision_values(check_decision_shape(decision, view, who), who)
+            if decision.state is not None:
+                check_next_state(decision, view.state, self.svars, who)
+        except Exception as exc:  # the reference engine raises this as InvalidScheduler, naming the slot
+            raise Bail(f"a decision the reference engine refuses ({type(exc).__name__})") from None
+        ints = [1 if x else 0 for x in decision.admit]
+        ints += [1 if x else 0 for x in decision.preempt]
+        if decision.grants is not None:
+            ints += [int(g) for g in decision.grants]
+        nst = 0 if decision.state is None else len(decision.state)
+        x = int(st[PK.ST_NONCE])
+        off = self.ends[x - 1] if x > 0 else 0
+        n = len(ints) + nst
+        if off + n > self.ans.shape[0]:
+            for name in ("ans", "ansf", "anst"):
+                setattr(self, name, _Bank._grow(getattr(self, name), off + n))
+        if x + 1 > self.once_k.shape[0]:
+            for name in ("once_k", "once_q", "once_off", "once_flags"):
+                setattr(self, name, _Bank._grow(getattr(self, name), x + 1))
+            self.ends += [0] * (x + 1 - len(self.ends))
+        if decision.state is not None:  # checked: ints, and floats for real variables
+            for m, v in enumerate(decision.state):
+                v = v.item() if isinstance(v, np.generic) else v
+                if isinstance(v, float):
+                    self.ansf[off + len(ints) + m], self.anst[off + len(ints) + m] = v, 1
+                    v = 0
+                else:
+                    self.anst[off + len(ints) + m] = 0
+                ints.append(int(v))
+        if ints and (max(ints) > LIMIT or min(ints) < -LIMIT):
+            raise Bail("a value beyond the 64-bit registers")
+        self.ans[off : off + n] = ints
+        self.once_k[x], self.once_q[x], self.once_off[x] = len(view.active), len(view.waiting), off
+        self.once_flags[x] = (1 if decision.grants is not None else 0) | (2 if decision.state is not None else 0)
+        self.ends[x] = off + n
+        st[PK.ST_NONCE] = x + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,8 +500,13 @@ class PluginPath:
         # a real variable's bounds in float64 (exact: trace_tape refuses int bounds beyond 2**53)
         svflo = np.array([float(v.lo) for v in svars], dtype=np.float64)
         svfhi = np.array([float(v.hi) for v in svars], dtype=np.float64)
-        tapes = _TapeSet()
-        visits: dict[tuple[int, int], int] = {}
+        bank = _bank(self.scheduler, params)
+        bank.tused[: bank.count] = -1  # this run's use orders the tapes for eviction
+        asker = _Asker(self.scheduler, params, svars)
+        dec = np.zeros(3 * (n + 1) + len(svars), dtype=np.int64)
+        decf = np.zeros(max(len(svars), 1), dtype=np.float64)
+        dect = np.zeros(max(len(svars), 1), dtype=np.int64)
+        prev = np.zeros(n + 1, dtype=np.int64)
         fixed = slots is not None and not drain
         horizon = min(int(slots), max_slots) if fixed else max_slots  # type: ignore[arg-type]
         drain_min = 0 if slots is None else int(slots)
@@ -297,21 +522,34 @@ class PluginPath:
                 status = PK.run_plugin_slots(
                     params.M, params.chunk, params.block, budget, maxseq, check, window, t_end, drain, drain_min,
                     t0, pslot, ps, po, prog, att, served, wasted, npre, first, fin, qbuf, act, st, sv, svf, svtag,
-                    svreal, svlo, svhi, svflo, svfhi, tapes.code, tapes.code.view(np.float64), tapes.tstart,
-                    tapes.tlen, tapes.ostart, tapes.outs, tapes.okind, tapes.tflags, tapes.tid,
-                    tapes.once_k, tapes.once_q, tapes.once_id, tapes.R, tapes.F, tapes.T, tmp, scr, out,
+                    svreal, svlo, svhi, svflo, svfhi, bank.code, bank.code.view(np.float64), bank.tstart,
+                    bank.tlen, bank.ostart, bank.outs, bank.okind, bank.tflags, bank.tid, bank.tused, bank.tcount,
+                    asker.once_k, asker.once_q, asker.once_off, asker.once_flags, asker.ans, asker.ansf, asker.anst,
+                    bank.R, bank.F, bank.T, dec, decf, dect, tmp, scr, prev, out,
                 )  # fmt: skip
                 if status != PK.NEED_TAPE:
                     break
                 shape = (int(st[PK.ST_NEEDK]), int(st[PK.ST_NEEDQ]))
                 ask = bool(st[PK.ST_ASK])  # the shape's tape left this slot to the rule (an ASK row)
-                st[PK.ST_ASK] = 0
-                met = visits[shape] = visits.get(shape, 0) + 1
-                if not ask and (met > TRACE_AFTER or _cached(self.scheduler, params, *shape)):
-                    tapes.add(trace_rule(self.scheduler, params, *shape))
+                if ask and bank.asks_often(shape):  # tape it again, keeping the rows it asks for
+                    bank.no_ask.add(shape)
+                    bank.drop(shape)
+                    ask = False
+                    st[PK.ST_ASK] = 0
+                    bank.add(trace_rule(self.scheduler, params, *shape, ask=False), int(st[PK.ST_T]))
+                    _within_budget(bank, int(st[PK.ST_T]))
+                elif not ask and bank.rental.tape_now(shape):
+                    c0 = time.process_time()
+                    tape = trace_rule(self.scheduler, params, *shape, ask=shape not in bank.no_ask)
+                    bank.rental.taped(shape, shape[0] + shape[1] + 1, time.process_time() - c0)
+                    bank.add(tape, int(st[PK.ST_T]))
+                    _within_budget(bank, int(st[PK.ST_T]))
                 else:  # ski rental: ask the rule itself until the shape has cost what taping it would
-                    view = _view(self.scheduler, params, shape, st, act, qbuf, ps, po, prog, sv, svf, svtag)
-                    tapes.add(_answer(self.scheduler, view, svars), st)
+                    c0 = time.process_time()
+                    view = asker.view(shape, st, act, qbuf, ps, po, prog, sv, svf, svtag)
+                    asker.answer(view, st)
+                    if not ask:
+                        bank.rental.asked(shape, time.process_time() - c0)
             if status == PK.BAIL:
                 raise Bail(f"slot {int(st[PK.ST_T])}")
             t = int(st[PK.ST_T])
@@ -372,4 +610,6 @@ def plugin_path(scheduler: Scheduler, lifecycle: str) -> tuple[PluginPath | None
         trace_tape(scheduler, ModelParams(M=64, chunk=4), 2, 2)
     except (Untraceable, InvalidScheduler) as exc:
         return None, f"the rule cannot be traced to a tape ({exc})"
-    return PluginPath(scheduler), "the rule taped to register code once per view shape, run by a compiled loop"
+    return PluginPath(scheduler), (
+        "a compiled loop: the rule taped to register code for the view shapes met often, asked itself for the others"
+    )

@@ -42,6 +42,7 @@ Exactness (the tape computes what :data:`kvstab.ops.CONCRETE` computes):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from collections.abc import Iterable
@@ -108,6 +109,10 @@ EXACT = 1 << 53
 _SEQUENTIAL_FLOAT_SUM = sys.version_info < (3, 12)
 
 
+_ADD, _SUB, _MUL, _FDIV, _MOD, _TDIV = OP["ADD"], OP["SUB"], OP["MUL"], OP["FDIV"], OP["MOD"], OP["XTDIV"]
+_LT, _LE, _GT, _GE, _EQ, _NE = OP["LT"], OP["LE"], OP["GT"], OP["GE"], OP["EQ"], OP["NE"]
+
+
 class _V:
     """A value of the traced rule: a register of the tape, its type and bounds."""
 
@@ -117,61 +122,79 @@ class _V:
         self.reg, self.kind, self.lo, self.hi, self.tape = reg, kind, lo, hi, tape
 
     def __add__(self, o: Any) -> Any:
-        return self.tape.arith(OP["ADD"], self, o)
+        # the common case inline (two int registers of this trace, no overflow possible): tracing
+        # is Python-bound, and a call less per row is a good part of its cost
+        if type(o) is _V and self.kind is INT and o.kind is INT and o.tape is self.tape:
+            lo, hi = self.lo + o.lo, self.hi + o.hi
+            if -LIMIT <= lo and hi <= LIMIT:
+                tape = self.tape
+                reg = tape.n_regs
+                tape.n_regs = reg + 1
+                tape.flat += (_ADD, reg, self.reg, o.reg, 0, 0)
+                return _V(reg, INT, lo, hi, tape)
+        return self.tape.arith(_ADD, self, o)
 
     def __radd__(self, o: Any) -> Any:
-        return self.tape.arith(OP["ADD"], o, self)
+        return self.tape.arith(_ADD, o, self)
 
     def __sub__(self, o: Any) -> Any:
-        return self.tape.arith(OP["SUB"], self, o)
+        if type(o) is _V and self.kind is INT and o.kind is INT and o.tape is self.tape:  # as __add__
+            lo, hi = self.lo - o.hi, self.hi - o.lo
+            if -LIMIT <= lo and hi <= LIMIT:
+                tape = self.tape
+                reg = tape.n_regs
+                tape.n_regs = reg + 1
+                tape.flat += (_SUB, reg, self.reg, o.reg, 0, 0)
+                return _V(reg, INT, lo, hi, tape)
+        return self.tape.arith(_SUB, self, o)
 
     def __rsub__(self, o: Any) -> Any:
-        return self.tape.arith(OP["SUB"], o, self)
+        return self.tape.arith(_SUB, o, self)
 
     def __mul__(self, o: Any) -> Any:
-        return self.tape.arith(OP["MUL"], self, o)
+        return self.tape.arith(_MUL, self, o)
 
     def __rmul__(self, o: Any) -> Any:
-        return self.tape.arith(OP["MUL"], o, self)
+        return self.tape.arith(_MUL, o, self)
 
     def __floordiv__(self, o: Any) -> Any:
-        return self.tape.arith(OP["FDIV"], self, o)
+        return self.tape.arith(_FDIV, self, o)
 
     def __rfloordiv__(self, o: Any) -> Any:
-        return self.tape.arith(OP["FDIV"], o, self)
+        return self.tape.arith(_FDIV, o, self)
 
     def __mod__(self, o: Any) -> Any:
-        return self.tape.arith(OP["MOD"], self, o)
+        return self.tape.arith(_MOD, self, o)
 
     def __rmod__(self, o: Any) -> Any:
-        return self.tape.arith(OP["MOD"], o, self)
+        return self.tape.arith(_MOD, o, self)
 
     def __truediv__(self, o: Any) -> Any:
-        return self.tape.arith(OP["XTDIV"], self, o)
+        return self.tape.arith(_TDIV, self, o)
 
     def __rtruediv__(self, o: Any) -> Any:
-        return self.tape.arith(OP["XTDIV"], o, self)
+        return self.tape.arith(_TDIV, o, self)
 
     def __neg__(self) -> Any:
         return self.tape.neg(self)
 
     def __lt__(self, o: Any) -> Any:
-        return self.tape.cmp(OP["LT"], self, o)
+        return self.tape.cmp(_LT, self, o)
 
     def __le__(self, o: Any) -> Any:
-        return self.tape.cmp(OP["LE"], self, o)
+        return self.tape.cmp(_LE, self, o)
 
     def __gt__(self, o: Any) -> Any:
-        return self.tape.cmp(OP["GT"], self, o)
+        return self.tape.cmp(_GT, self, o)
 
     def __ge__(self, o: Any) -> Any:
-        return self.tape.cmp(OP["GE"], self, o)
+        return self.tape.cmp(_GE, self, o)
 
     def __eq__(self, o: Any) -> Any:  # type: ignore[override]
-        return self.tape.cmp(OP["EQ"], self, o)
+        return self.tape.cmp(_EQ, self, o)
 
     def __ne__(self, o: Any) -> Any:  # type: ignore[override]
-        return self.tape.cmp(OP["NE"], self, o)
+        return self.tape.cmp(_NE, self, o)
 
     def _refuse(self, *_: Any) -> Any:
         raise Untraceable(f"the rule used a value with Python control flow or a conversion (register {self.reg})")
@@ -185,7 +208,6 @@ def _fold(x: Any) -> bool:
     return type(x) is not _V
 
 
-_ADD, _SUB, _MUL, _FDIV, _MOD, _TDIV = OP["ADD"], OP["SUB"], OP["MUL"], OP["FDIV"], OP["MOD"], OP["XTDIV"]
 _CHECKED = {_ADD: OP["ADDC"], _SUB: OP["SUBC"], _MUL: OP["MULC"]}
 _FOLD = {
     _ADD: lambda x, y: x + y,
@@ -199,12 +221,12 @@ _FOLD = {
 _X = {OP[n]: OP["X" + n] for n in ("ADD SUB MUL FDIV MOD NEG LT LE GT GE EQ NE ITE MIN MAX TRUTH").split()}
 _X[_TDIV] = _TDIV
 _CMP = {
-    OP["LT"]: lambda x, y: x < y,
-    OP["LE"]: lambda x, y: x <= y,
-    OP["GT"]: lambda x, y: x > y,
-    OP["GE"]: lambda x, y: x >= y,
-    OP["EQ"]: lambda x, y: x == y,
-    OP["NE"]: lambda x, y: x != y,
+    _LT: lambda x, y: x < y,
+    _LE: lambda x, y: x <= y,
+    _GT: lambda x, y: x > y,
+    _GE: lambda x, y: x >= y,
+    _EQ: lambda x, y: x == y,
+    _NE: lambda x, y: x != y,
 }
 _CONST, _NEG, _ITE = OP["CONST"], OP["NEG"], OP["ITE"]
 _MIN, _MAX, _AND, _OR, _NOT, _TRUTH = OP["MIN"], OP["MAX"], OP["AND"], OP["OR"], OP["NOT"], OP["TRUTH"]
@@ -261,7 +283,7 @@ class TapeOps:
 
     def code(self) -> np.ndarray:
         """The rows recorded so far, as the kernel reads them: ``(rows, 6)`` int64."""
-        return np.array(self.flat, dtype=np.int64).reshape(-1, 6)
+        return np.fromiter(self.flat, dtype=np.int64, count=len(self.flat)).reshape(-1, 6)
 
     def leaf(self, reg: int, kind: str, lo: int, hi: int) -> _V:
         """Input register ``reg`` (filled by the kernel before each evaluation)."""
@@ -269,10 +291,15 @@ class TapeOps:
 
     def val(self, x: Any) -> _V:
         """``x`` as a register: a recorded value, or a constant loaded once."""
-        if type(x) is _V:
+        tx = type(x)
+        if tx is _V:
             if x.tape is not self:
                 raise Untraceable("a value from another trace")
             return x
+        if tx is int:  # the common constant (0, 1, M, chunk): one lookup
+            hit = self._consts.get((INT, x))
+            if hit is not None:
+                return hit
         if isinstance(x, HiddenOutput):
             x._read()  # a non-clairvoyant rule read o: the reference engine raises the same
         if isinstance(x, (bool, np.bool_)):
@@ -295,15 +322,33 @@ class TapeOps:
         return hit
 
     # --- arithmetic with bounds; checked where the bounds could leave ±LIMIT
+    def _as_int(self, a: _V) -> _V:
+        """``a`` as Python's int of it (``x + 0`` for a bool is the int 1 or 0: same register)."""
+        return a if a.kind == INT else _V(a.reg, INT, a.lo, a.hi, self)
+
     def arith(self, op: int, x: Any, y: Any) -> Any:
-        if type(x) is not _V and type(y) is not _V:
+        tx, ty = type(x), type(y)
+        if tx is not _V and ty is not _V:
             return _FOLD[op](x, y)
-        a = x if type(x) is _V and x.tape is self else self.val(x)
-        b = y if type(y) is _V and y.tape is self else self.val(y)
-        if op == _TDIV or a.kind not in _INTS or b.kind not in _INTS:
+        # identities of Python's integers (x + 0, 0 + x, x - 0, x * 1, 1 * x, x // 1 are x as an int),
+        # recorded as no row: tokens_held's ``⌈p / 1⌉ · 1`` and sum's starting 0 cost nothing
+        if tx is int and (x == 0 and op == _ADD or x == 1 and op == _MUL):
+            b = y if y.tape is self else self.val(y)
+            if b.kind in _INTS:
+                return self._as_int(b)
+        a = x if tx is _V and x.tape is self else self.val(x)
+        if (
+            ty is int
+            and a.kind in _INTS
+            and (y == 0 and (op == _ADD or op == _SUB) or y == 1 and (op == _MUL or op == _FDIV))
+        ):
+            return self._as_int(a)
+        b = y if ty is _V and y.tape is self else self.val(y)
+        ka, kb = a.kind, b.kind
+        if op == _TDIV or ka not in _INTS or kb not in _INTS:
             # Python: true division is always a float; a float operand makes the result one;
             # an int-or-float operand with an int one leaves the type to the run
-            kind = FLOAT if op == _TDIV or FLOAT in (a.kind, b.kind) else NUM
+            kind = FLOAT if op == _TDIV or FLOAT in (ka, kb) else NUM
             return self._x(_X[op], kind, a, b)
         if op == _ADD:
             lo, hi = a.lo + b.lo, a.hi + b.hi
@@ -320,7 +365,10 @@ class TapeOps:
             lo, hi = -m, m
         if lo < -LIMIT or hi > LIMIT:
             op, lo, hi = _CHECKED[op], max(lo, -LIMIT), min(hi, LIMIT)
-        return self._new(op, a.reg, b.reg, 0, INT, lo, hi)
+        reg = self.n_regs
+        self.n_regs = reg + 1
+        self.flat += (op, reg, a.reg, b.reg, 0, 0)
+        return _V(reg, INT, lo, hi, self)
 
     def neg(self, x: Any) -> Any:
         if type(x) is not _V:
@@ -331,15 +379,22 @@ class TapeOps:
         return self._new(_NEG, a.reg, 0, 0, INT, -a.hi, -a.lo)
 
     def cmp(self, op: int, x: Any, y: Any) -> Any:
-        if type(x) is not _V and type(y) is not _V:
+        tx, ty = type(x), type(y)
+        if tx is not _V and ty is not _V:
             return _CMP[op](x, y)
-        a, b = self.val(x), self.val(y)
+        a = x if tx is _V and x.tape is self else self.val(x)
+        b = y if ty is _V and y.tape is self else self.val(y)
         if a.kind not in _INTS or b.kind not in _INTS:  # Python compares an int with a float exactly
             return self._x(_X[op], BOOL, a, b)
-        return self._new(op, a.reg, b.reg, 0, BOOL, 0, 1)
+        reg = self.n_regs
+        self.n_regs = reg + 1
+        self.flat += (op, reg, a.reg, b.reg, 0, 0)
+        return _V(reg, BOOL, 0, 1, self)
 
     def _truth(self, x: _V) -> _V:
-        """``bool(x)`` as a 0/1 register (a float is true unless ±0.0; NaN is true)."""
+        """``bool(x)`` as a 0/1 register (a float is true unless ±0.0; NaN is true; a bool is itself)."""
+        if x.kind == BOOL:
+            return x
         if x.kind in _INTS:
             return self._new(_TRUTH, x.reg, 0, 0, BOOL, 0, 1)
         return self._x(_X[_TRUTH], BOOL, x)
@@ -353,16 +408,23 @@ class TapeOps:
             return then if cond else other
         if isinstance(then, tuple) or isinstance(other, tuple):
             raise Untraceable("ite on tuples")
-        c, a, b = self.val(cond), self.val(then), self.val(other)
+        c = cond if cond.tape is self else self.val(cond)
+        a = then if type(then) is _V and then.tape is self else self.val(then)
+        b = other if type(other) is _V and other.tape is self else self.val(other)
+        if a is b:  # either way the same register (no row)
+            return a
         kind = _merge(a.kind, b.kind)
         if kind not in _INTS or c.kind not in _INTS:
             return self._x(_X[_ITE], kind, c, a, b)
-        return self._new(_ITE, c.reg, a.reg, b.reg, kind, min(a.lo, b.lo), max(a.hi, b.hi))
+        reg = self.n_regs
+        self.n_regs = reg + 1
+        self.flat += (_ITE, reg, c.reg, a.reg, b.reg, 0)
+        return _V(reg, kind, a.lo if a.lo < b.lo else b.lo, a.hi if a.hi > b.hi else b.hi, self)
 
     def _fold_chain(self, op: int, xs: tuple[Any, ...]) -> Any:
-        regs = [self.val(x) for x in xs]
-        acc = regs[0]
-        for r in regs[1:]:
+        acc = self.val(xs[0])
+        for x in xs[1:]:
+            r = x if type(x) is _V and x.tape is self else self.val(x)
             kind = _merge(acc.kind, r.kind)
             if kind not in _INTS:  # Python's min/max keep the first of equals with its own type
                 acc = self._x(_X[op], kind, acc, r)
@@ -375,24 +437,27 @@ class TapeOps:
         return acc
 
     def min(self, *xs: Any) -> Any:
-        if all(type(x) is not _V for x in xs):
-            return min(xs)
-        return self._fold_chain(_MIN, xs)
+        for x in xs:
+            if type(x) is _V:
+                return self._fold_chain(_MIN, xs)
+        return min(xs)
 
     def max(self, *xs: Any) -> Any:
-        if all(type(x) is not _V for x in xs):
-            return max(xs)
-        return self._fold_chain(_MAX, xs)
+        for x in xs:
+            if type(x) is _V:
+                return self._fold_chain(_MAX, xs)
+        return max(xs)
 
     def _logic(self, op: int, xs: tuple[Any, ...]) -> Any:
-        nodes = [x for x in xs if type(x) is _V]
-        plain = [x for x in xs if type(x) is not _V]
-        # Python's all/any: the plain operands decide at once or drop out
-        if op == _AND:
-            if not all(plain):
-                return False
-        elif any(plain):
-            return True
+        nodes = []
+        for x in xs:
+            if type(x) is _V:
+                nodes.append(x)
+            elif op == _AND:  # Python's all/any: a plain operand decides at once or drops out
+                if not x:
+                    return False
+            elif x:
+                return True
         if not nodes:
             return op == _AND
         acc = self._truth(self.val(nodes[0]))
@@ -402,6 +467,10 @@ class TapeOps:
         return acc
 
     def and_(self, *xs: Any) -> Any:
+        if len(xs) == 2:  # the common ``and_(present, test)`` of a concrete view: no row, the test itself
+            x, y = xs
+            if type(x) is bool and type(y) is _V and y.kind is BOOL and y.tape is self:
+                return y if x else False
         return self._logic(_AND, xs)
 
     def or_(self, *xs: Any) -> Any:
@@ -420,17 +489,17 @@ class TapeOps:
                 isinstance(x, (float, np.floating)) or (type(x) is _V and x.kind in (FLOAT, NUM))
             ):
                 raise Untraceable("a sum of floats (CPython >= 3.12 compensates it; the tape adds one by one)")
-            acc = self.arith(_ADD, acc, x)
+            acc = acc + x if type(acc) is not _V and type(x) is not _V else self.arith(_ADD, acc, x)
         return acc
 
     def lt(self, a: Any, b: Any) -> Any:
-        return self.cmp(OP["LT"], a, b)
+        return self.cmp(_LT, a, b)
 
     def le(self, a: Any, b: Any) -> Any:
-        return self.cmp(OP["LE"], a, b)
+        return self.cmp(_LE, a, b)
 
     def eq(self, a: Any, b: Any) -> Any:
-        return self.cmp(OP["EQ"], a, b)
+        return self.cmp(_EQ, a, b)
 
     def div(self, a: Any, b: Any) -> Any:
         return self.arith(_FDIV, a, b)
@@ -451,13 +520,17 @@ class TapeOps:
         return self.neg(self.arith(_FDIV, self.neg(a), b))
 
     def count(self, xs: Iterable[Any]) -> Any:
+        # an int sum (associative): the plain entries (``a.present`` of a concrete view) are counted
+        # here and added once, after the recorded ones
+        plain = 0
         acc: Any = 0
         for x in xs:
             if type(x) is not _V:
-                acc = self.arith(_ADD, acc, 1 if x else 0)
+                if x:
+                    plain += 1
             else:
                 acc = self.arith(_ADD, acc, self._truth(self.val(x)))
-        return acc
+        return self.arith(_ADD, acc, plain)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -481,12 +554,75 @@ class Tape:
     has_state: bool
 
 
-def trace_tape(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Tape:
+def _entry_maker(cls: type) -> Any:
+    """A constructor of ``cls`` entries (frozen slots dataclasses) that sets the slots directly:
+    the plug-in path builds thousands of views, and a frozen dataclass's ``__init__`` (one
+    ``object.__setattr__`` per field) is most of their cost.  The same objects, equal to what
+    ``cls(...)`` builds (``present=True``, ``prior=0``); the class's own ``__init__`` where it
+    validates anything (a ``__post_init__``)."""
+    if hasattr(cls, "__post_init__"):
+        return cls
+    names = [f.name for f in dataclasses.fields(cls)]
+    sets = [getattr(cls, name).__set__ for name in names]
+    new = object.__new__
+    if names == ["rid", "s", "o", "progress", "present", "prior"]:
+        set_rid, set_s, set_o, set_p, set_present, set_prior = sets
+
+        def active(rid: Any, s: Any, o: Any, progress: Any) -> Any:
+            e: Any = new(cls)
+            set_rid(e, rid)
+            set_s(e, s)
+            set_o(e, o)
+            set_p(e, progress)
+            set_present(e, True)
+            set_prior(e, 0)
+            return e
+
+        return active
+    if names == ["rid", "s", "o", "present", "prior"]:
+        set_rid, set_s, set_o, set_present, set_prior = sets
+
+        def waiting(rid: Any, s: Any, o: Any) -> Any:
+            e: Any = new(cls)
+            set_rid(e, rid)
+            set_s(e, s)
+            set_o(e, o)
+            set_present(e, True)
+            set_prior(e, 0)
+            return e
+
+        return waiting
+    return cls
+
+
+#: ``ActiveEntry(rid, s, o, progress)`` and ``WaitingEntry(rid, s, o)``, built faster (see :func:`_entry_maker`)
+active_entry = _entry_maker(ActiveEntry)
+waiting_entry = _entry_maker(WaitingEntry)
+
+#: what tracing needs to know of a rule, by rule (``traits_of`` checks every attribute's name, which
+#: costs more than tracing a small view): id -> (the rule, its traits, its state variables)
+_RULES: dict[int, tuple[Any, Any, tuple[Any, ...]]] = {}
+
+
+def _rule_info(scheduler: Scheduler) -> tuple[Any, tuple[Any, ...]]:
+    hit = _RULES.get(id(scheduler))
+    if hit is None or hit[0] is not scheduler:
+        if len(_RULES) > 256:
+            _RULES.clear()
+        hit = _RULES[id(scheduler)] = (scheduler, traits_of(scheduler), state_vars_of(scheduler))
+    return hit[1], hit[2]
+
+
+def trace_tape(scheduler: Scheduler, params: ModelParams, K: int, Q: int, ask: bool | None = None) -> Tape:
     """The rule's decision for views of ``K`` active and ``Q`` shown waiting entries
     as a :class:`Tape`; raises :class:`Untraceable` (or :class:`InvalidScheduler`
-    for a decision of the wrong shape, as the reference engine would)."""
-    svars = state_vars_of(scheduler)
-    traits = traits_of(scheduler)
+    for a decision of the wrong shape, as the reference engine would).
+
+    Which guarded rows are left to the rule (``ASK`` rows, :mod:`kvstab.engine._guards`):
+    ``ask=None`` the runs of at least ``_guards.ASK_MIN`` rows (none by default), ``True``
+    also every run of a guard that covers most of the tape (``_guards.ASK_SHARE``: the
+    plug-in path's first tape of a shape), ``False`` none."""
+    traits, svars = _rule_info(scheduler)
     who = getattr(scheduler, "name", type(scheduler).__name__)
     for v in svars:
         if v.real:
@@ -506,12 +642,14 @@ def trace_tape(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Tap
 
     actives = []
     for k in range(K):
-        rid = lf(4 * k, INT, *_COUNT)
-        actives.append(ActiveEntry(rid, lf(4 * k + 1, INT, *_LEN), out_len(rid), lf(4 * k + 3, INT, *_PROGRESS)))
+        rid = _V(4 * k, INT, 0, MAX_TOKENS, tr)
+        actives.append(
+            active_entry(rid, _V(4 * k + 1, INT, 1, MAX_TOKENS, tr), out_len(rid), _V(4 * k + 3, INT, *_PROGRESS, tr))
+        )
     waiting = []
     for j in range(Q):
-        rid = lf(4 * K + 3 * j, INT, *_COUNT)
-        waiting.append(WaitingEntry(rid, lf(4 * K + 3 * j + 1, INT, *_LEN), out_len(rid)))
+        rid = _V(4 * K + 3 * j, INT, 0, MAX_TOKENS, tr)
+        waiting.append(waiting_entry(rid, _V(4 * K + 3 * j + 1, INT, 1, MAX_TOKENS, tr), out_len(rid)))
     view = View(
         active=tuple(actives),
         waiting=tuple(waiting),
@@ -574,7 +712,13 @@ def trace_tape(scheduler: Scheduler, params: ModelParams, K: int, Q: int) -> Tap
     return Tape(
         K=K,
         Q=Q,
-        code=with_guards(tr.code(), base + 1 + len(svars), outputs, _guards.ASK_MIN),
+        code=with_guards(
+            tr.code(),
+            base + 1 + len(svars),
+            outputs,
+            1 << 62 if ask is False else _guards.ASK_MIN,
+            _guards.ASK_SHARE if ask else None,
+        ),
         outputs=outputs,
         okinds=np.array(okinds, dtype=np.int64),
         n_regs=tr.n_regs,
