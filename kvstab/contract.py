@@ -54,6 +54,9 @@ __all__ = [
     "fcfs_admit_projected",
     "Projected",
     "preempt_newest",
+    "retract_until_fits",
+    "pops_before",
+    "select",
     "scan",
     "zipped",
     "sum_of",
@@ -529,6 +532,91 @@ def no_preemption(view: View) -> tuple[BoolLike, ...]:
     if _lazy(view.active):
         return scan(view.active, lambda a, acc: (False, acc), ())[0]  # type: ignore[no-any-return]
     return tuple(False for _ in view.active)
+
+
+def select(cond: BoolLike, then: Sequence[Any], other: Sequence[Any], ops: Ops) -> tuple[Any, ...]:
+    """Element by element, ``then[i]`` where ``cond`` holds and ``other[i]`` where it
+    does not (``ops.ite``): one choice, the same for every entry, between two
+    sequences — e.g. the active list's grants of a prefill step or of a decode step.
+
+    ``cond`` is a value of the rule (a fold's result), not of one entry.  The proofs
+    for any number of requests split the slot on it: in each case the decision comes
+    from one of the two sequences (``docs/proofs.md``)."""
+    hook = getattr(type(then), "__kvstab_select__", None)
+    if hook is not None:
+        return hook(then, cond, other)  # type: ignore[no-any-return]
+    return tuple(ops.ite(cond, a, b) for a, b in zip(then, other, strict=True))
+
+
+def pops_before(ops: Ops, kj: Sequence[IntLike], ki: Sequence[IntLike], j_later: bool) -> BoolLike:
+    """The order :func:`retract_until_fits` pops in: whether the entry with key ``kj``
+    goes before the one with key ``ki`` — a smaller key (compared lexicographically),
+    or an equal key and ``j`` later in the list (``j_later``).  A strict total order on
+    the entries whatever the keys are (``kvstab.proofs.loops.retraction_lemma`` checks it)."""
+    less: BoolLike = False
+    same: BoolLike = True
+    for a, b in zip(kj, ki, strict=True):
+        less = ops.or_(less, ops.and_(same, ops.lt(a, b)))
+        same = ops.and_(same, ops.eq(a, b))
+    return ops.or_(less, same) if j_later else less
+
+
+def retract_until_fits(
+    view: View,
+    ops: Ops,
+    cost: Callable[[ActiveEntry], IntLike],
+    key: Callable[[ActiveEntry], Sequence[IntLike]],
+    cap: IntLike,
+    allowed: BoolLike = True,
+) -> tuple[BoolLike, ...]:
+    """Retraction in a strict total order, written against ``ops``: the preempt flags.
+
+    Pop the active requests one by one, in ascending order of ``key(a)`` (a tuple of
+    values, compared lexicographically; of two equal keys the later entry goes
+    first, as a stable sort by descending key popped from its end), while the
+    requests not popped yet cost more than ``cap`` together (``Σ cost(a)``); never
+    pop the last one.  Nobody is popped when ``allowed`` is false or everything
+    fits.  Popping only makes the rest cheaper, so entry ``i`` is popped iff it is
+    not last in the order and the requests from ``i`` on (itself included) cost more
+    than ``cap`` — what this computes, one flag per entry.
+
+    The memory bound it gives (``docs/proofs.md``, proved for any number of
+    requests by ``kvstab.proofs``): when every request's cost lies in
+    ``[0, cap]``, the requests kept cost at most ``cap`` — whatever the keys,
+    since only the order's totality is used.  ``cost`` and ``key`` read one entry
+    (pure functions); an empty slot costs nothing and is never popped.
+
+    Concretely it returns at once when nobody is popped (the common case); only a
+    step that retracts compares the entries pairwise (``O(K²)`` operations, which
+    is also what a symbolic run unrolls).
+    """
+    hook = getattr(type(view.active), "__kvstab_retract__", None)
+    if hook is not None:
+        return hook(view.active, view, ops, cost, key, cap, allowed)  # type: ignore[no-any-return]
+    actives = view.active
+    n = len(actives)
+    if allowed is False:
+        return (False,) * n
+    costs = [ops.ite(a.present, cost(a), 0) for a in actives]
+    over = ops.and_(allowed, ops.lt(cap, ops.sum(costs)))
+    if over is False:
+        return (False,) * n  # the concrete common case: every flag below has `over` as a conjunct
+    keys = [tuple(key(a)) for a in actives]
+    present = [a.present for a in actives]
+    # earlier[i][j]: entry j is popped before entry i
+    earlier = [
+        [ops.and_(present[j], pops_before(ops, keys[j], keys[i], j > i)) if j != i else False for j in range(n)]
+        for i in range(n)
+    ]
+    flags: list[BoolLike] = []
+    for i in range(n):
+        # i is last when no present entry is popped after it
+        last = ops.not_(ops.or_(*[ops.and_(present[j], earlier[j][i]) for j in range(n) if j != i]))
+        # what is left when i's turn comes: the requests not popped before it, itself included
+        rest = ops.sum(ops.ite(earlier[i][j], 0, costs[j]) for j in range(n))
+        # `over` first: a tape skips the rows behind it when it is false (kvstab.engine._guards)
+        flags.append(ops.and_(over, present[i], ops.not_(last), ops.lt(cap, rest)))
+    return tuple(flags)
 
 
 # --- helpers every rule may use; each calls the one memory-accounting function

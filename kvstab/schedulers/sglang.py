@@ -96,8 +96,23 @@ bounded by the work left, not by ``n(s) + o`` per request (property 8).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from kvstab.contract import ActiveEntry, Decision, StateVar, Traits, View, WaitingEntry
+from kvstab.contract import (
+    ActiveEntry,
+    Decision,
+    StateVar,
+    Traits,
+    View,
+    WaitingEntry,
+    any_of,
+    count_of,
+    retract_until_fits,
+    scan,
+    select,
+    sum_of,
+    zipped,
+)
 from kvstab.errors import InvalidArgument
 from kvstab.model import PAPER_CHUNK, PAPER_M, ModelParams
 from kvstab.ops import BoolLike, IntLike, Ops
@@ -208,76 +223,94 @@ class Sglang:
 
     # --- the rule
     def decide(self, view: View, ops: Ops) -> Decision:
-        """One SGLang step: a prefill batch if one forms, else a decode step with retraction."""
+        """One SGLang step: a prefill batch if one forms, else a decode step with retraction.
+
+        Written with ``kvstab.contract``'s folds (one walk over the running list, one
+        over the queue, the retraction, and sums), so that ``kvstab prove`` covers any
+        number of requests (``docs/proofs.md``); the values, floats included, are the
+        plain loops' in SGLang's order."""
         ratio, full = view.state if view.state else tuple(v.initial for v in self.state_vars)
         B = view.block
         clip = self.clip_max_new_tokens
+        cap = view.max_num_seqs
+        max_prefill = self.max_prefill_tokens
 
         def paged(x: IntLike) -> IntLike:
             return x if isinstance(B, int) and B == 1 else ops.ceil_div(x, B) * B
 
         actives = view.active
-        decoding = [ops.and_(a.present, ops.le(a.s, a.progress)) for a in actives]
-        chunked = [ops.and_(a.present, ops.lt(a.progress, a.s)) for a in actives]
-        held = [ops.ite(a.present, paged(a.progress), 0) for a in actives]
-        free = view.M - ops.sum(held)
-        n_running = ops.count(decoding)
-        n_active = ops.count(a.present for a in actives)
-        any_chunked = ops.or_(*chunked)
+
+        def classify(a: ActiveEntry, acc: tuple[()]) -> tuple[tuple[BoolLike, BoolLike, IntLike], tuple[()]]:
+            """Per request: decoding, in a chunked prefill, the memory it holds."""
+            d = ops.and_(a.present, ops.le(a.s, a.progress))
+            c = ops.and_(a.present, ops.lt(a.progress, a.s))
+            return (d, c, ops.ite(a.present, paged(a.progress), 0)), acc
+
+        (decoding, chunked, held), _ = scan(actives, classify, (), width=3)
+        free = view.M - sum_of(held, lambda h: h, ops)
+        n_running = count_of(decoding, lambda d: d, ops)
+        n_active = count_of(actives, lambda a: a.present, ops)
+        any_chunked = any_of(chunked, ops)
         # the flag is cleared when the running batch is empty (scheduler.py:4094)
         full = ops.ite(ops.eq(n_running, 0), 0, full)
 
-        # ---- prefill: the adder's budgets
-        total_offset = ops.sum(
-            ops.ite(d, ops.min(a.s + a.o - a.progress, clip) * ratio, 0) for a, d in zip(actives, decoding)
+        # ---- prefill: the adder's budgets (Python's sum over the running list, in batch order)
+        total_offset = sum_of(
+            zipped(actives, decoding),
+            lambda x: ops.ite(x[1], ops.min(x[0].s + x[0].o - x[0].progress, clip) * ratio, 0),
+            ops,
         )
-        current_offset: IntLike = 0
-        # SGLang requires whole pages (validation_hook.py:244); another chunk is rounded up to pages
-        rem_chunk: IntLike = paged(view.chunk)
-        rem_input: IntLike = self.max_prefill_tokens
-        grants: list[IntLike] = [0] * len(actives)
-        reserved_used: IntLike = 0  # tokens this batch allocates (the memory clamp's account)
-        continuing: BoolLike = False  # a chunked request stays chunked after this step
-        in_batch: IntLike = 0  # requests in the prefill batch (can_run_list)
-        finishing_in_prefill: BoolLike = False
-        for i, (a, c) in enumerate(zip(actives, chunked)):
-            remaining_total = free - total_offset
+
+        def continue_chunk(x: tuple[ActiveEntry, BoolLike], acc: tuple[Any, ...]) -> tuple[IntLike, tuple[Any, ...]]:
+            """The chunked request's next chunk (add_chunked_req): its grant, and the adder's budgets."""
+            a, c = x
+            total, current, rem_chunk, rem_input, used, in_batch, continuing, finishing = acc
+            remaining_total = free - total
             cand = a.s - a.progress
             # available_chunk_tokens (prefill_budget.py:146): min(rem_chunk, int(remaining_total)),
             # and the whole rem_chunk when that is not positive (a continuation must progress)
             limited = ops.min(rem_chunk, ops.floor(remaining_total))
             allow = ops.ite(ops.le(limited, 0), rem_chunk, limited)
             # never more than free memory (SGLang would fail the allocation; see the docstring)
-            room = paged(a.progress) - a.progress + ops.div(ops.max(free - reserved_used, 0), B) * B
+            room = paged(a.progress) - a.progress + ops.div(ops.max(free - used, 0), B) * B
             allow = ops.max(0, ops.min(allow, room))
             new_len = ops.ite(c, ops.min(cand, allow), 0)
             truncated = ops.lt(new_len, cand)
             max_new_res = ops.ite(truncated, 0, ops.min(a.o + 1 + _prior(a), clip))
-            grants[i] = new_len
             ext = paged(new_len)
-            total_offset = total_offset + ops.ite(c, ext + B + max_new_res, 0)
-            current_offset = current_offset + ops.ite(c, ext + B, 0)
-            rem_chunk = rem_chunk - ops.ite(c, ext, 0)
-            rem_input = rem_input - ops.ite(c, ext, 0)
-            reserved_used = reserved_used + ops.ite(c, paged(a.progress + new_len) - paged(a.progress), 0)
-            in_batch = in_batch + ops.ite(c, 1, 0)
-            continuing = ops.or_(continuing, ops.and_(c, truncated))
-            finishing_in_prefill = ops.or_(finishing_in_prefill, ops.and_(c, ops.not_(truncated), ops.eq(a.o, 0)))
+            return new_len, (
+                total + ops.ite(c, ext + B + max_new_res, 0),
+                current + ops.ite(c, ext + B, 0),
+                rem_chunk - ops.ite(c, ext, 0),
+                rem_input - ops.ite(c, ext, 0),
+                # tokens this batch allocates (the memory clamp's account)
+                used + ops.ite(c, paged(a.progress + new_len) - paged(a.progress), 0),
+                in_batch + ops.ite(c, 1, 0),  # requests in the prefill batch (can_run_list)
+                ops.or_(continuing, ops.and_(c, truncated)),  # a chunked request stays chunked
+                ops.or_(finishing, ops.and_(c, ops.not_(truncated), ops.eq(a.o, 0))),
+            )
+
+        # SGLang requires whole pages (validation_hook.py:244); another chunk is rounded up to pages
+        start = (total_offset, 0, paged(view.chunk), max_prefill, 0, 0, False, False)
+        grants, after_chunks = scan(zipped(actives, chunked), continue_chunk, start)
+        in_batch_chunks = after_chunks[5]
 
         # the walk over the queue runs when a chunk is in flight, or the queue is open
         walk = ops.or_(any_chunked, ops.eq(full, 0))
-        stopped: BoolLike = ops.not_(walk)
-        set_full: BoolLike = False
         empty_system = ops.eq(n_active, 0)
-        admits: list[BoolLike] = []
-        admit_grants: list[IntLike] = []
-        for w in view.waiting:
-            remaining_total = free - total_offset
+
+        def admit_one(w: WaitingEntry, acc: tuple[Any, ...]) -> tuple[tuple[BoolLike, IntLike], tuple[Any, ...]]:
+            """One waiting request (add_one_req): admitted (whole or chunked) or not, and the walk's stop."""
+            total, current, rem_chunk, rem_input, used, in_batch, continuing, finishing, stopped, set_full, waits = acc
+            remaining_total = free - total
             # budget_state (schedule_policy.py:874): no memory is NO_TOKEN, and it comes before a
             # spent token budget (OTHER), so the request is then tried, fails and sets the flag
-            mem_out = ops.le(free - total_offset, 0)
+            mem_out = ops.le(free - total, 0)
             budget_other = ops.and_(ops.or_(ops.le(rem_input, 0), ops.le(rem_chunk, 0)), ops.not_(mem_out))
-            capped = False if view.max_num_seqs is None else ops.le(view.max_num_seqs, n_running + in_batch)
+            # the running count: n_running + in_batch, the active requests (each decodes or continues
+            # its chunk in this batch) and those admitted so far — written from n_active, so that its
+            # bound is one fold's fact (docs/proofs.md)
+            capped = False if cap is None else ops.le(cap, n_active + (in_batch - in_batch_chunks))
             # the walk's stops, in SGLang's order: spent budget, then the running cap
             stop_budget = ops.and_(w.present, ops.not_(stopped), budget_other)
             stop_cap = ops.and_(w.present, ops.not_(stopped), ops.not_(budget_other), capped)
@@ -295,59 +328,86 @@ class Sglang:
             ext_raw = ops.ite(whole, w.s, chunk_len)
             max_new_res = ops.ite(whole, ops.min(w.o + 1 + _prior(w), clip), 0)
             ext = paged(ext_raw)
-            total_offset = total_offset + ops.ite(take, ext + B + max_new_res, 0)
-            current_offset = current_offset + ops.ite(take, ext + B, 0)
+            total = total + ops.ite(take, ext + B + max_new_res, 0)
+            current = current + ops.ite(take, ext + B, 0)
             rem_chunk = rem_chunk - ops.ite(take, ext, 0)
             rem_input = rem_input - ops.ite(take, ext, 0)
-            reserved_used = reserved_used + ops.ite(take, ext, 0)
             in_batch = in_batch + ops.ite(take, 1, 0)
-            continuing = ops.or_(continuing, ops.and_(take, ops.not_(whole)))
-            finishing_in_prefill = ops.or_(finishing_in_prefill, ops.and_(take, whole, ops.eq(w.o, 0)))
-            admits.append(take)
-            admit_grants.append(ops.ite(take, ext_raw, 0))
             # after an admission, add_one_req returns the budget state: NO_TOKEN stops the walk too
-            after_no_token = ops.and_(
-                take,
-                ops.or_(ops.le(free - total_offset, 0), ops.le(free - current_offset, 0)),
-            )
+            after_no_token = ops.and_(take, ops.or_(ops.le(free - total, 0), ops.le(free - current, 0)))
             after_other = ops.and_(take, ops.not_(after_no_token), ops.or_(ops.le(rem_input, 0), ops.le(rem_chunk, 0)))
             nt = ops.or_(no_token, after_no_token)
-            set_full = ops.or_(
-                set_full,
-                stop_cap,
-                ops.and_(nt, ops.or_(ops.lt(0, in_batch), ops.lt(0, n_running))),
+            running = ops.or_(ops.lt(0, in_batch), ops.lt(0, n_running))
+            return (take, ops.ite(take, ext_raw, 0)), (
+                total,
+                current,
+                rem_chunk,
+                rem_input,
+                used + ops.ite(take, ext, 0),
+                in_batch,
+                ops.or_(continuing, ops.and_(take, ops.not_(whole))),
+                ops.or_(finishing, ops.and_(take, whole, ops.eq(w.o, 0))),
+                ops.or_(stopped, stop_budget, stop_cap, nt, after_other, ops.and_(w.present, ops.not_(take))),
+                ops.or_(set_full, stop_cap, ops.and_(nt, running)),
+                ops.or_(waits, w.present),
             )
-            stopped = ops.or_(stopped, stop_budget, stop_cap, nt, after_other, ops.and_(w.present, ops.not_(take)))
+
+        (admit, admit_grants), after_queue = scan(
+            view.waiting, admit_one, (*after_chunks, ops.not_(walk), False, False), width=2
+        )
+        _, _, _, _, _, in_batch, continuing, finishing_in_prefill, _, set_full, anyone_waits = after_queue
+        # a request is admitted only into a prefill batch (in_batch ≥ 1 from then on), so the
+        # admissions need no `prefill` conjunct
 
         prefill = ops.lt(0, in_batch)
         # ---- decode: check_decode_mem, retraction in SGLang's order
-        # a request needs a new page when its length is a multiple of B (schedule_batch.py:3415)
-        need = [ops.ite(ops.and_(d, ops.eq(paged(a.progress), a.progress)), B, 0) for a, d in zip(actives, decoding)]
         decode = ops.and_(ops.not_(prefill), ops.lt(0, n_running))
-        retracting = ops.and_(decode, ops.lt(free, ops.sum(need)))
-        outs = [a.progress - a.s + 1 + _prior(a) for a in actives]  # len(output_ids)
-        prompts = [a.s - _prior(a) for a in actives]  # len(origin_input_ids)
-        others_held = ops.sum(ops.ite(d, 0, h) for d, h in zip(decoding, held))
-        preempt = _retraction(view, ops, retracting, decoding, need, held, outs, prompts, others_held)
 
-        kept = [ops.and_(d, ops.not_(p)) for d, p in zip(decoding, preempt)]
-        n_kept = ops.count(kept)
-        sum_out = ops.sum(ops.ite(k, o, 0) for k, o in zip(kept, outs))
-        sum_max_new = ops.sum(ops.ite(k, a.o + 1 + _prior(a), 0) for k, a in zip(kept, actives))
+        def need(x: tuple[ActiveEntry, BoolLike]) -> IntLike:
+            """A new page for a decoding request whose length is a multiple of B (schedule_batch.py:3415)."""
+            a, d = x
+            return ops.ite(ops.and_(d, ops.eq(paged(a.progress), a.progress)), B, 0)
+
+        retracting = ops.and_(decode, ops.lt(free, sum_of(zipped(actives, decoding), need, ops)))
+
+        def page_after_decode(a: ActiveEntry) -> IntLike:
+            """What a request holds after one decode token (a chunked request, absent in a decode step, holds what it holds)."""
+            return paged(a.progress) + need((a, ops.le(a.s, a.progress)))
+
+        def order(a: ActiveEntry) -> tuple[IntLike, IntLike]:
+            """_get_decode_retraction_order (schedule_batch.py:3542): fewest outputs first, then the
+            longest original prompt (ties: the latest in batch order, which the combinator gives)."""
+            return (a.progress - a.s + 1 + _prior(a), _prior(a) - a.s)
+
+        # a decode step has no chunked request (a chunk in flight makes a prefill batch), so the
+        # running batch SGLang retracts from is the active list, and it fits in M
+        preempt = retract_until_fits(view, ops, page_after_decode, order, view.M, allowed=decode)
+
+        def decode_one(
+            x: tuple[ActiveEntry, BoolLike, BoolLike], acc: tuple[IntLike, IntLike, IntLike, BoolLike]
+        ) -> tuple[IntLike, tuple[IntLike, IntLike, IntLike, BoolLike]]:
+            """A decode step's grant (one token to a kept request) and the kept requests' sums."""
+            a, d, popped = x
+            n_kept, sum_out, sum_max_new, finishing = acc
+            k = ops.and_(d, ops.not_(popped))
+            return ops.ite(ops.and_(decode, k), 1, 0), (
+                n_kept + ops.ite(k, 1, 0),
+                sum_out + ops.ite(k, a.progress - a.s + 1 + _prior(a), 0),  # len(output_ids)
+                sum_max_new + ops.ite(k, a.o + 1 + _prior(a), 0),
+                ops.or_(finishing, ops.and_(k, ops.eq(a.progress + 1, a.s + a.o))),
+            )
+
+        decode_grants, (n_kept, sum_out, sum_max_new, finishing_in_decode) = scan(
+            zipped(actives, decoding, preempt), decode_one, (0, 0, 0, False)
+        )
         estimate = (sum_out + self.retract_decode_steps * n_kept) / (sum_max_new + 1)
         after_retract = ops.min(1.0, estimate)
         decayed = ops.max(ratio - self.ratio_decay, self.ratio_min)
         # an idle step (nothing runs, nothing waits) resets the ratio (on_idle, scheduler.py:5318)
-        idle = ops.and_(ops.eq(n_active, 0), ops.not_(ops.or_(*[w.present for w in view.waiting])))
+        idle = ops.and_(ops.eq(n_active, 0), ops.not_(anyone_waits))
         next_ratio = ops.ite(decode, ops.ite(retracting, after_retract, decayed), ops.ite(idle, self.ratio_init, ratio))
 
-        decode_grants = [ops.ite(ops.and_(decode, k), 1, 0) for k in kept]
-        final_grants = [ops.ite(prefill, g, dg) for g, dg in zip(grants, decode_grants)]
-        admit = tuple(ops.and_(prefill, t) for t in admits)
-        waiting_grants = [ops.ite(t, g, 0) for t, g in zip(admit, admit_grants)]
-
         # ---- the flag for the next step
-        finishing_in_decode = ops.or_(*[ops.and_(k, ops.eq(a.progress + 1, a.s + a.o)) for k, a in zip(kept, actives)])
         # a prefill batch formed with nothing running *becomes* the running batch next step
         # (scheduler.py:3957), a new ScheduleBatch whose flag is clear: the flag set now is lost
         leaves = ops.or_(
@@ -358,56 +418,10 @@ class Sglang:
 
         return Decision(
             admit=admit,
-            preempt=tuple(preempt),
-            grants=tuple(final_grants) + tuple(waiting_grants),
+            preempt=preempt,
+            grants=select(prefill, grants, decode_grants, ops) + admit_grants,
             state=(next_ratio, next_full),
         )
-
-
-def _retraction(
-    view: View,
-    ops: Ops,
-    retracting: BoolLike,
-    decoding: list[BoolLike],
-    need: list[IntLike],
-    held: list[IntLike],
-    outs: list[IntLike],
-    prompts: list[IntLike],
-    others_held: IntLike,
-) -> list[BoolLike]:
-    """Which active entries ``retract_decode`` (``schedule_batch.py:3451``) retracts.
-
-    SGLang sorts the running batch by ``(outputs, −prompt)`` descending (a stable
-    sort) and pops from its end: the first pop is unconditional, then it pops
-    while ``check_decode_mem`` fails on what is left, and it always keeps one.
-    Because the check only gets easier as requests leave, entry ``i`` is popped
-    iff it is not last in that order and it is either first or the requests not
-    popped before it (itself included) do not fit.
-    """
-    n = len(view.active)
-    if retracting is False:
-        # the concrete common case: no retraction, and every flag below has `retracting` as a conjunct
-        return [False] * n
-
-    def before(j: int, i: int) -> BoolLike:
-        """Whether entry ``j`` is popped before entry ``i``: fewer outputs, then a
-        longer prompt, then later in the batch (stable sort, popped from the end)."""
-        same = ops.eq(outs[j], outs[i])
-        key_less = ops.or_(ops.lt(outs[j], outs[i]), ops.and_(same, ops.lt(prompts[i], prompts[j])))
-        if j > i:
-            return ops.or_(key_less, ops.and_(same, ops.eq(prompts[j], prompts[i])))
-        return key_less
-
-    earlier = [[ops.and_(decoding[j], before(j, i)) if j != i else False for j in range(n)] for i in range(n)]
-    flags: list[BoolLike] = []
-    for i in range(n):
-        first = ops.not_(ops.or_(*earlier[i]))
-        last = ops.not_(ops.or_(*[ops.and_(decoding[j], earlier[j][i]) for j in range(n) if j != i]))
-        # check_decode_mem on the requests not popped before i (i included)
-        rest = ops.sum(ops.ite(ops.and_(decoding[j], ops.not_(earlier[i][j])), need[j] + held[j], 0) for j in range(n))
-        rest_fits = ops.le(rest, view.M - others_held)
-        flags.append(ops.and_(retracting, decoding[i], ops.not_(last), ops.or_(first, ops.not_(rest_fits))))
-    return flags
 
 
 SCHEDULER = Sglang()
