@@ -39,7 +39,7 @@ from kvstab.ops import Ops
 from kvstab.proofs.encoding import OPS, Entry, Setting, state_terms
 from kvstab.symbolic import Sym, unwrap
 
-__all__ = ["NotAFold", "Lazy", "Fold", "ProjectedAdmission", "Program", "run_abstract", "impurity"]
+__all__ = ["NotAFold", "Lazy", "Fold", "Retraction", "ProjectedAdmission", "Program", "run_abstract", "impurity"]
 
 _HERE = os.path.abspath(__file__)
 _CONTRACT = os.path.abspath(sys.modules[View.__module__].__file__ or "")
@@ -86,6 +86,26 @@ class Fold:
     outs: tuple[z3.ExprRef | None, ...]
     #: a name for each accumulator leaf, from the step's own unpacking of it (``acc[i]`` otherwise)
     names: tuple[str, ...] = ()
+    #: element components that are a retraction's flag at the same entry: (symbol, retraction)
+    retracted: tuple[tuple[z3.ExprRef, int], ...] = ()
+    #: the values the step reads from the rule around it (its closure), by their names there
+    consts: tuple[tuple[str, z3.ArithRef], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Retraction:
+    """One recorded :func:`~kvstab.contract.retract_until_fits` over the active list:
+    its cost and key run once on a fresh entry, its cap and whether it may run."""
+
+    index: int
+    where: str
+    entry: Entry
+    cost: z3.ArithRef
+    keys: tuple[z3.ExprRef, ...]
+    cap: z3.ArithRef
+    allowed: z3.BoolRef
+    #: the flag at ``entry``, as the decision's terms name it (a host's loop renames it)
+    out: z3.BoolRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +129,7 @@ class Program:
     #: the pre state of a stateful rule (one term per declared variable)
     state: tuple[z3.ArithRef, ...]
     n_waiting: z3.ArithRef
+    retractions: tuple[Retraction, ...] = ()
 
 
 class Lazy:
@@ -119,7 +140,8 @@ class Lazy:
     def __init__(self, rec: _Recorder, base: str, kind: tuple[Any, ...]) -> None:
         self.rec = rec
         self.base = base
-        #: ("entries",), ("out", fold, component), ("zip", parts), ("concat", parts) or ("projected",)
+        #: ("entries",), ("out", fold, component), ("zip", parts), ("concat", parts), ("projected",),
+        #: ("retracted", retraction) or ("select", condition, then, other)
         self.kind = kind
 
     def _refuse(self, how: str) -> NoReturn:
@@ -167,10 +189,25 @@ class Lazy:
     def __kvstab_zip__(self, *seqs: Any) -> Lazy:
         if not all(isinstance(s, Lazy) and s.base == self.base for s in seqs):
             self._refuse("zips a sequence of another length with")
-        return Lazy(self.rec, self.base, ("zip", tuple(seqs)))
+        return Lazy(self.rec, self.base, ("zip", (self, *seqs)))
 
     def __kvstab_projected__(self, view: View, ops: Any, project: Any) -> Lazy:
         return self.rec.projected_admission(view, project)
+
+    def __kvstab_retract__(self, view: View, ops: Any, cost: Any, key: Any, cap: Any, allowed: Any) -> Lazy:
+        if self.kind[0] != "entries" or self.base != "active":
+            self._refuse("retracts from something other than")
+        return self.rec.retraction(view, cost, key, cap, allowed)
+
+    def __kvstab_select__(self, cond: Any, other: Any) -> Lazy:
+        if not (isinstance(other, Lazy) and other.base == self.base):
+            self._refuse("selects between a sequence of another length and")
+        if self.rec.depth:
+            raise NotAFold(f"{_where()}: a selection inside a scan's step")
+        c = _term(cond, "the condition of a selection")
+        if c.sort() != z3.BoolSort():
+            raise NotAFold(f"{_where()}: a selection's condition is {c.sort()}, not a truth value")
+        return Lazy(self.rec, self.base, ("select", c, self, other))
 
     def __repr__(self) -> str:
         return f"<view.{self.base} of unknown length: {self.kind[0]}>"
@@ -355,6 +392,23 @@ def leaf_names(step: Any, shape: Any) -> tuple[str, ...]:
     return fallback
 
 
+def captured(step: Any) -> tuple[tuple[str, z3.ArithRef], ...]:
+    """The numbers a step reads from the rule around it (its closure's terms), by the
+    names the rule gives them: the constants of the fold's loop (``free``, ``n_active`` …)."""
+    fn = getattr(step, "__func__", step)
+    code = getattr(fn, "__code__", None)
+    out: list[tuple[str, z3.ArithRef]] = []
+    for name, cell in zip(code.co_freevars if code else (), getattr(fn, "__closure__", None) or ()):
+        try:
+            v = cell.cell_contents
+        except ValueError:
+            continue
+        z = unwrap(v) if isinstance(v, Sym) else None
+        if isinstance(z, z3.ArithRef) and not z3.is_rational_value(z) and not z3.is_int_value(z):
+            out.append((name, z))
+    return tuple(out)
+
+
 # --- the recorder
 
 
@@ -362,12 +416,20 @@ def leaf_names(step: Any, shape: Any) -> tuple[str, ...]:
 class _Recorder:
     setting: Setting
     folds: list[Fold] = field(default_factory=list)
+    retractions: list[Retraction] = field(default_factory=list)
     projected: ProjectedAdmission | None = None
     depth: int = 0
     #: the first refusal, kept even if the rule swallowed the exception
     refused: str | None = None
 
-    def element(self, seq: Lazy, tag: str, entry: Entry, links: list[tuple[z3.ExprRef, int, int]]) -> Any:
+    def element(
+        self,
+        seq: Lazy,
+        tag: str,
+        entry: Entry,
+        links: list[tuple[z3.ExprRef, int, int]],
+        retracted: list[tuple[z3.ExprRef, int]],
+    ) -> Any:
         """What the step sees for one element of ``seq`` (entry terms are ``entry``'s)."""
         kind = seq.kind[0]
         if kind == "entries":
@@ -381,11 +443,15 @@ class _Recorder:
             var = _fresh(src, f"{tag}.x.out{j}_{c}")
             links.append((var, j, c))
             return Sym(var)
+        if kind == "retracted":
+            var = z3.Bool(f"{tag}.x.retracted{seq.kind[1]}_{len(retracted)}")
+            retracted.append((var, seq.kind[1]))
+            return Sym(var)
         if kind == "zip":
-            return tuple(self.element(p, tag, entry, links) for p in seq.kind[1])
+            return tuple(self.element(p, tag, entry, links, retracted) for p in seq.kind[1])
         if kind == "projected":
             return Sym(z3.Bool(f"{tag}.x.admitted{len(links)}"))  # no link: any truth value
-        seq._refuse("folds a concatenation of")
+        seq._refuse("folds a selection of" if kind == "select" else "folds a concatenation of")
 
     def scan(self, seq: Lazy, step: Callable[[Any, Any], tuple[Any, Any]], init: Any, width: int | None) -> Any:
         if self.depth:
@@ -404,20 +470,31 @@ class _Recorder:
             z3.Int(f"{tag}.x.p") if base == "active" else z3.IntVal(0),
         )
         links: list[tuple[z3.ExprRef, int, int]] = []
-        elem = self.element(seq, tag, entry, links)
+        retracted: list[tuple[z3.ExprRef, int]] = []
+        elem = self.element(seq, tag, entry, links, retracted)
         init_leaves = [_term(x, f"{tag}: the initial accumulator") for x in _leaves(init)]
-        acc = [_fresh(x, f"{tag}.acc{i}") for i, x in enumerate(init_leaves)]
         shape = _shape(init)
-        self.depth += 1
-        try:
-            res = step(elem, _rebuild(shape, iter([Sym(a) for a in acc])))
-        finally:
-            self.depth -= 1
-        if not (isinstance(res, tuple) and len(res) == 2):
-            raise NotAFold(f"the step {_qualname(step)} returned {res!r}, not (output, accumulator)")
-        out, nxt = res
-        if _shape(nxt) != shape:
-            raise NotAFold(f"the step {_qualname(step)} changes the accumulator's shape")
+        # a leaf that starts as an integer and becomes a real (Python's 0 + x·ratio) is a real
+        # from the start: the step runs again with it widened
+        for _ in range(len(init_leaves) + 1):
+            acc = [_fresh(x, f"{tag}.acc{i}") for i, x in enumerate(init_leaves)]
+            self.depth += 1
+            try:
+                res = step(elem, _rebuild(shape, iter([Sym(a) for a in acc])))
+            finally:
+                self.depth -= 1
+            if not (isinstance(res, tuple) and len(res) == 2):
+                raise NotAFold(f"the step {_qualname(step)} returned {res!r}, not (output, accumulator)")
+            out, nxt = res
+            if _shape(nxt) != shape:
+                raise NotAFold(f"the step {_qualname(step)} changes the accumulator's shape")
+            widen = [
+                i for i, (x, a) in enumerate(zip(_leaves(nxt), acc))
+                if isinstance(z := unwrap(x), z3.ArithRef) and z.is_real() and isinstance(a, z3.ArithRef) and a.is_int()
+            ]
+            if not widen:
+                break
+            init_leaves = [z3.ToReal(x) if i in widen else x for i, x in enumerate(init_leaves)]  # type: ignore[arg-type]
         nxt_leaves = [
             _coerce(_term(x, f"{tag}: the next accumulator"), a, f"the step {_qualname(step)}")
             for x, a in zip(_leaves(nxt), acc)
@@ -433,12 +510,40 @@ class _Recorder:
         self.folds.append(
             Fold(
                 n, base, _qualname(step), entry, tuple(links), tuple(acc), tuple(init_leaves), tuple(nxt_leaves),
-                tuple(final), outs, leaf_names(step, shape),
+                tuple(final), outs, leaf_names(step, shape), tuple(retracted), captured(step),
             )
         )
         seqs = [Lazy(self, base, ("out", n, c)) for c in range(len(outs))]
         final_tree = _rebuild(shape, iter([Sym(f) for f in final]))
         return (seqs[0] if width is None else tuple(seqs)), final_tree
+
+    def retraction(self, view: View, cost: Any, key: Any, cap: Any, allowed: Any) -> Lazy:
+        if self.depth:
+            raise NotAFold(f"{_where()}: a retraction inside a scan's step")
+        for what, fn in (("cost", cost), ("key", key)):
+            why = impurity(fn)
+            if why:
+                raise NotAFold(f"the retraction's {what} {_qualname(fn)} may not be a pure function: {why}")
+        r = len(self.retractions)
+        tag = f"retract{r}"
+        entry = Entry(z3.BoolVal(True), z3.Int(f"{tag}.x.rid"), z3.Int(f"{tag}.x.s"), z3.Int(f"{tag}.x.o"), z3.Int(f"{tag}.x.p"))
+        elem = ActiveEntry(Sym(entry.rid), Sym(entry.s), Sym(entry.o), Sym(entry.p), True, 0)
+        self.depth += 1  # cost and key read one entry: no fold inside them
+        try:
+            c = _term(cost(elem), f"{tag}: the cost")
+            keys = tuple(_term(k, f"{tag}: the key") for k in key(elem))
+        finally:
+            self.depth -= 1
+        if not isinstance(c, z3.ArithRef):
+            raise NotAFold(f"{tag}: the cost is {c.sort()}, not a number")
+        cap_t = _term(cap, f"{tag}: the cap")
+        allowed_t = _term(allowed, f"{tag}: allowed")
+        if not isinstance(cap_t, z3.ArithRef) or allowed_t.sort() != z3.BoolSort():
+            raise NotAFold(f"{tag}: the cap must be a number and allowed a truth value")
+        self.retractions.append(
+            Retraction(r, _where(), entry, c, keys, cap_t, allowed_t, z3.Bool(f"{tag}.x.out"))  # type: ignore[arg-type]
+        )
+        return Lazy(self, "active", ("retracted", r))
 
     def projected_admission(self, view: View, project: Any) -> Lazy:
         if self.depth:
@@ -491,4 +596,4 @@ def run_abstract(scheduler: Scheduler, setting: Setting) -> Program:
         raise NotAFold(rec.refused)
     if not isinstance(d, Decision):
         raise NotAFold(f"the rule returned {type(d).__name__}, not a Decision")
-    return Program(tuple(rec.folds), rec.projected, d, view, state, n_waiting)
+    return Program(tuple(rec.folds), rec.projected, d, view, state, n_waiting, tuple(rec.retractions))

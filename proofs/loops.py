@@ -53,6 +53,7 @@ it to the next slot (checked by ``kvstab.proofs.unbounded``).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -61,12 +62,12 @@ import z3
 
 from kvstab.model import progress_after
 from kvstab.proofs.encoding import OPS, Entry, Setting, held
-from kvstab.proofs.folds import Fold, Program
+from kvstab.proofs.folds import Fold, Program, Retraction
 from kvstab.proofs.solver import Budget, Status, solve
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict
 from kvstab.symbolic import Sym, unwrap
 
-__all__ = ["Sides", "FoldOutcome", "prove_folds", "costs_of", "free_constants", "obligation", "rename_entry", "GHOSTS"]
+__all__ = ["Sides", "ActiveSide", "FoldOutcome", "retraction_lemma", "prove_folds", "costs_of", "free_constants", "obligation", "rename_entry", "GHOSTS"]
 
 #: what each ghost counts, as reports print it
 GHOSTS = {
@@ -80,14 +81,28 @@ GHOSTS = {
 
 
 @dataclass(frozen=True, slots=True)
+class ActiveSide:
+    """The active list's part of the decision in one case of the slot: per entry, a
+    term of the host fold's variables and of the retractions' flags (or a constant)."""
+
+    #: when this case applies: a condition on the folds' results, the same for every entry
+    cond: z3.BoolRef
+    #: the case as a report names it
+    label: str
+    #: the fold whose outputs are the preempt flags / grants (``None``: they are constants or retraction flags)
+    host: int | None
+    preempt: z3.BoolRef
+    grant: z3.ArithRef | None
+
+
+@dataclass(frozen=True, slots=True)
 class Sides:
     """Where the decision comes from: per entry, a term of the host fold's
-    variables (or a constant), for the active list and for the queue."""
+    variables (or a constant), for the active list (in each case of a
+    :func:`~kvstab.contract.select`) and for the queue."""
 
-    #: the fold whose outputs are the preempt flags / grants (``None``: they are constants)
-    active_host: int | None
-    preempt: z3.BoolRef
-    active_grant: z3.ArithRef | None
+    #: the active list's side, one per case (one case, ``cond`` true, without a selection)
+    active: tuple[ActiveSide, ...]
     #: the fold whose outputs are the admit flags / grants (``None``: nobody is ever admitted)
     waiting_host: int | None
     admit: z3.BoolRef
@@ -119,7 +134,12 @@ class _Loop:
     end: dict[str, z3.ExprRef]  # -> the value it stands for at the end (final symbols)
     premises: list[z3.BoolRef]  # about the one entry of a step (well-formed, links)
     extra_goals: list[tuple[str, z3.BoolRef]] = field(default_factory=list)  # further step goals under the invariant
+    #: the values the step reads from the rule around it (free memory, counts), by their names there
+    captured: list[tuple[str, z3.ArithRef]] = field(default_factory=list)
+    #: candidates the loop's builder knows of (a ghost's definition in terms of the others)
+    extra_atoms: list[_Atom] = field(default_factory=list)
     _pairs: dict[int, list[tuple[z3.ExprRef, z3.ExprRef]]] = field(default_factory=dict)
+    _at: dict[tuple[int, int], tuple[z3.BoolRef, z3.BoolRef]] = field(default_factory=dict)
 
     def variables(self) -> list[z3.ExprRef]:
         return [v for _, v in self.acc] + [v for _, v in self.ghosts]
@@ -129,8 +149,14 @@ class _Loop:
         pairs = self._pairs.get(id(where))
         if pairs is None:  # naming a z3 variable prints it: once per map, not once per atom
             pairs = self._pairs[id(where)] = [(v, where[str(v)]) for v in self.variables()]
+        # Houdini substitutes every candidate at every round: once per atom and map is enough
+        key = (id(where), term.get_id())
+        hit = self._at.get(key)
+        if hit is not None and hit[0].eq(term):
+            return hit[1]
         out = z3.substitute(term, *pairs) if pairs else term
         assert isinstance(out, z3.BoolRef)
+        self._at[key] = (term, out)
         return out
 
 
@@ -168,7 +194,53 @@ def _menu(loop: _Loop, consts: list[tuple[str, z3.ArithRef]]) -> list[_Atom]:
         out += [_Atom(f"{n} ≤ {m}", x <= y) for m, y in xs if m != n]
     for g, gv in gs:
         out += [_Atom(f"{g} ≤ {h}", gv <= hv) for h, hv in gs if h != g]
-    return out
+    every = xs + gs
+    # the values the step reads from the rule around it: x ≤ k (used ≤ free)
+    for k, kv in loop.captured:
+        out += [_Atom(f"{n} ≤ {k}", x <= kv) for n, x in every]
+    # where each variable started (x₀, its value before the first entry): it never falls below
+    # it, or never rises above it; while a counter (a step adds 0 or 1) has not risen, another
+    # variable has not either (while nothing joined the batch, it allocated nothing); a ghost
+    # keeps its distance to another ghost or a counter (both grow by the same amounts)
+    start = {n: _start_term(loop, x) for n, x in every}
+    for n, x in every:
+        if not _numeral(start[n]):
+            out += [_Atom(f"{n} ≥ {n}₀", start[n] <= x), _Atom(f"{n} ≤ {n}₀", x <= start[n])]
+    counters = [(n, x) for n, x in every if _counter(loop, x)]
+    # (a count of every entry, #active, rises at every step: "while it has not risen" is the start)
+    for n, x in [(n, x) for n, x in counters if _counter(loop, x, conditional=True)]:
+        out += [_Atom(f"{n} ≤ {n}₀ ⇒ {m} ≤ {m}₀", z3.Implies(x <= start[n], y <= start[m])) for m, y in every if m != n]
+    for g, gv in gs:
+        for n, x in gs + [c for c in counters if c not in gs]:
+            # two that start at numbers are already compared (g ≤ n, n ≤ g)
+            if n != g and not (_numeral(start[g]) and _numeral(start[n])):
+                d0 = start[g] - start[n]
+                out += [_Atom(f"{g} − {n} ≤ {g}₀ − {n}₀", gv - x <= d0), _Atom(f"{g} − {n} ≥ {g}₀ − {n}₀", gv - x >= d0)]
+    return out + list(loop.extra_atoms)
+
+
+def _counter(loop: _Loop, x: z3.ExprRef, conditional: bool = False) -> bool:
+    """Whether a step adds 0 or 1 to the integer ``x`` (a count of the entries so far that …;
+    ``conditional``: one that depends on the entry, not a constant)."""
+    if not (isinstance(x, z3.ArithRef) and x.is_int()):
+        return False
+    d = z3.simplify(loop.step[str(x)] - x)
+
+    def unit(t: z3.ExprRef) -> bool:
+        return z3.is_int_value(t) and t.as_long() in (0, 1)  # type: ignore[attr-defined]
+
+    return (unit(d) and not conditional) or (z3.is_app_of(d, z3.Z3_OP_ITE) and unit(d.arg(1)) and unit(d.arg(2)))
+
+
+def _start_term(loop: _Loop, x: z3.ExprRef) -> z3.ArithRef:
+    t = loop.start[str(x)]
+    assert isinstance(t, z3.ArithRef)
+    return t
+
+
+def _numeral(t: z3.ExprRef) -> bool:
+    t = z3.simplify(t)
+    return z3.is_int_value(t) or z3.is_rational_value(t)
 
 
 def _show(atoms: Sequence[_Atom]) -> str:
@@ -189,13 +261,16 @@ def _show(atoms: Sequence[_Atom]) -> str:
     return " ∧ ".join(parts) if parts else "true"
 
 
-def _houdini(loop: _Loop, cands: list[_Atom], context: list[z3.BoolRef], budget: Budget) -> list[_Atom] | None:
+def _houdini(
+    loop: _Loop, cands: list[_Atom], context: list[z3.BoolRef], budget: Budget, phases: tuple[str, ...] = ("start", "step")
+) -> list[_Atom] | None:
     """The largest subset of ``cands`` that holds at the start and is kept by
-    every step (``None``: the solver left a query undecided).  A search: its
+    every step (``None``: the solver left a query undecided); with ``phases=("step",)``
+    the largest that every step keeps, wherever it starts.  A search: its
     answer is proved afterwards by :func:`_loop_obligations`."""
     quiet = dataclasses.replace(budget, keep_all=False)
     alive = list(cands)
-    for phase in ("start", "step"):
+    for phase in phases:
         while alive:
             if phase == "start":
                 query = context + [_any([z3.Not(loop.at(loop.start, a.term)) for a in alive])]
@@ -347,6 +422,35 @@ class _Theorem:
     phi: list[z3.BoolRef] = field(default_factory=list)
     obligations: list[Obligation] = field(default_factory=list)
     shown: list[str] = field(default_factory=list)
+    #: per fold, the stratum-one candidates its stratum-one invariant dropped (by label)
+    dead1: dict[int, set[str]] = field(default_factory=dict)
+    #: what every step of a loop keeps, found once for the loops that recur case after case
+    kept: dict[tuple[int, ...], tuple[object, list[_Atom] | None]] = field(default_factory=dict)
+
+    def search(
+        self, loop: _Loop, fold: int | None, ctx: list[z3.BoolRef], common: list[z3.BoolRef]
+    ) -> list[_Atom] | None:
+        """Houdini for a host's loop in one case.  The candidates stratum one dropped for
+        the same fold (over its accumulator and ``Σheld``, ``#active`` alone) are not tried
+        again.  The loops of the queue are the same in every case but for where they start,
+        so what their steps keep is searched once, under the context ``common`` to every
+        case, and each case then keeps what holds at its start (and is still kept without
+        what it dropped)."""
+        dead = self.dead1.get(fold, set()) if fold is not None else set()
+        cands = [a for a in _menu(loop, self.consts) if a.label not in dead]
+        key = (
+            *(a.term.get_id() for a in cands),
+            -1,
+            *(p.get_id() for p in loop.premises),
+            -1,
+            *(loop.step[str(v)].get_id() for v in loop.variables()),
+        )
+        if key not in self.kept:
+            # the terms are kept alive with their ids (z3 reuses the id of a term that was freed)
+            alive = (cands, list(loop.premises), dict(loop.step))
+            self.kept[key] = (alive, _houdini(loop, cands, common, self.budget, phases=("step",)))
+        found = self.kept[key][1]
+        return None if found is None else _houdini(loop, found, ctx, self.budget)
 
     def links(self, f: Fold, tag: str) -> list[z3.BoolRef]:
         """Each linked element component is fold ``j``'s output at this entry for
@@ -387,7 +491,7 @@ class _Theorem:
         step = {str(a): n for a, n in zip(f.acc, f.nxt)}
         end = {str(a): x for a, x in zip(f.acc, f.final)}
         gs: list[tuple[str, z3.ArithRef]] = []
-        prem = self.links(f, tag)
+        prem = self.links(f, tag) + self.retracted(f)
         if f.base == "active":
             gs, s0, s1, s2 = self.state_ghosts(f, tag, None)
             start.update(s0)
@@ -396,7 +500,13 @@ class _Theorem:
             prem += _wf_active(f.entry, self.setting, not self.sides.grants)
         else:
             prem += _wf_waiting(f.entry, self.setting)
-        return _Loop(f"fold {f.index}: {f.where}", _leaf_names(f), gs, start, step, end, prem)
+        return _Loop(
+            f"fold {f.index}: {f.where}", _leaf_names(f), gs, start, step, end, prem, captured=list(f.consts)
+        )
+
+    def retracted(self, f: Fold) -> list[z3.BoolRef]:
+        """A retraction's flag at an entry: popped only where the retraction may run."""
+        return [z3.Implies(v, self.prog.retractions[r].allowed) for v, r in f.retracted]  # type: ignore[misc]
 
 
 def _fresh_like(v: z3.ExprRef, name: str) -> z3.ExprRef:
@@ -426,12 +536,12 @@ def prove_folds(
     state_bounds: Sequence[z3.BoolRef] = (),
     state_goals: Sequence[tuple[str, z3.BoolRef]] = (),
 ) -> FoldOutcome:
-    """The fold theorem for ``prog``: stratum one, then the hosts with each
-    candidate cost (none first), then the end.  ``state_bounds`` are a
-    stateful rule's declared bounds on its pre state (assumed), ``state_goals``
-    its next state within them (proved at the end).  The first attempt whose
-    every obligation is ``unsat`` is the proof; otherwise the failure of the
-    attempt that came closest."""
+    """The fold theorem for ``prog``: stratum one, the retractions' premises, then
+    the hosts with each candidate cost (none first), case by case, then the end.
+    ``state_bounds`` are a stateful rule's declared bounds on its pre state
+    (assumed), ``state_goals`` its next state within them (proved at the end).  The
+    first attempt whose every obligation is ``unsat`` is the proof; otherwise the
+    failure of the attempt that came closest."""
     consts: list[tuple[str, z3.ArithRef]] = [("M", setting.M_term)]
     if setting.token_budget is not None:
         consts.append(("token_budget", z3.IntVal(setting.token_budget)))
@@ -443,29 +553,39 @@ def prove_folds(
     # stratum one: each fold on its own, in the order the rule ran them
     for f in prog.folds:
         loop = th.loop1(f)
-        inv = _houdini(loop, _menu(loop, consts), th.base + th.phi, budget)
+        menu = _menu(loop, consts)
+        inv = _houdini(loop, menu, th.base + th.phi, budget)
         if inv is None:
             return FoldOutcome(Unknown(f"the solver left the loop-invariant search of {loop.label} undecided"), ())
+        th.dead1[f.index] = {a.label for a in menu} - {a.label for a in inv}
         th.obligations += _loop_obligations(loop, inv, th.base + th.phi, budget)
         th.inv1[f.index] = inv
         th.phi += [loop.at(loop.end, a.term) for a in inv]
         th.shown.append(f"{loop.label}: {_show(inv)}")
     if not _passed(th.obligations):
         return _failed(th.obligations, th.shown)
+    # each retraction's premises: every cost within [0, cap] (then the kept requests cost ≤ cap)
+    for r in prog.retractions:
+        th.obligations += _retraction_premises(th, r)
+    if prog.retractions:
+        th.obligations += retraction_lemma(max(len(r.keys) for r in prog.retractions), budget)
+    if not _passed(th.obligations):
+        return _failed(th.obligations, th.shown)
 
-    costs: list[tuple[z3.ArithRef, Fold] | None] = [None, *costs_of(prog, budget)]
-    hosts: list[int | None] = (
-        [sides.active_host] if sides.active_host is not None else [f.index for f in prog.folds if f.base == "active"]
-    )
+    # a cost is a sum the admission walk starts from (reserve's Σ peaks): the others cannot help it
+    w = sides.waiting_host
+    start_ids = {v.get_id() for t in (prog.folds[w].init if w is not None else ()) for v in free_constants(t)}
+    costs: list[tuple[z3.ArithRef, Fold] | None] = [
+        None, *(c for c in costs_of(prog, budget) if c[1].final[0].get_id() in start_ids)
+    ]
     best: FoldOutcome | None = None
     for cost in costs:
-        for host in hosts or [None]:
-            out = _attempt(th, host, cost, state_goals)
-            if isinstance(out.verdict, Proved):
-                return out
-            # report the attempt that came closest (fewest obligations left unproved; the first on a tie)
-            if best is None or _misses(out) < _misses(best):
-                best = out
+        out = _attempt(th, cost, state_goals)
+        if isinstance(out.verdict, Proved):
+            return out
+        # report the attempt that came closest (fewest obligations left unproved; the first on a tie)
+        if best is None or _misses(out) < _misses(best):
+            best = out
     assert best is not None
     return best
 
@@ -484,91 +604,278 @@ def _failed(obs: Sequence[Obligation], shown: Sequence[str]) -> FoldOutcome:
     return FoldOutcome(v, tuple(obs), tuple(shown))
 
 
-def _attempt(
-    th: _Theorem, host: int | None, cost: tuple[z3.ArithRef, Fold] | None, state_goals: Sequence[tuple[str, z3.BoolRef]]
-) -> FoldOutcome:
-    """The hosts' loops with every ghost, then the end, for one host and one cost."""
-    se, sides, budget = th.setting, th.sides, th.budget
+# --- retraction: the combinator's bound, proved once
+
+
+def _retraction_premises(th: _Theorem, r: Retraction) -> list[Obligation]:
+    """What the retraction lemma needs of one rule's retraction, where it may run: every
+    request's cost (any well-formed one) in ``[0, cap]``, and ``cap ≥ 0`` (an empty list)."""
+    ctx = th.base + th.phi + [r.allowed]
+    name = f"retraction {r.index}"
+    wf = _wf_active(r.entry, th.setting, not th.sides.grants)
+    obs = obligation(name, ctx + wf, z3.And(r.cost >= 0, r.cost <= r.cap), th.budget, "every request's cost ∈ [0, cap]")
+    obs += obligation(name, ctx, r.cap >= 0, th.budget, "cap ≥ 0")
+    return obs
+
+
+def retraction_lemma(n_keys: int, budget: Budget) -> list[Obligation]:
+    """:func:`~kvstab.contract.retract_until_fits` keeps at most ``cap``, for any list.
+
+    *The order* (:func:`~kvstab.contract.pops_before` on keys of ``n_keys``
+    values): of two entries exactly one goes first, and it is transitive, over three
+    entries at three positions and any keys — a strict total order, so the entries
+    line up in the order they are popped.  *The bound*: the combinator pops entry
+    ``i`` iff it is not last and the entries from ``i`` on cost more than ``cap``,
+    which is a fold over that line-up taken from its end, carrying ``S`` (the cost
+    of the entries from here on), ``kept`` (the kept ones') and ``seen``; with every
+    cost in ``[0, cap]`` and ``cap ≥ 0`` its invariant ``0 ≤ kept ≤ S``,
+    ``kept ≤ cap``, ``seen ≥ 0``, ``seen = 0 ⇒ S = 0`` holds at the start and is
+    kept by every step — so the requests kept cost at most ``cap``, however many
+    there are.  (The rule's flags are the combinator's: their concrete and
+    symbolic forms are compared with popping one by one in
+    ``tests/proofs/test_proofs_sglang.py``.)"""
+    from kvstab.contract import pops_before
+
+    name = "retraction lemma"
+    keys = [tuple(z3.Int(f"lemma.key{e}.{i}") for i in range(n_keys)) for e in range(3)]
+
+    def first(a: int, b: int) -> z3.BoolRef:
+        """Entry ``a`` popped before entry ``b`` (their positions are their indices)."""
+        t = unwrap(pops_before(OPS, tuple(Sym(k) for k in keys[a]), tuple(Sym(k) for k in keys[b]), a > b))
+        return t if isinstance(t, z3.BoolRef) else z3.BoolVal(bool(t))
+
+    pairs = [(a, b) for a in range(3) for b in range(3) if a != b]
+    order = [z3.Xor(first(a, b), first(b, a)) for a, b in pairs if a < b]
+    order += [
+        z3.Implies(z3.And(first(a, b), first(b, c)), first(a, c))
+        for a, b in pairs
+        for c in range(3)
+        if c not in (a, b)
+    ]
+    obs = obligation(name, [z3.BoolVal(True)], z3.And(*order), budget, "the pop order is a strict total order")
+    S, kept, seen, c, cap = (z3.Int(f"lemma.{n}") for n in ("S", "kept", "seen", "c", "cap"))
+
+    def inv(S: z3.ArithRef, kept: z3.ArithRef, seen: z3.ArithRef) -> z3.BoolRef:
+        return z3.And(0 <= kept, kept <= S, kept <= cap, seen >= 0, z3.Implies(seen <= 0, S <= 0))
+
+    S1 = S + c
+    popped = z3.And(seen >= 1, cap < S1)
+    prem = [cap >= 0]
+    obs += obligation(name, prem, inv(z3.IntVal(0), z3.IntVal(0), z3.IntVal(0)), budget, "the invariant holds at the start")
+    obs += obligation(
+        name, prem + [inv(S, kept, seen), c >= 0, c <= cap],
+        inv(S1, kept + z3.If(popped, 0, c), seen + 1), budget, "every step (popped iff not last and the rest > cap) keeps it",
+    )
+    obs += obligation(name, prem + [inv(S, kept, seen)], kept <= cap, budget, "the kept requests cost ≤ cap")
+    return obs
+
+
+# --- one attempt: the hosts' loops with every ghost, case by case
+
+
+def _cases(th: _Theorem, side: ActiveSide) -> list[tuple[str, list[z3.BoolRef], list[Retraction]]]:
+    """The cases of one side: its condition, split on whether each retraction it reads may run."""
+    used = _retractions_read(th, side)
+    out = []
+    for flags in itertools.product((True, False), repeat=len(used)):
+        conds = [side.cond] + [r.allowed if a else z3.Not(r.allowed) for r, a in zip(used, flags)]
+        words = [side.label] + [f"retraction {r.index} {'runs' if a else 'cannot run'}" for r, a in zip(used, flags)]
+        out.append((", ".join(w for w in words if w), conds, [r for r, a in zip(used, flags) if a]))
+    return out
+
+
+def _retractions_read(th: _Theorem, side: ActiveSide) -> list[Retraction]:
+    """The retractions whose flags the side's terms (or its host's elements) read."""
+    ids = {v.get_id() for t in (side.preempt, side.grant) if t is not None for v in free_constants(t)}
+    host = th.prog.folds[side.host] if side.host is not None else None
+    return [
+        r for r in th.prog.retractions
+        if r.out.get_id() in ids or (host is not None and any(i == r.index for _, i in host.retracted))
+    ]
+
+
+def _attempt(th: _Theorem, cost: tuple[z3.ArithRef, Fold] | None, state_goals: Sequence[tuple[str, z3.BoolRef]]) -> FoldOutcome:
+    """Every case of the slot, for one cost: in each, the hosts' loops, then the end."""
     obs = list(th.obligations)
     shown = list(th.shown)
-    base = th.base + ([th.pre_cost <= se.M_term] if cost is not None else [])
+    base = th.base + ([th.pre_cost <= th.setting.M_term] if cost is not None else [])
     ctx = base + th.phi
+    quiet = dataclasses.replace(th.budget, keep_all=False)
+    for side in th.sides.active:
+        for label, conds, runs in _cases(th, side):
+            t0 = time.perf_counter()
+            ans = solve(ctx + conds, quiet, f"case-{label}")
+            if ans.status is Status.UNSAT:
+                obs.append(Obligation("case", Proved("unsat"), time.perf_counter() - t0, conjunct=f"{label}: cannot occur"))
+                continue
+            if ans.status is not Status.SAT:
+                return FoldOutcome(Unknown(f"the solver left the case {label!r} undecided: {ans.reason}"), tuple(obs))
+            hosts: list[int | None] = (
+                [side.host] if side.host is not None else [f.index for f in th.prog.folds if f.base == "active"] or [None]
+            )
+            best: tuple[list[Obligation], list[str]] | None = None
+            for host in hosts:
+                got = _case(th, side, host, label, ctx + conds, ctx, runs, cost, state_goals)
+                if best is None or _misses_of(got[0]) < _misses_of(best[0]):
+                    best = got
+                if _passed(got[0]):
+                    break
+            assert best is not None
+            obs += best[0]
+            shown += best[1]
+            if not _passed(best[0]):
+                out = _failed(obs, shown)
+                return dataclasses.replace(out, cost=cost[0] if cost else None, cost_entry=cost[1].entry if cost else None)
+    return FoldOutcome(
+        Proved("prefix-fold theorem"), tuple(obs), tuple(shown), cost[0] if cost else None, cost[1].entry if cost else None
+    )
 
+
+def _misses_of(obs: Sequence[Obligation]) -> int:
+    return sum(1 for o in obs if not isinstance(o.verdict, Proved)) or (0 if obs else 1)
+
+
+def _flags_of(th: _Theorem, f: Fold | None, tag: str, runs: Sequence[Retraction]) -> tuple[
+    list[tuple[z3.ExprRef, z3.ExprRef]], dict[int, z3.BoolRef], list[z3.BoolRef]
+]:
+    """One variable per retraction for the loop's entry, the substitution that names a
+    retraction's flag by it (the decision's placeholder, the fold's elements), and its premise."""
+    flags = {r.index: z3.Bool(f"{tag}.retracted{r.index}") for r in th.prog.retractions}
+    pairs: list[tuple[z3.ExprRef, z3.ExprRef]] = [(r.out, flags[r.index]) for r in th.prog.retractions]
+    if f is not None:
+        pairs += [(v, flags[i]) for v, i in f.retracted]
+    prem = [z3.Implies(flags[r.index], r.allowed) for r in th.prog.retractions]  # type: ignore[misc]
+    return pairs, flags, prem
+
+
+def _sub(t: z3.ExprRef, pairs: Sequence[tuple[z3.ExprRef, z3.ExprRef]]) -> z3.ExprRef:
+    return z3.substitute(t, *pairs) if pairs else t
+
+
+def _case(
+    th: _Theorem,
+    side: ActiveSide,
+    host: int | None,
+    label: str,
+    ctx: list[z3.BoolRef],
+    common: list[z3.BoolRef],
+    runs: Sequence[Retraction],
+    cost: tuple[z3.ArithRef, Fold] | None,
+    state_goals: Sequence[tuple[str, z3.BoolRef]],
+) -> tuple[list[Obligation], list[str]]:
+    """One case: the active list's host loop, the queue's, and the slot's checks."""
+    se, sides, budget = th.setting, th.sides, th.budget
+    obs: list[Obligation] = []
+    shown: list[str] = []
+    where = f"; {label}" if label else ""
     # the active list's host
-    charge_names = ("Σcharge", "Σtokens", "#running")
+    charge_names = ("Σcharge", "Σgrowth", "Σtokens", "#running")
     if host is not None:
-        f = th.prog.folds[host]
+        f: Fold | None = th.prog.folds[host]
+        assert f is not None
         tag = f"s2.fold{f.index}"
         gs, start, step, end = th.state_ghosts(f, tag, cost)
+        pairs, flags, prem_r = _flags_of(th, f, tag, runs)
         start.update({str(a): i for a, i in zip(f.acc, f.init)})
-        step.update({str(a): n for a, n in zip(f.acc, f.nxt)})
+        step.update({str(a): _sub(n, pairs) for a, n in zip(f.acc, f.nxt)})
         end.update({str(a): x for a, x in zip(f.acc, f.final)})
         e = f.entry
-        # the decision's terms are the host's own outputs (or constants, the same for every entry)
-        pre, grant = sides.preempt, sides.active_grant
-        prem = th.links(f, tag) + _wf_active(e, se, not sides.grants)
+        prem = th.links(f, tag) + _wf_active(e, se, not sides.grants) + prem_r
         leaves = _leaf_names(f)
-        label = f"fold {f.index}: {f.where}"
+        loop_label = f"fold {f.index}: {f.where}"
+        captured = list(f.consts)
     else:
-        e = Entry(z3.BoolVal(True), z3.Int("s2.x.rid"), z3.Int("s2.x.s"), z3.Int("s2.x.o"), z3.Int("s2.x.p"))
         tag = "s2.entries"
+        e = Entry(z3.BoolVal(True), z3.Int(f"{tag}.x.rid"), z3.Int(f"{tag}.x.s"), z3.Int(f"{tag}.x.o"), z3.Int(f"{tag}.x.p"))
         dummy = Fold(-1, "active", "the active list", e, (), (), (), (), (), ())
         gs, start, step, end = th.state_ghosts(dummy, tag, cost)
-        pre, grant = sides.preempt, sides.active_grant
-        prem = _wf_active(e, se, not sides.grants)
+        pairs, flags, prem_r = _flags_of(th, None, tag, runs)
+        prem = _wf_active(e, se, not sides.grants) + prem_r
         leaves = []
-        label = "the active list"
-    runs = z3.Not(pre)
-    after = _after(e, grant, se)
-    ends_a = {n: z3.Int(f"A.{n}.end") for n in charge_names}
-    incs = {"Σcharge": z3.If(runs, held(after, se), 0), "Σtokens": z3.If(runs, after - e.p, 0), "#running": z3.If(runs, 1, 0)}
+        loop_label = "the active list"
+        captured = []
+    pre = _sub(side.preempt, pairs)
+    grant = None if side.grant is None else _sub(side.grant, pairs)
+    runs_e = z3.Not(pre)
+    after = _after(e, grant, se)  # type: ignore[arg-type]
+    ends_a = {n: z3.Int(f"A.{tag}.{n}.end") for n in charge_names}
+    charge = z3.If(runs_e, held(after, se), 0)
+    incs = {
+        "Σcharge": charge,
+        "Σgrowth": charge - held(e.p, se),
+        "Σtokens": z3.If(runs_e, after - e.p, 0),
+        "#running": z3.If(runs_e, 1, 0),
+    }
+    ghost = {}
     for n in charge_names:
         v = z3.Int(f"{tag}.{n}")
+        ghost[n] = v
         gs.append((n, v))
         start[str(v)] = z3.IntVal(0)
         step[str(v)] = v + incs[n]
         end[str(v)] = ends_a[n]
+    # what the retractions that may run keep: Σ cost over the entries not popped
+    kept_ends: list[tuple[Retraction, z3.ArithRef]] = []
+    for r in runs:
+        v = z3.Int(f"{tag}.Σkept{r.index}")
+        gs.append((f"Σkept{r.index}", v))
+        start[str(v)] = z3.IntVal(0)
+        step[str(v)] = v + z3.If(flags[r.index], 0, rename_entry(r.cost, r.entry, e))  # type: ignore[operator]
+        end[str(v)] = z3.Int(f"K.{tag}.{r.index}.end")
+        kept_ends.append((r, end[str(v)]))  # type: ignore[arg-type]
+    held_ghost = next(v for n, v in gs if n == "Σheld")
+    extra_atoms = [
+        _Atom("Σcharge = Σheld + Σgrowth", ghost["Σcharge"] == held_ghost + ghost["Σgrowth"]),
+    ]
     extra_a = []
     if grant is not None:
         # the engine rejects a negative grant (check_decision_values) and clamps one above the unit
         extra_a.append(("every grant is ≥ 0 (the engine rejects a negative one)", grant >= 0))
-    loop_a = _Loop(label + " (with the charge)", leaves, gs, start, step, end, prem, extra_a)
-    inv_a = _houdini(loop_a, _menu(loop_a, th.consts), ctx, budget)
+    loop_a = _Loop(
+        loop_label + " (with the charge" + where + ")", leaves, gs, start, step, end, prem, extra_a,
+        captured=captured, extra_atoms=extra_atoms,
+    )
+    inv_a = th.search(loop_a, host, ctx, ctx)  # a host's step may read the case (a grant of 0 where decode fails)
     if inv_a is None:
-        return FoldOutcome(Unknown(f"the solver left the loop-invariant search of {loop_a.label} undecided"), tuple(obs))
+        return [Obligation("case", Unknown(f"the solver left the loop-invariant search of {loop_a.label} undecided"), 0.0,
+                           conjunct=loop_a.label)], shown
     obs += _loop_obligations(loop_a, inv_a, ctx, budget)
     shown.append(f"{loop_a.label}: {_show(inv_a)}")
     facts_a = [loop_a.at(loop_a.end, a.term) for a in inv_a]
+    # the retraction lemma, where it runs: the requests it keeps cost ≤ cap
+    facts_a += [k <= r.cap for r, k in kept_ends]
     cost_end = th.pre_cost
 
     # the queue's host, starting from the active list's ghosts
     ctx_w = ctx + facts_a
     w = sides.waiting_host
     if w is not None:
-        f = th.prog.folds[w]
-        tag = f"s2.fold{f.index}"
-        x = f.entry
+        fw = th.prog.folds[w]
+        tag_w = f"s2.fold{fw.index}"
+        x = fw.entry
+        pairs_w, _, prem_w = _flags_of(th, fw, tag_w, runs)
         gs_w: list[tuple[str, z3.ArithRef]] = []
-        start_w = {str(a): i for a, i in zip(f.acc, f.init)}
-        step_w = {str(a): n for a, n in zip(f.acc, f.nxt)}
-        end_w = {str(a): y for a, y in zip(f.acc, f.final)}
+        start_w = {str(a): i for a, i in zip(fw.acc, fw.init)}
+        step_w = {str(a): _sub(n, pairs_w) for a, n in zip(fw.acc, fw.nxt)}
+        end_w = {str(a): y for a, y in zip(fw.acc, fw.final)}
         take = sides.admit
         grant_w = sides.waiting_grant
         after_w = _after(x, grant_w, se)
-        incs_w = {
-            "Σcharge": z3.If(take, held(after_w, se), 0),
-            "Σtokens": z3.If(take, after_w, 0),
-            "#running": z3.If(take, 1, 0),
-        }
+        charge_w = z3.If(take, held(after_w, se), 0)
+        incs_w = {"Σcharge": charge_w, "Σgrowth": charge_w, "Σtokens": z3.If(take, after_w, 0), "#running": z3.If(take, 1, 0)}
         names = list(charge_names)
         if cost is not None:
             names.append("Σcost")
             incs_w["Σcost"] = z3.If(take, rename_entry(cost[0], cost[1].entry, x), 0)  # type: ignore[arg-type]
-        ends_w = {n: z3.Int(f"W.{n}.end") for n in names}
+        ends_w = {n: z3.Int(f"W.{tag_w}.{n}.end") for n in names}
+        # the ghosts start where the active list's ended: named once, so that the loop is the
+        # same in every case (what its steps keep is searched once)
         for n in names:
-            v = z3.Int(f"{tag}.{n}")
+            v = z3.Int(f"{tag_w}.{n}")
+            v0 = z3.Int(f"{tag_w}.{n}₀")
             gs_w.append((n, v))
-            start_w[str(v)] = ends_a[n] if n != "Σcost" else th.pre_cost
+            start_w[str(v)] = v0
+            ctx_w.append(v0 == (ends_a[n] if n != "Σcost" else th.pre_cost))
             step_w[str(v)] = v + incs_w[n]
             end_w[str(v)] = ends_w[n]
         extra = []
@@ -576,12 +883,13 @@ def _attempt(
             extra.append(("every grant is ≥ 0 (the engine rejects a negative one)", grant_w >= 0))
             extra.append(("an admitted request makes progress (grant ≥ 1 token)", z3.Implies(take, after_w > 0)))
         loop_w = _Loop(
-            f"fold {f.index}: {f.where} (with the charge)", _leaf_names(f), gs_w, start_w, step_w, end_w,
-            th.links(f, tag) + _wf_waiting(x, se), extra,
+            f"fold {fw.index}: {fw.where} (with the charge{where})", _leaf_names(fw), gs_w, start_w, step_w, end_w,
+            th.links(fw, tag_w) + _wf_waiting(x, se) + prem_w, extra, captured=list(fw.consts),
         )
-        inv_w = _houdini(loop_w, _menu(loop_w, th.consts), ctx_w, budget)
+        inv_w = th.search(loop_w, fw.index, ctx_w, common)
         if inv_w is None:
-            return FoldOutcome(Unknown(f"the solver left the loop-invariant search of {loop_w.label} undecided"), tuple(obs))
+            return obs + [Obligation("case", Unknown(f"the solver left the loop-invariant search of {loop_w.label} undecided"),
+                                     0.0, conjunct=loop_w.label)], shown
         obs += _loop_obligations(loop_w, inv_w, ctx_w, budget)
         shown.append(f"{loop_w.label}: {_show(inv_w)}")
         facts = ctx_w + [loop_w.at(loop_w.end, a.term) for a in inv_w]
@@ -593,20 +901,13 @@ def _attempt(
         totals = dict(ends_a)
 
     # the end: the slot's checks, from the final instances
-    obs += obligation("end", facts, totals["Σcharge"] <= se.M_term, budget, "memory charged in the slot ≤ M")
+    obs += obligation("end", facts, totals["Σcharge"] <= se.M_term, budget, "memory charged in the slot ≤ M" + where)
     if se.token_budget is not None:
-        obs += obligation("end", facts, totals["Σtokens"] <= se.token_budget, budget, "tokens in the slot ≤ token budget")
+        obs += obligation("end", facts, totals["Σtokens"] <= se.token_budget, budget, "tokens in the slot ≤ token budget" + where)
     if se.max_num_seqs is not None:
-        obs += obligation("end", facts, totals["#running"] <= se.max_num_seqs, budget, "running ≤ max_num_seqs")
+        obs += obligation("end", facts, totals["#running"] <= se.max_num_seqs, budget, "running ≤ max_num_seqs" + where)
     if cost is not None:
-        obs += obligation("end", facts, cost_end <= se.M_term, budget, "Σcost over the next active requests ≤ M")
+        obs += obligation("end", facts, cost_end <= se.M_term, budget, "Σcost over the next active requests ≤ M" + where)
     for what, goal in state_goals:
-        obs += obligation("end", facts, goal, budget, what)
-    if _passed(obs):
-        return FoldOutcome(
-            Proved("prefix-fold theorem"), tuple(obs), tuple(shown), cost[0] if cost else None, cost[1].entry if cost else None
-        )
-    out = _failed(obs, shown)
-    return dataclasses.replace(out, cost=cost[0] if cost else None, cost_entry=cost[1].entry if cost else None)
-
-
+        obs += obligation("end", facts, goal, budget, what + where)
+    return obs, shown

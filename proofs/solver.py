@@ -255,33 +255,78 @@ def product_bounds(assertions: Sequence[z3.BoolRef]) -> list[z3.BoolRef]:
     certificate carries them), and their linear bounds on the product are
     usually all a proof needs.  The facts do not rely on the bounds being
     right: each is conditioned on them.
+
+    The facts of each assertion are remembered (:data:`_PRODUCT_FACTS`): a proof
+    asks many queries that share most of their assertions, and walking those
+    terms again in Python took longer than the solver (``kvstab prove
+    --scheduler sglang``).
     """
-    seen: set[int] = set()
     out: list[z3.BoolRef] = []
-    stack: list[z3.ExprRef] = list(assertions)
-    while stack:
-        t = stack.pop()
-        if t.get_id() in seen:
-            continue
-        seen.add(t.get_id())
-        stack.extend(t.children())
-        if not (z3.is_app_of(t, z3.Z3_OP_MUL) and t.num_args() >= 2):
-            continue
-        args = t.children()
-        for i, a in enumerate(args):
-            hit = _bounded_factor(a)
-            if hit is None:
-                continue
-            r, (lo, hi) = hit
-            rest = args[:i] + args[i + 1 :]
-            other = rest[0] if len(rest) == 1 else z3.Product(*rest)
-            if z3.is_rational_value(other) or z3.is_int_value(other):
-                break  # linear already
-            lo_t, hi_t = _scaled(lo, other), _scaled(hi, other)
-            env = z3.If(other >= 0, z3.And(lo_t <= t, t <= hi_t), z3.And(hi_t <= t, t <= lo_t))
-            out.append(z3.Implies(z3.And(_num(lo, r) <= r, r <= _num(hi, r)), env))
-            break
+    ids: set[int] = set()
+    for a in assertions:
+        for f in _facts_under(a):
+            if f.get_id() not in ids:
+                ids.add(f.get_id())
+                out.append(f)
     return out
+
+
+#: per term (by id): the term itself (kept alive, so that its id stays its own) and the product
+#: facts of every product under it; cleared when it grows past _UNDER_MAX terms
+_UNDER: dict[int, tuple[z3.ExprRef, tuple[z3.BoolRef, ...]]] = {}
+_UNDER_MAX = 1 << 18
+
+
+def _facts_under(t: z3.ExprRef) -> tuple[z3.BoolRef, ...]:
+    """The facts of the products under ``t``, children first (remembered per subterm: a
+    proof's queries share most of their terms, and walking them again in Python took
+    longer than the solver on ``kvstab prove --scheduler sglang``)."""
+    if len(_UNDER) > _UNDER_MAX:
+        _UNDER.clear()
+    memo = _UNDER
+    stack: list[tuple[z3.ExprRef, bool]] = [(t, False)]
+    while stack:
+        x, ready = stack.pop()
+        i = x.get_id()
+        if i in memo:
+            continue
+        kids = x.children()
+        if not ready:
+            stack.append((x, True))
+            stack.extend((c, False) for c in reversed(kids) if c.get_id() not in memo)
+            continue
+        facts: list[z3.BoolRef] = []
+        seen: set[int] = set()
+        for c in kids:
+            for f in memo[c.get_id()][1]:
+                if f.get_id() not in seen:
+                    seen.add(f.get_id())
+                    facts.append(f)
+        own = _product_fact(x)
+        if own is not None and own.get_id() not in seen:
+            facts.append(own)
+        memo[i] = (x, tuple(facts))
+    return memo[t.get_id()][1]
+
+
+def _product_fact(t: z3.ExprRef) -> z3.BoolRef | None:
+    """The fact of ``t`` if it is a product ``r · u`` of a bounded state variable ``r``."""
+    if not (z3.is_app_of(t, z3.Z3_OP_MUL) and t.num_args() >= 2):
+        return None
+    args = t.children()
+    for i, a in enumerate(args):
+        hit = _bounded_factor(a)
+        if hit is None:
+            continue
+        r, (lo, hi) = hit
+        rest = args[:i] + args[i + 1 :]
+        other = rest[0] if len(rest) == 1 else z3.Product(*rest)
+        if z3.is_rational_value(other) or z3.is_int_value(other):
+            return None  # linear already
+        lo_t, hi_t = _scaled(lo, other), _scaled(hi, other)
+        env = z3.If(other >= 0, z3.And(lo_t <= t, t <= hi_t), z3.And(hi_t <= t, t <= lo_t))
+        return z3.Implies(z3.And(_num(lo, r) <= r, r <= _num(hi, r)), env)  # type: ignore[return-value]
+    return None
 
 
 def _num(v: Fraction, like: z3.ArithRef) -> z3.ArithRef:

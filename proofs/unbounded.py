@@ -38,6 +38,7 @@ bounded flow, and the report says why in a note: never a silent ``Proved``.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +48,7 @@ from kvstab.contract import Scheduler, state_vars_of
 from kvstab.model import progress_after
 from kvstab.proofs.encoding import OPS, Entry, Setting, held, var_in_bounds
 from kvstab.proofs.folds import Fold, Lazy, NotAFold, Program, run_abstract
-from kvstab.proofs.loops import Sides, free_constants, obligation, prove_folds, rename_entry
+from kvstab.proofs.loops import ActiveSide, Sides, free_constants, obligation, prove_folds, rename_entry
 from kvstab.proofs.projection import INVARIANT, projection_obligations
 from kvstab.proofs.solver import Budget
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict, passed
@@ -108,39 +109,81 @@ def _output(prog: Program, seq: Any, base: str, what: str) -> tuple[Fold, z3.Exp
     return f, term
 
 
-def _one_host(parts: list[tuple[Fold, z3.ExprRef]], what: str) -> int | None:
-    hosts = {f.index for f, t in parts if _mentions(t, f)}
+#: one case of the active side: its condition, its name, and the part's (fold, term)
+_Branch = tuple[z3.BoolRef, list[str], tuple[Fold | None, z3.ExprRef]]
+
+
+def _branches(prog: Program, seq: Any, what: str) -> list[_Branch]:
+    """The active list's part behind ``seq``, case by case: a fold's output, a retraction's
+    flags, or a selection between two of them (each case a condition on the folds' results)."""
+    if isinstance(seq, Lazy) and seq.base == "active" and seq.kind[0] == "retracted":
+        return [(z3.BoolVal(True), [], (None, prog.retractions[seq.kind[1]].out))]
+    if isinstance(seq, Lazy) and seq.base == "active" and seq.kind[0] == "select":
+        _, cond, then, other = seq.kind
+        out: list[_Branch] = []
+        for c, words, seq2 in ((cond, _pretty(prog, cond), then), (z3.Not(cond), f"¬({_pretty(prog, cond)})", other)):
+            out += [(z3.And(c, c2), [words, *w2], part) for c2, w2, part in _branches(prog, seq2, what)]
+        return out
+    return [(z3.BoolVal(True), [], _output(prog, seq, "active", what))]
+
+
+def _pretty(prog: Program, term: z3.ExprRef) -> str:
+    """A condition on the folds' results, their finals named as the steps name them."""
+    pairs = [
+        (fin, z3.Const(f"{name}@fold{f.index}", fin.sort()))
+        for f in prog.folds
+        for fin, name in zip(f.final, f.names if len(f.names) == len(f.final) else [f"acc{i}" for i in range(len(f.final))])
+    ]
+    return str(z3.substitute(term, *pairs) if pairs else term)
+
+
+def _one_host(parts: list[tuple[Fold | None, z3.ExprRef]], what: str) -> int | None:
+    hosts = {f.index for f, t in parts if f is not None and _mentions(t, f)}
     if len(hosts) > 1:
         raise NotAFold(f"the {what} come from two different folds ({', '.join(f'fold {h}' for h in sorted(hosts))})")
     return next(iter(hosts), None)
 
 
 def _sides(prog: Program) -> Sides:
-    """Which fold each part of the decision comes from (see :class:`Sides`)."""
+    """Which fold each part of the decision comes from, case by case (see :class:`Sides`)."""
     d = prog.decision
-    pre = _output(prog, d.preempt, "active", "preempt")
-    parts_a = [pre]
-    grant_a = grant_w = None
+    pres = _branches(prog, d.preempt, "preempt")
+    grant_as: list[_Branch] = [(z3.BoolVal(True), [], (None, z3.IntVal(0)))]
+    grant_w = None
     if d.grants is not None:
         g = d.grants
         if not (isinstance(g, Lazy) and g.kind[0] == "concat"):
             raise NotAFold("decision.grants is not (the active list's grants) + (the queue's grants), each from a fold")
         ga, gw = g.kind[1]
-        grant_a = _output(prog, ga, "active", "grants (active part)")
+        grant_as = _branches(prog, ga, "grants (active part)")
         grant_w = _output(prog, gw, "waiting", "grants (queue part)")
-        parts_a.append(grant_a)
     adm = _output(prog, d.admit, "waiting", "admit")
     parts_w = [adm] + ([grant_w] if grant_w is not None else [])
     # what the engine accepts (check_decision_values): truth values for the flags, integers for grants
-    for what, part, sort in (("preempt", pre, z3.BoolSort()), ("admit", adm, z3.BoolSort()),
-                             ("grants", grant_a, z3.IntSort()), ("grants", grant_w, z3.IntSort())):
-        if part is not None and part[1].sort() != sort:
-            raise NotAFold(f"decision.{what} holds {part[1].sort()} terms, not {sort} (the engine rejects them)")
+    checks = [("admit", adm[1], z3.BoolSort())] + [("preempt", p[2][1], z3.BoolSort()) for p in pres]
+    if d.grants is not None:
+        checks += [("grants", p[2][1], z3.IntSort()) for p in grant_as] + [("grants", grant_w[1], z3.IntSort())]  # type: ignore[index]
+    for what, term, sort in checks:
+        if term.sort() != sort:
+            raise NotAFold(f"decision.{what} holds {term.sort()} terms, not {sort} (the engine rejects them)")
+    active = []
+    for (c1, w1, pre), (c2, w2, grant) in itertools.product(pres, grant_as):
+        cond = z3.simplify(z3.And(c1, c2))
+        if z3.is_false(cond):
+            continue
+        words = w1 + [w for w in w2 if w not in w1]
+        active.append(
+            ActiveSide(
+                cond,  # type: ignore[arg-type]
+                " ∧ ".join(words),
+                _one_host([pre, grant], "preempt flags and the active grants"),
+                pre[1],  # type: ignore[arg-type]
+                None if d.grants is None else grant[1],  # type: ignore[arg-type]
+            )
+        )
     return Sides(
-        active_host=_one_host(parts_a, "preempt flags and the active grants"),
-        preempt=pre[1],  # type: ignore[arg-type]
-        active_grant=None if grant_a is None else grant_a[1],  # type: ignore[arg-type]
-        waiting_host=_one_host(parts_w, "admit flags and the queue's grants"),
+        active=tuple(active),
+        waiting_host=_one_host(parts_w, "admit flags and the queue's grants"),  # type: ignore[arg-type]
         admit=adm[1],  # type: ignore[arg-type]
         waiting_grant=None if grant_w is None else grant_w[1],  # type: ignore[arg-type]
         grants=d.grants is not None,
@@ -171,9 +214,20 @@ def classify(scheduler: Scheduler, setting: Setting) -> ClassCheck:
     except NotAFold as exc:
         return ClassCheck(False, str(exc))
     where = {f.index: f.where for f in prog.folds}
+
+    def source(side: ActiveSide) -> str:
+        ids = {v.get_id() for t in (side.preempt, side.grant) if t is not None for v in free_constants(t)}
+        parts = [f"fold {side.host} ({where[side.host]})"] if side.host is not None else []
+        parts += [f"retraction {r.index} ({r.where})" for r in prog.retractions if r.out.get_id() in ids]
+        return " and ".join(parts) or "constants"
+
+    if len(sides.active) == 1 and not sides.active[0].label:
+        active = source(sides.active[0])
+    else:
+        active = "; ".join(f"{source(a)} where {a.label}" for a in sides.active)
     form = (
         "fold form: preempt flags and active grants from "
-        + (f"fold {sides.active_host} ({where[sides.active_host]})" if sides.active_host is not None else "constants")
+        + active
         + "; admit flags and queue grants from "
         + (f"fold {sides.waiting_host} ({where[sides.waiting_host]})" if sides.waiting_host is not None else "constants")
     )

@@ -5,6 +5,8 @@ which the engine clamps, and a stateful rule with a real-valued ratio, the shape
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,7 @@ from kvstab.contract import (
 )
 from kvstab.model import first_chunk_tokens, tokens_held
 from kvstab.ops import BoolLike, IntLike, Ops
+from kvstab.schedulers import sglang as sglang_module
 from kvstab.schedulers.lookahead import Projection
 from kvstab.schedulers.sglang import Sglang
 
@@ -248,6 +251,46 @@ class SglangNoRetract(Sglang):
         d = Sglang.decide(self, view, ops)
         return dataclasses.replace(d, preempt=tuple(False for _ in d.preempt))  # BUG: no retraction
 
+
+def _sglang_mutant(name: str, description: str, line: str, mutated: str) -> Sglang:
+    """sglang with one line of its rule (kvstab/schedulers/sglang.py) replaced: the mutant is
+    built from the rule's own source, so it stays one line away from it as the rule changes."""
+    src = textwrap.dedent(inspect.getsource(Sglang.decide))
+    assert src.count(line) == 1, f"the line to mutate is not in sglang.py once: {line!r}"
+    ns = dict(vars(sglang_module))
+    exec(compile(src.replace(line, mutated), f"<sglang mutant {name}>", "exec"), ns)
+    cls = dataclass(frozen=True)(
+        type(
+            "Sglang_" + name.replace("-", "_"),
+            (Sglang,),
+            {"__annotations__": {"name": str, "description": str}, "name": name, "description": description,
+             "decide": ns["decide"], "__module__": __name__},
+        )
+    )
+    return cls()  # type: ignore[no-any-return]
+
+
+# the premises of the sglang proof, one mutant each (tests/proofs/test_proofs_sglang.py)
+#: the prefill walk's chunk not clamped to free memory (a continuation then takes its whole chunk)
+SGLANG_UNCLAMPED_CHUNK = _sglang_mutant(
+    "sglang-unclamped-chunk", "sglang whose chunk is not clamped to free memory",
+    "allow = ops.max(0, ops.min(allow, room))", "allow = ops.max(0, allow)",
+)
+#: the retraction's cost forgets the page a decode token needs: the kept requests fit without it
+SGLANG_RETRACT_FORGETS_PAGE = _sglang_mutant(
+    "sglang-retract-forgets-page", "sglang retracting until the held memory fits, without the new pages",
+    "return paged(a.progress) + need((a, ops.le(a.s, a.progress)))", "return paged(a.progress)",
+)
+#: the ratio after a retraction not clipped to 1: the next state leaves its declared [0, 1]
+SGLANG_RATIO_UNCLIPPED = _sglang_mutant(
+    "sglang-ratio-unclipped", "sglang whose retraction estimate of new_token_ratio is not clipped to 1",
+    "after_retract = ops.min(1.0, estimate)", "after_retract = estimate",
+)
+#: the case split on the wrong condition: a batch of one request is taken for a decode step
+SGLANG_PREFILL_OFF_BY_ONE = _sglang_mutant(
+    "sglang-prefill-off-by-one", "sglang that decodes when the prefill batch holds one request",
+    "prefill = ops.lt(0, in_batch)", "prefill = ops.lt(1, in_batch)",
+)
 
 VLLM_OVER_GRANT = VllmOverGrant()
 VLLM_DEBITS_ASK = VllmDebitsAsk()
