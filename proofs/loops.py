@@ -438,6 +438,8 @@ class _Theorem:
         what it dropped)."""
         dead = self.dead1.get(fold, set()) if fold is not None else set()
         cands = [a for a in _menu(loop, self.consts) if a.label not in dead]
+        if common is ctx:  # nothing to share: the usual search (what fails at the start goes first, cheaply)
+            return _houdini(loop, cands, ctx, self.budget)
         key = (
             *(a.term.get_id() for a in cands),
             -1,

@@ -125,9 +125,15 @@ def test_a_stateful_rule_made_of_folds_is_proved_with_its_state_bounds(folds, bu
     assert any("the rule's state within its declared bounds" in a for a in r.verdict.assumptions)
 
 
-def test_sglang_is_outside_the_class_where_it_reads_the_view(setting: Setting) -> None:
+def test_sglang_is_in_the_class_with_its_retraction_and_its_prefill_decode_choice(setting: Setting) -> None:
+    """sglang reads the lists through the folds, a retraction and a selection between the prefill
+    step's grants and the decode step's: the form names each case's sources (the proof is in
+    tests/proofs/test_proofs_sglang.py)."""
     check = classify(load_scheduler("sglang"), setting)
-    assert not check.member and "sglang.py:" in check.reason and "iterates view.active" in check.reason
+    assert check.member and check.sides is not None and len(check.sides.active) == 2, check.reason
+    form = check.premises[0]
+    assert "retraction 0 (kvstab/schedulers/sglang.py:" in form and "retract_until_fits" in form
+    assert "continue_chunk" in form and "decode_one" in form and " where ¬(0 < in_batch@fold" in form
 
 
 def test_negative_control_is_still_refuted_with_a_replayable_trace(setting: Setting, budget: Budget) -> None:
