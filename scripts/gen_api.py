@@ -30,7 +30,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("View", "ActiveEntry", "WaitingEntry", "Decision", "Scheduler", "Traits", "traits_of",
          "fcfs_admit", "preempt_newest", "held_now", "held_next", "held_first", "used_now", "used_next",
          "scan", "sum_of", "count_of", "any_of", "no_preemption", "zipped", "fcfs_admit_with_grants",
-         "fcfs_admit_projected", "Projected",
+         "fcfs_admit_projected", "Projected", "retract_until_fits", "pops_before", "select",
          "visible_view", "check_decision_values"),
         "What a rule sees and returns, what it claims, the helpers every built-in uses, and how engines "
         "show a rule its view (no `o` for a non-clairvoyant rule) and check its decision.",
