@@ -159,6 +159,16 @@ class _Loop:
         self._at[key] = (term, out)
         return out
 
+    def at_all(self, where: dict[str, z3.ExprRef], terms: list[z3.BoolRef]) -> list[z3.BoolRef]:
+        """:meth:`at` of each of ``terms``, the new ones substituted in one pass (they share the step's terms)."""
+        new = [t for t in terms if (hit := self._at.get((id(where), t.get_id()))) is None or not hit[0].eq(t)]
+        if len(new) > 1 and self._pairs.get(id(where)) is not None:
+            both = z3.substitute(z3.And(*new), *self._pairs[id(where)])
+            if z3.is_and(both) and both.num_args() == len(new):
+                for t, u in zip(new, both.children()):
+                    self._at[(id(where), t.get_id())] = (t, u)  # type: ignore[assignment]
+        return [self.at(where, t) for t in terms]
+
 
 @dataclass(frozen=True, slots=True)
 class _Atom:
@@ -272,23 +282,20 @@ def _houdini(
     alive = list(cands)
     for phase in phases:
         while alive:
+            where = loop.start if phase == "start" else loop.step
+            loop.at(where, z3.BoolVal(True))  # names the map's variables once
+            moved = loop.at_all(where, [a.term for a in alive])
             if phase == "start":
-                query = context + [_any([z3.Not(loop.at(loop.start, a.term)) for a in alive])]
+                query = context + [_any([z3.Not(t) for t in moved])]
             else:
-                query = (
-                    context
-                    + loop.premises
-                    + [a.term for a in alive]
-                    + [_any([z3.Not(loop.at(loop.step, a.term)) for a in alive])]
-                )
+                query = context + loop.premises + [a.term for a in alive] + [_any([z3.Not(t) for t in moved])]
             ans = solve(query, quiet, f"houdini-{loop.label}-{phase}")
             if ans.status is Status.UNSAT:
                 break
             if ans.status is not Status.SAT or ans.model is None:
                 return None
             m = ans.model
-            where = loop.start if phase == "start" else loop.step
-            keep = [a for a in alive if z3.is_true(m.eval(loop.at(where, a.term), model_completion=True))]
+            keep = [a for a, t in zip(alive, moved) if z3.is_true(m.eval(t, model_completion=True))]
             if len(keep) == len(alive):  # cannot happen (the model breaks one); never loop forever
                 return None
             alive = keep
