@@ -35,11 +35,22 @@ the one slot, so every later query may assume them.  Then the two hosts with
 every ghost, assuming ``Φ``.
 
 **Search.**  The candidates are a fixed menu of linear atoms over the loop's
-state (``x ≥ 0``, ``x ≤ M``, ``x ≤ y``, ``g + x ≤ budget`` …); Houdini drops
+state (``x ≥ 0``, ``x ≤ M``, ``x ≤ y``, ``g + x ≤ budget`` …, the values a step
+reads from the rule around it, where each variable started, "while a counter
+has not risen, neither has ``y``", a ghost's distance to another); Houdini drops
 the ones a model shows are not implied at the start or not preserved by a
 step, until the rest are inductive.  The search is only a search: the
 invariant it leaves is then proved by the named obligations above, each with
 a vacuity guard, which are what a verdict rests on.
+
+**Cases.**  A :func:`~kvstab.contract.select` in the decision (``sglang``'s
+prefill or decode grants) and each retraction the active side reads (may it
+run?) split the slot into cases; each case has its own hosts and its own end,
+and a case whose premises are unsatisfiable is recorded as one that cannot
+occur.  A retraction's flag is a fresh truth value per entry ("popped only
+where it may run"); where it runs, the ghost ``Σkept`` (its cost over the
+entries it keeps) is at most its cap at the end, by :func:`retraction_lemma`
+and the premises :func:`_retraction_premises` proves of the rule's cost.
 
 **Cost.**  A rule like ``reserve`` keeps an invariant across slots,
 ``Σ_active c(a) ≤ M`` for a per-request term ``c`` it sums.  The candidate

@@ -17,8 +17,10 @@ instead of unrolling it, and every step must be a pure function.  A rule that
 completes that run decides a slot of ``n`` entries by the ``n``-fold unrolling
 of the recorded steps, for every ``n`` — no size is sampled.  The decision
 must then come from the folds: the preempt flags and the active grants from
-one fold over the active list (or be constants), the admit flags and the
-queue's grants from one fold over the queue, or from ``fcfs_admit_projected``.
+one fold over the active list (or be constants; they may read a
+``retract_until_fits``'s flags), the admit flags and the queue's grants from
+one fold over the queue, or from ``fcfs_admit_projected``.  A ``select``
+between two sequences makes cases, each with its own fold (``sglang``).
 
 **Two theorems**, argued by hand in ``docs/proofs.md``:
 
@@ -26,7 +28,8 @@ queue's grants from one fold over the queue, or from ``fcfs_admit_projected``.
   fold's step — found by Houdini from a menu of linear atoms, then proved —
   with ghost counters of what the engine charges, imply the slot's checks;
   with the per-request facts below the next state is well-formed again.
-  ``current-fit``, ``vllm-v1`` (grants, token budget, ``max_num_seqs``) and,
+  ``current-fit``, ``vllm-v1`` (grants, token budget, ``max_num_seqs``),
+  ``sglang`` (a stateful rule, case by case, with the retraction lemma) and,
   with the cost invariant ``Σ_active c(a) ≤ M``, ``reserve``;
 * the **projection theorem** (:mod:`kvstab.proofs.projection`): per-request
   facts about the rule's projection and the lemma that a sum of projections
