@@ -199,8 +199,9 @@ def _arith(v: z3.ExprRef) -> bool:
     return isinstance(v, z3.ArithRef)
 
 
-def _menu(loop: _Loop, consts: list[tuple[str, z3.ArithRef]]) -> list[_Atom]:
-    """The candidate atoms over a loop's state (see the module docstring)."""
+def _menu(loop: _Loop, consts: list[tuple[str, z3.ArithRef]], wide: bool = True) -> list[_Atom]:
+    """The candidate atoms over a loop's state (see the module docstring); ``wide=False``:
+    the comparisons and bounds only (a proof is tried with those first)."""
     xs = [(n, v) for n, v in loop.acc if _arith(v)]
     gs = loop.ghosts
     out: list[_Atom] = []
@@ -215,6 +216,8 @@ def _menu(loop: _Loop, consts: list[tuple[str, z3.ArithRef]]) -> list[_Atom]:
         out += [_Atom(f"{n} ≤ {m}", x <= y) for m, y in xs if m != n]
     for g, gv in gs:
         out += [_Atom(f"{g} ≤ {h}", gv <= hv) for h, hv in gs if h != g]
+    if not wide:
+        return out
     every = xs + gs
     # the values the step reads from the rule around it: x ≤ k (used ≤ free)
     for k, kv in loop.captured:
@@ -440,6 +443,8 @@ class _Theorem:
     phi: list[z3.BoolRef] = field(default_factory=list)
     obligations: list[Obligation] = field(default_factory=list)
     shown: list[str] = field(default_factory=list)
+    #: the wide menu (start values, counters, captured values, ghost differences, Σgrowth) is in play
+    wide: bool = False
     #: per fold, the stratum-one candidates its stratum-one invariant dropped (by label)
     dead1: dict[int, set[str]] = field(default_factory=dict)
     #: what every step of a loop keeps, found once for the loops that recur case after case
@@ -455,7 +460,7 @@ class _Theorem:
         case, and each case then keeps what holds at its start (and is still kept without
         what it dropped)."""
         dead = self.dead1.get(fold, set()) if fold is not None else set()
-        cands = [a for a in _menu(loop, self.consts) if a.label not in dead]
+        cands = [a for a in _menu(loop, self.consts, self.wide) if a.label not in dead]
         if common is ctx:  # nothing to share: the usual search (what fails at the start goes first, cheaply)
             return _houdini(loop, cands, ctx, self.budget)
         key = (
@@ -561,19 +566,53 @@ def prove_folds(
     ``state_bounds`` are a stateful rule's declared bounds on its pre state
     (assumed), ``state_goals`` its next state within them (proved at the end).  The
     first attempt whose every obligation is ``unsat`` is the proof; otherwise the
-    failure of the attempt that came closest."""
+    failure of the attempt that came closest.
+
+    The loop invariants are searched with the plain comparisons first; only if that
+    proof fails is it searched again with the wide menu (its invariants are larger,
+    so a rule the plain one proves keeps its small, quick obligations).  A rule with
+    cases or a retraction relates its walks to one another (what one allocated to
+    what another may), which the plain menu cannot say: it gets the wide one at once."""
+    if prog.retractions or len(sides.active) > 1:
+        return _prove_folds(prog, sides, setting, budget, state_bounds, state_goals, wide=True)
+    out = _prove_folds(prog, sides, setting, budget, state_bounds, state_goals, wide=False)
+    if isinstance(out.verdict, Proved) or not _worth_widening(out):
+        return out
+    wide = _prove_folds(prog, sides, setting, budget, state_bounds, state_goals, wide=True)
+    return wide if isinstance(wide.verdict, Proved) or _misses(wide) <= _misses(out) else out
+
+
+def _worth_widening(out: FoldOutcome) -> bool:
+    """Whether a failed proof may pass with the wide menu: a loop invariant too weak for a
+    goal, not a per-entry fact (a retraction's premises) or a question the solver left open."""
+    bad = [o for o in out.obligations if not isinstance(o.verdict, Proved)]
+    if not bad or any(isinstance(o.verdict, Unknown) and o.verdict.reason.startswith("solver") for o in bad):
+        return False
+    return not any(o.name.startswith("retraction") for o in bad)
+
+
+def _prove_folds(
+    prog: Program,
+    sides: Sides,
+    setting: Setting,
+    budget: Budget,
+    state_bounds: Sequence[z3.BoolRef],
+    state_goals: Sequence[tuple[str, z3.BoolRef]],
+    *,
+    wide: bool,
+) -> FoldOutcome:
     consts: list[tuple[str, z3.ArithRef]] = [("M", setting.M_term)]
     if setting.token_budget is not None:
         consts.append(("token_budget", z3.IntVal(setting.token_budget)))
     if setting.max_num_seqs is not None:
         consts.append(("max_num_seqs", z3.IntVal(setting.max_num_seqs)))
-    th = _Theorem(prog, sides, setting, budget, [], consts)
+    th = _Theorem(prog, sides, setting, budget, [], consts, wide=wide)
     th.base = _base_facts(prog, setting, (th.pre_memory, th.pre_count)) + list(state_bounds)
 
     # stratum one: each fold on its own, in the order the rule ran them
     for f in prog.folds:
         loop = th.loop1(f)
-        menu = _menu(loop, consts)
+        menu = _menu(loop, consts, th.wide)
         inv = _houdini(loop, menu, th.base + th.phi, budget)
         if inv is None:
             return FoldOutcome(Unknown(f"the solver left the loop-invariant search of {loop.label} undecided"), ())
@@ -789,7 +828,7 @@ def _case(
     shown: list[str] = []
     where = f"; {label}" if label else ""
     # the active list's host
-    charge_names = ("Σcharge", "Σgrowth", "Σtokens", "#running")
+    charge_names = ("Σcharge", "Σgrowth", "Σtokens", "#running") if th.wide else ("Σcharge", "Σtokens", "#running")
     if host is not None:
         f: Fold | None = th.prog.folds[host]
         assert f is not None
@@ -844,9 +883,7 @@ def _case(
         end[str(v)] = z3.Int(f"K.{tag}.{r.index}.end")
         kept_ends.append((r, end[str(v)]))  # type: ignore[arg-type]
     held_ghost = next(v for n, v in gs if n == "Σheld")
-    extra_atoms = [
-        _Atom("Σcharge = Σheld + Σgrowth", ghost["Σcharge"] == held_ghost + ghost["Σgrowth"]),
-    ]
+    extra_atoms = [_Atom("Σcharge = Σheld + Σgrowth", ghost["Σcharge"] == held_ghost + ghost["Σgrowth"])] if th.wide else []
     extra_a = []
     if grant is not None:
         # the engine rejects a negative grant (check_decision_values) and clamps one above the unit

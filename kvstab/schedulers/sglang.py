@@ -235,8 +235,10 @@ class Sglang:
         cap = view.max_num_seqs
         max_prefill = self.max_prefill_tokens
 
+        unit_pages = isinstance(B, int) and B == 1  # decided once: paged() runs for every entry
+
         def paged(x: IntLike) -> IntLike:
-            return x if isinstance(B, int) and B == 1 else ops.ceil_div(x, B) * B
+            return x if unit_pages else ops.ceil_div(x, B) * B
 
         actives = view.active
 
