@@ -24,14 +24,16 @@ active and ``Q`` queued requests (memory ≤ ``M`` when it decides):
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import z3
 
-from kvstab.contract import ActiveEntry, Decision, Scheduler, View, WaitingEntry, state_vars_of, traits_of
+from kvstab.contract import ActiveEntry, Decision, Scheduler, Traits, View, WaitingEntry, state_vars_of, traits_of
 from kvstab.ops import CONCRETE
+from kvstab.proofs.claims_folds import SCOPE, FreeClaim, free_claims
 from kvstab.proofs.encoding import (
     Entry,
     Setting,
@@ -47,6 +49,7 @@ from kvstab.proofs.encoding import (
 )
 from kvstab.proofs.replaying import decode_int, decode_state
 from kvstab.proofs.solver import Budget, Status, solve
+from kvstab.proofs.unbounded import ClassCheck
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict, passed
 from kvstab.replay import replay_command
 from kvstab.symbolic import unwrap
@@ -95,6 +98,12 @@ class Claim:
     obligations: tuple[Obligation, ...] = ()
     witness: str = ""
     pair: Pair | None = None
+    #: what the verdict covers: "any number of requests", or the bounds it was checked at
+    scope: str = ""
+    #: why a claim of a rule is checked at bounds (outside the class, or which one-step fact failed)
+    note: str = ""
+    #: the one-step facts a claim for any number of requests rests on
+    facts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +354,38 @@ def _non_clairvoyant(
     return Claim("non-clairvoyant", v, tuple(obs), pair.describe() if pair else "", pair)
 
 
+def _wanted(traits: Traits, only: Sequence[str]) -> list[tuple[str, str]]:
+    """``(key, name)`` of each claim ``traits`` declares (``only``: the groups named there)."""
+    groups = set(only)
+
+    def want(n: str) -> bool:
+        return not groups or n in groups
+
+    out: list[tuple[str, str]] = []
+    if traits.fcfs and want("fcfs"):
+        out.append(("fcfs", "FCFS admissions"))
+    if not traits.clairvoyant and want("non-clairvoyant"):
+        out.append(("non-clairvoyant", "non-clairvoyant"))
+    if not traits.negative_control and want("progress"):
+        out.append(("oldest", "oldest running request progresses"))
+        out.append(("lone-head", "lone head admitted" if traits.fcfs else "empty server admits"))
+        # a rule that may give running requests no work (stalls_running: SGLang's prefill-only
+        # steps) need not advance the oldest request every slot; its drain is bounded otherwise
+        if not traits.stalls_running:
+            out.append(("ranking", "no livelock (ranking function)"))
+    return out
+
+
+def _free_assumptions(setting: Setting, check: ClassCheck, grants: bool, stateful: bool) -> tuple[str, ...]:
+    """What a claim proved for any number of requests assumes (no K, no Q)."""
+    return setting.assumptions() + (
+        "any number of active and queued requests (no K, no Q)",
+        "every request well-formed (s, o ≥ 1, B⌈(s+o)/B⌉ ≤ M, 0 < p < s + o when active)"
+        + ("" if grants else ", whole chunks in prefill"),
+        "the rule sees any prefix of the queue (the engine's window)",
+    ) + (("the rule's state within its declared bounds",) if stateful else ()) + check.premises
+
+
 def prove_claims(
     scheduler: Scheduler,
     setting: Setting | None = None,
@@ -354,29 +395,63 @@ def prove_claims(
     spec: str | None = None,
     budget: Budget | None = None,
     only: Sequence[str] = (),
+    unbounded: bool = True,
 ) -> ClaimResult:
-    """Check every claim ``scheduler`` declares (or those named in ``only``)."""
+    """Check every claim ``scheduler`` declares (or the groups named in ``only``:
+    ``fcfs``, ``non-clairvoyant``, ``progress``).
+
+    With ``unbounded`` (the default) a rule in the prefix-fold class gets each
+    claim for any number of requests (:mod:`kvstab.proofs.claims_folds`) where
+    its one-step facts hold; every other claim, and every claim of a rule
+    outside the class, is checked with at most ``K`` active and ``Q`` queued
+    requests, and its :attr:`Claim.scope` says so (its :attr:`Claim.note` why).
+    """
     setting = setting or Setting()
     budget = budget or Budget()
     traits = traits_of(scheduler)
-    pre = fresh_state("pre", K, Q, state_vars_of(scheduler))
-    step = encode_step(scheduler, pre, setting, "post")
-    prem = _premises(pre, step, setting)
-    wanted = set(only)
+    wanted = _wanted(traits, only)
+    free: dict[str, FreeClaim] = {}
+    why_bounded = "the bounded check was asked for"
+    check = None
+    if unbounded and wanted:
+        check, free = free_claims(scheduler, setting, budget, [k for k, _ in wanted])
+        if not check.member:
+            why_bounded = f"outside the prefix-fold class: {check.reason}"
+    frame: tuple[StepTerms, list[z3.BoolRef]] | None = None
 
-    def want(n: str) -> bool:
-        return not wanted or n in wanted
+    def bounded() -> tuple[StepTerms, list[z3.BoolRef]]:
+        # built once, and only if some claim needs it
+        nonlocal frame
+        if frame is None:
+            budget.group(f"declared claims at K = {K}, Q = {Q}")
+            pre = fresh_state("pre", K, Q, state_vars_of(scheduler))
+            step = encode_step(scheduler, pre, setting, "post")
+            frame = (step, _premises(pre, step, setting))
+        return frame
 
     claims: list[Claim] = []
-    if traits.fcfs and want("fcfs"):
-        claims.append(_fcfs(step, setting, prem, budget))
-    if not traits.clairvoyant and want("non-clairvoyant"):
-        claims.append(_non_clairvoyant(scheduler, spec, setting, pre, prem, budget))
-    if not traits.negative_control and want("progress"):
-        claims.append(_oldest(step, setting, prem, budget))
-        claims.append(_lone_head(step, setting, prem, budget, traits.fcfs))
-        # a rule that may give running requests no work (stalls_running: SGLang's prefill-only
-        # steps) need not advance the oldest request every slot; its drain is bounded otherwise
-        if not traits.stalls_running:
-            claims.append(_ranking(step, setting, prem, budget))
+    for key, name in wanted:
+        got = free.get(key)
+        if got is not None and isinstance(got.verdict, Proved) and check is not None:
+            grants = check.sides is not None and check.sides.grants
+            v = Proved(got.verdict.method, _free_assumptions(setting, check, grants, bool(state_vars_of(scheduler))))
+            claims.append(Claim(name, v, got.obligations, scope=SCOPE, facts=got.facts))
+            continue
+        step, prem = bounded()
+        match key:
+            case "fcfs":
+                c = _fcfs(step, setting, prem, budget)
+            case "non-clairvoyant":
+                c = _non_clairvoyant(scheduler, spec, setting, step.pre, prem, budget)
+            case "oldest":
+                c = _oldest(step, setting, prem, budget)
+            case "lone-head":
+                c = _lone_head(step, setting, prem, budget, traits.fcfs)
+            case _:
+                c = _ranking(step, setting, prem, budget)
+        note = why_bounded
+        if got is not None and isinstance(got.verdict, Unknown):
+            note = got.verdict.reason
+        obs = (got.obligations if got is not None else ()) + c.obligations
+        claims.append(dataclasses.replace(c, name=name, obligations=obs, scope=f"K ≤ {K}, Q ≤ {Q}", note=note))
     return ClaimResult(scheduler.name, tuple(claims))

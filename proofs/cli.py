@@ -140,11 +140,12 @@ def _run(args: argparse.Namespace) -> _Outcome:
     if args.claims:
         from kvstab.proofs.claims import prove_claims
 
-        # the two-copy and progress obligations grow fast with K and Q: they are checked at most at 3 and 3,
-        # and every output says so
+        # a rule made of folds gets each claim for any number of requests where its one-step facts hold;
+        # the rest are checked at bounds, at most CLAIMS_MAX (the two-copy queries grow fast), and every
+        # output says which scope each claim has
         cK, cQ = min(args.K, CLAIMS_MAX), min(args.Q, CLAIMS_MAX)
-        budget.group(f"declared claims at K = {cK}, Q = {cQ}")
-        claims = prove_claims(sched, setting, K=cK, Q=cQ, spec=args.scheduler, budget=budget)
+        budget.group("declared claims")
+        claims = prove_claims(sched, setting, K=cK, Q=cQ, spec=args.scheduler, budget=budget, unbounded=args.unbounded)
         return _Outcome(rep, marg, claims, cK, cQ)
     return _Outcome(rep, marg, claims)
 
@@ -202,12 +203,17 @@ def _json(args: argparse.Namespace, out: _Outcome) -> str:
             **verdict_json(marg.verdict),
         }
     if out.claims is not None:
+        from kvstab.proofs.claims_folds import SCOPE
+
         doc["claims_bounds"] = {"K": out.claims_K, "Q": out.claims_Q}
         doc["claims"] = [
             {
                 "claim": c.name,
                 **verdict_json(c.verdict),
-                "bounds": f"at most {out.claims_K} active and {out.claims_Q} queued requests",
+                "bounds": c.scope if c.scope == SCOPE else f"at most {out.claims_K} active and {out.claims_Q} queued requests",
+                "note": c.note,
+                "facts": list(c.facts),
+                "obligations": [{"check": o.label(), **verdict_json(o.verdict)} for o in c.obligations],
                 "witness": c.witness,
                 "pair": None
                 if c.pair is None
@@ -260,14 +266,7 @@ def _text(args: argparse.Namespace, out: _Outcome) -> str:
         case Unknown() if v.smt2:
             lines.append(f"  query kept at {v.smt2}")
     if out.claims is not None:
-        lines.append(
-            f"declared claims, bounded: checked with at most {out.claims_K} active and {out.claims_Q} queued "
-            f"requests (not for any number; --K/--Q above {CLAIMS_MAX} are capped here)"
-        )
-        for c in out.claims.claims:
-            lines.append(f"claim {c.name}: {c.verdict}  [K ≤ {out.claims_K}, Q ≤ {out.claims_Q}]")
-            if c.witness:
-                lines += [f"  {line}" for line in c.witness.splitlines()]
+        lines += _claims_text(out)
     if marg is not None:
         if marg.delta is None:
             d = "undecided"
@@ -291,6 +290,36 @@ def _text(args: argparse.Namespace, out: _Outcome) -> str:
             w = marg.witness
             lines.append(f"  tight: active {list(w.active)} waiting {list(w.waiting)} -> memory {w.memory}")
     return "\n".join(lines)
+
+
+def _claims_text(out: _Outcome) -> list[str]:
+    """The declared claims, each with its scope: for any number of requests, or the bounds it was checked at."""
+    from kvstab.proofs.claims_folds import SCOPE
+    from kvstab.proofs.verdicts import Proved
+
+    assert out.claims is not None
+    cs = out.claims.claims
+    free = [c for c in cs if c.scope == SCOPE]
+    bounds = f"K ≤ {out.claims_K}, Q ≤ {out.claims_Q}"
+    notes = {c.note for c in cs if c.scope != SCOPE}
+    # a rule outside the class has one reason for every claim: say it once
+    shared = next(iter(notes)) if len(notes) == 1 and not free else None
+    head = f"declared claims: {len(free)} for any number of requests, {len(cs) - len(free)} bounded ({bounds}"
+    head += f"; --K/--Q above {CLAIMS_MAX} are capped here)" if len(free) < len(cs) else ")"
+    lines = [head]
+    if shared:
+        lines.append(f"  bounded because: {shared}")
+    if free and isinstance(free[0].verdict, Proved):
+        lines.append("  the claims for any number of requests assume:")
+        lines += [f"    {a}" for a in free[0].verdict.assumptions]
+    for c in cs:
+        lines.append(f"claim {c.name}: {c.verdict}  [{c.scope if c.scope == SCOPE else bounds}]")
+        lines += [f"  rests on {f}" for f in c.facts]
+        if c.note and not shared:
+            lines.append(f"  note: {c.note}")
+        if c.witness:
+            lines += [f"  {line}" for line in c.witness.splitlines()]
+    return lines
 
 
 def _cmd_prove(args: argparse.Namespace) -> int:

@@ -167,7 +167,7 @@ class Lazy:
     def __kvstab_zip__(self, *seqs: Any) -> Lazy:
         if not all(isinstance(s, Lazy) and s.base == self.base for s in seqs):
             self._refuse("zips a sequence of another length with")
-        return Lazy(self.rec, self.base, ("zip", tuple(seqs)))
+        return Lazy(self.rec, self.base, ("zip", (self, *seqs)))
 
     def __kvstab_projected__(self, view: View, ops: Any, project: Any) -> Lazy:
         return self.rec.projected_admission(view, project)
