@@ -1,8 +1,13 @@
 """More than memory: each scheduler's declared claims, proved or refuted one slot at a time.
 
 What a rule declares (:func:`kvstab.contract.traits_of`) becomes obligations
-over one encoded decision from any well-formed state with at most ``K``
-active and ``Q`` queued requests (memory ≤ ``M`` when it decides):
+about one slot.  A rule in the prefix-fold class gets each claim for **any
+number of requests** (:mod:`kvstab.proofs.claims_folds`: one-step facts of its
+folds); a claim whose one-step facts do not hold, and every claim of a rule
+outside the class, is checked here over one encoded decision from any
+well-formed state with at most ``K`` active and ``Q`` queued requests
+(memory ≤ ``M`` when it decides), where a counterexample is a concrete state.
+Each :class:`Claim` says which scope it has, and why when it is bounded:
 
 * **FCFS admissions** (``fcfs=True``): admissions form a prefix of the
   queue — a request is admitted only if every request ahead of it is.
@@ -13,13 +18,14 @@ active and ``Q`` queued requests (memory ≤ ``M`` when it decides):
   A refutation carries the two concrete states, and the rule is re-run on
   them with concrete integers to confirm that its decisions differ.
 * **Progress premises** (every rule but a negative control): the oldest
-  running request is never preempted and advances; a lone head is admitted
-  into an empty server.  With them no run livelocks: after the last arrival
-  the ranking ``ρ = N·(T + 1) + r`` decreases every slot, where ``N`` is the
-  number of unfinished requests, ``T`` the longest request ``s + o``, and
-  ``r`` the tokens the oldest running request still needs (``T + 1`` when none
-  runs) — checked for every rule that does not declare ``stalls_running``,
-  grants included; see ``docs/proofs.md``.
+  running request is never preempted and advances (not asked of a rule that
+  declares ``stalls_running``); a lone head is admitted into an empty server.
+  With them no run livelocks: after the last arrival the ranking
+  ``ρ = N·(T + 1) + r`` decreases every slot, where ``N`` is the number of
+  unfinished requests, ``T`` the longest request ``s + o``, and ``r`` the
+  tokens the oldest running request still needs (``T + 1`` when none runs) —
+  checked for every rule that does not declare ``stalls_running``, grants
+  included; see ``docs/proofs.md``.
 """
 
 from __future__ import annotations
@@ -367,10 +373,13 @@ def _wanted(traits: Traits, only: Sequence[str]) -> list[tuple[str, str]]:
     if not traits.clairvoyant and want("non-clairvoyant"):
         out.append(("non-clairvoyant", "non-clairvoyant"))
     if not traits.negative_control and want("progress"):
-        out.append(("oldest", "oldest running request progresses"))
+        # a rule that may give running requests no work (stalls_running: SGLang's prefill-only steps,
+        # and its retraction of the request with the fewest outputs, which may be the oldest) claims
+        # neither that the oldest request advances every slot nor the ranking built on it: its drain
+        # is bounded by the work left instead
+        if not traits.stalls_running:
+            out.append(("oldest", "oldest running request progresses"))
         out.append(("lone-head", "lone head admitted" if traits.fcfs else "empty server admits"))
-        # a rule that may give running requests no work (stalls_running: SGLang's prefill-only
-        # steps) need not advance the oldest request every slot; its drain is bounded otherwise
         if not traits.stalls_running:
             out.append(("ranking", "no livelock (ranking function)"))
     return out

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 #: the most active (and queued) requests the declared claims are checked with
-CLAIMS_MAX = 3
+CLAIMS_MAX = 8
 
 #: a run quieter than this (seconds) prints no progress
 PROGRESS_AFTER_S = 3.0
