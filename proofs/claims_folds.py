@@ -218,7 +218,8 @@ def _lone_head(
 ) -> FreeClaim:
     """In an empty server the head is admitted (and, for the ranking, its first step makes progress)."""
     if prog.projected is not None:
-        admit, grant, host, x = _projected_head(prog, prog.projected)
+        admit, x = _projected_head(prog, prog.projected)
+        grant = None  # the projection form runs full units
         where = f"fcfs_admit_projected ({prog.projected.where}) with an empty active list"
     else:
         assert sides is not None
@@ -240,9 +241,7 @@ def _lone_head(
     return FreeClaim(Proved(METHOD), tuple(obs), (fact + (" and advances it" if ranking else ""),))
 
 
-def _projected_head(
-    prog: Program, adm: ProjectedAdmission
-) -> tuple[z3.BoolRef, z3.ArithRef | None, int | None, Entry]:
+def _projected_head(prog: Program, adm: ProjectedAdmission) -> tuple[z3.BoolRef, Entry]:
     """The head's admit flag in an empty server, from the combinator's own code.
 
     ``fcfs_admit_projected`` is ``fcfs_admit`` with its test; the head's test
@@ -253,7 +252,7 @@ def _projected_head(
         adm.view, active=(), waiting=(WaitingEntry(Sym(x.rid), Sym(x.s), Sym(x.o)),), n_waiting=Sym(prog.n_waiting)
     )
     flag = unwrap(fcfs_admit_projected(view, OPS, adm.project)[0])
-    return _bool(_sub(flag, _empty_active(prog))), None, None, x
+    return _bool(_sub(flag, _empty_active(prog))), x
 
 
 def _stop_candidates(f: Fold) -> list[tuple[str, z3.BoolRef]]:

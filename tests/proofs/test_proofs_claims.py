@@ -107,3 +107,17 @@ def test_the_bounded_check_can_be_asked_for(budget: Budget) -> None:
     r = prove_claims(load_scheduler("current-fit"), Setting(), K=2, Q=1, budget=budget, unbounded=False)
     assert isinstance(r.verdict, Proved)
     assert all(c.scope == "K ≤ 2, Q ≤ 1" and c.note == "the bounded check was asked for" for c in r.claims)
+
+
+def test_a_rule_that_may_stall_running_requests_is_not_asked_that_the_oldest_advances(budget: Budget) -> None:
+    """``stalls_running`` (SGLang's prefill-only steps, its retraction of the fewest-output request)
+    disclaims the oldest request's progress and the ranking built on it; the lone head is still asked."""
+    import dataclasses
+
+    sched = load_scheduler("current-fit")
+    stalls = dataclasses.replace(sched, traits=dataclasses.replace(sched.traits, stalls_running=True))
+    r = prove_claims(stalls, Setting(), budget=budget, only=["progress"])
+    assert [c.name for c in r.claims] == ["lone head admitted"]
+    assert [c.name for c in prove_claims(sched, Setting(), budget=budget, only=["progress"]).claims] == [
+        "oldest running request progresses", "lone head admitted", "no livelock (ranking function)"
+    ]
