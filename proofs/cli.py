@@ -34,6 +34,9 @@ __all__ = ["register"]
 #: the most active (and queued) requests the declared claims are checked with
 CLAIMS_MAX = 8
 
+#: seconds of the total budget kept for the declared claims (at most a quarter of it)
+CLAIMS_RESERVE_S = 20.0
+
 #: a run quieter than this (seconds) prints no progress
 PROGRESS_AFTER_S = 3.0
 
@@ -107,6 +110,9 @@ def _run(args: argparse.Namespace) -> _Outcome:
         total_s=args.total_timeout,
         progress=progress_after(_to_stderr, PROGRESS_AFTER_S),
     ).started()  # one clock for the invariant, the margin and the claims
+    # the claims are one-slot queries (seconds): with --claims the invariant and the margin stop early
+    # enough to leave them their share, so that a long bounded flow cannot leave every claim Unknown
+    first = budget.keeping(min(CLAIMS_RESERVE_S, args.total_timeout / 4)) if args.claims else budget
     extra = [load_conjunct(s) for s in args.strengthen]
     sched, _ = resolve(args.scheduler)
     rep = prove(
@@ -118,7 +124,7 @@ def _run(args: argparse.Namespace) -> _Outcome:
         strengthen=extra,
         use_houdini=not args.no_houdini,
         arrivals_per_slot=args.arrivals,
-        budget=budget,
+        budget=first,
         unbounded=args.unbounded,
     )
     marg = None
@@ -134,7 +140,7 @@ def _run(args: argparse.Namespace) -> _Outcome:
             args.max_s,
             args.max_o,
             conjuncts=used,
-            budget=budget,
+            budget=first,
         )
     claims = None
     if args.claims:

@@ -309,3 +309,15 @@ def test_ctrl_c_inside_the_guard_only_sets_a_flag_that_the_next_query_honours() 
         with pytest.raises(Interrupted, match="interrupted .Ctrl-C. before solving 'q'"):
             solve([x > 0], Budget(), "q")
     assert solve([x > 0], Budget(), "q").status.value == "sat"  # the flag does not outlive the block
+
+
+def test_with_claims_the_invariant_leaves_the_claims_their_share_of_the_budget() -> None:
+    """A long bounded flow used to spend the whole total budget and leave every claim Unknown."""
+    from kvstab.proofs.cli import CLAIMS_RESERVE_S
+
+    whole = Budget(total_s=100.0).started()
+    first = whole.keeping(CLAIMS_RESERVE_S)
+    left_whole, left_first = whole.left(), first.left()
+    assert left_whole is not None and left_first is not None
+    assert abs((left_whole - left_first) - CLAIMS_RESERVE_S) < 0.5 and first.deadline == whole.deadline
+    assert "less 20 s kept for the declared claims" in first.spent_reason() and "kept" not in whole.spent_reason()
