@@ -121,3 +121,21 @@ def test_a_rule_that_may_stall_running_requests_is_not_asked_that_the_oldest_adv
     assert [c.name for c in prove_claims(sched, Setting(), budget=budget, only=["progress"]).claims] == [
         "oldest running request progresses", "lone head admitted", "no livelock (ranking function)"
     ]
+
+
+def test_a_bounded_counterexample_counts_only_if_the_rule_re_run_on_it_breaks_the_claim(
+    monkeypatch: pytest.MonkeyPatch, budget: Budget
+) -> None:
+    """``reserve-growing-cost`` sums an unmasked term over the active list, so in the bounded encoding an
+    *empty* slot's free fields block the head; the real engine's empty server admits it (as the claim for
+    any number of requests proves). The bounded model is not a counterexample, and says so."""
+    monkeypatch.syspath_prepend(str(HERE))
+    import fold_plugins
+
+    rule = fold_plugins.RESERVE_GROWING_COST
+    free = {c.name: c for c in prove_claims(rule, Setting(), K=2, Q=2, budget=budget, only=["progress"]).claims}
+    assert isinstance(free["lone head admitted"].verdict, Proved) and free["lone head admitted"].scope == SCOPE
+    bounded = prove_claims(rule, Setting(), K=2, Q=2, budget=budget, only=["progress"], unbounded=False)
+    c = {c.name: c for c in bounded.claims}["lone head admitted"]
+    assert not isinstance(c.verdict, Refuted) and "does not reproduce" in str(c.verdict)
+    assert c.witness.endswith("(not reproduced on the concrete rule)")
