@@ -65,6 +65,8 @@ class _Outcome:
     #: the bounds the claims were checked at (they are bounded proofs, whatever the memory verdict's scope)
     claims_K: int = 0
     claims_Q: int = 0
+    #: --K or --Q was above the cap of the bounded claims
+    claims_capped: bool = False
 
 
 def _check_smt2_dir(text: str) -> Path:
@@ -152,7 +154,7 @@ def _run(args: argparse.Namespace) -> _Outcome:
         cK, cQ = min(args.K, CLAIMS_MAX), min(args.Q, CLAIMS_MAX)
         budget.group("declared claims")
         claims = prove_claims(sched, setting, K=cK, Q=cQ, spec=args.scheduler, budget=budget, unbounded=args.unbounded)
-        return _Outcome(rep, marg, claims, cK, cQ)
+        return _Outcome(rep, marg, claims, cK, cQ, (cK, cQ) != (args.K, args.Q))
     return _Outcome(rep, marg, claims)
 
 
@@ -311,7 +313,7 @@ def _claims_text(out: _Outcome) -> list[str]:
     # a rule outside the class has one reason for every claim: say it once
     shared = next(iter(notes)) if len(notes) == 1 and not free else None
     head = f"declared claims: {len(free)} for any number of requests, {len(cs) - len(free)} bounded ({bounds}"
-    head += f"; --K/--Q above {CLAIMS_MAX} are capped here)" if len(free) < len(cs) else ")"
+    head += f"; --K/--Q above {CLAIMS_MAX} are capped here)" if len(free) < len(cs) and out.claims_capped else ")"
     lines = [head]
     if shared:
         lines.append(f"  bounded because: {shared}")

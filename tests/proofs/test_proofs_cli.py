@@ -321,3 +321,20 @@ def test_with_claims_the_invariant_leaves_the_claims_their_share_of_the_budget()
     assert left_whole is not None and left_first is not None
     assert abs((left_whole - left_first) - CLAIMS_RESERVE_S) < 0.5 and first.deadline == whole.deadline
     assert "less 20 s kept for the declared claims" in first.spent_reason() and "kept" not in whole.spent_reason()
+
+
+def test_claims_say_their_scope(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    assert main(["prove", "--scheduler", "current-fit", "--claims", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [c["bounds"] for c in doc["claims"]] == ["any number of requests"] * 5
+    assert all(c["verdict"] == "Proved" and c["facts"] and c["obligations"] for c in doc["claims"])
+    assert not any("K =" in a or "K ≤" in a for c in doc["claims"] for a in c["assumptions"])
+    # outside the class: every claim bounded, the reason said once, and a refutation with its pair
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent))
+    sys.modules.pop("proof_plugins", None)
+    args = ["prove", "--scheduler", "proof_plugins:SHORTEST_TOTAL_FIRST", "--K", "2", "--Q", "2", "--bmc", "2", "--claims"]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "declared claims: 0 for any number of requests, 4 bounded (K ≤ 2, Q ≤ 2)" in out
+    assert out.count("bounded because: outside the prefix-fold class: tests/proofs/proof_plugins.py:") == 1
+    assert "claim non-clairvoyant: Refuted" in out and "[K ≤ 2, Q ≤ 2]" in out and "replay 2: kvstab replay" in out
