@@ -34,6 +34,7 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import z3
 
@@ -199,6 +200,18 @@ def _concrete(
     return (decode_int(m, setting.M_term), *_state(m, st), decode_state(m, st.sched))
 
 
+class _ShownO:
+    """The rule as the claims run it, shown ``o`` whatever it declares (the engine hides ``o``
+    from a rule that declares ``clairvoyant=False``; the claims' encoding shows it)."""
+
+    def __init__(self, rule: Scheduler) -> None:
+        self._rule = rule
+        self.traits = dataclasses.replace(traits_of(rule), clairvoyant=True)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rule, name)
+
+
 def _breaks(
     key: str, scheduler: Scheduler, setting: Setting, state: tuple[int, Active, Waiting, tuple[int | float, ...]]
 ) -> bool:
@@ -220,7 +233,7 @@ def _breaks(
             return not act and bool(wait) and not (admit[0] if traits_of(scheduler).fcfs else any(admit))
         case _:
             # the ranking, on the engine's own slot: (N, r) does not fall
-            out = engine_step(scheduler, setting, (M, act, wait, sched))
+            out = engine_step(_ShownO(scheduler), setting, (M, act, wait, sched))
             T = max(s + o for s, o, *_ in act + wait)
             before = (len(act) + len(wait), act[0][0] + act[0][1] - act[0][2] if act else T + 1)
             first = out.active[0] if out.active else None

@@ -43,7 +43,7 @@ of them) replayed on the rule.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +53,7 @@ from kvstab.contract import Decision, Scheduler, View, WaitingEntry, fcfs_admit,
 from kvstab.model import progress_after
 from kvstab.proofs.encoding import OPS, Entry, Setting, SymState, var_in_bounds, well_formed
 from kvstab.proofs.folds import Fold, Lazy, NotAFold, Program, ProjectedAdmission, run_abstract
-from kvstab.proofs.loops import Sides, obligation, rename_entry
+from kvstab.proofs.loops import Sides, free_constants, obligation, rename_entry
 from kvstab.proofs.solver import Budget, Status, solve
 from kvstab.proofs.unbounded import ClassCheck, classify
 from kvstab.proofs.verdicts import Obligation, Proved, Unknown, Verdict
@@ -175,29 +175,47 @@ def _host_entry(prog: Program, host: int | None, tag: str, active: bool) -> Entr
 # --- the claims
 
 
+def _active_cases(sides: Sides) -> list[tuple[z3.BoolRef, int | None, z3.BoolRef, z3.ArithRef | None]]:
+    """``(condition, host, preempt, grant)`` of the active list in each case of the slot.
+
+    One case (condition true) for a rule without a selection; a :class:`Sides` that
+    carries one side per case of a selection between two sequences (``active``)
+    gives each (read by name, so that this module serves either form)."""
+    cases = getattr(sides, "active", None)
+    if cases is not None:
+        return [(c.cond, c.host, c.preempt, c.grant) for c in cases]
+    one = (getattr(sides, "active_host", None), getattr(sides, "preempt", None), getattr(sides, "active_grant", None))
+    return [(z3.BoolVal(True), *one)]
+
+
 def _oldest(prog: Program, sides: Sides, setting: Setting, budget: Budget, base: list[z3.BoolRef]) -> FreeClaim:
-    """The active list's first entry is not preempted and advances."""
-    host = sides.active_host
-    x = _host_entry(prog, host, "oldest", True)
-    first: Callable[[z3.ExprRef], z3.ExprRef] = (
-        (lambda t: t) if host is None else (lambda t: _at_first(prog, prog.folds[host], t))
-    )
-    preempt = _bool(first(sides.preempt))
-    grant = None if sides.active_grant is None else first(sides.active_grant)
-    assert grant is None or isinstance(grant, z3.ArithRef)
-    after = _after(x, grant, setting)
+    """The active list's first entry is not preempted and advances (in every case of the slot)."""
+    cases = _active_cases(sides)
+    x = _host_entry(prog, next((h for _, h, _, _ in cases if h is not None), None), "oldest", True)
+    goals: list[z3.BoolRef] = []
+    facts: list[str] = []
+    for cond, host, preempt, grant in cases:
+        # every host walks the same list: its entry is the one entry of the query
+        def ren(t: z3.ExprRef, host: int | None = host) -> z3.ExprRef:
+            if host is None:
+                return t
+            f = prog.folds[host]
+            return rename_entry(_at_first(prog, f, t), f.entry, x)
+
+        g = None if grant is None else ren(grant)
+        assert g is None or isinstance(g, z3.ArithRef)
+        goals.append(z3.Implies(cond, z3.And(z3.Not(_bool(ren(preempt))), _after(x, g, setting) > x.p)))
+        where = "constants" if host is None else f"fold {host} ({prog.folds[host].where}) at its initial accumulator"
+        when = "" if z3.is_true(cond) else f" (in the case {cond})"
+        facts.append(f"oldest: {where}{when}: the first entry is not preempted and advances")
     prem = base + _wf(x, setting, True, not sides.grants)
     obs = obligation(
-        "claim oldest", prem, z3.And(z3.Not(preempt), after > x.p), budget,
+        "claim oldest", prem, _all(goals), budget,
         "the first active entry, at the fold's initial accumulator: not preempted, advances",
     )
     if not _proved(obs):
         return _not_applicable(obs)
-    if host is None:
-        fact = "oldest: the preempt flags (and grants) are one term for every entry: it is not preempted and advances"
-    else:
-        fact = f"oldest: fold {host} ({prog.folds[host].where}) at its initial accumulator preempts no entry and advances it"
-    return FreeClaim(Proved(METHOD), tuple(obs), (fact,))
+    return FreeClaim(Proved(METHOD), tuple(obs), tuple(facts))
 
 
 def _head_terms(prog: Program, sides: Sides) -> tuple[z3.BoolRef, z3.ArithRef | None]:
@@ -343,32 +361,62 @@ def _fcfs(prog: Program, sides: Sides | None, setting: Setting, budget: Budget, 
     return _fcfs_walk(prog, prog.folds[sides.waiting_host], sides.admit, setting, budget, base)
 
 
-def _used_outputs(prog: Program) -> set[tuple[int, int]]:
-    """The fold outputs the decision or a later fold reads: (fold, component)."""
+def _read_by_decision(prog: Program) -> tuple[set[tuple[int, int]], list[z3.BoolRef], list[str]]:
+    """What the decision (and every fold) reads of the folds' outputs: the outputs
+    ``(fold, component)``, the conditions of selections between two sequences, and
+    the kinds of sequence the two-copy argument does not cover (a retraction's flags)."""
     used: set[tuple[int, int]] = set()
+    conds: list[z3.BoolRef] = []
+    other: list[str] = []
 
     def take(seq: Any) -> None:
-        if isinstance(seq, Lazy):
-            if seq.kind[0] == "out":
-                used.add((seq.kind[1], seq.kind[2]))
-            elif seq.kind[0] in ("zip", "concat"):
-                for part in seq.kind[1]:
-                    take(part)
+        if not isinstance(seq, Lazy):
+            return
+        kind = seq.kind[0]
+        if kind == "out":
+            used.add((seq.kind[1], seq.kind[2]))
+        elif kind in ("zip", "concat"):
+            for part in seq.kind[1]:
+                take(part)
+        elif kind == "select":  # ("select", condition, then, other)
+            conds.append(seq.kind[1])
+            take(seq.kind[2])
+            take(seq.kind[3])
+        elif kind != "projected":  # the projection is checked on its own
+            other.append(kind)
 
     d = prog.decision
-    take(d.admit)
-    take(d.preempt)
-    take(d.grants)
+    for seq in (d.admit, d.preempt, d.grants):
+        take(seq)
     for f in prog.folds:
         used |= {(j, c) for _, j, c in f.links}
-    return used
+    return used, conds, other
+
+
+def _unknown(terms: Sequence[z3.ExprRef], known: set[int]) -> str | None:
+    """The first variable of ``terms`` that the two copies neither share nor copy, if any."""
+    for t in terms:
+        for v in free_constants(t):
+            if v.get_id() not in known:
+                return str(v)
+    return None
 
 
 def _two_copies(
     prog: Program, setting: Setting, budget: Budget, base: list[z3.BoolRef], aligned: bool
 ) -> FreeClaim:
     """Non-clairvoyance: every fold run on two entries that differ only in ``o`` keeps ``acc₁ = acc₂``."""
-    used = _used_outputs(prog)
+    used, conds, other = _read_by_decision(prog)
+    if other:
+        return FreeClaim(Unknown(
+            f"not proved for any number of requests (the decision reads a {other[0]!r} sequence, which the two-copy "
+            "argument does not cover)"
+        ))
+    # what both copies share: the server, the scheduler's state, the queue's length (and each
+    # projected admission flag, the projection being shown independent of o below)
+    shared = [setting.M_term, *prog.state, prog.n_waiting]
+    known = {v.get_id() for t in shared for v in free_constants(t)}
+    admitted = prog.projected is not None
     finals2: list[tuple[z3.ExprRef, z3.ExprRef]] = []  # every earlier final and its copy
     same_finals: list[z3.BoolRef] = []
     obs: list[Obligation] = []
@@ -386,6 +434,17 @@ def _two_copies(
             return _sub(t, pairs)
 
         x2 = Entry(f.entry.present, f.entry.rid, f.entry.s, o2, f.entry.p)
+        # every variable of the step is shared (the entry but o, the server, the state) or copied
+        own = known | {v.get_id() for v, _ in pairs} | {v.get_id() for t in (f.entry.rid, f.entry.s, f.entry.p)
+                                                        for v in free_constants(t)}
+        if admitted:
+            own |= {v.get_id() for t in f.nxt + f.outs if t is not None for v in free_constants(t) if ".x.admitted" in str(v)}
+        stray = _unknown([t for t in (*f.init, *f.nxt, *f.outs) if t is not None], own)
+        if stray is not None:
+            return FreeClaim(Unknown(
+                f"not proved for any number of requests (fold {f.index} ({f.where}) reads {stray}, which the "
+                "two-copy argument neither shares nor copies)"
+            ), tuple(obs))
         active = f.base == "active"
         # each linked component is its source's output, proved the same in both copies below
         prem = base + same_finals + _wf(f.entry, setting, active, aligned) + _wf(x2, setting, active, aligned)
@@ -408,11 +467,16 @@ def _two_copies(
             same_finals.append(fin == fin2)
         facts.append(f"two copies: fold {f.index} ({f.where}) keeps acc₁ = acc₂ on entries differing only in o")
     d = prog.decision
-    if d.state is not None:
-        nxt = [unwrap(x) for x in d.state]
-        terms = [t for t in nxt if isinstance(t, z3.ExprRef)]
-        obs += obligation("claim two copies", base + same_finals, _all([t == _sub(t, finals2) for t in terms]), budget,
-                          "the next scheduler state is the same in both copies")
+    at_end = [t for t in (unwrap(x) for x in d.state or ()) if isinstance(t, z3.ExprRef)] + conds
+    if at_end:
+        stray = _unknown(at_end, known | {v.get_id() for v, _ in finals2})
+        if stray is not None:
+            return FreeClaim(Unknown(
+                f"not proved for any number of requests (the decision reads {stray}, which the two-copy argument "
+                "neither shares nor copies)"
+            ), tuple(obs))
+        obs += obligation("claim two copies", base + same_finals, _all([t == _sub(t, finals2) for t in at_end]), budget,
+                          "the next scheduler state and the choice between sequences are the same in both copies")
         if not _proved(obs):
             return _not_applicable(obs)
     if prog.projected is not None:
