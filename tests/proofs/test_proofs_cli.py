@@ -282,6 +282,8 @@ def test_cvc5_confirms_the_built_ins_obligations(tmp_path: Path) -> None:
             continue
         tm = cvc5.TermManager()
         solver = cvc5.Solver(tm)
+        # a query cvc5 cannot decide fails the test by its name, in seconds, instead of hanging it
+        solver.setOption("tlimit-per", "30000")
         parser = cvc5.InputParser(solver)
         parser.setStringInput(cvc5.InputLanguage.SMT_LIB_2_6, text, f.name)
         answers = []
