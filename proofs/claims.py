@@ -1,8 +1,13 @@
 """More than memory: each scheduler's declared claims, proved or refuted one slot at a time.
 
 What a rule declares (:func:`kvstab.contract.traits_of`) becomes obligations
-over one encoded decision from any well-formed state with at most ``K``
-active and ``Q`` queued requests (memory ≤ ``M`` when it decides):
+about one slot.  A rule in the prefix-fold class gets each claim for **any
+number of requests** (:mod:`kvstab.proofs.claims_folds`: one-step facts of its
+folds); a claim whose one-step facts do not hold, and every claim of a rule
+outside the class, is checked here over one encoded decision from any
+well-formed state with at most ``K`` active and ``Q`` queued requests
+(memory ≤ ``M`` when it decides), where a counterexample is a concrete state.
+Each :class:`Claim` says which scope it has, and why when it is bounded:
 
 * **FCFS admissions** (``fcfs=True``): admissions form a prefix of the
   queue — a request is admitted only if every request ahead of it is.
@@ -13,25 +18,30 @@ active and ``Q`` queued requests (memory ≤ ``M`` when it decides):
   A refutation carries the two concrete states, and the rule is re-run on
   them with concrete integers to confirm that its decisions differ.
 * **Progress premises** (every rule but a negative control): the oldest
-  running request is never preempted and advances; a lone head is admitted
-  into an empty server.  With them no run livelocks: after the last arrival
-  the ranking ``ρ = N·(T + 1) + r`` decreases every slot, where ``N`` is the
-  number of unfinished requests, ``T`` the longest request ``s + o``, and
-  ``r`` the tokens the oldest running request still needs (``T + 1`` when none
-  runs) — checked for every rule that does not declare ``stalls_running``,
-  grants included; see ``docs/proofs.md``.
+  running request is never preempted and advances (not asked of a rule that
+  declares ``stalls_running``); a lone head is admitted into an empty server.
+  With them no run livelocks: after the last arrival the ranking
+  ``ρ = N·(T + 1) + r`` decreases every slot, where ``N`` is the number of
+  unfinished requests, ``T`` the longest request ``s + o``, and ``r`` the
+  tokens the oldest running request still needs (``T + 1`` when none runs) —
+  checked for every rule that does not declare ``stalls_running``, grants
+  included; see ``docs/proofs.md``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import z3
 
-from kvstab.contract import ActiveEntry, Decision, Scheduler, View, WaitingEntry, state_vars_of, traits_of
+from kvstab.contract import ActiveEntry, Decision, Scheduler, Traits, View, WaitingEntry, state_vars_of, traits_of
+from kvstab.model import progress_after
 from kvstab.ops import CONCRETE
+from kvstab.proofs.claims_folds import SCOPE, FreeClaim, free_claims
 from kvstab.proofs.encoding import (
     Entry,
     Setting,
@@ -46,7 +56,9 @@ from kvstab.proofs.encoding import (
     well_formed,
 )
 from kvstab.proofs.replaying import decode_int, decode_state
+from kvstab.proofs.selfcheck import engine_step
 from kvstab.proofs.solver import Budget, Status, solve
+from kvstab.proofs.unbounded import ClassCheck
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict, passed
 from kvstab.replay import replay_command
 from kvstab.symbolic import unwrap
@@ -95,6 +107,14 @@ class Claim:
     obligations: tuple[Obligation, ...] = ()
     witness: str = ""
     pair: Pair | None = None
+    #: what the verdict covers: "any number of requests", or the bounds it was checked at
+    scope: str = ""
+    #: why a claim of a rule is checked at bounds (outside the class, or which one-step fact failed)
+    note: str = ""
+    #: the one-step facts a claim for any number of requests rests on
+    facts: tuple[str, ...] = ()
+    #: a bounded refutation's state, as the rule is re-run on it: (M, active, waiting, scheduler state)
+    state: tuple[int, Active, Waiting, tuple[int | float, ...]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +191,56 @@ def _state(m: z3.ModelRef, st: SymState) -> tuple[Active, Waiting]:
     return act, wait
 
 
+def _concrete(
+    m: z3.ModelRef | None, st: SymState, setting: Setting
+) -> tuple[int, Active, Waiting, tuple[int | float, ...]] | None:
+    """The state a bounded counterexample decodes to (``None`` without one)."""
+    if m is None:
+        return None
+    return (decode_int(m, setting.M_term), *_state(m, st), decode_state(m, st.sched))
+
+
+class _ShownO:
+    """The rule as the claims run it, shown ``o`` whatever it declares (the engine hides ``o``
+    from a rule that declares ``clairvoyant=False``; the claims' encoding shows it)."""
+
+    def __init__(self, rule: Scheduler) -> None:
+        self._rule = rule
+        self.traits = dataclasses.replace(traits_of(rule), clairvoyant=True)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rule, name)
+
+
+def _breaks(
+    key: str, scheduler: Scheduler, setting: Setting, state: tuple[int, Active, Waiting, tuple[int | float, ...]]
+) -> bool:
+    """Whether the rule, re-run on the concrete state with integers (``o`` shown, as the claims
+    show it), breaks the claim ``key`` there: a bounded counterexample counts only if it does."""
+    M, act, wait, sched = state
+    d = _concrete_decision(scheduler, setting, M, act, wait, sched)
+    admit = [bool(x) for x in d.admit]
+    match key:
+        case "fcfs":
+            return any(admit[j] and not all(admit[:j]) for j in range(len(admit)))
+        case "oldest":
+            if not act:
+                return False
+            s, _, p = act[0]
+            grant = None if d.grants is None else int(d.grants[0])
+            return bool(d.preempt[0]) or progress_after(s, p, setting.chunk, grant, CONCRETE) <= p
+        case "lone-head":
+            return not act and bool(wait) and not (admit[0] if traits_of(scheduler).fcfs else any(admit))
+        case _:
+            # the ranking, on the engine's own slot: (N, r) does not fall
+            out = engine_step(_ShownO(scheduler), setting, (M, act, wait, sched))
+            T = max(s + o for s, o, *_ in act + wait)
+            before = (len(act) + len(wait), act[0][0] + act[0][1] - act[0][2] if act else T + 1)
+            first = out.active[0] if out.active else None
+            after = (len(out.active) + len(out.waiting), first[1] + first[2] - first[3] if first else T + 1)
+            return not after < before
+
+
 def _all(terms: list[z3.BoolRef]) -> z3.BoolRef:
     """Conjunction; ``True`` for none (z3 would print a zero-argument ``and``, which SMT-LIB rejects)."""
     return z3.And(*terms) if terms else z3.BoolVal(True)
@@ -195,7 +265,7 @@ def _fcfs(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget: Bud
             f"M={decode_int(m, setting.M_term)}: active {list(act)} waiting {list(wait)}{_sched(m, step.pre)} "
             f"admits {admitted}"
         )
-    return Claim("FCFS admissions", v, tuple(obs), witness)
+    return Claim("FCFS admissions", v, tuple(obs), witness, state=_concrete(m, step.pre, setting))
 
 
 def _oldest(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget: Budget) -> Claim:
@@ -207,7 +277,7 @@ def _oldest(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget: B
     if isinstance(v, Refuted) and m is not None:
         act, wait = _state(m, step.pre)
         witness = f"M={decode_int(m, setting.M_term)}: active {list(act)} waiting {list(wait)}{_sched(m, step.pre)}"
-    return Claim("oldest running request progresses", v, tuple(obs), witness)
+    return Claim("oldest running request progresses", v, tuple(obs), witness, state=_concrete(m, step.pre, setting))
 
 
 def _lone_head(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget: Budget, fcfs: bool) -> Claim:
@@ -224,7 +294,8 @@ def _lone_head(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget
             f"M={decode_int(m, setting.M_term)}: empty server, waiting {list(wait)}{_sched(m, step.pre)}: "
             "nobody is admitted"
         )
-    return Claim("empty server admits" if not fcfs else "lone head admitted", v, tuple(obs), witness)
+    name = "empty server admits" if not fcfs else "lone head admitted"
+    return Claim(name, v, tuple(obs), witness, state=_concrete(m, step.pre, setting))
 
 
 def _tokens_left(e: Entry) -> z3.ArithRef:
@@ -262,7 +333,7 @@ def _ranking(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget: 
             f"M={decode_int(m, setting.M_term)}: active {list(act)} waiting {list(wait)}{_sched(m, pre)}: "
             "the ranking does not fall"
         )
-    return Claim("no livelock (ranking function)", v, tuple(obs), witness)
+    return Claim("no livelock (ranking function)", v, tuple(obs), witness, state=_concrete(m, pre, setting))
 
 
 def _shadow(st: SymState, tag: str) -> SymState:
@@ -345,6 +416,41 @@ def _non_clairvoyant(
     return Claim("non-clairvoyant", v, tuple(obs), pair.describe() if pair else "", pair)
 
 
+def _wanted(traits: Traits, only: Sequence[str]) -> list[tuple[str, str]]:
+    """``(key, name)`` of each claim ``traits`` declares (``only``: the groups named there)."""
+    groups = set(only)
+
+    def want(n: str) -> bool:
+        return not groups or n in groups
+
+    out: list[tuple[str, str]] = []
+    if traits.fcfs and want("fcfs"):
+        out.append(("fcfs", "FCFS admissions"))
+    if not traits.clairvoyant and want("non-clairvoyant"):
+        out.append(("non-clairvoyant", "non-clairvoyant"))
+    if not traits.negative_control and want("progress"):
+        # a rule that may give running requests no work (stalls_running: SGLang's prefill-only steps,
+        # and its retraction of the request with the fewest outputs, which may be the oldest) claims
+        # neither that the oldest request advances every slot nor the ranking built on it: its drain
+        # is bounded by the work left instead
+        if not traits.stalls_running:
+            out.append(("oldest", "oldest running request progresses"))
+        out.append(("lone-head", "lone head admitted" if traits.fcfs else "empty server admits"))
+        if not traits.stalls_running:
+            out.append(("ranking", "no livelock (ranking function)"))
+    return out
+
+
+def _free_assumptions(setting: Setting, check: ClassCheck, grants: bool, stateful: bool) -> tuple[str, ...]:
+    """What a claim proved for any number of requests assumes (no K, no Q)."""
+    return setting.assumptions() + (
+        "any number of active and queued requests (no K, no Q)",
+        "every request well-formed (s, o ≥ 1, B⌈(s+o)/B⌉ ≤ M, 0 < p < s + o when active)"
+        + ("" if grants else ", whole chunks in prefill"),
+        "the rule sees any prefix of the queue (the engine's window)",
+    ) + (("the rule's state within its declared bounds",) if stateful else ()) + check.premises
+
+
 def prove_claims(
     scheduler: Scheduler,
     setting: Setting | None = None,
@@ -354,29 +460,70 @@ def prove_claims(
     spec: str | None = None,
     budget: Budget | None = None,
     only: Sequence[str] = (),
+    unbounded: bool = True,
 ) -> ClaimResult:
-    """Check every claim ``scheduler`` declares (or those named in ``only``)."""
+    """Check every claim ``scheduler`` declares (or the groups named in ``only``:
+    ``fcfs``, ``non-clairvoyant``, ``progress``).
+
+    With ``unbounded`` (the default) a rule in the prefix-fold class gets each
+    claim for any number of requests (:mod:`kvstab.proofs.claims_folds`) where
+    its one-step facts hold; every other claim, and every claim of a rule
+    outside the class, is checked with at most ``K`` active and ``Q`` queued
+    requests, and its :attr:`Claim.scope` says so (its :attr:`Claim.note` why).
+    """
     setting = setting or Setting()
     budget = budget or Budget()
     traits = traits_of(scheduler)
-    pre = fresh_state("pre", K, Q, state_vars_of(scheduler))
-    step = encode_step(scheduler, pre, setting, "post")
-    prem = _premises(pre, step, setting)
-    wanted = set(only)
+    wanted = _wanted(traits, only)
+    free: dict[str, FreeClaim] = {}
+    why_bounded = "the bounded check was asked for"
+    check = None
+    if unbounded and wanted:
+        check, free = free_claims(scheduler, setting, budget, [k for k, _ in wanted])
+        if not check.member:
+            why_bounded = f"outside the prefix-fold class: {check.reason}"
+    frame: tuple[StepTerms, list[z3.BoolRef]] | None = None
 
-    def want(n: str) -> bool:
-        return not wanted or n in wanted
+    def bounded() -> tuple[StepTerms, list[z3.BoolRef]]:
+        # built once, and only if some claim needs it
+        nonlocal frame
+        if frame is None:
+            budget.group(f"declared claims at K = {K}, Q = {Q}")
+            pre = fresh_state("pre", K, Q, state_vars_of(scheduler))
+            step = encode_step(scheduler, pre, setting, "post")
+            frame = (step, _premises(pre, step, setting))
+        return frame
 
     claims: list[Claim] = []
-    if traits.fcfs and want("fcfs"):
-        claims.append(_fcfs(step, setting, prem, budget))
-    if not traits.clairvoyant and want("non-clairvoyant"):
-        claims.append(_non_clairvoyant(scheduler, spec, setting, pre, prem, budget))
-    if not traits.negative_control and want("progress"):
-        claims.append(_oldest(step, setting, prem, budget))
-        claims.append(_lone_head(step, setting, prem, budget, traits.fcfs))
-        # a rule that may give running requests no work (stalls_running: SGLang's prefill-only
-        # steps) need not advance the oldest request every slot; its drain is bounded otherwise
-        if not traits.stalls_running:
-            claims.append(_ranking(step, setting, prem, budget))
+    for key, name in wanted:
+        got = free.get(key)
+        if got is not None and isinstance(got.verdict, Proved) and check is not None:
+            grants = check.sides is not None and check.sides.grants
+            v = Proved(got.verdict.method, _free_assumptions(setting, check, grants, bool(state_vars_of(scheduler))))
+            claims.append(Claim(name, v, got.obligations, scope=SCOPE, facts=got.facts))
+            continue
+        step, prem = bounded()
+        match key:
+            case "fcfs":
+                c = _fcfs(step, setting, prem, budget)
+            case "non-clairvoyant":
+                c = _non_clairvoyant(scheduler, spec, setting, step.pre, prem, budget)
+            case "oldest":
+                c = _oldest(step, setting, prem, budget)
+            case "lone-head":
+                c = _lone_head(step, setting, prem, budget, traits.fcfs)
+            case _:
+                c = _ranking(step, setting, prem, budget)
+        if isinstance(c.verdict, Refuted) and c.state is not None and not _breaks(key, scheduler, setting, c.state):
+            # the encoding and the rule disagree on this state (a rule that reads an empty slot's
+            # fields in the symbolic view, say): never a refutation
+            c = dataclasses.replace(c, verdict=Unknown(
+                "the bounded counterexample does not reproduce when the rule is re-run on it with integers "
+                "(does the rule read the fields of an empty slot? mask them with `present`)"
+            ), witness=c.witness + "\n(not reproduced on the concrete rule)")
+        note = why_bounded
+        if got is not None and isinstance(got.verdict, Unknown):
+            note = got.verdict.reason
+        obs = (got.obligations if got is not None else ()) + c.obligations
+        claims.append(dataclasses.replace(c, name=name, obligations=obs, scope=f"K ≤ {K}, Q ≤ {Q}", note=note))
     return ClaimResult(scheduler.name, tuple(claims))

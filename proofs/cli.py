@@ -32,7 +32,10 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 #: the most active (and queued) requests the declared claims are checked with
-CLAIMS_MAX = 3
+CLAIMS_MAX = 8
+
+#: seconds of the total budget kept for the declared claims (at most a quarter of it)
+CLAIMS_RESERVE_S = 20.0
 
 #: a run quieter than this (seconds) prints no progress
 PROGRESS_AFTER_S = 3.0
@@ -62,6 +65,8 @@ class _Outcome:
     #: the bounds the claims were checked at (they are bounded proofs, whatever the memory verdict's scope)
     claims_K: int = 0
     claims_Q: int = 0
+    #: --K or --Q was above the cap of the bounded claims
+    claims_capped: bool = False
 
 
 def _check_smt2_dir(text: str) -> Path:
@@ -107,6 +112,9 @@ def _run(args: argparse.Namespace) -> _Outcome:
         total_s=args.total_timeout,
         progress=progress_after(_to_stderr, PROGRESS_AFTER_S),
     ).started()  # one clock for the invariant, the margin and the claims
+    # the claims are one-slot queries (seconds): with --claims the invariant and the margin stop early
+    # enough to leave them their share, so that a long bounded flow cannot leave every claim Unknown
+    first = budget.keeping(min(CLAIMS_RESERVE_S, args.total_timeout / 4)) if args.claims else budget
     extra = [load_conjunct(s) for s in args.strengthen]
     sched, _ = resolve(args.scheduler)
     rep = prove(
@@ -118,7 +126,7 @@ def _run(args: argparse.Namespace) -> _Outcome:
         strengthen=extra,
         use_houdini=not args.no_houdini,
         arrivals_per_slot=args.arrivals,
-        budget=budget,
+        budget=first,
         unbounded=args.unbounded,
     )
     marg = None
@@ -134,18 +142,19 @@ def _run(args: argparse.Namespace) -> _Outcome:
             args.max_s,
             args.max_o,
             conjuncts=used,
-            budget=budget,
+            budget=first,
         )
     claims = None
     if args.claims:
         from kvstab.proofs.claims import prove_claims
 
-        # the two-copy and progress obligations grow fast with K and Q: they are checked at most at 3 and 3,
-        # and every output says so
+        # a rule made of folds gets each claim for any number of requests where its one-step facts hold;
+        # the rest are checked at bounds, at most CLAIMS_MAX (the two-copy queries grow fast), and every
+        # output says which scope each claim has
         cK, cQ = min(args.K, CLAIMS_MAX), min(args.Q, CLAIMS_MAX)
-        budget.group(f"declared claims at K = {cK}, Q = {cQ}")
-        claims = prove_claims(sched, setting, K=cK, Q=cQ, spec=args.scheduler, budget=budget)
-        return _Outcome(rep, marg, claims, cK, cQ)
+        budget.group("declared claims")
+        claims = prove_claims(sched, setting, K=cK, Q=cQ, spec=args.scheduler, budget=budget, unbounded=args.unbounded)
+        return _Outcome(rep, marg, claims, cK, cQ, (cK, cQ) != (args.K, args.Q))
     return _Outcome(rep, marg, claims)
 
 
@@ -202,12 +211,17 @@ def _json(args: argparse.Namespace, out: _Outcome) -> str:
             **verdict_json(marg.verdict),
         }
     if out.claims is not None:
+        from kvstab.proofs.claims_folds import SCOPE
+
         doc["claims_bounds"] = {"K": out.claims_K, "Q": out.claims_Q}
         doc["claims"] = [
             {
                 "claim": c.name,
                 **verdict_json(c.verdict),
-                "bounds": f"at most {out.claims_K} active and {out.claims_Q} queued requests",
+                "bounds": c.scope if c.scope == SCOPE else f"at most {out.claims_K} active and {out.claims_Q} queued requests",
+                "note": c.note,
+                "facts": list(c.facts),
+                "obligations": [{"check": o.label(), **verdict_json(o.verdict)} for o in c.obligations],
                 "witness": c.witness,
                 "pair": None
                 if c.pair is None
@@ -260,14 +274,7 @@ def _text(args: argparse.Namespace, out: _Outcome) -> str:
         case Unknown() if v.smt2:
             lines.append(f"  query kept at {v.smt2}")
     if out.claims is not None:
-        lines.append(
-            f"declared claims, bounded: checked with at most {out.claims_K} active and {out.claims_Q} queued "
-            f"requests (not for any number; --K/--Q above {CLAIMS_MAX} are capped here)"
-        )
-        for c in out.claims.claims:
-            lines.append(f"claim {c.name}: {c.verdict}  [K ≤ {out.claims_K}, Q ≤ {out.claims_Q}]")
-            if c.witness:
-                lines += [f"  {line}" for line in c.witness.splitlines()]
+        lines += _claims_text(out)
     if marg is not None:
         if marg.delta is None:
             d = "undecided"
@@ -291,6 +298,36 @@ def _text(args: argparse.Namespace, out: _Outcome) -> str:
             w = marg.witness
             lines.append(f"  tight: active {list(w.active)} waiting {list(w.waiting)} -> memory {w.memory}")
     return "\n".join(lines)
+
+
+def _claims_text(out: _Outcome) -> list[str]:
+    """The declared claims, each with its scope: for any number of requests, or the bounds it was checked at."""
+    from kvstab.proofs.claims_folds import SCOPE
+    from kvstab.proofs.verdicts import Proved
+
+    assert out.claims is not None
+    cs = out.claims.claims
+    free = [c for c in cs if c.scope == SCOPE]
+    bounds = f"K ≤ {out.claims_K}, Q ≤ {out.claims_Q}"
+    notes = {c.note for c in cs if c.scope != SCOPE}
+    # a rule outside the class has one reason for every claim: say it once
+    shared = next(iter(notes)) if len(notes) == 1 and not free else None
+    head = f"declared claims: {len(free)} for any number of requests, {len(cs) - len(free)} bounded ({bounds}"
+    head += f"; --K/--Q above {CLAIMS_MAX} are capped here)" if len(free) < len(cs) and out.claims_capped else ")"
+    lines = [head]
+    if shared:
+        lines.append(f"  bounded because: {shared}")
+    if free and isinstance(free[0].verdict, Proved):
+        lines.append("  the claims for any number of requests assume:")
+        lines += [f"    {a}" for a in free[0].verdict.assumptions]
+    for c in cs:
+        lines.append(f"claim {c.name}: {c.verdict}  [{c.scope if c.scope == SCOPE else bounds}]")
+        lines += [f"  rests on {f}" for f in c.facts]
+        if c.note and not shared:
+            lines.append(f"  note: {c.note}")
+        if c.witness:
+            lines += [f"  {line}" for line in c.witness.splitlines()]
+    return lines
 
 
 def _cmd_prove(args: argparse.Namespace) -> int:

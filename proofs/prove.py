@@ -227,7 +227,7 @@ def _out_of_budget(
     what = f"; first undecided: {which.label()} ({which.verdict})" if which is not None else ""
     smt2 = next((o.verdict.smt2 for o in obs if isinstance(o.verdict, Unknown) and o.verdict.smt2), None)
     v = Unknown(
-        f"not proved within the total budget of {budget.total_s:g} s (spent during {phase}{what}); "
+        f"not proved within the total budget of {budget.total_s:g} s{budget.kept_note()} (spent during {phase}{what}); "
         f"raise --total-timeout or --rlimit, or prove at smaller bounds (--K {max(1, K // 2)})",
         smt2,
     )

@@ -112,6 +112,8 @@ class Budget:
     total_s: float | None = field(default=None, metadata={"help": "wall-clock budget of the whole run, seconds"})
     #: when that budget ends (``time.monotonic()``); set by :meth:`started`
     deadline: float | None = field(default=None, compare=False, metadata={"help": "end of the total budget"})
+    #: seconds of the total budget this phase leaves to a later one (``kvstab prove --claims`` keeps the claims' share)
+    reserved_s: float = field(default=0.0, metadata={"help": "seconds of the total kept for a later phase"})
     #: told the name of each obligation group as it starts (progress for a long run)
     progress: Callable[[str], None] | None = field(
         default=None, compare=False, repr=False, metadata={"help": "called with each obligation group's name"}
@@ -135,8 +137,16 @@ class Budget:
         return dataclasses.replace(self, deadline=time.monotonic() + float(self.total_s))
 
     def left(self) -> float | None:
-        """Seconds left of the total budget (None: no total budget; ≤ 0: spent)."""
-        return None if self.deadline is None else self.deadline - time.monotonic()
+        """Seconds left of the total budget, less what is kept for later (None: no total budget; ≤ 0: spent)."""
+        return None if self.deadline is None else self.deadline - self.reserved_s - time.monotonic()
+
+    def keeping(self, seconds: float) -> Budget:
+        """This budget (its clock started) for a phase that must leave ``seconds`` of it to a later one."""
+        return dataclasses.replace(self.started(), reserved_s=self.reserved_s + max(0.0, seconds))
+
+    def kept_note(self) -> str:
+        """``" (less R s kept for the declared claims)"`` for a phase that keeps some of the budget, else ``""``."""
+        return f" (less {self.reserved_s:g} s kept for the declared claims)" if self.reserved_s else ""
 
     def spent(self) -> bool:
         """Whether the total budget is used up (never, without one)."""
@@ -151,7 +161,7 @@ class Budget:
     def spent_reason(self) -> str:
         """The reason an obligation not decided for lack of total budget gives."""
         return (
-            f"total budget of {self.total_s:g} s spent (raise --total-timeout, or lower --K/--Q or --bmc "
+            f"total budget of {self.total_s:g} s{self.kept_note()} spent (raise --total-timeout, or lower --K/--Q or --bmc "
             "to make the queries smaller)"
         )
 
