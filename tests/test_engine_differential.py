@@ -13,6 +13,8 @@ requests with ``o = 1`` (no decode unit).
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -25,6 +27,9 @@ from kvstab.model import ModelParams
 from kvstab.registry import builtin_names, load_scheduler
 from kvstab.simulator import SimResult
 
+#: scales every example count here and in ``test_engine_events.py``: ``KVSTAB_ENGINE_EXAMPLES=20``
+#: runs twenty times as many scenarios (what a change to the compiled engine should pass once)
+SCALE = max(1, int(os.environ.get("KVSTAB_ENGINE_EXAMPLES", "1")))
 FIELDS = (
     "arrived admitted preempted completed running memory wasted tokens queue "
     "s o arrival first_admit finish preemptions served request_wasted"
@@ -93,7 +98,7 @@ def _same(a: object, b: object) -> None:
     assert a == b  # slot, memory, running requests and message
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), rule=st.sampled_from(RULES))
 def test_fast_engine_matches_reference(data: st.DataObject, rule: str) -> None:
     life = data.draw(st.sampled_from(LIFECYCLES[rule]))
@@ -116,7 +121,7 @@ def test_fast_engine_matches_reference(data: st.DataObject, rule: str) -> None:
         event("invariant violation")
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40 * SCALE, deadline=None)
 @given(data=st.data(), rule=st.sampled_from([r for r in RULES if r != "current-fit-no-preempt"]))
 def test_fast_engine_drains_like_reference(data: st.DataObject, rule: str) -> None:
     """``drain=True``: the same number of slots, the same outcomes (or the same refusal)."""
@@ -146,7 +151,7 @@ def test_negative_control_caught_at_the_same_slot() -> None:
     _same(ref, fast)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40 * SCALE, deadline=None)
 @given(data=st.data(), rule=st.sampled_from(["current-fit-no-preempt", "current-fit", "reserve"]))
 def test_unchecked_runs_match_past_a_violation(data: st.DataObject, rule: str) -> None:
     """``check=False``: the engines keep going past an overflow (or a token-budget overrun)
