@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from test_engine_differential import FIELDS, SCALE, _same
+from test_engine_differential import FIELDS, SCALE, TABLE_MODES, _same, table_mode
 
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals
 from kvstab.engine import _finish_tree as FT
@@ -99,7 +99,8 @@ def test_long_quiet_stretches_match_the_reference(data: st.DataObject, rule: str
     params = ModelParams(M=M, chunk=chunk, block=B)
     check = rule != "current-fit-no-preempt"
     ref = run(load_scheduler(rule), params, plan, horizon, engine="reference", check=check).result
-    fast, work = _work(rule, params, plan, horizon, check=check)
+    with table_mode(data.draw(st.sampled_from(TABLE_MODES))):
+        fast, work = _work(rule, params, plan, horizon, check=check)
     assert ref is not None
     _same(ref, fast)
     event("stretches skipped" if work["skipped_slots"] else "no stretch")
@@ -133,13 +134,16 @@ def test_overflow_inside_a_block_period_preempts_in_its_slot(B: int) -> None:
         assert work["skipped_slots"] > 0 and work["preemptions"] == int(ref.preemptions.sum())
 
 
-def test_lookahead_sleeps_until_its_head_can_pass() -> None:
+@pytest.mark.parametrize("mode", [TABLE_MODES[0], TABLE_MODES[-1]], ids=["tree", "table"])
+def test_lookahead_sleeps_until_its_head_can_pass(mode: tuple[int, int]) -> None:
     """A refused lookahead head is tested again only at its wake slot, not every slot:
-    far fewer tests than slots it waited, the same outcome."""
+    far fewer tests than slots it waited, the same outcome (the table kept in the finish
+    tree, and as the O(n) table)."""
     params = ModelParams(M=120, chunk=8)
     plan = fixed_arrivals([(0, 20, 80), (1, 30, 60), (2, 10, 90), (3, 40, 30), (4, 5, 100), (5, 50, 20)])
     ref = run(load_scheduler("lookahead"), params, plan, drain=True, engine="reference").result
-    fast, work = _work("lookahead", params, plan, None, drain=True)
+    with table_mode(mode):
+        fast, work = _work("lookahead", params, plan, None, drain=True)
     assert ref is not None
     _same(ref, fast)
     waited = int((ref.first_admit - ref.arrival).sum())
@@ -354,3 +358,15 @@ def test_lookahead_tree_test_is_the_rules_on_random_states(B: int) -> None:
             else:
                 first = next(u for u in range(t, t + 400) if _brute_test(actives, u, s, o, chunk, B, M)[0])
                 assert t < wake <= first, (trial, t, wake, first)
+
+
+def test_the_kernel_is_rebuilt_when_the_finish_tree_changes() -> None:
+    """numba keys ``run_slots``'s cache by the text of ``_kernel.py`` alone: the hash of
+    ``_finish_tree.py`` written there makes a change to the tree change the kernel's text.
+    After editing ``_finish_tree.py``, write ``sha256sum kvstab/engine/_finish_tree.py | cut -c1-16``
+    into ``_kernel.FINISH_TREE_SHA``."""
+    import hashlib
+    from pathlib import Path
+
+    text = Path(FT.__file__).read_bytes()
+    assert hashlib.sha256(text).hexdigest()[:16] == K.FINISH_TREE_SHA

@@ -19,7 +19,7 @@ slots share a position, and nothing is shifted when time advances):
   is applied lazily, heat beyond it is pushed to the children (the kinetic
   segment tree of Jiang et al.: amortised O(log² W) per range heat in the worst
   case, O(log W) per constant addition, query and point update).
-* **The profile** (rows ``PCOEF``, ``PCONST``, ``PPOINT``): ``T(E)`` at any
+* **The profile** (columns ``PCOEF``, ``PCONST``, ``PPOINT``): ``T(E)`` at any
   slot, finish slot or not, as a piecewise-linear function given by
   difference entries in two Fenwick trees (``Σ coef·E + Σ const`` over the
   entries at slots ``≤ E`` in the live window) plus point values: O(log W) per
@@ -48,13 +48,16 @@ except ImportError:  # pragma: no cover - exercised only where numba cannot be i
         return lambda f: f
 
 
-# rows of the structure's array (``FT``, shape (ROWS, 2W)); tree rows are indexed 1 … 2W − 1
+# columns of the structure's array (``FT``, shape (2W, COLS)): a row holds one tree node's fields
+# together (nodes 1 … 2W − 1, leaves from W), and the profile's entries at one position
 MV, MA, MELT, LH, LC = 0, 1, 2, 3, 4  # node: largest V, its slope (slot), melt, lazy heat, lazy constant
-PCOEF, PCONST = 5, 6  # the profile's Fenwick trees (1 … W)
+PCOEF, PCONST = 5, 6  # the profile's two Fenwick trees, side by side (1 … W)
 PPOINT = 7  # the profile's point values (0 … W − 1)
 CNT = 8  # actives finishing at each slot (0 … W − 1)
 STACK = 9  # scratch: the explicit stack of the tree walks
-ROWS = 10
+COLS = 10
+# row 0's tree columns (node 0 is no node) hold the structure's scalars
+MODE, TREE_AT_, TABLE_AT_ = MV, MA, MELT  # 1 while the tree holds the table; the switching counts
 
 NEG = -(1 << 62)  # an absent leaf or subtree
 FAR = 1 << 62  # no melt
@@ -63,6 +66,13 @@ FAR = 1 << 62  # no melt
 #: slots keeps the O(n) table instead (the ring would take more memory than it saves)
 MIN_W = 256
 MAX_W = 1 << 18
+
+#: the engine keeps the O(n) table while fewer than ``TREE_AT`` requests run (it is cheaper
+#: there: ~10 ns an active against ~1 µs an admission for the tree, measured in
+#: ``benchmarks/bench_engine.py --only events``), moves it into the tree when ``TREE_AT`` run,
+#: and back when ``TABLE_AT`` or fewer do (O(n log W) a move; the gap makes moves rare)
+TREE_AT = 128
+TABLE_AT = 64
 
 
 def ring_for(max_life: int) -> int:
@@ -73,11 +83,15 @@ def ring_for(max_life: int) -> int:
     return W if W <= MAX_W else 0
 
 
-def new(W: int) -> np.ndarray:
-    """An empty structure over a ring of ``W`` slots (a power of two, at least ``MIN_W``)."""
-    FT = np.zeros((ROWS, 2 * W), dtype=np.int64)
-    FT[MV] = NEG
-    FT[MELT] = FAR
+def new(W: int, tree_at: int = TREE_AT, table_at: int = TABLE_AT) -> np.ndarray:
+    """An empty structure over a ring of ``W`` slots (a power of two, at least ``MIN_W``) that
+    takes the table over when ``tree_at`` requests run and gives it back at ``table_at``."""
+    FT = np.zeros((2 * W, COLS), dtype=np.int64)
+    FT[:, MV] = NEG
+    FT[:, MELT] = FAR
+    FT[0, MODE] = 0
+    FT[0, TREE_AT_] = tree_at
+    FT[0, TABLE_AT_] = table_at
     return FT
 
 
@@ -85,25 +99,25 @@ def new(W: int) -> np.ndarray:
 @_jit(cache=True, inline="always")
 def _apply(FT: np.ndarray, node: int, W: int, h: int, c: int) -> None:
     """Add ``h·E + c`` to every leaf below ``node`` (the caller knows ``h`` is within its melt)."""
-    if FT[MV, node] == NEG:
+    if FT[node, MV] == NEG:
         return  # nothing present below: a leaf set later is set exactly (its path is pushed first)
-    FT[MV, node] += FT[MA, node] * h + c
+    FT[node, MV] += FT[node, MA] * h + c
     if node < W:
-        FT[MELT, node] -= h
-        FT[LH, node] += h
-        FT[LC, node] += c
+        FT[node, MELT] -= h
+        FT[node, LH] += h
+        FT[node, LC] += c
 
 
 @_jit(cache=True, inline="always")
 def _push(FT: np.ndarray, node: int, W: int) -> None:
-    h = FT[LH, node]
-    c = FT[LC, node]
+    h = FT[node, LH]
+    c = FT[node, LC]
     if h != 0 or c != 0:
         # the heat taken lazily stayed within this node's melt, which is within its children's
         _apply(FT, 2 * node, W, h, c)
         _apply(FT, 2 * node + 1, W, h, c)
-        FT[LH, node] = 0
-        FT[LC, node] = 0
+        FT[node, LH] = 0
+        FT[node, LC] = 0
 
 
 @_jit(cache=True, inline="always")
@@ -112,28 +126,28 @@ def _pull(FT: np.ndarray, node: int) -> None:
     melt: the children's, and the heat after which the other child's line overtakes it."""
     a = 2 * node
     b = a + 1
-    va = FT[MV, a]
-    vb = FT[MV, b]
+    va = FT[a, MV]
+    vb = FT[b, MV]
     if va == NEG and vb == NEG:
-        FT[MV, node] = NEG
-        FT[MELT, node] = FAR
+        FT[node, MV] = NEG
+        FT[node, MELT] = FAR
         return
-    if vb == NEG or (va != NEG and (va > vb or (va == vb and FT[MA, a] >= FT[MA, b]))):
+    if vb == NEG or (va != NEG and (va > vb or (va == vb and FT[a, MA] >= FT[b, MA]))):
         w, lo = a, b
     else:
         w, lo = b, a
-    melt = min(FT[MELT, a], FT[MELT, b])
-    if FT[MV, lo] != NEG and FT[MA, lo] > FT[MA, w]:
-        melt = min(melt, (FT[MV, w] - FT[MV, lo]) // (FT[MA, lo] - FT[MA, w]))
-    FT[MV, node] = FT[MV, w]
-    FT[MA, node] = FT[MA, w]
-    FT[MELT, node] = melt
+    melt = min(FT[a, MELT], FT[b, MELT])
+    if FT[lo, MV] != NEG and FT[lo, MA] > FT[w, MA]:
+        melt = min(melt, (FT[w, MV] - FT[lo, MV]) // (FT[lo, MA] - FT[w, MA]))
+    FT[node, MV] = FT[w, MV]
+    FT[node, MA] = FT[w, MA]
+    FT[node, MELT] = melt
 
 
 @_jit(cache=True)
 def _heat(FT: np.ndarray, W: int, lo: int, hi: int, h: int, c: int) -> None:
     """Add ``h·E + c`` to the present leaves at positions ``lo … hi``."""
-    stk = FT[STACK]
+    stk = FT[:, STACK]
     sp = 0
     stk[0], stk[1], stk[2], stk[3] = 1, 0, W - 1, 0
     sp = 4
@@ -143,9 +157,9 @@ def _heat(FT: np.ndarray, W: int, lo: int, hi: int, h: int, c: int) -> None:
         if back:
             _pull(FT, node)
             continue
-        if hi < nl or nr < lo or FT[MV, node] == NEG:
+        if hi < nl or nr < lo or FT[node, MV] == NEG:
             continue
-        if lo <= nl and nr <= hi and (node >= W or h <= FT[MELT, node]):
+        if lo <= nl and nr <= hi and (node >= W or h <= FT[node, MELT]):
             _apply(FT, node, W, h, c)
             continue
         _push(FT, node, W)
@@ -159,7 +173,7 @@ def _heat(FT: np.ndarray, W: int, lo: int, hi: int, h: int, c: int) -> None:
 @_jit(cache=True)
 def _max(FT: np.ndarray, W: int, lo: int, hi: int) -> tuple[int, int]:
     """The largest ``V`` over the present leaves at positions ``lo … hi`` and its slot (``NEG``, −1 if none)."""
-    stk = FT[STACK]
+    stk = FT[:, STACK]
     stk[0], stk[1], stk[2] = 1, 0, W - 1
     sp = 3
     best = NEG
@@ -167,11 +181,11 @@ def _max(FT: np.ndarray, W: int, lo: int, hi: int) -> tuple[int, int]:
     while sp > 0:
         sp -= 3
         node, nl, nr = stk[sp], stk[sp + 1], stk[sp + 2]
-        if hi < nl or nr < lo or FT[MV, node] == NEG or FT[MV, node] <= best:
+        if hi < nl or nr < lo or FT[node, MV] == NEG or FT[node, MV] <= best:
             continue  # a node's largest line bounds everything below it
         if lo <= nl and nr <= hi:
-            best = FT[MV, node]
-            arg = FT[MA, node]
+            best = FT[node, MV]
+            arg = FT[node, MA]
             continue
         _push(FT, node, W)
         mid = (nl + nr) >> 1
@@ -185,13 +199,13 @@ def _max(FT: np.ndarray, W: int, lo: int, hi: int) -> tuple[int, int]:
 def _first(FT: np.ndarray, W: int, lo: int, hi: int) -> int:
     """The first position in ``lo … hi`` with a present leaf (−1 if none).  Presence does not
     depend on the lazy additions, so nothing is pushed."""
-    stk = FT[STACK]
+    stk = FT[:, STACK]
     stk[0], stk[1], stk[2] = 1, 0, W - 1
     sp = 3
     while sp > 0:
         sp -= 3
         node, nl, nr = stk[sp], stk[sp + 1], stk[sp + 2]
-        if hi < nl or nr < lo or FT[MV, node] == NEG:
+        if hi < nl or nr < lo or FT[node, MV] == NEG:
             continue
         if nl == nr:
             return nl
@@ -218,9 +232,9 @@ def _leaf(FT: np.ndarray, W: int, pos: int) -> int:
 @_jit(cache=True)
 def _set(FT: np.ndarray, W: int, pos: int, v: int, slope: int) -> None:
     leaf = _leaf(FT, W, pos)
-    FT[MV, leaf] = v
-    FT[MA, leaf] = slope
-    FT[MELT, leaf] = FAR
+    FT[leaf, MV] = v
+    FT[leaf, MA] = slope
+    FT[leaf, MELT] = FAR
     node = leaf >> 1
     while node >= 1:
         _pull(FT, node)
@@ -233,7 +247,7 @@ def tree_add(FT: np.ndarray, lo: int, hi: int, h: int, c: int) -> None:
     """Add ``h·E + c`` at every present slot ``E`` in ``lo … hi`` (``h ≥ 0``)."""
     if hi < lo:
         return
-    W = FT.shape[1] >> 1
+    W = FT.shape[0] >> 1
     a = lo & (W - 1)
     b = hi & (W - 1)
     if a <= b:
@@ -248,7 +262,7 @@ def tree_max(FT: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
     """The largest ``V(E)`` over the present slots ``E`` in ``lo … hi`` and that ``E`` (``NEG``, −1 if none)."""
     if hi < lo:
         return NEG, -1
-    W = FT.shape[1] >> 1
+    W = FT.shape[0] >> 1
     a = lo & (W - 1)
     b = hi & (W - 1)
     if a <= b:
@@ -263,7 +277,7 @@ def tree_first(FT: np.ndarray, lo: int, hi: int) -> int:
     """The first present slot in ``lo … hi`` (−1 if none)."""
     if hi < lo:
         return -1
-    W = FT.shape[1] >> 1
+    W = FT.shape[0] >> 1
     a = lo & (W - 1)
     b = hi & (W - 1)
     if a <= b:
@@ -279,75 +293,76 @@ def tree_first(FT: np.ndarray, lo: int, hi: int) -> int:
 @_jit(cache=True)
 def tree_get(FT: np.ndarray, E: int) -> int:
     """``V(E)`` of present slot ``E``."""
-    W = FT.shape[1] >> 1
-    return FT[MV, _leaf(FT, W, E & (W - 1))]
+    W = FT.shape[0] >> 1
+    return FT[_leaf(FT, W, E & (W - 1)), MV]
 
 
 @_jit(cache=True)
 def tree_set(FT: np.ndarray, E: int, v: int) -> None:
     """Make slot ``E`` present with ``V(E) = v``."""
-    W = FT.shape[1] >> 1
+    W = FT.shape[0] >> 1
     _set(FT, W, E & (W - 1), v, E)
 
 
 @_jit(cache=True)
 def tree_clear(FT: np.ndarray, E: int) -> None:
     """Make slot ``E`` absent."""
-    W = FT.shape[1] >> 1
+    W = FT.shape[0] >> 1
     _set(FT, W, E & (W - 1), NEG, 0)
 
 
 # --- the profile
 @_jit(cache=True, inline="always")
-def _fen_add(FT: np.ndarray, row: int, W: int, pos: int, v: int) -> None:
+def _fen_add(FT: np.ndarray, W: int, pos: int, coef: int, const: int) -> None:
     i = pos + 1
     while i <= W:
-        FT[row, i] += v
+        FT[i, PCOEF] += coef
+        FT[i, PCONST] += const
         i += i & -i
 
 
 @_jit(cache=True, inline="always")
-def _fen_pre(FT: np.ndarray, row: int, pos: int) -> int:
-    """Σ of the entries at positions 0 … pos."""
+def _fen_pre(FT: np.ndarray, pos: int) -> tuple[int, int]:
+    """Σ coef and Σ const of the entries at positions 0 … pos."""
     i = pos + 1
-    s = 0
+    a = 0
+    b = 0
     while i > 0:
-        s += FT[row, i]
+        a += FT[i, PCOEF]
+        b += FT[i, PCONST]
         i -= i & -i
-    return s
-
-
-@_jit(cache=True, inline="always")
-def _fen_ring(FT: np.ndarray, row: int, W: int, a: int, b: int) -> int:
-    """Σ of the entries at positions a, a + 1, …, b (cyclically)."""
-    if a <= b:
-        return _fen_pre(FT, row, b) - (_fen_pre(FT, row, a - 1) if a > 0 else 0)
-    return _fen_pre(FT, row, W - 1) - _fen_pre(FT, row, a - 1) + _fen_pre(FT, row, b)
+    return a, b
 
 
 @_jit(cache=True)
 def profile_add(FT: np.ndarray, E: int, coef: int, const: int) -> None:
     """From slot ``E`` on, the profile gains ``coef·E′ + const`` at every slot ``E′``."""
-    W = FT.shape[1] >> 1
-    pos = E & (W - 1)
-    if coef != 0:
-        _fen_add(FT, PCOEF, W, pos, coef)
-    if const != 0:
-        _fen_add(FT, PCONST, W, pos, const)
+    W = FT.shape[0] >> 1
+    _fen_add(FT, W, E & (W - 1), coef, const)
 
 
 @_jit(cache=True, inline="always")
 def profile_point(FT: np.ndarray, E: int, v: int) -> None:
     """The profile gains ``v`` at slot ``E`` alone."""
-    W = FT.shape[1] >> 1
-    FT[PPOINT, E & (W - 1)] += v
+    W = FT.shape[0] >> 1
+    FT[E & (W - 1), PPOINT] += v
 
 
 @_jit(cache=True)
 def profile_at(FT: np.ndarray, t: int, E: int) -> int:
-    """The profile at slot ``E ≥ t`` in slot ``t`` (every live entry lies in ``[t − W/2, t + W/2)``)."""
-    W = FT.shape[1] >> 1
-    m = W - 1
-    a = (t - (W >> 1)) & m
-    b = E & m
-    return E * _fen_ring(FT, PCOEF, W, a, b) + _fen_ring(FT, PCONST, W, a, b) + FT[PPOINT, b]
+    """The profile at slot ``E ≥ t`` in slot ``t``: the entries at slots ``t − W/2 … E`` (every
+    live entry lies in ``[t − W/2, t + W/2)``, so these are the positions from ``t − W/2`` to
+    ``E`` around the ring)."""
+    W = FT.shape[0] >> 1
+    a = (t - (W >> 1)) & (W - 1)
+    b = E & (W - 1)
+    cb, kb = _fen_pre(FT, b)
+    if a > 0:
+        ca, ka = _fen_pre(FT, a - 1)
+        cb -= ca
+        kb -= ka
+    if a > b:  # wrapped: add the positions a … W − 1 back
+        cw, kw = _fen_pre(FT, W - 1)
+        cb += cw
+        kb += kw
+    return E * cb + kb + FT[b, PPOINT]

@@ -47,6 +47,12 @@ import numpy as np
 
 from kvstab.engine import _finish_tree as FT_
 
+#: the text of ``_finish_tree.py`` this file was last compiled with (a prefix of its sha256).
+#: numba keys a cached function by the text of its own file only, so ``run_slots`` would keep
+#: an old copy of the finish tree's functions after they change; a test holds this to the
+#: file's hash, and changing it here changes this file's text: the cache is rebuilt.
+FINISH_TREE_SHA = "64609ba6304b0f55"
+
 try:  # numba is a declared dependency; the fallback keeps the engine correct (slow) without it
     import numba
 
@@ -485,14 +491,14 @@ def _la_tree_add(FT: np.ndarray, t: int, s: int, o: int, chunk: int, B: int) -> 
     """Add the projection of a head admitted in slot ``t`` to ``V`` at every present finish slot
     up to its own: its prefill chunks one slot each, then ``E + x`` in one heat (``B = 1``) or
     its blocks one constant range each."""
-    W = FT.shape[1] >> 1
+    W = FT.shape[0] >> 1
     rp = (s + chunk - 1) // chunk
     F = t + rp + o - 1
     L = t + rp - 1
     x = s + o - F
     for k in range(1, rp):
         E = t + k - 1
-        if FT[FT_.CNT, E & (W - 1)] > 0:
+        if FT[E & (W - 1), FT_.CNT] > 0:
             FT_.tree_add(FT, E, E, 0, held(k * chunk, B))
     if B == 1:
         FT_.tree_add(FT, L, F, 1, x)
@@ -518,7 +524,7 @@ def _la_test(FT: np.ndarray, t: int, s: int, o: int, chunk: int, B: int, M: int)
     ``B``), i.e. iff ``V(E) = T(E) + E > M_B − x``: one range maximum.  Its prefill ages are
     ``rp − 1`` slots, tested one by one; its own finish slot's total comes from the profile.
     The totals at later finish slots are within ``M`` (every admission kept them so)."""
-    W = FT.shape[1] >> 1
+    W = FT.shape[0] >> 1
     rp = (s + chunk - 1) // chunk
     life = rp + o
     fc = t + life - 1
@@ -532,7 +538,7 @@ def _la_test(FT: np.ndarray, t: int, s: int, o: int, chunk: int, B: int, M: int)
         wake = max(wake, _la_wake(MB - (v - e), e, s, o, rp, chunk))
     for k in range(1, rp):
         E = t + k - 1
-        if FT[FT_.CNT, E & (W - 1)] > 0:
+        if FT[E & (W - 1), FT_.CNT] > 0:
             total = FT_.tree_get(FT, E) - E
             if total + held(k * chunk, B) > M:
                 ok = False
@@ -546,15 +552,22 @@ def _la_test(FT: np.ndarray, t: int, s: int, o: int, chunk: int, B: int, M: int)
 
 
 @_njit(cache=True)
+def _la_enter(FT: np.ndarray, ta: int, s: int, o: int, F: int, total: int, chunk: int, B: int) -> None:
+    """Enter an active request (admitted in slot ``ta``, finish slot ``F``, projected total
+    ``total`` there) into the profile and the tree (a finish slot first met is set)."""
+    W = FT.shape[0] >> 1
+    _la_profile(FT, ta, s, o, chunk, B, 1)
+    pos = F & (W - 1)
+    if FT[pos, FT_.CNT] == 0:
+        FT_.tree_set(FT, F, F + total)
+    FT[pos, FT_.CNT] += 1
+
+
+@_njit(cache=True)
 def _la_admit(FT: np.ndarray, t: int, s: int, o: int, chunk: int, B: int, fc: int, own: int) -> None:
     """Enter a head admitted in slot ``t`` (finish slot ``fc``, projected total ``own`` there)."""
-    W = FT.shape[1] >> 1
     _la_tree_add(FT, t, s, o, chunk, B)
-    _la_profile(FT, t, s, o, chunk, B, 1)
-    pos = fc & (W - 1)
-    if FT[FT_.CNT, pos] == 0:
-        FT_.tree_set(FT, fc, fc + own)
-    FT[FT_.CNT, pos] += 1
+    _la_enter(FT, t, s, o, fc, own, chunk, B)
 
 
 @_njit(cache=True)
@@ -562,12 +575,33 @@ def _la_release(FT: np.ndarray, F: int, ta: int, s: int, o: int, chunk: int, B: 
     """Take out a request admitted in slot ``ta`` that finished in slot ``F``.  The totals it
     added to are all at slots ``≤ F``, which are past: only its profile entries (which a later
     lap of the ring would meet) and its finish slot go."""
-    W = FT.shape[1] >> 1
+    W = FT.shape[0] >> 1
     _la_profile(FT, ta, s, o, chunk, B, -1)
     pos = F & (W - 1)
-    FT[FT_.CNT, pos] -= 1
-    if FT[FT_.CNT, pos] == 0:
+    FT[pos, FT_.CNT] -= 1
+    if FT[pos, FT_.CNT] == 0:
         FT_.tree_clear(FT, F)
+
+
+@_njit(cache=True)
+def _la_to_tree(FT: np.ndarray, R: np.ndarray, ah: int, chunk: int, B: int) -> None:
+    """Move the finish-time table (``R[F_TF]``) of the actives into the (empty) tree."""
+    q = ah
+    while q >= 0:
+        _la_enter(FT, R[F_TA, q], R[F_S, q], R[F_O, q], R[F_FSLOT, q], R[F_TF, q], chunk, B)
+        q = R[F_NXT, q]
+
+
+@_njit(cache=True)
+def _la_to_table(FT: np.ndarray, R: np.ndarray, ah: int, chunk: int, B: int) -> None:
+    """Move the tree's totals back into ``R[F_TF]``; the tree is left empty (every entry and
+    finish slot of a request leaves with it)."""
+    q = ah
+    while q >= 0:
+        F = R[F_FSLOT, q]
+        R[F_TF, q] = FT_.tree_get(FT, F) - F
+        _la_release(FT, F, R[F_TA, q], R[F_S, q], R[F_O, q], chunk, B)
+        q = R[F_NXT, q]
 
 
 @_njit(cache=True)
@@ -605,14 +639,16 @@ def run_slots(
     code.  With ``out`` of positive width, slot ``t``'s row is written at ``out[:, t − t_base]``;
     with ``bp[BP_ON]``, the batch-means sums of a streamed fixed horizon are added to
     ``bins1`` (completions), ``bins2`` (arrivals − completions) and ``st[ST_MEMSUM]``.
-    ``lookahead`` keeps its finish-time table in ``FT`` (:mod:`kvstab.engine._finish_tree`)
-    when it has :data:`~kvstab.engine._finish_tree.ROWS` rows, else in ``R`` (O(n) a test)."""
+    ``lookahead`` keeps its finish-time table in ``R`` (O(n) a test and an admission), and when
+    ``FT`` has :data:`~kvstab.engine._finish_tree.COLS` columns moves it into the finish tree
+    (:mod:`kvstab.engine._finish_tree`, O(log W)) while many requests run."""
     n = pslot.shape[0]
     cap = qbuf.shape[0]
     rows = out.shape[1] > 0
     lazy_ok = B <= LAZY_BMAX
     preempts = pol == CURRENT_FIT or pol == VLLM_V1
-    tree = pol == LOOKAHEAD and FT.shape[0] == FT_.ROWS
+    ring = pol == LOOKAHEAD and FT.shape[1] == FT_.COLS  # lookahead may keep its table in the tree
+    tree = ring and FT[0, FT_.MODE] == 1  # it does now
     binned = bp[BP_ON] != 0
     b1f, b1s, b1n = bp[BP_F1], bp[BP_S1], bp[BP_N1]
     b2f, b2s, b2n = bp[BP_F2], bp[BP_S2], bp[BP_N2]
@@ -858,6 +894,13 @@ def run_slots(
                     if r == lah and t < law:
                         break
                     st[ST_LATEST] += 1
+                    if ring:  # the table moves into the tree when many run, and back when few do
+                        if not tree and na >= FT[0, FT_.TREE_AT_]:
+                            _la_to_tree(FT, R, ah, chunk, B)
+                            tree = True
+                        elif tree and na <= FT[0, FT_.TABLE_AT_]:
+                            _la_to_table(FT, R, ah, chunk, B)
+                            tree = False
                     if tree:
                         ok, wake, fc, own = _la_test(FT, t, sr, R[F_O, r], chunk, B, M)
                     else:
@@ -1047,4 +1090,6 @@ def run_slots(
     st[ST_LAH] = lah
     st[ST_LAW] = law
     st[ST_MEMSUM] = memsum
+    if ring:
+        FT[0, FT_.MODE] = 1 if tree else 0
     return status

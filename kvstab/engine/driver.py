@@ -106,7 +106,7 @@ class _State:
         for f in (K.ST_AH, K.ST_AT, K.ST_LAH):
             self.st[f] = -1
         self.no_bins = (np.zeros(1), np.zeros(1), np.zeros(K.BP_SIZE, dtype=np.int64))
-        self.ft = np.zeros((1, 2), dtype=np.int64)  # lookahead's finish tree, made at its first step
+        self.ft = np.zeros((2, 1), dtype=np.int64)  # lookahead's finish tree, made at its first step
         self.ft_made = False
 
     @property
@@ -155,7 +155,7 @@ class _State:
             longest = int((-(-self.ps // params.chunk) + self.po).max(initial=0))
             W = _finish_tree.ring_for(longest)
             if W:
-                self.ft = _finish_tree.new(W)
+                self.ft = _finish_tree.new(W, _finish_tree.TREE_AT, _finish_tree.TABLE_AT)
         b1, b2, bp = self.no_bins if bins is None else bins
         return int(
             K.run_slots(
