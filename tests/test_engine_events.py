@@ -328,11 +328,29 @@ def _brute_test(
     return ok, own
 
 
+def _table_out_and_back(tree: np.ndarray, actives: list[tuple[int, int, int]], chunk: int, B: int, M: int) -> None:
+    """Move the tree's totals into a request table (``K._la_to_table``): each is the definition's,
+    and the tree is left empty; then move them back (``K._la_to_tree``)."""
+    R = np.zeros((K.NF, max(1, len(actives))), dtype=np.int64)
+    for q, (ta, sa, oa) in enumerate(actives):
+        R[K.F_TA, q], R[K.F_S, q], R[K.F_O, q] = ta, sa, oa
+        R[K.F_FSLOT, q] = ta + -(-sa // chunk) + oa - 1
+        R[K.F_NXT, q] = q + 1 if q + 1 < len(actives) else -1
+    ah = 0 if actives else -1
+    K._la_to_table(tree, R, ah, chunk, B)
+    for q in range(len(actives)):
+        F = int(R[K.F_FSLOT, q])
+        assert R[K.F_TF, q] == sum(K._proj_held(sa, oa, ta, F, chunk, B) for ta, sa, oa in actives)
+    assert not tree[:, [FT.PCOEF, FT.PCONST, FT.PPOINT, FT.CNT]].any() and tree[1, FT.MV] == FT.NEG
+    K._la_to_tree(tree, R, ah, chunk, B)
+
+
 @pytest.mark.parametrize("B", [1, 3, 16])
 def test_lookahead_tree_test_is_the_rules_on_random_states(B: int) -> None:
     """Admissions and completions on random servers: the tree's test (``K._la_test``) gives the
     definition's answer and total, and a refused head's wake slot is never later than the
-    first slot in which it would pass with the same actives."""
+    first slot in which it would pass with the same actives; the table moved out of the tree
+    and back now and then holds the definition's totals."""
     rng = np.random.default_rng(B)
     for trial in range(30):
         M = int(rng.integers(40, 400)) // B * B + int(rng.integers(0, B))
@@ -345,6 +363,8 @@ def test_lookahead_tree_test_is_the_rules_on_random_states(B: int) -> None:
             for ta, sa, oa in [a for a in actives if a[0] + -(-a[1] // chunk) + a[2] - 1 < t]:
                 K._la_release(tree, ta + -(-sa // chunk) + oa - 1, ta, sa, oa, chunk, B)
                 actives.remove((ta, sa, oa))
+            if rng.integers(0, 8) == 0:
+                _table_out_and_back(tree, actives, chunk, B, M)
             s = int(rng.integers(1, 60))
             o = int(rng.integers(0, 60))
             if K.held(s + o, B) > M:
