@@ -10,7 +10,9 @@ Sections (issue 11; no timed tests — figures are printed here):
   ``vllm-v1`` with vLLM's lifecycle; streamed (no per-slot arrays); target ≤ 10 s each.
 * ``events``   the event engine's cost: CPU ns per slot and per event as M grows 16k → 8M at
   λ = 1.2·μ (the number running grows with M) and at λ = 0.9·μ, 0.5·μ; slots run one by one
-  and skipped, events processed; how often vLLM's default token budget stalls decoders.
+  and skipped, events processed; how often vLLM's default token budget stalls decoders;
+  lookahead with its finish-time table as the O(n) table (the engine before the finish tree),
+  in the finish tree from the first request, and as shipped, with B = 1 and B = 16.
 * ``vllm``     the vLLM-matched model (fast) vs vLLM 0.33's own scheduler and vs the
   reference model on one plan: steps/s, and step-for-step identity (check (c)).
 * ``plugin``   a plug-in rule (current-fit's rule in an outside class) on the plug-in path vs
@@ -24,7 +26,8 @@ Sections (issue 11; no timed tests — figures are printed here):
   the reference engine, same run (cold: every shape taped or asked during the run; taped: cached);
   ``--sglang-reference-max`` requests at most are also run on the reference engine (it takes
   ~0.8 ms a slot at paper scale), above that its time is not measured.
-* ``scaling``  10⁴/10⁵/10⁶ requests × M = 16k/131k/1M (current-fit): seconds and ns per request.
+* ``scaling``  10⁴/10⁵/10⁶ requests × M = 16k/131k/1M (current-fit and lookahead): seconds and ns
+  per request.
 * ``check``    fast vs reference engine, every SimResult array, on the paper's three workloads
   and the four shipped traces, every built-in, ≥ 10⁵ slots (check (b)).
 * ``python``   the same compiled loop run as plain Python (numba disabled): why numba.
@@ -41,6 +44,8 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,7 +64,7 @@ from kvstab.contract import (
     state_vars_of,
 )
 from kvstab.data import trace_path
-from kvstab.engine import run
+from kvstab.engine import _finish_tree, run
 from kvstab.engine.driver import Lifecycle, _run_fast, fast_rule
 from kvstab.engine.stream import Summary
 from kvstab.errors import InvalidArgument, InvariantViolation
@@ -152,6 +157,27 @@ def section_targets(requests: int) -> None:
     print(f"peak RSS of this process so far: {rss:.0f} MB (target < 1 GB for 10⁶ requests)")
 
 
+@contextmanager
+def lookahead_table(tree_at: int, table_at: int) -> Iterator[None]:
+    """Runs started inside keep lookahead's finish-time table in the finish tree from ``tree_at``
+    requests running, back in the O(n) table at ``table_at`` (``_finish_tree.TREE_AT``, ``TABLE_AT``)."""
+    old = _finish_tree.TREE_AT, _finish_tree.TABLE_AT
+    _finish_tree.TREE_AT, _finish_tree.TABLE_AT = tree_at, table_at
+    try:
+        yield
+    finally:
+        _finish_tree.TREE_AT, _finish_tree.TABLE_AT = old
+
+
+#: lookahead's finish-time table: the O(n) table only (the engine before the finish tree), the
+#: tree from the first request, and the shipped switch (the table while few run)
+LOOKAHEAD_TABLES = [
+    ("lookahead/table", (1 << 62, -1)),
+    ("lookahead/tree", (0, -1)),
+    ("lookahead", (_finish_tree.TREE_AT, _finish_tree.TABLE_AT)),
+]
+
+
 def section_events(requests: int) -> None:
     """The cost per slot and per event as the number running grows with M, and as the load falls."""
     header(f"events: CPU per slot and per event ({requests} requests per point, paper 1:1, streamed)")
@@ -161,16 +187,19 @@ def section_events(requests: int) -> None:
         f"{'CPU s':>7}{'ns/slot':>9}{'ns/event':>9}{'req-slots/ev':>13}"
     )
     points = [(M, 1.2) for M in (16_000, 131_000, 1_000_000, 8_000_000)] + [(131_000, 0.9), (131_000, 0.5)]
-    for rule in ("current-fit", "vllm-v1", "lookahead"):
+    cases = [(r, r, (_finish_tree.TREE_AT, _finish_tree.TABLE_AT)) for r in ("current-fit", "vllm-v1")]
+    cases += [("lookahead", label, mode) for label, mode in LOOKAHEAD_TABLES]
+    for rule, label, mode in cases:
         run(load_scheduler(rule), ModelParams(), plan_for(w, ModelParams(), 100), 10)  # compile / load the cache
-        for M, lf in points:
+        for M, lf in points if rule != "lookahead" else [(M, lf) for M, lf in points if lf == 1.2]:
             params = ModelParams(M=M)
             plan = plan_for(w, params, requests, lf)
             T = horizon(plan)
-            s, work, cpu = fast_run(rule, params, plan, T)
+            with lookahead_table(*mode):
+                s, work, cpu = fast_run(rule, params, plan, T)
             ev = events_of(work, s.arrived)
             print(
-                f"{rule:<16}{M:>9}{lf:>5}{T:>10}{work['request_slots'] / T:>9.1f}"
+                f"{label:<16}{M:>9}{lf:>5}{T:>10}{work['request_slots'] / T:>9.1f}"
                 f"{work['full_slots'] / T:>7.0%} {ev:>10}{ev / T:>8.2f}{cpu:>7.2f}{cpu / T * 1e9:>9.0f}"
                 f"{cpu / ev * 1e9:>9.0f}{work['request_slots'] / ev:>13.1f}",
                 flush=True,
@@ -189,6 +218,18 @@ def section_events(requests: int) -> None:
             f"{cpu:.2f} CPU s",
             flush=True,
         )
+    # lookahead with blocks (B = 16): the tree adds a head's decode as one range per block
+    print(f"{'lookahead, B=16':<16}{'M':>9}{'running':>9}{'CPU s':>7}{'ns/event':>9}  (table / tree / shipped)")
+    for M in (131_000, 1_000_000, 8_000_000):
+        params = ModelParams(M=M, block=16)
+        plan = plan_for(w, params, requests, 1.2)
+        T = horizon(plan)
+        cells = []
+        for _, mode in LOOKAHEAD_TABLES:
+            with lookahead_table(*mode):
+                s, work, cpu = fast_run("lookahead", params, plan, T)
+            cells.append(f"{cpu:.2f} s {cpu / events_of(work, s.arrived) * 1e9:.0f} ns")
+        print(f"{'':<16}{M:>9}{work['request_slots'] / T:>9.1f}  " + " / ".join(cells), flush=True)
 
 
 def section_vllm(steps: int) -> None:
@@ -416,20 +457,22 @@ class OutsideCurrentFit:
         return Decision(admit=fcfs_admit(view, ops, fits, kept, allowed=ops.not_(ops.or_(*preempt))), preempt=preempt)
 
 
-def section_scaling(sizes: list[int], capacities: list[int]) -> None:
-    header("scaling: current-fit, paper 1:1, λ = 1.2·μ; CPU seconds (ns per request)")
-    print(f"{'requests':>10}" + "".join(f"{'M=' + str(M):>22}" for M in capacities))
-    for n in sizes:
-        row = f"{n:>10}"
-        for M in capacities:
-            params = ModelParams(M=M)
-            plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, n)
-            c0 = time.process_time()
-            T = horizon(plan)
-            run(load_scheduler("current-fit"), params, plan, T, record=False, max_slots=max(T, 10_000_000))
-            cpu = time.process_time() - c0
-            row += f"{cpu:>12.2f} ({cpu / max(len(plan), 1) * 1e9:>6.0f} ns)"
-        print(row, flush=True)
+def section_scaling(sizes: list[int], capacities: list[int], rules: list[str]) -> None:
+    for rule in rules:
+        header(f"scaling: {rule}, paper 1:1, λ = 1.2·μ; CPU seconds (ns per request)")
+        print(f"{'requests':>10}" + "".join(f"{'M=' + str(M):>22}" for M in capacities))
+        run(load_scheduler(rule), ModelParams(), plan_for(PAPER_WORKLOADS["paper-1:1"], ModelParams(), 100), 10)
+        for n in sizes:
+            row = f"{n:>10}"
+            for M in capacities:
+                params = ModelParams(M=M)
+                plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, n)
+                c0 = time.process_time()
+                T = horizon(plan)
+                run(load_scheduler(rule), params, plan, T, record=False, max_slots=max(T, 10_000_000))
+                cpu = time.process_time() - c0
+                row += f"{cpu:>12.2f} ({cpu / max(len(plan), 1) * 1e9:>6.0f} ns)"
+            print(row, flush=True)
 
 
 def _first_difference(a: SimResult | None, b: SimResult | None) -> str | None:
@@ -532,6 +575,7 @@ def main() -> None:
     ap.add_argument("--check-slots", type=int, default=100_000)
     ap.add_argument("--check-M", type=int, default=16_000)
     ap.add_argument("--scaling", default="10000,100000,1000000", help="request counts of the scaling table")
+    ap.add_argument("--scaling-rules", default="current-fit,lookahead", help="rules of the scaling tables")
     args = ap.parse_args()
     if args.plugin_case:  # one long run of the plugin section, in a process of its own
         plugin_case(args.plugin_case[0], int(args.plugin_case[1]))
@@ -554,7 +598,11 @@ def main() -> None:
         elif name == "sglang":
             section_sglang([int(x) for x in args.sglang_requests.split(",")], args.sglang_reference_max)
         elif name == "scaling":
-            section_scaling([int(x) for x in args.scaling.split(",")], [16_000, 131_000, 1_000_000])
+            section_scaling(
+                [int(x) for x in args.scaling.split(",")],
+                [16_000, 131_000, 1_000_000],
+                [x for x in args.scaling_rules.split(",") if x],
+            )
         elif name == "check":
             section_check(args.check_slots, args.check_M)
         elif name == "python":
