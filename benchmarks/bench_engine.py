@@ -158,23 +158,23 @@ def section_targets(requests: int) -> None:
 
 
 @contextmanager
-def lookahead_table(tree_at: int, table_at: int) -> Iterator[None]:
-    """Runs started inside keep lookahead's finish-time table in the finish tree from ``tree_at``
-    requests running, back in the O(n) table at ``table_at`` (``_finish_tree.TREE_AT``, ``TABLE_AT``)."""
-    old = _finish_tree.TREE_AT, _finish_tree.TABLE_AT
-    _finish_tree.TREE_AT, _finish_tree.TABLE_AT = tree_at, table_at
+def lookahead_table(mode: tuple[int, int] | None) -> Iterator[None]:
+    """Runs started inside keep lookahead's finish-time table where ``mode`` says
+    (``_finish_tree.FORCE``: ``(tree_at, table_at)`` running, or ``None``: as shipped)."""
+    old = _finish_tree.FORCE
+    _finish_tree.FORCE = mode
     try:
         yield
     finally:
-        _finish_tree.TREE_AT, _finish_tree.TABLE_AT = old
+        _finish_tree.FORCE = old
 
 
 #: lookahead's finish-time table: the O(n) table only (the engine before the finish tree), the
-#: tree from the first request, and the shipped switch (the table while few run)
-LOOKAHEAD_TABLES = [
+#: tree from the first request, and as shipped (the table while few run)
+LOOKAHEAD_TABLES: list[tuple[str, tuple[int, int] | None]] = [
     ("lookahead/table", (1 << 62, -1)),
     ("lookahead/tree", (0, -1)),
-    ("lookahead", (_finish_tree.TREE_AT, _finish_tree.TABLE_AT)),
+    ("lookahead", None),
 ]
 
 
@@ -187,7 +187,7 @@ def section_events(requests: int) -> None:
         f"{'CPU s':>7}{'ns/slot':>9}{'ns/event':>9}{'req-slots/ev':>13}"
     )
     points = [(M, 1.2) for M in (16_000, 131_000, 1_000_000, 8_000_000)] + [(131_000, 0.9), (131_000, 0.5)]
-    cases = [(r, r, (_finish_tree.TREE_AT, _finish_tree.TABLE_AT)) for r in ("current-fit", "vllm-v1")]
+    cases: list[tuple[str, str, tuple[int, int] | None]] = [(r, r, None) for r in ("current-fit", "vllm-v1")]
     cases += [("lookahead", label, mode) for label, mode in LOOKAHEAD_TABLES]
     for rule, label, mode in cases:
         run(load_scheduler(rule), ModelParams(), plan_for(w, ModelParams(), 100), 10)  # compile / load the cache
@@ -195,7 +195,7 @@ def section_events(requests: int) -> None:
             params = ModelParams(M=M)
             plan = plan_for(w, params, requests, lf)
             T = horizon(plan)
-            with lookahead_table(*mode):
+            with lookahead_table(mode):
                 s, work, cpu = fast_run(rule, params, plan, T)
             ev = events_of(work, s.arrived)
             print(
@@ -226,7 +226,7 @@ def section_events(requests: int) -> None:
         T = horizon(plan)
         cells = []
         for _, mode in LOOKAHEAD_TABLES:
-            with lookahead_table(*mode):
+            with lookahead_table(mode):
                 s, work, cpu = fast_run("lookahead", params, plan, T)
             cells.append(f"{cpu:.2f} s {cpu / events_of(work, s.arrived) * 1e9:.0f} ns")
         print(f"{'':<16}{M:>9}{work['request_slots'] / T:>9.1f}  " + " / ".join(cells), flush=True)

@@ -44,21 +44,21 @@ COMPILED = [r for r in RULES if fast_rule(load_scheduler(r)) is not None]
 LIFECYCLES = {r: ["kvstab", "vllm"] if r in COMPILED else ["kvstab"] for r in RULES}
 
 
-#: where ``lookahead`` keeps its finish-time table (``_finish_tree.TREE_AT``, ``TABLE_AT``): in
-#: the tree from the first request; moved between the O(n) table and the tree at every test
-#: while 2 (or 4) run; or the shipped counts (mostly the table on these small servers)
-TABLE_MODES = [(0, -1), (2, 2), (4, 4), (_finish_tree.TREE_AT, _finish_tree.TABLE_AT)]
+#: where ``lookahead`` keeps its finish-time table (``_finish_tree.FORCE``): in the tree from the
+#: first request; moved between the O(n) table and the tree at every test while 2 (or 4) run;
+#: or as shipped (``None``: mostly the table on these small servers)
+TABLE_MODES: list[tuple[int, int] | None] = [(0, -1), (2, 2), (4, 4), None]
 
 
 @contextmanager
-def table_mode(mode: tuple[int, int]) -> Iterator[None]:
+def table_mode(mode: tuple[int, int] | None) -> Iterator[None]:
     """Runs started inside keep lookahead's table as ``mode`` says (see ``TABLE_MODES``)."""
-    old = _finish_tree.TREE_AT, _finish_tree.TABLE_AT
-    _finish_tree.TREE_AT, _finish_tree.TABLE_AT = mode
+    old = _finish_tree.FORCE
+    _finish_tree.FORCE = mode
     try:
         yield
     finally:
-        _finish_tree.TREE_AT, _finish_tree.TABLE_AT = old
+        _finish_tree.FORCE = old
 
 
 @st.composite

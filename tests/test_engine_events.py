@@ -135,7 +135,7 @@ def test_overflow_inside_a_block_period_preempts_in_its_slot(B: int) -> None:
 
 
 @pytest.mark.parametrize("mode", [TABLE_MODES[0], TABLE_MODES[-1]], ids=["tree", "table"])
-def test_lookahead_sleeps_until_its_head_can_pass(mode: tuple[int, int]) -> None:
+def test_lookahead_sleeps_until_its_head_can_pass(mode: tuple[int, int] | None) -> None:
     """A refused lookahead head is tested again only at its wake slot, not every slot:
     far fewer tests than slots it waited, the same outcome (the table kept in the finish
     tree, and as the O(n) table)."""

@@ -68,11 +68,26 @@ MIN_W = 256
 MAX_W = 1 << 18
 
 #: the engine keeps the O(n) table while fewer than ``TREE_AT`` requests run (it is cheaper
-#: there: ~10 ns an active against ~1 µs an admission for the tree, measured in
-#: ``benchmarks/bench_engine.py --only events``), moves it into the tree when ``TREE_AT`` run,
-#: and back when ``TABLE_AT`` or fewer do (O(n log W) a move; the gap makes moves rare)
+#: there: ~3–5 ns an active an event, against ~0.6 µs an event for the tree with ``B = 1``,
+#: measured in ``benchmarks/bench_engine.py --only events``), moves it into the tree when
+#: ``TREE_AT`` run, and back when ``TABLE_AT`` or fewer do (O(n log W) a move; the gap makes
+#: moves rare).  With ``B > 1`` the tree adds a head's decode one block at a time (``o/B``
+#: ranges), so both counts grow by a quarter of the mean ``o/B`` (:func:`thresholds`).
 TREE_AT = 128
 TABLE_AT = 64
+
+#: ``(tree_at, table_at)`` to force where runs started from now keep the table (tests and
+#: benchmarks: ``(0, -1)`` is the tree from the first request); ``None``: :func:`thresholds`
+FORCE: tuple[int, int] | None = None
+
+
+def thresholds(B: int, mean_o: float) -> tuple[int, int]:
+    """The numbers running at which the table moves into the tree and back, for block size ``B``
+    and requests of mean decode length ``mean_o``."""
+    if FORCE is not None:
+        return FORCE
+    scale = 1.0 if B == 1 else 1.0 + mean_o / B / 4
+    return int(TREE_AT * scale), int(TABLE_AT * scale)
 
 
 def ring_for(max_life: int) -> int:
@@ -83,7 +98,7 @@ def ring_for(max_life: int) -> int:
     return W if W <= MAX_W else 0
 
 
-def new(W: int, tree_at: int = TREE_AT, table_at: int = TABLE_AT) -> np.ndarray:
+def new(W: int, tree_at: int = 0, table_at: int = -1) -> np.ndarray:
     """An empty structure over a ring of ``W`` slots (a power of two, at least ``MIN_W``) that
     takes the table over when ``tree_at`` requests run and gives it back at ``table_at``."""
     FT = np.zeros((2 * W, COLS), dtype=np.int64)

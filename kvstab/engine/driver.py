@@ -155,7 +155,8 @@ class _State:
             longest = int((-(-self.ps // params.chunk) + self.po).max(initial=0))
             W = _finish_tree.ring_for(longest)
             if W:
-                self.ft = _finish_tree.new(W, _finish_tree.TREE_AT, _finish_tree.TABLE_AT)
+                mean_o = float(self.po.mean()) if self.po.size else 0.0
+                self.ft = _finish_tree.new(W, *_finish_tree.thresholds(params.block, mean_o))
         b1, b2, bp = self.no_bins if bins is None else bins
         return int(
             K.run_slots(
