@@ -489,7 +489,7 @@ def _first_difference(a: SimResult | None, b: SimResult | None) -> str | None:
     return None
 
 
-def section_check(slots: int, M: int) -> None:
+def section_check(slots: int, M: int, rules: list[str] | None = None) -> None:
     header(f"check (b): fast vs reference engine, {slots} slots each, M = {M}, λ = 1.2·μ, every built-in")
     sources = {k: v for k, v in PAPER_WORKLOADS.items()}
     for name in ("azure-conv", "azure-code", "sharegpt", "arxiv"):
@@ -502,34 +502,41 @@ def section_check(slots: int, M: int) -> None:
         cases: list[tuple[str, Lifecycle]] = [(n, "kvstab") for n in builtin_names(include_negative=True)]
         cases.append(("vllm-v1", "vllm"))
         for rule, life in cases:
+            if rules is not None and rule not in rules:
+                continue
+            # lookahead: every place of its finish-time table (the O(n) table, the tree, as shipped)
+            modes = LOOKAHEAD_TABLES if rule == "lookahead" else [(rule, None)]
             outs: list[object] = []
             t0 = time.perf_counter()
             # the negative control overflows early; check=False compares it over the whole horizon too
             check = rule != "current-fit-no-preempt"
-            for engine in ("fast", "reference"):
+            for engine, mode in [("reference", None)] + [("fast", m) for _, m in modes]:
                 try:
-                    outs.append(
-                        run(
-                            load_scheduler(rule), params, plan, slots, engine=engine, lifecycle=life, check=check
-                        ).result  # type: ignore[arg-type]
-                    )
+                    with lookahead_table(mode):
+                        outs.append(
+                            run(
+                                load_scheduler(rule), params, plan, slots, engine=engine, lifecycle=life, check=check
+                            ).result  # type: ignore[arg-type]
+                        )
                 except InvariantViolation as exc:
                     outs.append(("violation", exc.slot, exc.requests))
                 except InvalidArgument as exc:
                     outs.append(("refused", str(exc)))
             wall = time.perf_counter() - t0
-            if isinstance(outs[0], SimResult) and isinstance(outs[1], SimResult):
-                diff = _first_difference(outs[1], outs[0])
-                what = f"{int(outs[0].completed.sum())} completed, {int(outs[0].preemptions.sum())} preemptions"
-            else:
-                diff = None if outs[0] == outs[1] else f"{outs[1]} vs {outs[0]}"
-                what = str(outs[0])[:60]
-            bad += diff is not None
-            verdict = "identical" if diff is None else "DIFFER: " + diff
-            print(
-                f"{wname:<11}{rule + ' (' + life + ')':<34}{len(plan):>7} req  {wall:7.1f} s  {verdict}; {what}",
-                flush=True,
-            )
+            for (label, _), fast in zip(modes, outs[1:]):
+                ref = outs[0]
+                if isinstance(ref, SimResult) and isinstance(fast, SimResult):
+                    diff = _first_difference(fast, ref)
+                    what = f"{int(ref.completed.sum())} completed, {int(ref.preemptions.sum())} preemptions"
+                else:
+                    diff = None if ref == fast else f"{fast} vs {ref}"
+                    what = str(ref)[:60]
+                bad += diff is not None
+                verdict = "identical" if diff is None else "DIFFER: " + diff
+                print(
+                    f"{wname:<11}{label + ' (' + life + ')':<34}{len(plan):>7} req  {wall:7.1f} s  {verdict}; {what}",
+                    flush=True,
+                )
     print(f"check (b): {'all identical' if bad == 0 else f'{bad} case(s) differ'}")
 
 
@@ -574,6 +581,7 @@ def main() -> None:
     ap.add_argument("--sglang-reference-max", type=int, default=3000)
     ap.add_argument("--check-slots", type=int, default=100_000)
     ap.add_argument("--check-M", type=int, default=16_000)
+    ap.add_argument("--check-rules", default="", help="built-ins of the check section (default: every one)")
     ap.add_argument("--scaling", default="10000,100000,1000000", help="request counts of the scaling table")
     ap.add_argument("--scaling-rules", default="current-fit,lookahead", help="rules of the scaling tables")
     args = ap.parse_args()
@@ -604,7 +612,7 @@ def main() -> None:
                 [x for x in args.scaling_rules.split(",") if x],
             )
         elif name == "check":
-            section_check(args.check_slots, args.check_M)
+            section_check(args.check_slots, args.check_M, [x for x in args.check_rules.split(",") if x] or None)
         elif name == "python":
             section_python(20_000)
 
