@@ -52,7 +52,8 @@ def _window_note(spec: str, window: int, hid: int) -> str | None:
 
 def run_replay(args: argparse.Namespace) -> int:
     """``kvstab replay``: exit 1 if the run breaks the memory invariant, 2 if it did not finish, else 0."""
-    from kvstab.replay import parse_requests, parse_state, replay
+    from kvstab.engine.fast_replay import replay
+    from kvstab.replay import parse_requests, parse_state
 
     params = _params(args)
     plan = parse_requests(args.requests)

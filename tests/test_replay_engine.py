@@ -17,8 +17,9 @@ import pytest
 from test_cli import run as _cli
 from test_engine_differential import COMPILED
 
+from kvstab.engine.fast_replay import replay
 from kvstab.model import ModelParams
-from kvstab.replay import ReplayOutcome, parse_requests, replay
+from kvstab.replay import ReplayOutcome, parse_requests
 
 
 def _key(out: ReplayOutcome) -> tuple[object, ...]:
