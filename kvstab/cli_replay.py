@@ -52,23 +52,28 @@ def _window_note(spec: str, window: int, hid: int) -> str | None:
 
 def run_replay(args: argparse.Namespace) -> int:
     """``kvstab replay``: exit 1 if the run breaks the memory invariant, 2 if it did not finish, else 0."""
-    from kvstab.engine.fast_replay import replay
-    from kvstab.replay import parse_requests, parse_state
+    from kvstab.engine.fast_replay import FAST_SPAN, replay_fast, why_not_fast
+    from kvstab.registry import load_scheduler
+    from kvstab.replay import parse_requests, parse_state, replay
 
     params = _params(args)
     plan = parse_requests(args.requests)
     act, wait = parse_state(args.active, args.waiting)
-    out = replay(
-        args.scheduler,
-        params,
-        plan,
-        active=act,
-        waiting=wait,
-        slots=args.slots,
-        window=args.window,
-        decide_timeout=args.decide_timeout,
-        engine=args.engine,
-    )
+    out = None
+    why = "asked for"
+    if args.engine != "reference":  # the fast engine where it gives the reference's records
+        sched = load_scheduler(args.scheduler)
+        why = why_not_fast(sched, plan, args.slots, act, wait, args.decide_timeout)
+        if not why:
+            out = replay_fast(sched, params, plan, args.slots, 100_000, args.window)
+            why = "" if out is not None else f"the plan does not drain within the fast engine's {FAST_SPAN} slots"
+        if out is None and args.engine == "fast":
+            raise InvalidArgument(f"no fast replay for this run: {why}; use --engine reference (or auto)")
+    if out is None:
+        out = replay(
+            args.scheduler, params, plan, active=act, waiting=wait, slots=args.slots, window=args.window,
+            decide_timeout=args.decide_timeout, why=why,
+        )  # fmt: skip
     if args.json:
         print(
             json.dumps(

@@ -1,10 +1,10 @@
 """``kvstab replay`` on the fast engine: the reference simulator's records, from per-slot counts.
 
-:func:`replay` chooses the engine (``auto``: the compiled engine where it gives
-the reference's records — a built-in with a compiled path, no starting state,
-no ``decide_timeout``, a plan within :data:`FAST_SPAN` slots — else
-:func:`kvstab.replay.replay`, the reference simulator) and says which ran and
-why.  The compiled engine keeps counts per slot; the records name the requests
+:func:`why_not_fast` says whether the compiled engine gives the reference's
+records for a replay (a built-in with a compiled path, no starting state, no
+``decide_timeout``, a plan within :data:`FAST_SPAN` slots); :func:`replay_fast`
+runs it there (``kvstab replay --engine`` chooses; :func:`kvstab.replay.replay`
+is the reference simulator's).  The compiled engine keeps counts per slot; the records name the requests
 from them, because every compiled rule admits a prefix of the queue, preempts a
 suffix of the admission order (victims back to the queue head, oldest first)
 and completes a request once, in its finish slot (``docs/engine.md``, "Why the
@@ -16,7 +16,6 @@ sees).  ``tests/test_replay_engine.py`` holds every field to the reference's.
 from __future__ import annotations
 
 from collections import deque
-from typing import Literal
 
 import numpy as np
 
@@ -25,14 +24,10 @@ from kvstab.contract import Scheduler
 from kvstab.engine.driver import fast_rule, run
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import ModelParams
-from kvstab.registry import load_scheduler
 from kvstab.replay import ReplayOutcome
-from kvstab.replay import replay as reference_replay
-from kvstab.simulator import DEFAULT_WINDOW, SimResult, SlotRecord
+from kvstab.simulator import SimResult, SlotRecord
 
-__all__ = ["replay", "ReplayEngine", "FAST_SPAN"]
-
-ReplayEngine = Literal["auto", "fast", "reference"]
+__all__ = ["why_not_fast", "replay_fast", "FAST_SPAN"]
 
 #: the fast engine replays plans whose arrivals and drain fit in this many slots (its own
 #: horizon); a plan reaching further (an idle gap of 10¹¹ slots costs the reference nothing) is
@@ -40,44 +35,7 @@ ReplayEngine = Literal["auto", "fast", "reference"]
 FAST_SPAN = 10_000_000
 
 
-def replay(
-    scheduler: str | Scheduler,
-    params: ModelParams,
-    plan: ArrivalPlan,
-    *,
-    active: list[tuple[int, int, int]] | None = None,
-    waiting: list[tuple[int, int]] | None = None,
-    slots: int | None = None,
-    max_slots: int = 100_000,
-    window: int = DEFAULT_WINDOW,
-    spec: str | None = None,
-    decide_timeout: float | None = None,
-    engine: ReplayEngine = "auto",
-) -> ReplayOutcome:
-    """:func:`kvstab.replay.replay` on the engine ``engine`` asks for: ``"reference"`` (the
-    simulator), ``"fast"`` (the compiled engine; refused with :class:`InvalidArgument` where
-    it cannot give the reference's records) or ``"auto"`` (fast where it can).  The outcome
-    says which engine ran and why."""
-    if engine not in ("auto", "fast", "reference"):
-        raise InvalidArgument(f"engine must be 'auto', 'fast' or 'reference', got {engine!r}")
-    sched = load_scheduler(scheduler) if isinstance(scheduler, str) else scheduler
-    why = "asked for"
-    if engine != "reference":
-        why = _no_fast_replay(sched, plan, slots, active, waiting, decide_timeout)
-        if not why:
-            out = _fast_replay(sched, params, plan, slots, max_slots, window)
-            if out is not None:
-                return out
-            why = f"the plan does not drain within the fast engine's {FAST_SPAN} slots"
-        if engine == "fast":
-            raise InvalidArgument(f"no fast replay for this run: {why}; use --engine reference (or auto)")
-    return reference_replay(
-        sched, params, plan, active=active, waiting=waiting, slots=slots, max_slots=max_slots, window=window,
-        spec=scheduler if isinstance(scheduler, str) else spec, decide_timeout=decide_timeout, why=why,
-    )  # fmt: skip
-
-
-def _no_fast_replay(
+def why_not_fast(
     sched: Scheduler,
     plan: ArrivalPlan,
     slots: int | None,
@@ -99,7 +57,7 @@ def _no_fast_replay(
     return ""
 
 
-def _fast_replay(
+def replay_fast(
     sched: Scheduler, params: ModelParams, plan: ArrivalPlan, slots: int | None, max_slots: int, window: int
 ) -> ReplayOutcome | None:
     """The replay on the compiled engine (``None`` if the plan does not drain within its span).
