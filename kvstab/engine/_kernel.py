@@ -51,7 +51,7 @@ from kvstab.engine import _finish_tree as FT_
 #: numba keys a cached function by the text of its own file only, so ``run_slots`` would keep
 #: an old copy of the finish tree's functions after they change; a test holds this to the
 #: file's hash, and changing it here changes this file's text: the cache is rebuilt.
-FINISH_TREE_SHA = "b5b7eff93376f6c1"
+FINISH_TREE_SHA = "0e4bea723d7ccfbd"
 
 try:  # numba is a declared dependency; the fallback keeps the engine correct (slow) without it
     import numba
