@@ -489,7 +489,7 @@ def _first_difference(a: SimResult | None, b: SimResult | None) -> str | None:
     return None
 
 
-def section_check(slots: int, M: int, rules: list[str] | None = None) -> None:
+def section_check(slots: int, M: int, rules: list[str] | None = None, only: list[str] | None = None) -> None:
     header(f"check (b): fast vs reference engine, {slots} slots each, M = {M}, λ = 1.2·μ, every built-in")
     sources = {k: v for k, v in PAPER_WORKLOADS.items()}
     for name in ("azure-conv", "azure-code", "sharegpt", "arxiv"):
@@ -497,6 +497,8 @@ def section_check(slots: int, M: int, rules: list[str] | None = None) -> None:
     params = ModelParams(M=M)
     bad = 0
     for wname, w in sources.items():
+        if only is not None and wname not in only:
+            continue
         rate = 1.2 * mu(w, params, PAPER_BBAR)
         plan = poisson_arrivals(w, rate, PAPER_BBAR, slots, seed=1).fit_to(params, drop_oversize=True)
         cases: list[tuple[str, Lifecycle]] = [(n, "kvstab") for n in builtin_names(include_negative=True)]
@@ -582,6 +584,7 @@ def main() -> None:
     ap.add_argument("--check-slots", type=int, default=100_000)
     ap.add_argument("--check-M", type=int, default=16_000)
     ap.add_argument("--check-rules", default="", help="built-ins of the check section (default: every one)")
+    ap.add_argument("--check-sources", default="", help="workloads and traces of the check section (default: all)")
     ap.add_argument("--scaling", default="10000,100000,1000000", help="request counts of the scaling table")
     ap.add_argument("--scaling-rules", default="current-fit,lookahead", help="rules of the scaling tables")
     args = ap.parse_args()
@@ -612,7 +615,12 @@ def main() -> None:
                 [x for x in args.scaling_rules.split(",") if x],
             )
         elif name == "check":
-            section_check(args.check_slots, args.check_M, [x for x in args.check_rules.split(",") if x] or None)
+            section_check(
+                args.check_slots,
+                args.check_M,
+                [x for x in args.check_rules.split(",") if x] or None,
+                [x for x in args.check_sources.split(",") if x] or None,
+            )
         elif name == "python":
             section_python(20_000)
 
