@@ -10,7 +10,9 @@ Sections (issue 11; no timed tests — figures are printed here):
   ``vllm-v1`` with vLLM's lifecycle; streamed (no per-slot arrays); target ≤ 10 s each.
 * ``events``   the event engine's cost: CPU ns per slot and per event as M grows 16k → 8M at
   λ = 1.2·μ (the number running grows with M) and at λ = 0.9·μ, 0.5·μ; slots run one by one
-  and skipped, events processed; how often vLLM's default token budget stalls decoders.
+  and skipped, events processed; how often vLLM's default token budget stalls decoders;
+  lookahead with its finish-time table as the O(n) table (the engine before the finish tree),
+  in the finish tree from the first request, and as shipped, with B = 1 and B = 16.
 * ``vllm``     the vLLM-matched model (fast) vs vLLM 0.33's own scheduler and vs the
   reference model on one plan: steps/s, and step-for-step identity (check (c)).
 * ``plugin``   a plug-in rule (current-fit's rule in an outside class) on the plug-in path vs
@@ -24,7 +26,8 @@ Sections (issue 11; no timed tests — figures are printed here):
   the reference engine, same run (cold: every shape taped or asked during the run; taped: cached);
   ``--sglang-reference-max`` requests at most are also run on the reference engine (it takes
   ~0.8 ms a slot at paper scale), above that its time is not measured.
-* ``scaling``  10⁴/10⁵/10⁶ requests × M = 16k/131k/1M (current-fit): seconds and ns per request.
+* ``scaling``  10⁴/10⁵/10⁶ requests × M = 16k/131k/1M (current-fit and lookahead): seconds and ns
+  per request.
 * ``check``    fast vs reference engine, every SimResult array, on the paper's three workloads
   and the four shipped traces, every built-in, ≥ 10⁵ slots (check (b)).
 * ``python``   the same compiled loop run as plain Python (numba disabled): why numba.
@@ -41,6 +44,8 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,7 +64,7 @@ from kvstab.contract import (
     state_vars_of,
 )
 from kvstab.data import trace_path
-from kvstab.engine import run
+from kvstab.engine import _finish_tree, run
 from kvstab.engine.driver import Lifecycle, _run_fast, fast_rule
 from kvstab.engine.stream import Summary
 from kvstab.errors import InvalidArgument, InvariantViolation
@@ -152,6 +157,27 @@ def section_targets(requests: int) -> None:
     print(f"peak RSS of this process so far: {rss:.0f} MB (target < 1 GB for 10⁶ requests)")
 
 
+@contextmanager
+def lookahead_table(mode: tuple[int, int] | None) -> Iterator[None]:
+    """Runs started inside keep lookahead's finish-time table where ``mode`` says
+    (``_finish_tree.FORCE``: ``(tree_at, table_at)`` running, or ``None``: as shipped)."""
+    old = _finish_tree.FORCE
+    _finish_tree.FORCE = mode
+    try:
+        yield
+    finally:
+        _finish_tree.FORCE = old
+
+
+#: lookahead's finish-time table: the O(n) table only (the engine before the finish tree), the
+#: tree from the first request, and as shipped (the table while few run)
+LOOKAHEAD_TABLES: list[tuple[str, tuple[int, int] | None]] = [
+    ("lookahead/table", (1 << 62, -1)),
+    ("lookahead/tree", (0, -1)),
+    ("lookahead", None),
+]
+
+
 def section_events(requests: int) -> None:
     """The cost per slot and per event as the number running grows with M, and as the load falls."""
     header(f"events: CPU per slot and per event ({requests} requests per point, paper 1:1, streamed)")
@@ -161,16 +187,19 @@ def section_events(requests: int) -> None:
         f"{'CPU s':>7}{'ns/slot':>9}{'ns/event':>9}{'req-slots/ev':>13}"
     )
     points = [(M, 1.2) for M in (16_000, 131_000, 1_000_000, 8_000_000)] + [(131_000, 0.9), (131_000, 0.5)]
-    for rule in ("current-fit", "vllm-v1", "lookahead"):
+    cases: list[tuple[str, str, tuple[int, int] | None]] = [(r, r, None) for r in ("current-fit", "vllm-v1")]
+    cases += [("lookahead", label, mode) for label, mode in LOOKAHEAD_TABLES]
+    for rule, label, mode in cases:
         run(load_scheduler(rule), ModelParams(), plan_for(w, ModelParams(), 100), 10)  # compile / load the cache
-        for M, lf in points:
+        for M, lf in points if rule != "lookahead" else [(M, lf) for M, lf in points if lf == 1.2]:
             params = ModelParams(M=M)
             plan = plan_for(w, params, requests, lf)
             T = horizon(plan)
-            s, work, cpu = fast_run(rule, params, plan, T)
+            with lookahead_table(mode):
+                s, work, cpu = fast_run(rule, params, plan, T)
             ev = events_of(work, s.arrived)
             print(
-                f"{rule:<16}{M:>9}{lf:>5}{T:>10}{work['request_slots'] / T:>9.1f}"
+                f"{label:<16}{M:>9}{lf:>5}{T:>10}{work['request_slots'] / T:>9.1f}"
                 f"{work['full_slots'] / T:>7.0%} {ev:>10}{ev / T:>8.2f}{cpu:>7.2f}{cpu / T * 1e9:>9.0f}"
                 f"{cpu / ev * 1e9:>9.0f}{work['request_slots'] / ev:>13.1f}",
                 flush=True,
@@ -189,6 +218,18 @@ def section_events(requests: int) -> None:
             f"{cpu:.2f} CPU s",
             flush=True,
         )
+    # lookahead with blocks (B = 16): the tree adds a head's decode as one range per block
+    print(f"{'lookahead, B=16':<16}{'M':>9}{'running':>9}{'CPU s':>7}{'ns/event':>9}  (table / tree / shipped)")
+    for M in (131_000, 1_000_000, 8_000_000):
+        params = ModelParams(M=M, block=16)
+        plan = plan_for(w, params, requests, 1.2)
+        T = horizon(plan)
+        cells = []
+        for _, mode in LOOKAHEAD_TABLES:
+            with lookahead_table(mode):
+                s, work, cpu = fast_run("lookahead", params, plan, T)
+            cells.append(f"{cpu:.2f} s {cpu / events_of(work, s.arrived) * 1e9:.0f} ns")
+        print(f"{'':<16}{M:>9}{work['request_slots'] / T:>9.1f}  " + " / ".join(cells), flush=True)
 
 
 def section_vllm(steps: int) -> None:
@@ -416,20 +457,22 @@ class OutsideCurrentFit:
         return Decision(admit=fcfs_admit(view, ops, fits, kept, allowed=ops.not_(ops.or_(*preempt))), preempt=preempt)
 
 
-def section_scaling(sizes: list[int], capacities: list[int]) -> None:
-    header("scaling: current-fit, paper 1:1, λ = 1.2·μ; CPU seconds (ns per request)")
-    print(f"{'requests':>10}" + "".join(f"{'M=' + str(M):>22}" for M in capacities))
-    for n in sizes:
-        row = f"{n:>10}"
-        for M in capacities:
-            params = ModelParams(M=M)
-            plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, n)
-            c0 = time.process_time()
-            T = horizon(plan)
-            run(load_scheduler("current-fit"), params, plan, T, record=False, max_slots=max(T, 10_000_000))
-            cpu = time.process_time() - c0
-            row += f"{cpu:>12.2f} ({cpu / max(len(plan), 1) * 1e9:>6.0f} ns)"
-        print(row, flush=True)
+def section_scaling(sizes: list[int], capacities: list[int], rules: list[str]) -> None:
+    for rule in rules:
+        header(f"scaling: {rule}, paper 1:1, λ = 1.2·μ; CPU seconds (ns per request)")
+        print(f"{'requests':>10}" + "".join(f"{'M=' + str(M):>22}" for M in capacities))
+        run(load_scheduler(rule), ModelParams(), plan_for(PAPER_WORKLOADS["paper-1:1"], ModelParams(), 100), 10)
+        for n in sizes:
+            row = f"{n:>10}"
+            for M in capacities:
+                params = ModelParams(M=M)
+                plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, n)
+                c0 = time.process_time()
+                T = horizon(plan)
+                run(load_scheduler(rule), params, plan, T, record=False, max_slots=max(T, 10_000_000))
+                cpu = time.process_time() - c0
+                row += f"{cpu:>12.2f} ({cpu / max(len(plan), 1) * 1e9:>6.0f} ns)"
+            print(row, flush=True)
 
 
 def _first_difference(a: SimResult | None, b: SimResult | None) -> str | None:
@@ -446,7 +489,7 @@ def _first_difference(a: SimResult | None, b: SimResult | None) -> str | None:
     return None
 
 
-def section_check(slots: int, M: int) -> None:
+def section_check(slots: int, M: int, rules: list[str] | None = None, only: list[str] | None = None) -> None:
     header(f"check (b): fast vs reference engine, {slots} slots each, M = {M}, λ = 1.2·μ, every built-in")
     sources = {k: v for k, v in PAPER_WORKLOADS.items()}
     for name in ("azure-conv", "azure-code", "sharegpt", "arxiv"):
@@ -454,39 +497,48 @@ def section_check(slots: int, M: int) -> None:
     params = ModelParams(M=M)
     bad = 0
     for wname, w in sources.items():
+        if only is not None and wname not in only:
+            continue
         rate = 1.2 * mu(w, params, PAPER_BBAR)
         plan = poisson_arrivals(w, rate, PAPER_BBAR, slots, seed=1).fit_to(params, drop_oversize=True)
         cases: list[tuple[str, Lifecycle]] = [(n, "kvstab") for n in builtin_names(include_negative=True)]
         cases.append(("vllm-v1", "vllm"))
         for rule, life in cases:
+            if rules is not None and rule not in rules:
+                continue
+            # lookahead: every place of its finish-time table (the O(n) table, the tree, as shipped)
+            modes = LOOKAHEAD_TABLES if rule == "lookahead" else [(rule, None)]
             outs: list[object] = []
             t0 = time.perf_counter()
             # the negative control overflows early; check=False compares it over the whole horizon too
             check = rule != "current-fit-no-preempt"
-            for engine in ("fast", "reference"):
+            for engine, mode in [("reference", None)] + [("fast", m) for _, m in modes]:
                 try:
-                    outs.append(
-                        run(
-                            load_scheduler(rule), params, plan, slots, engine=engine, lifecycle=life, check=check
-                        ).result  # type: ignore[arg-type]
-                    )
+                    with lookahead_table(mode):
+                        outs.append(
+                            run(
+                                load_scheduler(rule), params, plan, slots, engine=engine, lifecycle=life, check=check
+                            ).result  # type: ignore[arg-type]
+                        )
                 except InvariantViolation as exc:
                     outs.append(("violation", exc.slot, exc.requests))
                 except InvalidArgument as exc:
                     outs.append(("refused", str(exc)))
             wall = time.perf_counter() - t0
-            if isinstance(outs[0], SimResult) and isinstance(outs[1], SimResult):
-                diff = _first_difference(outs[1], outs[0])
-                what = f"{int(outs[0].completed.sum())} completed, {int(outs[0].preemptions.sum())} preemptions"
-            else:
-                diff = None if outs[0] == outs[1] else f"{outs[1]} vs {outs[0]}"
-                what = str(outs[0])[:60]
-            bad += diff is not None
-            verdict = "identical" if diff is None else "DIFFER: " + diff
-            print(
-                f"{wname:<11}{rule + ' (' + life + ')':<34}{len(plan):>7} req  {wall:7.1f} s  {verdict}; {what}",
-                flush=True,
-            )
+            for (label, _), fast in zip(modes, outs[1:]):
+                ref = outs[0]
+                if isinstance(ref, SimResult) and isinstance(fast, SimResult):
+                    diff = _first_difference(fast, ref)
+                    what = f"{int(ref.completed.sum())} completed, {int(ref.preemptions.sum())} preemptions"
+                else:
+                    diff = None if ref == fast else f"{fast} vs {ref}"
+                    what = str(ref)[:60]
+                bad += diff is not None
+                verdict = "identical" if diff is None else "DIFFER: " + diff
+                print(
+                    f"{wname:<11}{label + ' (' + life + ')':<34}{len(plan):>7} req  {wall:7.1f} s  {verdict}; {what}",
+                    flush=True,
+                )
     print(f"check (b): {'all identical' if bad == 0 else f'{bad} case(s) differ'}")
 
 
@@ -531,7 +583,10 @@ def main() -> None:
     ap.add_argument("--sglang-reference-max", type=int, default=3000)
     ap.add_argument("--check-slots", type=int, default=100_000)
     ap.add_argument("--check-M", type=int, default=16_000)
+    ap.add_argument("--check-rules", default="", help="built-ins of the check section (default: every one)")
+    ap.add_argument("--check-sources", default="", help="workloads and traces of the check section (default: all)")
     ap.add_argument("--scaling", default="10000,100000,1000000", help="request counts of the scaling table")
+    ap.add_argument("--scaling-rules", default="current-fit,lookahead", help="rules of the scaling tables")
     args = ap.parse_args()
     if args.plugin_case:  # one long run of the plugin section, in a process of its own
         plugin_case(args.plugin_case[0], int(args.plugin_case[1]))
@@ -554,9 +609,18 @@ def main() -> None:
         elif name == "sglang":
             section_sglang([int(x) for x in args.sglang_requests.split(",")], args.sglang_reference_max)
         elif name == "scaling":
-            section_scaling([int(x) for x in args.scaling.split(",")], [16_000, 131_000, 1_000_000])
+            section_scaling(
+                [int(x) for x in args.scaling.split(",")],
+                [16_000, 131_000, 1_000_000],
+                [x for x in args.scaling_rules.split(",") if x],
+            )
         elif name == "check":
-            section_check(args.check_slots, args.check_M)
+            section_check(
+                args.check_slots,
+                args.check_M,
+                [x for x in args.check_rules.split(",") if x] or None,
+                [x for x in args.check_sources.split(",") if x] or None,
+            )
         elif name == "python":
             section_python(20_000)
 

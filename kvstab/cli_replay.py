@@ -3,7 +3,10 @@
 Both take the same flags (scheduler, server, queue window, arrivals), so a
 ``kvstab replay …`` line printed with a counterexample becomes a ``kvstab
 check …`` line by changing one word.  Command-line floor: the runs are
-:func:`kvstab.replay.replay` and :func:`kvstab.checks.audit_plan`.
+:func:`kvstab.replay.replay` and :func:`kvstab.checks.audit_plan`.  ``replay``
+runs on the fast engine where it gives the reference's records (``--engine``);
+``check`` checks its properties on the reference engine's states, slot by slot
+(the per-slot property checks keep the oracle).
 """
 
 from __future__ import annotations
@@ -49,20 +52,35 @@ def _window_note(spec: str, window: int, hid: int) -> str | None:
 
 def run_replay(args: argparse.Namespace) -> int:
     """``kvstab replay``: exit 1 if the run breaks the memory invariant, 2 if it did not finish, else 0."""
+    from kvstab.engine.fast_replay import FAST_SPAN, replay_fast, why_not_fast
+    from kvstab.registry import load_scheduler
     from kvstab.replay import parse_requests, parse_state, replay
 
     params = _params(args)
     plan = parse_requests(args.requests)
     act, wait = parse_state(args.active, args.waiting)
-    out = replay(
-        args.scheduler, params, plan, active=act, waiting=wait, slots=args.slots, window=args.window,
-        decide_timeout=args.decide_timeout,
-    )
+    out = None
+    why = "asked for"
+    if args.engine != "reference":  # the fast engine where it gives the reference's records
+        sched = load_scheduler(args.scheduler)
+        why = why_not_fast(sched, plan, args.slots, act, wait, args.decide_timeout)
+        if not why:
+            out = replay_fast(sched, params, plan, args.slots, 100_000, args.window)
+            why = "" if out is not None else f"the plan does not drain within the fast engine's {FAST_SPAN} slots"
+        if out is None and args.engine == "fast":
+            raise InvalidArgument(f"no fast replay for this run: {why}; use --engine reference (or auto)")
+    if out is None:
+        out = replay(
+            args.scheduler, params, plan, active=act, waiting=wait, slots=args.slots, window=args.window,
+            decide_timeout=args.decide_timeout, why=why,
+        )  # fmt: skip
     if args.json:
         print(
             json.dumps(
                 {
                     "scheduler": args.scheduler,
+                    "engine": out.engine,
+                    "engine_reason": out.engine_reason,
                     "window": out.window,
                     "window_hid_slots": out.window_hid_slots,
                     "slots": [
@@ -101,12 +119,15 @@ def run_replay(args: argparse.Namespace) -> int:
                 )
             print(f"VIOLATION reproduced: {out.violation}")
         elif out.pending:
-            print(f"stopped after {len(out.records)} simulated slots: {out.pending} request(s) not yet arrived or unfinished")
+            print(
+                f"stopped after {len(out.records)} simulated slots: {out.pending} request(s) not yet arrived or unfinished"
+            )
         else:
             print("no invariant violation")
         note = _window_note(args.scheduler, out.window, out.window_hid_slots)
         if note:
             print(note)
+        print(f"({out.engine} engine: {out.engine_reason})")
     if out.violation is not None:
         return 1
     if out.pending:
@@ -148,27 +169,52 @@ def run_check(args: argparse.Namespace) -> int:
     return 0
 
 
-_property_number = flags.arg_type(lambda name, v: validation.as_int(name, v, minimum=1, maximum=8), "the property number")
+_property_number = flags.arg_type(
+    lambda name, v: validation.as_int(name, v, minimum=1, maximum=8), "the property number"
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``kvstab replay`` and ``kvstab check``."""
-    p = sub.add_parser("replay", help="replay a concrete workload in the reference simulator, slot by slot")
+    p = sub.add_parser(
+        "replay",
+        help="replay a concrete workload slot by slot (the fast engine for built-ins, else the reference simulator)",
+    )
     add_workload_arguments(p)
     p.add_argument("--active", default="", help="starting active requests as S:O:PROGRESS,… (admission order)")
     p.add_argument("--waiting", default="", help="starting queue as S:O,… (queue order)")
     p.add_argument("--slots", type=flags.slots, default=None, help="stop after this many slots (default: drain)")
+    p.add_argument(
+        "--engine",
+        choices=("auto", "fast", "reference"),
+        default="auto",
+        help="auto (default): the compiled fast engine for a built-in with no starting state and no "
+        "--decide-timeout (the same records), else the reference simulator; fast refuses a run it cannot "
+        "replay exactly; reference: the readable slot loop",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_replay)
 
-    c = sub.add_parser("check", help="run a workload through every property check of the audit suite (properties 1–8)")
+    c = sub.add_parser(
+        "check",
+        help="run a workload through every property check of the audit suite (properties 1–8), slot by slot "
+        "on the reference engine's states (the per-slot checks keep the reference engine as the oracle)",
+    )
     add_workload_arguments(c, timeout=False)  # the audit builds its own engine
     c.add_argument(
-        "--property", type=_property_number, action="append", default=None, dest="properties", metavar="N",
+        "--property",
+        type=_property_number,
+        action="append",
+        default=None,
+        dest="properties",
+        metavar="N",
         help="check only property N, 1-8 (repeatable; default: all)",
     )
     c.add_argument(
-        "--margin", type=flags.nonneg_int, default=None, metavar="D",
+        "--margin",
+        type=flags.nonneg_int,
+        default=None,
+        metavar="D",
         help="Δ for property 6 in place of the scheduler's declared margin (e.g. a proved one)",
     )
     c.set_defaults(func=run_check)

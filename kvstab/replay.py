@@ -3,7 +3,8 @@ simulator, and build the one-line command that does it.
 
 Every counterexample kvstab reports — a z3 refutation, a shrunk Hypothesis
 failure — comes with such a command, so that a reader can re-run it and watch
-the violation happen slot by slot.
+the violation happen slot by slot.  (:mod:`kvstab.engine.fast_replay` gives the
+same records from the fast engine where it can; ``kvstab replay --engine``.)
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class ReplayOutcome:
     pending: int = 0
     window: int = DEFAULT_WINDOW
     window_hid_slots: int = 0
+    engine: str = "reference"  # "fast" (the compiled engine) or "reference"
+    engine_reason: str = ""
 
 
 def _rows(text: str, names: tuple[str, ...], what: str) -> list[tuple[int, ...]]:
@@ -83,11 +86,14 @@ def replay(
     window: int = DEFAULT_WINDOW,
     spec: str | None = None,
     decide_timeout: float | None = None,
+    why: str = "asked for",
 ) -> ReplayOutcome:
-    """Run ``plan`` (from ``active``/``waiting`` if given) until it drains, the
-    slot limit, or the first invariant violation.  ``scheduler`` is a spec
-    (registered name or ``module:attr``) or a scheduler object (then ``spec``
-    names it in messages)."""
+    """Run ``plan`` (from ``active``/``waiting`` if given) on the reference simulator until it
+    drains, the slot limit, or the first invariant violation (``max_slots`` slots simulated,
+    idle gaps skipped).  ``scheduler`` is a spec (registered name or ``module:attr``) or a
+    scheduler object (then ``spec`` names it in messages); ``why`` is the outcome's
+    ``engine_reason``.  :func:`kvstab.engine.fast_replay.replay` runs the same replay on the
+    fast engine where it gives these records."""
     sched = load_scheduler(scheduler) if isinstance(scheduler, str) else scheduler
     name = scheduler if isinstance(scheduler, str) else spec
     eng = Engine(sched, params, window=window, spec=name, decide_timeout=decide_timeout)
@@ -97,10 +103,10 @@ def replay(
     try:
         fed = eng.run(plan, slots, drain=slots is None, skip_idle=True, max_slots=max_slots)
     except InvariantViolation as exc:
-        return ReplayOutcome(tuple(eng.records), exc, window=eng.window, window_hid_slots=eng.window_hid_slots)
+        return ReplayOutcome(tuple(eng.records), exc, 0, eng.window, eng.window_hid_slots, "reference", why)
     unfinished = sum(1 for r in eng.requests if r.finish < 0)
     pending = (len(plan) - fed) + unfinished if slots is None else 0
-    return ReplayOutcome(tuple(eng.records), None, pending, window=eng.window, window_hid_slots=eng.window_hid_slots)
+    return ReplayOutcome(tuple(eng.records), None, pending, eng.window, eng.window_hid_slots, "reference", why)
 
 
 def replay_command(

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvstab.arrivals import fixed_arrivals, poisson_arrivals
+from kvstab.arrivals import ArrivalPlan, fixed_arrivals, poisson_arrivals
 from kvstab.checks import margin_of
 from kvstab.contract import traits_of
-from kvstab.engine import simulate  # the fast engine: identical results, compiled for built-ins
+from kvstab.engine import fast_rule, run  # the fast engine: identical results, compiled for built-ins
 from kvstab.metrics import Estimate, queue_slope, throughput
 from kvstab.model import ModelParams, tokens_held
 from kvstab.pytest_plugin import AuditTarget, Budget
@@ -65,16 +65,29 @@ def policy_limit(target: AuditTarget, w: Workload, p: ModelParams) -> tuple[floa
 
 
 def horizon(target: AuditTarget, b: Budget) -> int:
-    """Slots of an overloaded run.  Look-ahead projects every admitted request
-    at every finish slot (O(n²) per slot in Python) and an overloaded server
-    runs many: a shorter horizon keeps its cost in line with the others; the
-    growth it must detect (≥ 0.2 μ per slot) is large."""
-    return b.stat_slots // 2 if target.spec == "lookahead" else b.stat_slots
+    """Slots of an overloaded run.  Look-ahead projects every admitted request at
+    every finish slot (O(n²) per slot on the reference engine) and an overloaded
+    server runs many: a rule without a compiled fast path that calls itself
+    ``lookahead`` gets a shorter horizon (the growth it must detect, ≥ 0.2 μ per
+    slot, is large); the built-in runs compiled, its finish-time table in O(log n)."""
+    if target.spec == "lookahead" and fast_rule(target.scheduler) is None:
+        return b.stat_slots // 2
+    return b.stat_slots
+
+
+def simulate(target: AuditTarget, p: ModelParams, plan: ArrivalPlan, slots: int) -> SimResult:
+    """The run on the fast engine (``kvstab.engine.run``): compiled for a built-in (checked
+    here: a long-horizon property must not fall back to the slot loop unseen), the plug-in
+    path or the reference engine for a plug-in."""
+    out = run(target.scheduler, p, plan, slots)
+    assert fast_rule(target.scheduler) is None or out.engine == "fast", (target.spec, out.engine, out.reason)
+    assert out.result is not None
+    return out.result
 
 
 def run_at(target: AuditTarget, p: ModelParams, rate: float, slots: int, seed: int) -> SimResult:
     plan = poisson_arrivals(WORKLOAD, rate, 1.0, slots, seed=seed)  # b̄ = 1: rates are per slot
-    return simulate(target.scheduler, p, plan, slots)
+    return simulate(target, p, plan, slots)
 
 
 def describe(name: str, est: Estimate) -> str:
@@ -113,7 +126,7 @@ def test_p10_saturated_throughput(audited_scheduler: AuditTarget, props_budget: 
     n = int(1.5 * mu * slots) + 50
     rng = np.random.default_rng(13)
     s, o = WORKLOAD.sample(rng, n)
-    res = simulate(audited_scheduler.scheduler, p, fixed_arrivals([(0, int(a), int(b)) for a, b in zip(s, o)]), slots)
+    res = simulate(audited_scheduler, p, fixed_arrivals([(0, int(a), int(b)) for a, b in zip(s, o)]), slots)
     assert res.queue[-1] > 0, "the backlog ran dry: the run is not saturated"
 
     # sample path: completed requests were served at least their g, and no slot serves more than M

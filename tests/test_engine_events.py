@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from test_engine_differential import FIELDS, _same
+from test_engine_differential import FIELDS, SCALE, TABLE_MODES, _same, table_mode
 
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals
+from kvstab.engine import _finish_tree as FT
 from kvstab.engine import _kernel as K
 from kvstab.engine import driver, run
 from kvstab.errors import InvariantViolation
@@ -79,7 +80,7 @@ def test_closed_forms_are_the_sums(B: int) -> None:
 
 
 # --- quiet stretches that end at each kind of event
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60 * SCALE, deadline=None)
 @given(data=st.data(), rule=st.sampled_from(COMPILED))
 def test_long_quiet_stretches_match_the_reference(data: st.DataObject, rule: str) -> None:
     """Few long requests on a roomy server: most slots are skipped, and every stretch ends at
@@ -98,7 +99,8 @@ def test_long_quiet_stretches_match_the_reference(data: st.DataObject, rule: str
     params = ModelParams(M=M, chunk=chunk, block=B)
     check = rule != "current-fit-no-preempt"
     ref = run(load_scheduler(rule), params, plan, horizon, engine="reference", check=check).result
-    fast, work = _work(rule, params, plan, horizon, check=check)
+    with table_mode(data.draw(st.sampled_from(TABLE_MODES))):
+        fast, work = _work(rule, params, plan, horizon, check=check)
     assert ref is not None
     _same(ref, fast)
     event("stretches skipped" if work["skipped_slots"] else "no stretch")
@@ -132,13 +134,16 @@ def test_overflow_inside_a_block_period_preempts_in_its_slot(B: int) -> None:
         assert work["skipped_slots"] > 0 and work["preemptions"] == int(ref.preemptions.sum())
 
 
-def test_lookahead_sleeps_until_its_head_can_pass() -> None:
+@pytest.mark.parametrize("mode", [TABLE_MODES[0], TABLE_MODES[-1]], ids=["tree", "table"])
+def test_lookahead_sleeps_until_its_head_can_pass(mode: tuple[int, int] | None) -> None:
     """A refused lookahead head is tested again only at its wake slot, not every slot:
-    far fewer tests than slots it waited, the same outcome."""
+    far fewer tests than slots it waited, the same outcome (the table kept in the finish
+    tree, and as the O(n) table)."""
     params = ModelParams(M=120, chunk=8)
     plan = fixed_arrivals([(0, 20, 80), (1, 30, 60), (2, 10, 90), (3, 40, 30), (4, 5, 100), (5, 50, 20)])
     ref = run(load_scheduler("lookahead"), params, plan, drain=True, engine="reference").result
-    fast, work = _work("lookahead", params, plan, None, drain=True)
+    with table_mode(mode):
+        fast, work = _work("lookahead", params, plan, None, drain=True)
     assert ref is not None
     _same(ref, fast)
     waited = int((ref.first_admit - ref.arrival).sum())
@@ -242,3 +247,146 @@ def test_huge_blocks_step_every_request_explicitly() -> None:
         assert ref is not None
         _same(ref, fast)
         assert work["explicit_steps"] == int(ref.running.sum()), work  # every running request, every slot
+
+
+# --- lookahead's finish tree (kvstab/engine/_finish_tree.py) against brute force
+def test_finish_tree_answers_what_brute_force_does() -> None:
+    """Random range heats (``h·E + c``), points set and cleared, on a ring whose window wraps:
+    the tree's range maximum (and the slot holding it), first present slot and point values
+    are a dict's; the profile's value at a slot is the sum of its entries."""
+    rng = np.random.default_rng(7)
+    W = FT.MIN_W
+    H = W // 2
+    tree = FT.new(W)
+    V: dict[int, int] = {}  # present slot -> V
+    t = 0
+    for step in range(3000):
+        t += int(rng.integers(0, 3))  # the window [t, t + H) moves on and wraps the ring
+        for E in [E for E in V if E < t]:
+            del V[E]
+            FT.tree_clear(tree, E)
+        op = int(rng.integers(0, 6))
+        lo = t + int(rng.integers(0, H))
+        hi = min(t + H - 1, lo + int(rng.integers(0, H)))
+        if op <= 1:
+            E = t + int(rng.integers(0, H))
+            if E in V and op == 1:
+                del V[E]
+                FT.tree_clear(tree, E)
+            else:
+                V[E] = int(rng.integers(0, 400))  # close values: lines cross after a few heats
+                FT.tree_set(tree, E, V[E])
+        elif op <= 3:
+            h, c = int(rng.integers(0, 2)), int(rng.integers(-50, 200))
+            FT.tree_add(tree, lo, hi, h, c)
+            for E in V:
+                if lo <= E <= hi:
+                    V[E] += h * E + c
+        else:
+            inside = [E for E in V if lo <= E <= hi]
+            v, e = FT.tree_max(tree, lo, hi)
+            if not inside:
+                assert (v, e) == (FT.NEG, -1)
+            else:
+                assert v == max(V[E] for E in inside) and V[e] == v and lo <= e <= hi, step
+            assert FT.tree_first(tree, lo, hi) == (min(inside) if inside else -1)
+        if V and step % 7 == 0:
+            E = sorted(V)[int(rng.integers(0, len(V)))]
+            assert FT.tree_get(tree, E) == V[E]
+    # the profile: entries anywhere in the live window, points at slots from t on
+    prof = FT.new(W)
+    t = 5 * W + 3
+    entries: list[tuple[int, int, int]] = []
+    points: dict[int, int] = {}
+    for _ in range(300):
+        E, coef, const = t - H + int(rng.integers(0, W)), int(rng.integers(-3, 4)), int(rng.integers(-99, 99))
+        FT.profile_add(prof, E, coef, const)
+        entries.append((E, coef, const))
+        P, pv = t + int(rng.integers(0, H)), int(rng.integers(-9, 9))
+        FT.profile_point(prof, P, pv)
+        points[P] = points.get(P, 0) + pv
+        Q = t + int(rng.integers(0, H))
+        want = sum(coef * Q + const for E2, coef, const in entries if E2 <= Q) + points.get(Q, 0)
+        assert FT.profile_at(prof, t, Q) == want
+
+
+def _brute_test(
+    actives: list[tuple[int, int, int]], t: int, s: int, o: int, chunk: int, B: int, M: int
+) -> tuple[bool, int]:
+    """``lookahead``'s test from its definition: every finish slot up to the head's own and
+    the head's own total, each the sum of the projections (``K._proj_held``) alive there."""
+    fc = t + -(-s // chunk) + o - 1
+
+    def total(E: int) -> int:
+        return sum(K._proj_held(sa, oa, ta, E, chunk, B) for ta, sa, oa in actives)
+
+    own = total(fc) + K._proj_held(s, o, t, fc, chunk, B)
+    ok = own <= M
+    for ta, sa, oa in actives:
+        F = ta + -(-sa // chunk) + oa - 1
+        ok = ok and total(F) + (K._proj_held(s, o, t, F, chunk, B) if F <= fc else 0) <= M
+    return ok, own
+
+
+def _table_out_and_back(tree: np.ndarray, actives: list[tuple[int, int, int]], chunk: int, B: int, M: int) -> None:
+    """Move the tree's totals into a request table (``K._la_to_table``): each is the definition's,
+    and the tree is left empty; then move them back (``K._la_to_tree``)."""
+    R = np.zeros((K.NF, max(1, len(actives))), dtype=np.int64)
+    for q, (ta, sa, oa) in enumerate(actives):
+        R[K.F_TA, q], R[K.F_S, q], R[K.F_O, q] = ta, sa, oa
+        R[K.F_FSLOT, q] = ta + -(-sa // chunk) + oa - 1
+        R[K.F_NXT, q] = q + 1 if q + 1 < len(actives) else -1
+    ah = 0 if actives else -1
+    K._la_to_table(tree, R, ah, chunk, B)
+    for q in range(len(actives)):
+        F = int(R[K.F_FSLOT, q])
+        assert R[K.F_TF, q] == sum(K._proj_held(sa, oa, ta, F, chunk, B) for ta, sa, oa in actives)
+    assert not tree[:, [FT.PCOEF, FT.PCONST, FT.PPOINT, FT.CNT]].any() and tree[1, FT.MV] == FT.NEG
+    K._la_to_tree(tree, R, ah, chunk, B)
+
+
+@pytest.mark.parametrize("B", [1, 3, 16])
+def test_lookahead_tree_test_is_the_rules_on_random_states(B: int) -> None:
+    """Admissions and completions on random servers: the tree's test (``K._la_test``) gives the
+    definition's answer and total, and a refused head's wake slot is never later than the
+    first slot in which it would pass with the same actives; the table moved out of the tree
+    and back now and then holds the definition's totals."""
+    rng = np.random.default_rng(B)
+    for trial in range(30):
+        M = int(rng.integers(40, 400)) // B * B + int(rng.integers(0, B))
+        chunk = int(rng.integers(1, 30))
+        tree = FT.new(FT.MIN_W)
+        actives: list[tuple[int, int, int]] = []
+        t = int(rng.integers(0, 3 * FT.MIN_W))
+        for _ in range(60):
+            t += int(rng.integers(0, 4))
+            for ta, sa, oa in [a for a in actives if a[0] + -(-a[1] // chunk) + a[2] - 1 < t]:
+                K._la_release(tree, ta + -(-sa // chunk) + oa - 1, ta, sa, oa, chunk, B)
+                actives.remove((ta, sa, oa))
+            if rng.integers(0, 8) == 0:
+                _table_out_and_back(tree, actives, chunk, B, M)
+            s = int(rng.integers(1, 60))
+            o = int(rng.integers(0, 60))
+            if K.held(s + o, B) > M:
+                continue
+            ok, wake, fc, own = K._la_test(tree, t, s, o, chunk, B, M)
+            want_ok, want_own = _brute_test(actives, t, s, o, chunk, B, M)
+            assert (ok, own) == (want_ok, want_own), (trial, t, s, o)
+            if ok:
+                K._la_admit(tree, t, s, o, chunk, B, fc, own)
+                actives.append((t, s, o))
+            else:
+                first = next(u for u in range(t, t + 400) if _brute_test(actives, u, s, o, chunk, B, M)[0])
+                assert t < wake <= first, (trial, t, wake, first)
+
+
+def test_the_kernel_is_rebuilt_when_the_finish_tree_changes() -> None:
+    """numba keys ``run_slots``'s cache by the text of ``_kernel.py`` alone: the hash of
+    ``_finish_tree.py`` written there makes a change to the tree change the kernel's text.
+    After editing ``_finish_tree.py``, write ``sha256sum kvstab/engine/_finish_tree.py | cut -c1-16``
+    into ``_kernel.FINISH_TREE_SHA``."""
+    import hashlib
+    from pathlib import Path
+
+    text = Path(FT.__file__).read_bytes()
+    assert hashlib.sha256(text).hexdigest()[:16] == K.FINISH_TREE_SHA

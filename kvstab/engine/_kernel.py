@@ -45,6 +45,14 @@ from typing import Any
 
 import numpy as np
 
+from kvstab.engine import _finish_tree as FT_
+
+#: the text of ``_finish_tree.py`` this file was last compiled with (a prefix of its sha256).
+#: numba keys a cached function by the text of its own file only, so ``run_slots`` would keep
+#: an old copy of the finish tree's functions after they change; a test holds this to the
+#: file's hash, and changing it here changes this file's text: the cache is rebuilt.
+FINISH_TREE_SHA = "0e4bea723d7ccfbd"
+
 try:  # numba is a declared dependency; the fallback keeps the engine correct (slow) without it
     import numba
 
@@ -446,6 +454,156 @@ def _lookahead_test(R: np.ndarray, ah: int, c: int, t: int, M: int, chunk: int, 
     return ok, wake, fc, own
 
 
+@_njit(cache=True, inline="always")
+def _la_wake(m: int, E: int, s: int, o: int, rp: int, chunk: int) -> int:
+    """The first slot in which the head, admitted then, can hold at most ``m`` at slot ``E``:
+    ``E + 1 − τ*``, with ``τ*`` the largest age at which its projection is ``≤ m``."""
+    tau = m // chunk if m < s else rp + min(o, m - s)
+    return E + 1 - tau
+
+
+@_njit(cache=True)
+def _la_profile(FT: np.ndarray, ta: int, s: int, o: int, chunk: int, B: int, sign: int) -> None:
+    """Add (``sign = 1``) or remove (``−1``) the projection of a request admitted in slot ``ta``
+    to the profile ``T``: its prefill chunks as point values, then from the slot it holds its
+    whole prompt (age ``rp``) to its finish ``F`` its decode, ``held(E + x)`` with ``x = s + o − F``
+    — one linear piece when ``B = 1``, a staircase of ``B``-steps otherwise."""
+    rp = (s + chunk - 1) // chunk
+    F = ta + rp + o - 1
+    L = ta + rp - 1
+    x = s + o - F
+    for k in range(1, rp):
+        FT_.profile_point(FT, ta + k - 1, sign * held(k * chunk, B))
+    if B == 1:
+        FT_.profile_add(FT, L, sign, sign * x)
+        FT_.profile_add(FT, F + 1, -sign, -sign * x)
+    else:
+        FT_.profile_add(FT, L, 0, sign * held(s, B))
+        y = held(s, B) + 1  # the progress at which it opens its next block
+        while y <= s + o:
+            FT_.profile_add(FT, y - x, 0, sign * B)
+            y += B
+        FT_.profile_add(FT, F + 1, 0, -sign * held(s + o, B))
+
+
+@_njit(cache=True)
+def _la_tree_add(FT: np.ndarray, t: int, s: int, o: int, chunk: int, B: int) -> None:
+    """Add the projection of a head admitted in slot ``t`` to ``V`` at every present finish slot
+    up to its own: its prefill chunks one slot each, then ``E + x`` in one heat (``B = 1``) or
+    its blocks one constant range each."""
+    W = FT.shape[0] >> 1
+    rp = (s + chunk - 1) // chunk
+    F = t + rp + o - 1
+    L = t + rp - 1
+    x = s + o - F
+    for k in range(1, rp):
+        E = t + k - 1
+        if FT[E & (W - 1), FT_.CNT] > 0:
+            FT_.tree_add(FT, E, E, 0, held(k * chunk, B))
+    if B == 1:
+        FT_.tree_add(FT, L, F, 1, x)
+        return
+    v = held(s, B)
+    lo = L
+    hi = min(F, L + v - s)
+    while lo <= F:
+        FT_.tree_add(FT, lo, hi, 0, v)
+        lo = hi + 1
+        hi = min(F, lo + B - 1)
+        v += B
+
+
+@_njit(cache=True)
+def _la_test(FT: np.ndarray, t: int, s: int, o: int, chunk: int, B: int, M: int) -> tuple[bool, int, int, int]:
+    """``lookahead``'s admission test of a head ``(s, o)`` in slot ``t`` on the finish tree, in
+    O(log W) plus O(log W) per prefill chunk; the same answer as :func:`_lookahead_test`, and a
+    wake slot that is a lower bound of the first slot it can pass (``docs/engine.md``).
+
+    In the head's decode ages (finish slots ``E`` from ``t + rp − 1`` to its own ``F_c``) it holds
+    ``held(E + x)``, so a constraint fails iff ``E + x > M_B − T(E)`` (``T`` is a multiple of
+    ``B``), i.e. iff ``V(E) = T(E) + E > M_B − x``: one range maximum.  Its prefill ages are
+    ``rp − 1`` slots, tested one by one; its own finish slot's total comes from the profile.
+    The totals at later finish slots are within ``M`` (every admission kept them so)."""
+    W = FT.shape[0] >> 1
+    rp = (s + chunk - 1) // chunk
+    life = rp + o
+    fc = t + life - 1
+    x = s + o - fc
+    MB = M // B * B
+    ok = True
+    wake = t + 1
+    v, e = FT_.tree_max(FT, t + rp - 1, fc)
+    if v != FT_.NEG and v > MB - x:
+        ok = False
+        wake = max(wake, _la_wake(MB - (v - e), e, s, o, rp, chunk))
+    for k in range(1, rp):
+        E = t + k - 1
+        if FT[E & (W - 1), FT_.CNT] > 0:
+            total = FT_.tree_get(FT, E) - E
+            if total + held(k * chunk, B) > M:
+                ok = False
+                wake = max(wake, _la_wake((M - total) // B * B, E, s, o, rp, chunk))
+    own = FT_.profile_at(FT, t, fc) + held(s + o, B)
+    if own > M:
+        ok = False
+        fnext = FT_.tree_first(FT, fc, t + (W >> 1) - 1)
+        wake = max(wake, (_FAR if fnext < 0 else fnext) - life + 2)
+    return ok, wake, fc, own
+
+
+@_njit(cache=True)
+def _la_enter(FT: np.ndarray, ta: int, s: int, o: int, F: int, total: int, chunk: int, B: int) -> None:
+    """Enter an active request (admitted in slot ``ta``, finish slot ``F``, projected total
+    ``total`` there) into the profile and the tree (a finish slot first met is set)."""
+    W = FT.shape[0] >> 1
+    _la_profile(FT, ta, s, o, chunk, B, 1)
+    pos = F & (W - 1)
+    if FT[pos, FT_.CNT] == 0:
+        FT_.tree_set(FT, F, F + total)
+    FT[pos, FT_.CNT] += 1
+
+
+@_njit(cache=True)
+def _la_admit(FT: np.ndarray, t: int, s: int, o: int, chunk: int, B: int, fc: int, own: int) -> None:
+    """Enter a head admitted in slot ``t`` (finish slot ``fc``, projected total ``own`` there)."""
+    _la_tree_add(FT, t, s, o, chunk, B)
+    _la_enter(FT, t, s, o, fc, own, chunk, B)
+
+
+@_njit(cache=True)
+def _la_release(FT: np.ndarray, F: int, ta: int, s: int, o: int, chunk: int, B: int) -> None:
+    """Take out a request admitted in slot ``ta`` that finished in slot ``F``.  The totals it
+    added to are all at slots ``≤ F``, which are past: only its profile entries (which a later
+    lap of the ring would meet) and its finish slot go."""
+    W = FT.shape[0] >> 1
+    _la_profile(FT, ta, s, o, chunk, B, -1)
+    pos = F & (W - 1)
+    FT[pos, FT_.CNT] -= 1
+    if FT[pos, FT_.CNT] == 0:
+        FT_.tree_clear(FT, F)
+
+
+@_njit(cache=True)
+def _la_to_tree(FT: np.ndarray, R: np.ndarray, ah: int, chunk: int, B: int) -> None:
+    """Move the finish-time table (``R[F_TF]``) of the actives into the (empty) tree."""
+    q = ah
+    while q >= 0:
+        _la_enter(FT, R[F_TA, q], R[F_S, q], R[F_O, q], R[F_FSLOT, q], R[F_TF, q], chunk, B)
+        q = R[F_NXT, q]
+
+
+@_njit(cache=True)
+def _la_to_table(FT: np.ndarray, R: np.ndarray, ah: int, chunk: int, B: int) -> None:
+    """Move the tree's totals back into ``R[F_TF]``; the tree is left empty (every entry and
+    finish slot of a request leaves with it)."""
+    q = ah
+    while q >= 0:
+        F = R[F_FSLOT, q]
+        R[F_TF, q] = FT_.tree_get(FT, F) - F
+        _la_release(FT, F, R[F_TA, q], R[F_S, q], R[F_O, q], chunk, B)
+        q = R[F_NXT, q]
+
+
 @_njit(cache=True)
 def run_slots(
     pol: int,
@@ -475,16 +633,22 @@ def run_slots(
     bins1: np.ndarray,
     bins2: np.ndarray,
     bp: np.ndarray,
+    FT: np.ndarray,
 ) -> int:
     """Run slots ``st[ST_T]`` … ``t_end − 1`` (fewer on a drain or a violation); returns a status
     code.  With ``out`` of positive width, slot ``t``'s row is written at ``out[:, t − t_base]``;
     with ``bp[BP_ON]``, the batch-means sums of a streamed fixed horizon are added to
-    ``bins1`` (completions), ``bins2`` (arrivals − completions) and ``st[ST_MEMSUM]``."""
+    ``bins1`` (completions), ``bins2`` (arrivals − completions) and ``st[ST_MEMSUM]``.
+    ``lookahead`` keeps its finish-time table in ``R`` (O(n) a test and an admission), and when
+    ``FT`` has :data:`~kvstab.engine._finish_tree.COLS` columns moves it into the finish tree
+    (:mod:`kvstab.engine._finish_tree`, O(log W)) while many requests run."""
     n = pslot.shape[0]
     cap = qbuf.shape[0]
     rows = out.shape[1] > 0
     lazy_ok = B <= LAZY_BMAX
     preempts = pol == CURRENT_FIT or pol == VLLM_V1
+    ring = pol == LOOKAHEAD and FT.shape[1] == FT_.COLS  # lookahead may keep its table in the tree
+    tree = ring and FT[0, FT_.MODE] == 1  # it does now
     binned = bp[BP_ON] != 0
     b1f, b1s, b1n = bp[BP_F1], bp[BP_S1], bp[BP_N1]
     b2f, b2s, b2n = bp[BP_F2], bp[BP_S2], bp[BP_N2]
@@ -730,18 +894,31 @@ def run_slots(
                     if r == lah and t < law:
                         break
                     st[ST_LATEST] += 1
-                    ok, wake, fc, own = _lookahead_test(R, ah, r, t, M, chunk, B)
+                    if ring:  # the table moves into the tree when many run, and back when few do
+                        if not tree and na >= FT[0, FT_.TREE_AT_]:
+                            _la_to_tree(FT, R, ah, chunk, B)
+                            tree = True
+                        elif tree and na <= FT[0, FT_.TABLE_AT_]:
+                            _la_to_table(FT, R, ah, chunk, B)
+                            tree = False
+                    if tree:
+                        ok, wake, fc, own = _la_test(FT, t, sr, R[F_O, r], chunk, B, M)
+                    else:
+                        ok, wake, fc, own = _lookahead_test(R, ah, r, t, M, chunk, B)
                     if not ok:
                         lah = r
                         law = wake
                         break
-                    q = ah
-                    while q >= 0:
-                        fq = R[F_FSLOT, q]
-                        if fq <= fc:
-                            R[F_TF, q] += _proj_held(sr, R[F_O, r], t, fq, chunk, B)
-                        q = R[F_NXT, q]
-                    R[F_TF, r] = own
+                    if tree:
+                        _la_admit(FT, t, sr, R[F_O, r], chunk, B, fc, own)
+                    else:
+                        q = ah
+                        while q >= 0:
+                            fq = R[F_FSLOT, q]
+                            if fq <= fc:
+                                R[F_TF, q] += _proj_held(sr, R[F_O, r], t, fq, chunk, B)
+                            q = R[F_NXT, q]
+                        R[F_TF, r] = own
                     R[F_FSLOT, r] = fc
                     R[F_TA, r] = t
                     g = min(sr, chunk)
@@ -835,6 +1012,8 @@ def run_slots(
             R[F_FIN, r] = t
             if pol == RESERVE:
                 resv -= held(R[F_S, r] + R[F_O, r], B)
+            elif tree:
+                _la_release(FT, R[F_FSLOT, r], R[F_TA, r], R[F_S, r], R[F_O, r], chunk, B)
             ah, at = _unlink(R, r, ah, at)
             na -= 1
             done += 1
@@ -853,6 +1032,8 @@ def run_slots(
                     R[F_FIN, r] = t
                     if pol == RESERVE:
                         resv -= held(sr + R[F_O, r], B)
+                    elif tree:
+                        _la_release(FT, R[F_FSLOT, r], R[F_TA, r], sr, R[F_O, r], chunk, B)
                     ah, at = _unlink(R, r, ah, at)
                     na -= 1
                     done += 1
@@ -909,4 +1090,6 @@ def run_slots(
     st[ST_LAH] = lah
     st[ST_LAW] = law
     st[ST_MEMSUM] = memsum
+    if ring:
+        FT[0, FT_.MODE] = 1 if tree else 0
     return status

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from kvstab.arrivals import ArrivalPlan
 from kvstab.contract import Scheduler
+from kvstab.engine import _finish_tree
 from kvstab.engine import _kernel as K
 from kvstab.engine.stream import StreamStats, Summary
 from kvstab.errors import InvalidArgument, InvariantViolation
@@ -105,6 +106,8 @@ class _State:
         for f in (K.ST_AH, K.ST_AT, K.ST_LAH):
             self.st[f] = -1
         self.no_bins = (np.zeros(1), np.zeros(1), np.zeros(K.BP_SIZE, dtype=np.int64))
+        self.ft = np.zeros((2, 1), dtype=np.int64)  # lookahead's finish tree, made at its first step
+        self.ft_made = False
 
     @property
     def t(self) -> int:
@@ -146,6 +149,14 @@ class _State:
         if self.ph.shape[0] != B and B <= K.LAZY_BMAX:
             self.ph = np.zeros(B, dtype=np.int64)  # the first step: nothing is lazy yet
         self.B = B
+        if pol == K.LOOKAHEAD and not self.ft_made:
+            self.ft_made = True
+            # a ring that holds every request's whole life (prefill chunks, then decode units)
+            longest = int((-(-self.ps // params.chunk) + self.po).max(initial=0))
+            W = _finish_tree.ring_for(longest)
+            if W:
+                mean_o = float(self.po.mean()) if self.po.size else 0.0
+                self.ft = _finish_tree.new(W, *_finish_tree.thresholds(params.block, mean_o))
         b1, b2, bp = self.no_bins if bins is None else bins
         return int(
             K.run_slots(
@@ -154,7 +165,7 @@ class _State:
                 -1 if params.max_num_seqs is None else params.max_num_seqs,
                 check, comp, t_end, drain, drain_min, self.t,
                 self.pslot, self.ps, self.po, self.R, self.qbuf, self.elist, self.hk, self.hid, self.ph,
-                self.st, out, b1, b2, bp,
+                self.st, out, b1, b2, bp, self.ft,
             )
         )  # fmt: skip
 
