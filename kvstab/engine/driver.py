@@ -26,7 +26,7 @@ from kvstab.engine import _kernel as K
 from kvstab.engine.stream import StreamStats, Summary
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import ModelParams
-from kvstab.schedulers import CurrentFit, CurrentFitNoPreempt, Lookahead, Reserve, VllmV1
+from kvstab.schedulers import CurrentFit, CurrentFitNoPreempt, Lookahead, Reserve, Sglang, VllmV1
 from kvstab.simulator import SimResult
 from kvstab.simulator import simulate as reference_simulate
 from kvstab.validation import MAX_SLOTS
@@ -34,7 +34,7 @@ from kvstab.validation import MAX_SLOTS
 __all__ = ["Run", "run", "simulate", "fast_rule", "Lifecycle", "EngineChoice", "BATCH"]
 
 IntArray = npt.NDArray[np.int64]
-Lifecycle = Literal["kvstab", "vllm"]
+Lifecycle = Literal["kvstab", "vllm", "sglang"]  # "sglang": SGLang's own, for the sglang rule only
 EngineChoice = Literal["auto", "fast", "reference"]
 
 #: slots per call of the compiled loop: small enough for a responsive progress
@@ -228,8 +228,8 @@ def run(
     """
     if engine not in ("auto", "fast", "reference"):
         raise InvalidArgument(f"engine must be 'auto', 'fast' or 'reference', got {engine!r}")
-    if lifecycle not in ("kvstab", "vllm"):
-        raise InvalidArgument(f"lifecycle must be 'kvstab' or 'vllm', got {lifecycle!r}")
+    if lifecycle not in ("kvstab", "vllm", "sglang"):
+        raise InvalidArgument(f"lifecycle must be 'kvstab', 'vllm' or 'sglang', got {lifecycle!r}")
     if slots is None and not drain:
         raise InvalidArgument("run needs a number of slots, or drain=True")
     if slots is not None and (isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1):
@@ -240,6 +240,24 @@ def run(
 
     pol = fast_rule(scheduler)
     start = time.perf_counter()
+    from kvstab.engine import sglang as sgl
+
+    if lifecycle == "sglang" and not isinstance(scheduler, Sglang):
+        raise InvalidArgument(f"lifecycle='sglang' is SGLang's own, for the sglang rule only; got {scheduler.name!r}")
+    if engine != "reference" and isinstance(scheduler, Sglang) and sgl.is_fast(scheduler):
+        summary, result = sgl.run_fast(
+            scheduler, params, plan, slots, drain, check, lifecycle, record, progress, max_slots, warmup, batches
+        )
+        return Run("fast", summary, result, time.perf_counter() - start, "compiled fast path of the sglang rule")
+    if lifecycle == "sglang" and isinstance(scheduler, Sglang):
+        if engine == "fast":
+            raise InvalidArgument(
+                f"scheduler {scheduler.name!r} has no fast path (a subclass of Sglang may change decide)"
+            )
+        sres = sgl.run_reference(scheduler, plan, slots, drain, check, window, max_slots)
+        summ = StreamStats.of_result(sres, slots is not None and not drain, warmup, batches)
+        why = "SGLang's lifecycle on a subclass of Sglang (it may change decide)" if engine == "auto" else "asked for"
+        return Run("reference", summ, sres if record else None, time.perf_counter() - start, why)
     if engine != "reference" and pol is not None:
         summary, result = _run_fast(
             pol,
