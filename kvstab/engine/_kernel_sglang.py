@@ -188,6 +188,54 @@ def _lazy_leave(
     return p, nL - 1, DL - held(p, B), hn, cn, nu, ru, nc
 
 
+@_njit(cache=True, inline="always")
+def _lazy_join(
+    R: np.ndarray, hk: np.ndarray, hid: np.ndarray, ck: np.ndarray, cid: np.ndarray, Rc: np.ndarray,
+    ph: np.ndarray, cnt: np.ndarray, r: int, p: int, t: int, tau: int, w2: int, call: int, B: int, clip: int,
+    nL: int, DL: int, hn: int, cn: int, nu: int, ru: int, nc: int,
+) -> tuple[int, int, int, int, int, int, int]:  # fmt: skip
+    """Request ``r`` (progress ``p ≥ s``) joins the lazy set at the start of slot ``t``: it
+    decodes from the next decode step on, ``d = p − τ``; returns the updated aggregates."""
+    d = p - tau
+    R[G_MODE, r] = M_LAZY
+    R[G_PROG, r] = p
+    R[G_D, r] = d
+    R[G_TB, r] = t
+    R[G_W2S, r] = w2
+    R[G_PS, r] = _pad_count(cnt, call, d % B, B) if B > 1 else 0
+    if B > 1:
+        ph[d % B] += 1
+    key = R[G_S, r] + R[G_O, r] - d  # it finishes in the decode step that makes τ = key
+    hk[hn] = key
+    hid[hn] = r
+    _sift_up(hk, hid, R, hn)
+    if key - tau > clip:
+        ck[cn] = key
+        cid[cn] = r
+        R[G_CLIP, r] = 1
+        _sift_up(ck, cid, Rc, cn)
+        cn += 1
+        nc += 1
+    else:
+        R[G_CLIP, r] = 0
+        nu += 1
+        ru += key
+    return nL + 1, DL + held(p, B), hn + 1, cn, nu, ru, nc
+
+
+@_njit(cache=True)
+def load_lazy(
+    R: np.ndarray, hk: np.ndarray, hid: np.ndarray, ck: np.ndarray, cid: np.ndarray, ph: np.ndarray,
+    cnt: np.ndarray, st: np.ndarray, r: int, p: int, B: int, clip: int,
+) -> None:  # fmt: skip
+    """Request ``r`` joins the lazy set at the current slot (a loaded state; tests)."""
+    nL, DL, hn, cn, nu, ru, nc = _lazy_join(
+        R, hk, hid, ck, cid, R[C_SHIFT:], ph, cnt, r, p, st[S_T], st[S_TAU], st[S_W2], st[S_CALL], B, clip,
+        st[S_NL], st[S_DL], st[S_HN], st[S_CN], st[S_NU], st[S_RU], st[S_NC],
+    )  # fmt: skip
+    st[S_NL], st[S_DL], st[S_HN], st[S_CN], st[S_NU], st[S_RU], st[S_NC] = nL, DL, hn, cn, nu, ru, nc
+
+
 @_njit(cache=True)
 def sync_lazy(R: np.ndarray, st: np.ndarray, cnt: np.ndarray, B: int) -> None:
     """Bring every lazy decoder's progress and areas up to the start of slot ``st[S_T]``."""
@@ -871,33 +919,31 @@ def run_sglang(
                         ev[evp] = r
                         evp += 1
                 else:
-                    # it decodes from the next decode step on: d = p − τ
-                    d = p - tau
-                    R[G_MODE, r] = M_LAZY
-                    R[G_D, r] = d
-                    R[G_TB, r] = t + 1
-                    R[G_W2S, r] = w2
-                    R[G_PS, r] = _pad_count(cnt, call, d % B, B) if B > 1 else 0
-                    if B > 1:
-                        ph[d % B] += 1
-                    nL += 1
-                    DL += held(p, B)
-                    key = sr + R[G_O, r] - d  # finishes in the decode step that makes τ = key
-                    hk[hn] = key
-                    hid[hn] = r
-                    _sift_up(hk, hid, R, hn)
-                    hn += 1
-                    if key - tau > clip:
-                        ck[cn] = key
-                        cid[cn] = r
-                        R[G_CLIP, r] = 1
-                        _sift_up(ck, cid, Rc, cn)
-                        cn += 1
-                        nc += 1
-                    else:
-                        R[G_CLIP, r] = 0
-                        nu += 1
-                        ru += key
+                    nL, DL, hn, cn, nu, ru, nc = _lazy_join(
+                        R,
+                        hk,
+                        hid,
+                        ck,
+                        cid,
+                        Rc,
+                        ph,
+                        cnt,
+                        r,
+                        p,
+                        t + 1,
+                        tau,
+                        w2,
+                        call,
+                        B,
+                        clip,
+                        nL,
+                        DL,
+                        hn,
+                        cn,
+                        nu,
+                        ru,
+                        nc,
+                    )
         if logging and done > 1:
             # finished in batch order (their ranks are still the step's)
             for a in range(fin0 + 1, evp):

@@ -105,6 +105,41 @@ class _State:
         self.no_bins = (np.zeros(1), np.zeros(1), np.zeros(K.BP_SIZE, dtype=np.int64))
         self.no_log = (np.zeros((KS.NLOG, 0), dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64))
 
+    def load(
+        self,
+        active: list[tuple[int, int, int]],
+        waiting: list[tuple[int, int]],
+        sched_state: tuple[float, int] | None = None,
+    ) -> None:
+        """Start from a given state, as :meth:`kvstab.simulator.Engine.load_state` does (kvstab's
+        lifecycle; the plan's first ``len(active)`` rows are ``active``'s requests, ``(s, o,
+        progress)`` in batch order, the next ``len(waiting)`` the waiting ones, in queue order)."""
+        R, st, B = self.R, self.st, self.params.block
+        prev = -1
+        for r, (s, o, p) in enumerate(active):
+            R[KS.G_S, r], R[KS.G_O, r], R[KS.G_PRV, r], R[KS.G_RANK, r] = s, o, prev, r
+            if prev >= 0:
+                R[KS.G_NXT, prev] = r
+            else:
+                st[KS.S_AH] = r
+            prev = r
+            if p >= s:
+                KS.load_lazy(R, self.hk, self.hid, self.ck, self.cid, self.ph, self.cnt, st, r, p, B,
+                             self.rule.clip_max_new_tokens)  # fmt: skip
+            else:
+                R[KS.G_MODE, r], R[KS.G_PROG, r] = KS.M_EXPL, p
+                self.elist[st[KS.S_NE]] = r
+                st[KS.S_NE] += 1
+        st[KS.S_AT], st[KS.S_NA], st[KS.S_RANKC] = prev, len(active), len(active)
+        for k in range(len(waiting)):
+            r = len(active) + k
+            R[KS.G_S, r], R[KS.G_O, r] = waiting[k]
+            self.qbuf[k] = r
+        st[KS.S_QL] = len(waiting)
+        st[KS.S_I] = len(active) + len(waiting)
+        if sched_state is not None:
+            self.fs[KS.FS_RATIO], st[KS.S_FULL] = float(sched_state[0]), int(sched_state[1])
+
     @property
     def t(self) -> int:
         return int(self.st[KS.S_T])
