@@ -243,7 +243,10 @@ def run(
     from kvstab.engine import sglang as sgl
 
     if lifecycle == "sglang" and not isinstance(scheduler, Sglang):
-        raise InvalidArgument(f"lifecycle='sglang' is SGLang's own, for the sglang rule only; got {scheduler.name!r}")
+        raise InvalidArgument(
+            f"lifecycle must be 'kvstab' or 'vllm' for {scheduler.name!r} ('sglang' is SGLang's own lifecycle, "
+            "for the sglang rule only)"
+        )
     if engine != "reference" and isinstance(scheduler, Sglang) and sgl.is_fast(scheduler):
         summary, result = sgl.run_fast(
             scheduler, params, plan, slots, drain, check, lifecycle, record, progress, max_slots, warmup, batches
