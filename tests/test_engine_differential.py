@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals
 from kvstab.engine import run
 from kvstab.engine import sglang as sgl
-from kvstab.engine.driver import fast_rule
+from kvstab.engine.driver import has_fast_path
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import ModelParams
 from kvstab.registry import builtin_names, load_scheduler
@@ -34,7 +34,7 @@ FIELDS = (
 #: every built-in: the differential tests compare them all
 RULES = builtin_names(include_negative=True)
 #: the built-ins with a compiled engine: every one (``sglang`` has a kernel of its own)
-COMPILED = [r for r in RULES if fast_rule(load_scheduler(r)) is not None or sgl.is_fast(load_scheduler(r))]
+COMPILED = [r for r in RULES if has_fast_path(load_scheduler(r))]
 #: the lifecycles each built-in has a fast path for (sglang's own is tested below, with its knobs)
 LIFECYCLES = {r: ["kvstab", "vllm"] if r in COMPILED else ["kvstab"] for r in RULES}
 
@@ -241,7 +241,10 @@ def _sglang_outcome(rule: Sglang, params: ModelParams, plan: ArrivalPlan, horizo
     try:
         if engine == "fast":  # the compiled engine itself, for its work counters (run() takes it: above)
             return sgl.run_fast(rule, params, plan, horizon, drain, True, life, True, None, 3000, 0.25, 20, work)[1]  # type: ignore[arg-type]
-        return run(rule, params, plan, horizon, drain=drain, max_slots=3000, engine="reference", lifecycle=life).result  # type: ignore[arg-type]
+        # the queue window only sizes the reference's view (the rule stops at its first refusal)
+        window = 1 + len(plan) % 8
+        return run(rule, params, plan, horizon, drain=drain, window=window, max_slots=3000, engine="reference",
+                   lifecycle=life).result  # type: ignore[arg-type]  # fmt: skip
     except InvariantViolation as exc:
         return ("violation", exc.slot, exc.memory, exc.requests, str(exc))
     except InvalidArgument as exc:

@@ -31,7 +31,7 @@ from kvstab.simulator import SimResult
 from kvstab.simulator import simulate as reference_simulate
 from kvstab.validation import MAX_SLOTS
 
-__all__ = ["Run", "run", "simulate", "fast_rule", "Lifecycle", "EngineChoice", "BATCH"]
+__all__ = ["Run", "run", "simulate", "fast_rule", "has_fast_path", "Lifecycle", "EngineChoice", "BATCH"]
 
 IntArray = npt.NDArray[np.int64]
 Lifecycle = Literal["kvstab", "vllm", "sglang"]  # "sglang": SGLang's own, for the sglang rule only
@@ -59,6 +59,14 @@ def fast_rule(scheduler: object) -> int | None:
     fast path.  Only the built-in classes themselves qualify: they are frozen
     dataclasses, so their instances cannot carry another ``decide``."""
     return _RULES.get(type(scheduler))
+
+
+def has_fast_path(scheduler: object) -> bool:
+    """Whether ``scheduler`` has a compiled engine: a rule code of the shared kernel
+    (:func:`fast_rule`), or ``sglang``'s own kernel (:mod:`kvstab.engine.sglang`)."""
+    from kvstab.engine import sglang as sgl
+
+    return fast_rule(scheduler) is not None or sgl.is_fast(scheduler)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -219,7 +227,9 @@ def run(
     reference engine), ``"fast"`` (refuse if there is no fast path) or
     ``"reference"``.  ``lifecycle="vllm"`` applies vLLM's request lifecycle
     (requests in vLLM's terms, ``o = max_tokens``; see
-    :mod:`kvstab.empirical.semantics`).  ``record=False`` keeps no per-slot
+    :mod:`kvstab.empirical.semantics`); ``lifecycle="sglang"`` SGLang's, for the
+    ``sglang`` rule on its own server (``params == rule.params()``; requests in
+    SGLang's terms, ``o = max_new_tokens``; :mod:`kvstab.empirical.sglang_semantics`).  ``record=False`` keeps no per-slot
     arrays: the :class:`Summary` is computed while the run streams (a fixed
     horizon then keeps O(batches) numbers; a drained run keeps three compact
     series).  ``progress(slot, total)`` is called after every batch of slots.
