@@ -259,10 +259,7 @@ def replay_sglang_model(
     if engine != "reference" and fast.is_fast(rule):
         return _replay_fast(plan, rule, steps, max_steps, start)
     if engine == "fast":
-        raise InvalidArgument(
-            f"{type(rule).__name__} has no compiled path (a subclass of Sglang may change decide); "
-            "use engine='reference'"
-        )
+        raise InvalidArgument(f"{type(rule).__name__} has no compiled path ({fast.no_fast_path(rule)}); use engine='reference'")
     eng = SglangEngine(rule)
     n = len(plan)
     arrival: list[int] = []

@@ -174,3 +174,16 @@ def test_the_state_after_quiet_stretches_is_the_reference_s(
     assert status == K.REACHED and state.t == slots
     assert (float(state.fs[KS.FS_RATIO]), int(state.st[KS.S_FULL])) == eng.sched_state
     event("stretches skipped" if state.work()["skipped_slots"] else "no stretch")
+
+
+def test_a_compensated_float_sum_declines_the_compiled_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where Python's ``sum`` compensates (CPython >= 3.12), the kernel's sequential sum would not be
+    the rule's: the run takes the reference engine and says why."""
+    monkeypatch.setattr(sgl, "SEQUENTIAL_FLOAT_SUM", False)
+    rule = Sglang(M=256, chunk=64)
+    plan = fixed_arrivals([(0, 20, 30), (2, 40, 10)])
+    from kvstab.engine import run
+
+    out = run(rule, rule.params(), plan, 50, lifecycle="sglang")
+    assert out.engine == "reference" and "compensates" in out.reason
+    assert replay_sglang_model(plan, rule, 50).engine == "reference"

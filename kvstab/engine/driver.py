@@ -263,13 +263,11 @@ def run(
         )
         return Run("fast", summary, result, time.perf_counter() - start, "compiled fast path of the sglang rule")
     if lifecycle == "sglang" and isinstance(scheduler, Sglang):
+        why = "asked for" if engine == "reference" else f"no compiled sglang path: {sgl.no_fast_path(scheduler)}"
         if engine == "fast":
-            raise InvalidArgument(
-                f"scheduler {scheduler.name!r} has no fast path (a subclass of Sglang may change decide)"
-            )
+            raise InvalidArgument(f"scheduler {scheduler.name!r} has no fast path ({why})")
         sres = sgl.run_reference(scheduler, plan, slots, drain, check, window, max_slots)
         summ = StreamStats.of_result(sres, slots is not None and not drain, warmup, batches)
-        why = "SGLang's lifecycle on a subclass of Sglang (it may change decide)" if engine == "auto" else "asked for"
         return Run("reference", summ, sres if record else None, time.perf_counter() - start, why)
     if engine != "reference" and pol is not None:
         summary, result = _run_fast(

@@ -17,6 +17,7 @@ steps, and (SGLang's lifecycle) ``context_len`` for the arrival clip.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -33,7 +34,7 @@ from kvstab.model import ModelParams
 from kvstab.schedulers.sglang import Sglang
 from kvstab.simulator import SimResult
 
-__all__ = ["is_fast", "run_fast", "replay_steps", "RawStep", "sglang_lengths", "SglangLife"]
+__all__ = ["is_fast", "no_fast_path", "run_fast", "replay_steps", "RawStep", "sglang_lengths", "SglangLife"]
 
 IntArray = npt.NDArray[np.int64]
 SglangLife = Literal["kvstab", "vllm", "sglang"]
@@ -45,10 +46,25 @@ BATCH = 1 << 16
 LOG_BATCH = 1 << 12
 
 
+#: the rule's ``total_offset`` is Python's ``sum`` of floats, which adds them one by one before
+#: CPython 3.12 (3.12 compensates it, Neumaier): the kernel replicates the sequential sum only
+SEQUENTIAL_FLOAT_SUM = sys.version_info < (3, 12)
+
+
+def no_fast_path(scheduler: object) -> str | None:
+    """Why ``scheduler`` has no compiled sglang path (``None``: it has one).  Only the built-in
+    class itself qualifies (a subclass may change ``decide``; an instance with other knobs is
+    carried whole), and only where Python's float ``sum`` is the sequential one."""
+    if type(scheduler) is not Sglang:
+        return "not the built-in Sglang class (a subclass may change decide)"
+    if not SEQUENTIAL_FLOAT_SUM:
+        return "CPython >= 3.12 compensates float sums (sglang's total_offset); the kernel adds one by one"
+    return None
+
+
 def is_fast(scheduler: object) -> bool:
-    """Whether ``scheduler`` has this compiled path: exactly the built-in class (a
-    subclass may change ``decide``; an instance with other knobs is carried whole)."""
-    return type(scheduler) is Sglang
+    """Whether ``scheduler`` has this compiled path (see :func:`no_fast_path`)."""
+    return no_fast_path(scheduler) is None
 
 
 def sglang_lengths(rule: Sglang, plan: ArrivalPlan, fed: int) -> IntArray:
