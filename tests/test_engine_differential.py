@@ -251,7 +251,7 @@ def _sglang_outcome(rule: Sglang, params: ModelParams, plan: ArrivalPlan, horizo
         return ("refused", str(exc))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), case=sglang_cases())
 def test_sglang_matches_reference_with_its_knobs(data: st.DataObject, case: tuple[Sglang, ModelParams, str]) -> None:
     """sglang's compiled engine, every knob drawn, kvstab's, vLLM's and SGLang's lifecycles,

@@ -53,7 +53,7 @@ def small_servers(draw: st.DrawFn) -> tuple[Sglang, ArrivalPlan]:
     return rule, fixed_arrivals(sorted(rows))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=45, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=small_servers(), steps=st.none() | st.integers(1, 300))
 def test_the_step_log_is_the_reference_s(case: tuple[Sglang, ArrivalPlan], steps: int | None) -> None:
     """SGLang's lifecycle: every field of every step (the ratio bit for bit) and every request's
@@ -156,7 +156,7 @@ def test_an_exact_tie_at_the_admission_boundary_refuses(M: int, admitted: int) -
         assert eng.records[0].state[1] == 1  # batch_is_full: no prefill is tried until a request leaves
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=small_servers(), slots=st.integers(1, 400), life=st.sampled_from(["kvstab", "sglang"]))
 def test_the_state_after_quiet_stretches_is_the_reference_s(
     case: tuple[Sglang, ArrivalPlan], slots: int, life: str
