@@ -229,7 +229,8 @@ def run(
     (requests in vLLM's terms, ``o = max_tokens``; see
     :mod:`kvstab.empirical.semantics`); ``lifecycle="sglang"`` SGLang's, for the
     ``sglang`` rule on its own server (``params == rule.params()``; requests in
-    SGLang's terms, ``o = max_new_tokens``; :mod:`kvstab.empirical.sglang_semantics`).  ``record=False`` keeps no per-slot
+    SGLang's terms, ``o = max_new_tokens``; :mod:`kvstab.empirical.sglang_semantics`).
+    ``record=False`` keeps no per-slot
     arrays: the :class:`Summary` is computed while the run streams (a fixed
     horizon then keeps O(batches) numbers; a drained run keeps three compact
     series).  ``progress(slot, total)`` is called after every batch of slots.
