@@ -22,10 +22,12 @@ Sections (issue 11; no timed tests — figures are printed here):
   requests (10⁵) streamed, each in a process of its own for its peak RSS (target < 1 GB):
   current-fit's rule (the reference extrapolated from its slots/s, not run) and sglang's
   rule behind an outside class (O(K²) tapes: the stress case of the tapes' memory bound).
-* ``sglang``   the built-in ``sglang`` (real-valued state, float reservations) on the plug-in path vs
-  the reference engine, same run (cold: every shape taped or asked during the run; taped: cached);
+* ``sglang``   the built-in ``sglang`` on its compiled engine vs its rule on the plug-in path (behind an
+  outside class; cold: every shape taped or asked during the run) vs the reference engine, same run;
   ``--sglang-reference-max`` requests at most are also run on the reference engine (it takes
-  ~0.8 ms a slot at paper scale), above that its time is not measured.
+  ~0.8 ms a slot at paper scale), above that its time is not measured.  ``targets`` runs sglang at
+  10⁶ requests under kvstab's and SGLang's lifecycles, ``events`` at M = 16k/131k/1M, ``check`` both
+  lifecycles against the reference (SGLang's: every step of the step log).
 * ``scaling``  10⁴/10⁵/10⁶ requests × M = 16k/131k/1M (current-fit and lookahead): seconds and ns
   per request.
 * ``check``    fast vs reference engine, every SimResult array, on the paper's three workloads
@@ -65,6 +67,7 @@ from kvstab.contract import (
 )
 from kvstab.data import trace_path
 from kvstab.engine import _finish_tree, run
+from kvstab.engine import sglang as sgl
 from kvstab.engine.driver import Lifecycle, _run_fast, fast_rule
 from kvstab.engine.stream import Summary
 from kvstab.errors import InvalidArgument, InvariantViolation
@@ -106,9 +109,16 @@ def fast_run(
 ) -> tuple[Summary, dict[str, int], float]:
     """A streamed fixed-horizon run on the compiled engine: its summary, what it did
     (``_State.work``: slots run one by one and skipped, events) and its CPU seconds."""
-    pol = fast_rule(load_scheduler(rule))
-    assert pol is not None, rule
+    sched = load_scheduler(rule)
     work: dict[str, int] = {}
+    if sgl.is_fast(sched):  # sglang's own compiled engine
+        c0 = time.process_time()
+        summary, _ = sgl.run_fast(
+            sched, params, plan, T, False, check, life, False, None, max(T, 10_000_000), 0.25, 20, work  # type: ignore[arg-type]
+        )
+        return summary, work, time.process_time() - c0
+    pol = fast_rule(sched)
+    assert pol is not None, rule
     c0 = time.process_time()
     summary, _ = _run_fast(
         pol, rule, params, plan, T, False, check, life, False, None, max(T, 10_000_000), 0.25, 20, work
@@ -128,7 +138,7 @@ def section_targets(requests: int) -> None:
     plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, requests)
     T = horizon(plan)
     print(
-        f"{len(plan)} requests over {T} slots; the compiled built-ins (sglang runs on the plug-in path: --only sglang)"
+        f"{len(plan)} requests over {T} slots; the compiled built-ins (sglang, its own engine, below)"
     )
     print(
         f"{'rule':<52}{'CPU s':>7}{'slots/s':>11}{'completed':>10}{'preempt':>9}{'stepped':>9}{'events':>10}"
@@ -155,6 +165,52 @@ def section_targets(requests: int) -> None:
     print("admissions, preemptions, completions and request-slots stepped one by one (prefill chunks)")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS of this process so far: {rss:.0f} MB (target < 1 GB for 10⁶ requests)")
+    print("sglang (its own compiled engine), each lifecycle in a process of its own (peak RSS of the run):")
+    print(f"{'rule':<36}{'CPU s':>7}{'slots/s':>11}{'completed':>10}{'retract':>9}{'stepped':>9}{'events':>10}"
+          f"{'exact sums':>11}{'RSS MB':>8}  throughput/slot [95% CI]")  # fmt: skip
+    for life in ("kvstab", "sglang"):
+        r = _subprocess_json(["--sglang-case", life, str(requests)])
+        if r is None:
+            continue
+        print(
+            f"{'sglang (' + life + ' lifecycle)':<36}{r['cpu']:>7.2f}{r['slots'] / r['cpu']:>11.0f}{r['completed']:>10}"
+            f"{r['preemptions']:>9}{r['full_slots']:>9}{r['events']:>10}{r['exact_sums']:>11}{r['rss_mb']:>8.0f}  "
+            f"{r['ci']}",
+            flush=True,
+        )
+    print("retract: requests retracted (SGLang's preemption); exact sums: slots whose float test fell within the")
+    print("rounding bound and were decided on total_offset recomputed in Python's order")
+
+
+def _subprocess_json(args: list[str]) -> dict[str, object] | None:
+    """Run this script with ``args`` in a process of its own; its last stdout line, as JSON."""
+    import json
+
+    res = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
+    if res.returncode != 0:
+        print(f"failed: {res.stderr.strip().splitlines()[-1:]}")
+        return None
+    return json.loads(res.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def sglang_case(life: Lifecycle, requests: int) -> None:
+    """One streamed sglang run of paper 1:1 at λ = 1.2·μ, M = 131000 on its compiled engine, as
+    one JSON line (run in its own process by ``section_targets`` for its peak RSS)."""
+    import json
+
+    rule = load_scheduler("sglang")
+    params = rule.params() if life == "sglang" else ModelParams()  # type: ignore[attr-defined]
+    plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, requests)
+    T = horizon(plan)
+    fast_run("sglang", params, plan_for(PAPER_WORKLOADS["paper-1:1"], params, 100), 50, life)  # load the cache
+    s, work, cpu = fast_run("sglang", params, plan, T, life)
+    thr = s.throughput
+    print(json.dumps({
+        "cpu": cpu, "slots": T, "completed": s.completed, "preemptions": s.preemptions,
+        "full_slots": work["full_slots"], "events": events_of(work, s.arrived), "exact_sums": work["exact_sums"],
+        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "ci": f"{thr.value:.4f} [{thr.low:.4f}, {thr.high:.4f}]" if thr else "-",
+    }))  # fmt: skip
 
 
 @contextmanager
@@ -204,6 +260,20 @@ def section_events(requests: int) -> None:
                 f"{cpu / ev * 1e9:>9.0f}{work['request_slots'] / ev:>13.1f}",
                 flush=True,
             )
+    for M in (16_000, 131_000, 1_000_000):  # sglang on its own compiled engine (kvstab's lifecycle)
+        params = ModelParams(M=M)
+        plan = plan_for(w, params, requests, 1.2)
+        T = horizon(plan)
+        fast_run("sglang", params, plan_for(w, params, 100), 50)  # compile / load the cache
+        s, work, cpu = fast_run("sglang", params, plan, T)
+        ev = events_of(work, s.arrived)
+        print(
+            f"{'sglang':<16}{M:>9}{1.2:>5}{T:>10}{work['request_slots'] / T:>9.1f}"
+            f"{work['full_slots'] / T:>7.0%} {ev:>10}{ev / T:>8.2f}{cpu:>7.2f}{cpu / T * 1e9:>9.0f}"
+            f"{cpu / ev * 1e9:>9.0f}{work['request_slots'] / ev:>13.1f}   ({work['preemptions']} retracted, "
+            f"{work['exact_sums']} exact sums)",
+            flush=True,
+        )
     print("running: mean requests running per slot (what a slot-by-slot loop steps each slot); stepped: share")
     print("of slots run one by one; req-slots/ev: request-slots a slot loop would step per event processed")
     # the token budget's per-slot fallback at vLLM's defaults (B = 16, budget = chunk = 2048, 256 seqs)
@@ -403,38 +473,42 @@ def section_sglang(requests: list[int], reference_max: int) -> None:
     from kvstab.engine import plugin
 
     sched = load_scheduler("sglang")
+    outside = Outside(sched)  # sglang's rule on the plug-in path
     params = ModelParams()
-    # load the compiled loop from numba's cache on another M, so no tape is shared with the timed runs
-    run(sched, ModelParams(M=params.M + 1), plan_for(PAPER_WORKLOADS["paper-1:1"], params, 50), 10, engine="fast")
+    # load the compiled loops from numba's cache on another M, so no tape is shared with the timed runs
+    warm_plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, 50)
+    for rule in (sched, outside):
+        run(rule, ModelParams(M=params.M + 1), warm_plan, 10, engine="fast")
     for n in requests:
-        header(f"sglang: the built-in on the plug-in path vs the reference engine ({n} requests, paper 1:1)")
+        header(f"sglang: its compiled engine vs its rule on the plug-in path vs the reference ({n} requests, paper 1:1)")
         plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, n)
         T = horizon(plan)
+        c0, t0 = time.process_time(), time.perf_counter()
+        comp = run(sched, params, plan, T)
+        tf, cf = time.perf_counter() - t0, time.process_time() - c0
+        assert comp.engine == "fast", comp.reason
         plugin._TAPES.clear()
         c0, t0 = time.process_time(), time.perf_counter()
-        cold = run(sched, params, plan, T, engine="fast")
+        cold = run(outside, params, plan, T, engine="fast")
         tc, cc = time.perf_counter() - t0, time.process_time() - c0
-        shapes = _plugin_counts(sched, params)
-        c0, t0 = time.process_time(), time.perf_counter()
-        warm = run(sched, params, plan, T, engine="fast")
-        tw, cw = time.perf_counter() - t0, time.process_time() - c0
-        print(f"{T} slots, {len(plan)} requests; engine: {cold.engine} ({cold.reason}); cold run: {shapes}")
+        shapes = _plugin_counts(outside, params)
+        print(f"{T} slots, {len(plan)} requests; plug-in engine: {cold.engine}; cold run: {shapes}")
+        cf = max(cf, 1e-6)  # below the clock's resolution on a short run
+        print(f"compiled          {tf:7.2f} s wall {cf:7.2f} s CPU {T / cf:10.0f} slots/s")
         print(f"plug-in (cold)    {tc:7.2f} s wall {cc:7.2f} s CPU {T / cc:10.0f} slots/s")
-        print(f"plug-in (taped)   {tw:7.2f} s wall {cw:7.2f} s CPU {T / cw:10.0f} slots/s")
+        same = _first_difference(comp.result, cold.result)
         if n <= reference_max:
             c0, t0 = time.process_time(), time.perf_counter()
             ref = run(sched, params, plan, T, engine="reference")
             tr, cr = time.perf_counter() - t0, time.process_time() - c0
-            same = _first_difference(ref.result, cold.result) or _first_difference(ref.result, warm.result)
+            same = same or _first_difference(ref.result, comp.result)
             print(f"reference         {tr:7.2f} s wall {cr:7.2f} s CPU {T / cr:10.0f} slots/s")
-            print(f"speed-up (CPU): cold {cr / cc:.1f}×, taped {cr / cw:.1f}×")
-            print(f"outcome: {'identical, every SimResult array' if same is None else 'DIFFER: ' + same}")
+            print(f"speed-up (CPU): compiled {cr / cf:.0f}×, plug-in cold {cr / cc:.1f}×")
         else:
-            same = _first_difference(cold.result, warm.result)
-            print(f"(reference engine not run above {reference_max} requests); cold and taped runs "
-                  f"{'identical' if same is None else 'DIFFER: ' + same}")  # fmt: skip
-        print(f"preemptions {int(cold.result.preemptions.sum()) if cold.result is not None else '?'}; "
-              f"load averages now {load()}", flush=True)  # fmt: skip
+            print(f"(reference engine not run above {reference_max} requests)")
+        print(f"outcome: {'identical, every SimResult array' if same is None else 'DIFFER: ' + same}; retractions "
+              f"{int(comp.result.preemptions.sum()) if comp.result is not None else '?'}; load averages now {load()}",
+              flush=True)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -539,7 +613,33 @@ def section_check(slots: int, M: int, rules: list[str] | None = None, only: list
                     f"{wname:<11}{label + ' (' + life + ')':<34}{len(plan):>7} req  {wall:7.1f} s  {verdict}; {what}",
                     flush=True,
                 )
+        if rules is None or "sglang" in rules:
+            bad += _check_sglang_log(wname, plan, M, slots)
     print(f"check (b): {'all identical' if bad == 0 else f'{bad} case(s) differ'}")
+
+
+def _check_sglang_log(wname: str, plan: ArrivalPlan, M: int, slots: int) -> bool:
+    """sglang under SGLang's lifecycle: every step of the compiled engine's step log against the
+    reference engine's (the requests SGLang accepts); whether they differ."""
+    from kvstab.empirical.sglang_semantics import replay_sglang_model
+    from kvstab.schedulers.sglang import Sglang
+
+    rule = Sglang(M=M)
+    max_req_len = M - 1
+    s = plan.s
+    keep = (s < max_req_len - 5) & (np.minimum(np.minimum(plan.o, max_req_len - s - 1), M - s - 2) >= 1)
+    kept = ArrivalPlan(plan.slot[keep], plan.s[keep], plan.o[keep])
+    t0 = time.perf_counter()
+    fast = replay_sglang_model(kept, rule, slots)
+    ref = replay_sglang_model(kept, rule, slots, engine="reference")
+    diff = ref.first_difference(fast)
+    verdict = "identical, every step" if diff is None else "DIFFER: " + diff
+    print(
+        f"{wname:<11}{'sglang (sglang lifecycle, step log)':<34}{len(kept):>7} req  {time.perf_counter() - t0:7.1f} s  "
+        f"{verdict}; engines {fast.engine}/{ref.engine}, {sum(ref.retractions)} retractions",
+        flush=True,
+    )
+    return diff is not None
 
 
 def section_python(slots: int) -> None:
@@ -579,6 +679,7 @@ def main() -> None:
         help="rules of the long runs: current-fit, sglang (O(K²) tapes), sglang-full (the same, no ASK rows)",
     )
     ap.add_argument("--plugin-case", nargs=2, metavar=("RULE", "REQUESTS"), help=argparse.SUPPRESS)
+    ap.add_argument("--sglang-case", nargs=2, metavar=("LIFECYCLE", "REQUESTS"), help=argparse.SUPPRESS)
     ap.add_argument("--sglang-requests", default="3000,100000", help="request counts of the sglang section")
     ap.add_argument("--sglang-reference-max", type=int, default=3000)
     ap.add_argument("--check-slots", type=int, default=100_000)
@@ -590,6 +691,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.plugin_case:  # one long run of the plugin section, in a process of its own
         plugin_case(args.plugin_case[0], int(args.plugin_case[1]))
+        return
+    if args.sglang_case:  # one sglang run of the targets section, in a process of its own
+        sglang_case(args.sglang_case[0], int(args.sglang_case[1]))
         return
     todo = args.only or ["python", "targets", "events", "vllm", "plugin", "sglang", "scaling", "check"]
     print(f"bench_engine: {' '.join(todo)}; CPU affinity {sorted(os.sched_getaffinity(0))}")

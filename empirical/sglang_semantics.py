@@ -205,6 +205,7 @@ class SglangModelLog:
     recomputed: tuple[int, ...]
     source: str = "model"  # "model", or "sglang" for SGLang's own scheduler (kvstab.empirical.sglang_driver)
     wall_s: float = 0.0  # wall-clock seconds the replay took
+    engine: str = "reference"  # the model's engine: "fast" (compiled, kvstab.engine.sglang) or "reference"
 
     def first_difference(self, other: SglangModelLog) -> str | None:
         """Where ``other`` first departs from this log (a step field, then a request field), or ``None``."""
@@ -233,14 +234,32 @@ STEP_FIELDS = (
 
 
 def replay_sglang_model(
-    plan: ArrivalPlan, rule: Sglang, steps: int | None = None, *, max_steps: int = MAX_SLOTS
+    plan: ArrivalPlan,
+    rule: Sglang,
+    steps: int | None = None,
+    *,
+    max_steps: int = MAX_SLOTS,
+    engine: str = "auto",
 ) -> SglangModelLog:
     """Replay ``plan`` (``o`` = SGLang's ``max_new_tokens``) on the ``sglang`` rule
     with SGLang's lifecycle: ``steps`` steps, or (``None``) until every request has
-    arrived and finished, at most ``max_steps``.  Every step is recorded, idle ones too."""
+    arrived and finished, at most ``max_steps``.  Every step is recorded, idle ones too.
+
+    ``engine``: ``"auto"`` (the compiled engine, :mod:`kvstab.engine.sglang`, for the
+    :class:`Sglang` class itself; the reference :class:`SglangEngine` for a subclass),
+    ``"fast"`` (refuse a subclass) or ``"reference"``; the log's ``engine`` says which ran.
+    Both give the same log, step for step (``tests/test_engine_sglang.py``)."""
     import time
 
+    from kvstab.engine import sglang as fast
+
+    if engine not in ("auto", "fast", "reference"):
+        raise InvalidArgument(f"engine must be 'auto', 'fast' or 'reference', got {engine!r}")
     start = time.perf_counter()
+    if engine != "reference" and fast.is_fast(rule):
+        return _replay_fast(plan, rule, steps, max_steps, start)
+    if engine == "fast":
+        raise InvalidArgument(f"{type(rule).__name__} has no compiled path ({fast.no_fast_path(rule)}); use engine='reference'")
     eng = SglangEngine(rule)
     n = len(plan)
     arrival: list[int] = []
@@ -311,4 +330,45 @@ def replay_sglang_model(
         retractions=tuple(r.preemptions for r in reqs),
         recomputed=tuple(eng.recomputed),
         wall_s=time.perf_counter() - start,
+    )
+
+
+def _replay_fast(plan: ArrivalPlan, rule: Sglang, steps: int | None, max_steps: int, start: float) -> SglangModelLog:
+    """:func:`replay_sglang_model` on the compiled engine."""
+    import time
+
+    from kvstab.engine.sglang import LogEnd, replay_steps
+
+    end: list[LogEnd] = []
+    log = tuple(
+        SglangStep(
+            step=t,
+            kind=r.kind,
+            admitted=r.admitted,
+            retracted=r.retracted,
+            finished=r.finished,
+            tokens=r.tokens,
+            prefill_tokens=r.prefill_tokens,
+            decode_tokens=r.decode_tokens,
+            kv_used=r.kv_used,
+            new_token_ratio=r.new_token_ratio,
+            batch_is_full=r.batch_is_full,
+            queue=r.queue,
+        )
+        for t, r in enumerate(replay_steps(plan, rule, steps, max_steps, end))
+    )
+    e = end[0]
+    n = e.arrived
+    return SglangModelLog(
+        rule=rule,
+        steps=log,
+        s=tuple(plan.s[:n].tolist()),
+        max_new=tuple(e.max_new.tolist()),
+        arrival=tuple(plan.slot[:n].tolist()),
+        first_admit=tuple(e.first_admit.tolist()),
+        finish=tuple(e.finish.tolist()),
+        retractions=tuple(e.retractions.tolist()),
+        recomputed=tuple(e.recomputed.tolist()),
+        wall_s=time.perf_counter() - start,
+        engine="fast",
     )

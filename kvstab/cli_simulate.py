@@ -263,11 +263,11 @@ def _run(
     has a compiled path (identical results, see docs/engine.md), the reference
     engine otherwise — plug-ins keep it, so their faults are named by spec and
     ``--decide-timeout`` applies.  Returns the result, the engine and why."""
-    from kvstab.engine import fast_rule
     from kvstab.engine import run as engine_run
+    from kvstab.engine.driver import has_fast_path
     from kvstab.simulator import simulate
 
-    if args.engine == "fast" or (args.engine == "auto" and fast_rule(scheduler) is not None):
+    if args.engine == "fast" or (args.engine == "auto" and has_fast_path(scheduler)):
         out = engine_run(
             scheduler, params, plan, slots, window=args.window, engine="fast", progress=lambda t, _n: bar(t)
         )

@@ -23,10 +23,12 @@ from hypothesis import strategies as st
 
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals
 from kvstab.engine import _finish_tree, run
-from kvstab.engine.driver import fast_rule
+from kvstab.engine import sglang as sgl
+from kvstab.engine.driver import has_fast_path
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import ModelParams
 from kvstab.registry import builtin_names, load_scheduler
+from kvstab.schedulers.sglang import Sglang
 from kvstab.simulator import SimResult
 
 #: scales every example count here and in ``test_engine_events.py``: ``KVSTAB_ENGINE_EXAMPLES=20``
@@ -38,9 +40,9 @@ FIELDS = (
 ).split()
 #: every built-in: the differential tests compare them all
 RULES = builtin_names(include_negative=True)
-#: the built-ins with a compiled slot loop; the others (``sglang``) run on the plug-in path
-COMPILED = [r for r in RULES if fast_rule(load_scheduler(r)) is not None]
-#: the lifecycles each built-in has a fast path for (the plug-in path runs kvstab's only)
+#: the built-ins with a compiled engine: every one (``sglang`` has a kernel of its own)
+COMPILED = [r for r in RULES if has_fast_path(load_scheduler(r))]
+#: the lifecycles each built-in has a fast path for (sglang's own is tested below, with its knobs)
 LIFECYCLES = {r: ["kvstab", "vllm"] if r in COMPILED else ["kvstab"] for r in RULES}
 
 
@@ -191,21 +193,112 @@ def test_unchecked_runs_match_past_a_violation(data: st.DataObject, rule: str) -
 
 
 def test_every_builtin_has_a_fast_path() -> None:
-    """Every built-in runs fast under kvstab's lifecycle: a compiled loop, or (``sglang``: a
-    real-valued state and float reservations, which the tape holds in float64 registers) the
-    plug-in path, which ``engine="auto"`` takes and names; under vLLM's lifecycle the plug-in
-    path has none, and ``engine="fast"`` says why."""
-    others = [r for r in RULES if r not in COMPILED]
-    assert others == ["sglang"]
+    """Every built-in has a compiled engine, which ``engine="auto"`` takes and names, under
+    kvstab's and vLLM's lifecycles (and sglang under SGLang's own); a subclass of a built-in
+    (it may change ``decide``) does not take it."""
+    assert COMPILED == RULES
     params = ModelParams(M=64, chunk=8)
     plan = fixed_arrivals([(0, 5, 3), (1, 9, 4)])
-    for rule in others:
-        out = run(load_scheduler(rule), params, plan, drain=True, max_slots=1000)
-        assert out.engine == "fast-plugin", out.reason
-        _same(run(load_scheduler(rule), params, plan, drain=True, engine="reference").result, out.result)
-        try:
-            run(load_scheduler(rule), params, plan, drain=True, engine="fast", lifecycle="vllm")
-        except InvalidArgument as exc:
-            assert "has no fast path" in str(exc) and "kvstab's lifecycle only" in str(exc)
-        else:
-            raise AssertionError(f"{rule}: engine='fast' ran the vLLM lifecycle without a fast path")
+    for rule in RULES:
+        for life in ("kvstab", "vllm"):
+            out = run(load_scheduler(rule), params, plan, drain=True, max_slots=1000, lifecycle=life)  # type: ignore[arg-type]
+            assert out.engine == "fast", (rule, out.reason)
+    sg = Sglang(M=64, chunk=8)
+    out = run(sg, sg.params(), plan, drain=True, lifecycle="sglang")
+    assert out.engine == "fast" and "sglang" in out.reason
+
+    class Mine(Sglang):
+        pass
+
+    mine = Mine(M=64, chunk=8)
+    assert not sgl.is_fast(mine)
+    ref = run(mine, mine.params(), plan, drain=True, lifecycle="sglang")
+    assert ref.engine == "reference" and "subclass" in ref.reason, ref.reason
+    _same(ref.result, out.result)
+    try:
+        run(mine, mine.params(), plan, drain=True, engine="fast", lifecycle="sglang")
+    except InvalidArgument as exc:
+        assert "has no fast path" in str(exc)
+    else:
+        raise AssertionError("engine='fast' ran a subclass of Sglang on the compiled path")
+
+
+# --- sglang with its knobs, under its three lifecycles
+@st.composite
+def sglang_cases(draw: st.DrawFn) -> tuple[Sglang, ModelParams, str]:
+    """An ``Sglang`` with drawn knobs — low initial ratios (the reservation under-counts, and
+    decode runs out of memory: retraction), dyadic ratios (exact float ties at the admission
+    boundary), a small clip, small prefill budgets, caps, pages — and the server it runs on:
+    its own under SGLang's lifecycle, any drawn server under kvstab's and vLLM's (the rule
+    reads ``M``, chunk, page and cap off the view there)."""
+    life = draw(st.sampled_from(["kvstab", "vllm", "sglang"]))
+    B = draw(st.sampled_from([1, 1, 4, 16]))
+    chunk = B * draw(st.integers(1, 8))
+    M = draw(st.integers(max(2 * chunk, 3 * B, 24), 24 * B + 200))
+    knobs = dict(
+        init_new_token_ratio=draw(st.sampled_from([0.7, 0.3, 0.1, 0.05, 0.5, 0.25, 1.0])),
+        clip_max_new_tokens=draw(st.sampled_from([4096, 1, 3, 20])),
+        max_prefill_tokens=draw(st.sampled_from([1, chunk, 2 * chunk, 16384])),
+        retract_decode_steps=draw(st.sampled_from([20, 0, 3])),
+        new_token_ratio_decay_steps=draw(st.sampled_from([600, 7])),
+        max_num_seqs=draw(st.none() | st.integers(1, 6)),
+    )
+    rule = Sglang(M=M, chunk=chunk, block=B, **knobs)  # type: ignore[arg-type]
+    if life == "sglang":
+        return rule, rule.params(), life
+    params = draw(servers("sglang"))
+    return rule, params, life
+
+
+@st.composite
+def sglang_plans(draw: st.DrawFn, params: ModelParams, horizon: int) -> ArrivalPlan:
+    """Bursts of requests that together overfill ``M`` (prompts up to a third of it, outputs
+    up to half), so that an under-counting reservation runs decode out of memory."""
+    rows = []
+    for _ in range(draw(st.integers(1, 30))):
+        slot = draw(st.integers(0, horizon // 2))
+        s = draw(st.integers(1, max(1, params.M // 3)))
+        o = draw(st.integers(1, max(1, params.M // 2 - s)))
+        rows.append((slot, s, o))
+    return fixed_arrivals(sorted(rows))
+
+
+def _sglang_outcome(rule: Sglang, params: ModelParams, plan: ArrivalPlan, horizon: int | None, engine: str,
+                    life: str, work: dict[str, int]) -> object:  # fmt: skip
+    drain = horizon is None
+    try:
+        if engine == "fast":  # the compiled engine itself, for its work counters (run() takes it: above)
+            return sgl.run_fast(rule, params, plan, horizon, drain, True, life, True, None, 3000, 0.25, 20, work)[1]  # type: ignore[arg-type]
+        # the queue window only sizes the reference's view (the rule stops at its first refusal)
+        window = 1 + len(plan) % 8
+        return run(rule, params, plan, horizon, drain=drain, window=window, max_slots=3000, engine="reference",
+                   lifecycle=life).result  # type: ignore[arg-type]  # fmt: skip
+    except InvariantViolation as exc:
+        return ("violation", exc.slot, exc.memory, exc.requests, str(exc))
+    except InvalidArgument as exc:
+        return ("refused", str(exc))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), case=sglang_cases())
+def test_sglang_matches_reference_with_its_knobs(data: st.DataObject, case: tuple[Sglang, ModelParams, str]) -> None:
+    """sglang's compiled engine, every knob drawn, kvstab's, vLLM's and SGLang's lifecycles,
+    fixed horizons and drained runs: every SimResult array, or the same violation or refusal."""
+    rule, params, life = case
+    horizon = data.draw(st.none() | st.integers(1, 150))
+    plan = data.draw(sglang_plans(params, horizon or 80))
+    work: dict[str, int] = {}
+    ref = _sglang_outcome(rule, params, plan, horizon, "reference", life, work)
+    fast = _sglang_outcome(rule, params, plan, horizon, "fast", life, work)
+    if isinstance(ref, tuple) and ref[0] == "refused":
+        assert fast == ref
+        event("refused")
+        return
+    _same(ref, fast)
+    # the corners the scenarios must keep reaching (shown by --hypothesis-show-statistics)
+    if isinstance(ref, SimResult):
+        event(f"{life}: {'retraction' if ref.preemptions.any() else 'no retraction'}")
+        event("a float sum recomputed in Python's order" if work["exact_sums"] else "float tests decided by margin")
+        event("quiet stretches skipped" if work["stretches"] else "no stretch")
+    else:
+        event("invariant violation")

@@ -42,6 +42,7 @@ from kvstab.errors import InvalidScheduler, InvariantViolation
 from kvstab.model import ModelParams
 from kvstab.ops import CONCRETE, BoolLike, IntLike, Ops
 from kvstab.registry import load_scheduler
+from kvstab.schedulers.sglang import Sglang
 from kvstab.simulator import SimResult
 
 FIELDS = (
@@ -61,6 +62,15 @@ class Outside:
     def decide(self, view: View, ops: Ops) -> Decision:
         """The wrapped rule's decision."""
         return self.inner.decide(view, ops)
+
+
+class PluginSglang(Sglang):
+    """sglang's rule in a subclass: not the built-in class itself, so it has no compiled engine
+    and the plug-in path tapes it (real-valued state, float reservations, retraction)."""
+
+
+#: sglang's rule on the plug-in path (the built-in ``sglang`` runs on its own compiled engine)
+SGLANG = PluginSglang()
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +243,7 @@ class Smooth:
 
 
 RULES: list[Scheduler] = [
-    load_scheduler("sglang"),
+    SGLANG,
     Smooth(),
     Outside(load_scheduler("current-fit")),
     Outside(load_scheduler("vllm-v1")),
@@ -349,15 +359,15 @@ def test_real_state_runs_in_the_loop() -> None:
 
 
 def test_sglang_runs_on_the_plugin_path() -> None:
-    """The built-in ``sglang`` (real-valued state, float reservations, retraction) is taped and run
+    """sglang's rule (real-valued state, float reservations, retraction) is taped and run
     by the compiled loop, with the reference's outcome, retractions included."""
     params = ModelParams(M=160, chunk=16)
     plan = fixed_arrivals([(t, 4 + t % 5, 60 + 13 * (t % 3)) for t in range(40)])  # long outputs: a retraction
     for taped in (0, 10**9):
         with trace_after(taped):
-            out = run(load_scheduler("sglang"), params, plan, 1500, engine="fast")
+            out = run(SGLANG, params, plan, 1500, engine="fast")
         assert out.engine == "fast-plugin", out.reason
-        ref = run(load_scheduler("sglang"), params, plan, 1500, engine="reference").result
+        ref = run(SGLANG, params, plan, 1500, engine="reference").result
         assert ref is not None and ref.preemptions.sum() > 0  # the scenario retracts
         _same(ref, out.result)
 
@@ -601,14 +611,14 @@ def test_ask_rows_leave_the_slot_to_the_rule() -> None:
 
     params = ModelParams(M=160, chunk=16)
     plan = fixed_arrivals([(t, 4 + t % 5, 60 + 13 * (t % 3)) for t in range(40)])
-    ref = run(load_scheduler("sglang"), params, plan, 1500, engine="reference").result
+    ref = run(SGLANG, params, plan, 1500, engine="reference").result
     assert ref is not None and ref.preemptions.sum() > 0
     old = _guards.ASK_MIN
     try:
         for ask_min in (1, 10**9):
             _guards.ASK_MIN = ask_min
             with trace_after(0):
-                out = run(load_scheduler("sglang"), params, plan, 1500, engine="fast")
+                out = run(SGLANG, params, plan, 1500, engine="fast")
             assert out.engine == "fast-plugin", out.reason
             _same(ref, out.result)
     finally:
@@ -778,7 +788,7 @@ def test_ask_rows_for_a_dominant_guard_and_taped_again_when_they_fire_often() ->
 
     params = ModelParams(M=500, chunk=16)
     plan = fixed_arrivals([(t // 2, 4 + t % 5, 80 + 13 * (t % 3)) for t in range(60)])  # retracts at K = 6
-    ref = run(load_scheduler("sglang"), params, plan, 800, engine="reference").result
+    ref = run(SGLANG, params, plan, 800, engine="reference").result
     assert ref is not None and ref.preemptions.sum() > 0
     old = _guards.ASK_ROWS, _guards.ASK_SHARE, _guards.ASK_MIN
     try:
@@ -786,8 +796,8 @@ def test_ask_rows_for_a_dominant_guard_and_taped_again_when_they_fire_often() ->
         for rows, share, run_min, often in ((8, 0.2, 1 << 62, False), (1 << 62, 1.0, 1, True)):
             _guards.ASK_ROWS, _guards.ASK_SHARE, _guards.ASK_MIN = rows, share, run_min
             with trace_after(0):
-                out = run(load_scheduler("sglang"), params, plan, 800, engine="fast")
-                bank = plugin._bank(load_scheduler("sglang"), params)
+                out = run(SGLANG, params, plan, 800, engine="fast")
+                bank = plugin._bank(SGLANG, params)
             assert out.engine == "fast-plugin", out.reason
             asked = int(bank.tcount[1 : 2 * bank.count : 2].sum())
             assert (asked > 0 or often) and bool(bank.no_ask) == often, (asked, bank.no_ask)

@@ -27,15 +27,15 @@ from kvstab.engine import _kernel as K
 from kvstab.engine.stream import StreamStats, Summary
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import ModelParams
-from kvstab.schedulers import CurrentFit, CurrentFitNoPreempt, Lookahead, Reserve, VllmV1
+from kvstab.schedulers import CurrentFit, CurrentFitNoPreempt, Lookahead, Reserve, Sglang, VllmV1
 from kvstab.simulator import SimResult
 from kvstab.simulator import simulate as reference_simulate
 from kvstab.validation import MAX_SLOTS
 
-__all__ = ["Run", "run", "simulate", "fast_rule", "Lifecycle", "EngineChoice", "BATCH"]
+__all__ = ["Run", "run", "simulate", "fast_rule", "has_fast_path", "Lifecycle", "EngineChoice", "BATCH"]
 
 IntArray = npt.NDArray[np.int64]
-Lifecycle = Literal["kvstab", "vllm"]
+Lifecycle = Literal["kvstab", "vllm", "sglang"]  # "sglang": SGLang's own, for the sglang rule only
 EngineChoice = Literal["auto", "fast", "reference"]
 
 #: slots per call of the compiled loop: small enough for a responsive progress
@@ -60,6 +60,14 @@ def fast_rule(scheduler: object) -> int | None:
     fast path.  Only the built-in classes themselves qualify: they are frozen
     dataclasses, so their instances cannot carry another ``decide``."""
     return _RULES.get(type(scheduler))
+
+
+def has_fast_path(scheduler: object) -> bool:
+    """Whether ``scheduler`` has a compiled engine: a rule code of the shared kernel
+    (:func:`fast_rule`), or ``sglang``'s own kernel (:mod:`kvstab.engine.sglang`)."""
+    from kvstab.engine import sglang as sgl
+
+    return fast_rule(scheduler) is not None or sgl.is_fast(scheduler)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -230,7 +238,10 @@ def run(
     reference engine), ``"fast"`` (refuse if there is no fast path) or
     ``"reference"``.  ``lifecycle="vllm"`` applies vLLM's request lifecycle
     (requests in vLLM's terms, ``o = max_tokens``; see
-    :mod:`kvstab.empirical.semantics`).  ``record=False`` keeps no per-slot
+    :mod:`kvstab.empirical.semantics`); ``lifecycle="sglang"`` SGLang's, for the
+    ``sglang`` rule on its own server (``params == rule.params()``; requests in
+    SGLang's terms, ``o = max_new_tokens``; :mod:`kvstab.empirical.sglang_semantics`).
+    ``record=False`` keeps no per-slot
     arrays: the :class:`Summary` is computed while the run streams (a fixed
     horizon then keeps O(batches) numbers; a drained run keeps three compact
     series).  ``progress(slot, total)`` is called after every batch of slots.
@@ -239,8 +250,8 @@ def run(
     """
     if engine not in ("auto", "fast", "reference"):
         raise InvalidArgument(f"engine must be 'auto', 'fast' or 'reference', got {engine!r}")
-    if lifecycle not in ("kvstab", "vllm"):
-        raise InvalidArgument(f"lifecycle must be 'kvstab' or 'vllm', got {lifecycle!r}")
+    if lifecycle not in ("kvstab", "vllm", "sglang"):
+        raise InvalidArgument(f"lifecycle must be 'kvstab', 'vllm' or 'sglang', got {lifecycle!r}")
     if slots is None and not drain:
         raise InvalidArgument("run needs a number of slots, or drain=True")
     if slots is not None and (isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1):
@@ -251,6 +262,25 @@ def run(
 
     pol = fast_rule(scheduler)
     start = time.perf_counter()
+    from kvstab.engine import sglang as sgl
+
+    if lifecycle == "sglang" and not isinstance(scheduler, Sglang):
+        raise InvalidArgument(
+            f"lifecycle must be 'kvstab' or 'vllm' for {scheduler.name!r} ('sglang' is SGLang's own lifecycle, "
+            "for the sglang rule only)"
+        )
+    if engine != "reference" and isinstance(scheduler, Sglang) and sgl.is_fast(scheduler):
+        summary, result = sgl.run_fast(
+            scheduler, params, plan, slots, drain, check, lifecycle, record, progress, max_slots, warmup, batches
+        )
+        return Run("fast", summary, result, time.perf_counter() - start, "compiled fast path of the sglang rule")
+    if lifecycle == "sglang" and isinstance(scheduler, Sglang):
+        why = "asked for" if engine == "reference" else f"no compiled sglang path: {sgl.no_fast_path(scheduler)}"
+        if engine == "fast":
+            raise InvalidArgument(f"scheduler {scheduler.name!r} has no fast path ({why})")
+        sres = sgl.run_reference(scheduler, plan, slots, drain, check, window, max_slots)
+        summ = StreamStats.of_result(sres, slots is not None and not drain, warmup, batches)
+        return Run("reference", summ, sres if record else None, time.perf_counter() - start, why)
     if engine != "reference" and pol is not None:
         summary, result = _run_fast(
             pol,

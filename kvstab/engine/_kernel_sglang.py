@@ -1,0 +1,1053 @@
+"""The compiled engine of the built-in ``sglang`` rule (numba; plain Python without numba).
+
+:func:`run_sglang` is :meth:`kvstab.simulator.Engine.step` for
+:class:`kvstab.schedulers.sglang.Sglang` (its decision, and the engine around it)
+under three request lifecycles — kvstab's (a victim restarts at the queue head),
+vLLM's (it resumes as ``(p + 1, s + o − p − 1)`` at the head) and SGLang's
+(it resumes so at the queue *tail*, in retraction order, the kept batch re-sorted;
+:mod:`kvstab.empirical.sglang_semantics`) — and writes what the reference engine
+records: the ``SimResult`` rows, the streamed batch-means sums, or SGLang's step
+log.  ``tests/test_engine_sglang.py`` and ``tests/test_engine_differential.py``
+hold it to identical outputs.
+
+SGLang's step is a *prefill* step (running requests get nothing) or a *decode*
+step (every running request one token), so a decoding request's progress is
+``d + τ``, with ``τ`` the number of decode steps so far — the clock of the lazy
+decoders here (``_kernel``'s closed forms ``_lazy_post``, ``_dl_advance``,
+``_overflow`` and ``_post_sum`` are reused with ``τ`` for the slot).  What the
+rule reads of the running requests is kept in aggregates:
+
+* memory held ``D_L``, the number decoding, and (``B > 1``) the histogram of
+  ``d mod B``, which gives the pages needed in a decode step (retraction iff
+  ``D_L + need > M``);
+* ``Σ min(s + o − p, clip)`` exactly, as ``Σ_unclipped (R − τ) + clip · n_clipped``
+  with ``R = s + o − d`` (an indexed heap moves a request to the unclipped sum
+  when ``R − τ ≤ clip``);
+* the finish heap on ``R`` (a decoder finishes in the decode step that makes
+  ``τ = R``);
+* the areas: a decoder is charged ``held(d + τ)`` in every slot it runs,
+  prefill slots included, so the engine keeps ``W₂ = Σ_slots τ`` and the
+  count of slots per ``τ mod B``; a request's area over its lazy stretch is
+  ``d·Δslots + ΔW₂ + Σ_ρ pad(d + ρ)·Δcount_ρ`` (O(B) per touch, not per slot).
+
+**Floats bit for bit.**  The rule's ``total_offset`` is Python's ``sum`` over the
+running list in batch order of ``min(s + o − p, clip) · ratio`` — one rounding
+per product and per addition — then one addition per admission, and its tests
+compare ``free − total_offset`` with integers.  The engine keeps the exact
+integer ``Σ min(…)``: the real value is ``Z = free − Σm − ratio·Σx``, and
+Python's float differs from it by at most ``u·(n + k + 3)·U`` (``n`` products and
+additions, ``k`` admissions, one subtraction; ``U`` bounds every magnitude).
+A test is decided from ``Z`` when its margin exceeds twice that bound; in the
+rare slot where it does not, the float sum is recomputed in Python's order
+(O(n)) and the rest of the slot runs on it (``ST_EXACT`` counts them).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kvstab.engine._kernel import (
+    _FAR,
+    BP_F1,
+    BP_F2,
+    BP_MEM,
+    BP_N1,
+    BP_N2,
+    BP_ON,
+    BP_S1,
+    BP_S2,
+    DRAINED,
+    F_HPOS,
+    F_NXT,
+    F_PRV,
+    REACHED,
+    ST_VKIND,
+    ST_VMEM,
+    ST_VSLOT,
+    ST_VVALUE,
+    V_BUDGET,
+    V_MEMORY,
+    V_SEQS,
+    VIOLATION,
+    _dl_advance,
+    _heap_remove,
+    _lazy_post,
+    _njit,
+    _overflow,
+    _post_sum,
+    _sift_up,
+    _unlink,
+    held,
+)
+
+# lifecycle codes
+KVSTAB_LIFE, VLLM_LIFE, SGLANG_LIFE = 0, 1, 2
+
+# rows of the request table ``R`` (one column per request, arrival order)
+G_S, G_O, G_PROG, G_D, G_ATT, G_SERVED, G_WASTED, G_NPRE, G_FIRST, G_FIN = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
+G_RECOMP, G_MODE, G_NXT, G_PRV, G_HPOS, G_PRIOR, G_RANK, G_TB, G_W2S, G_PS = 10, 11, 12, 13, 14, 15, 16, 17, 18, 19
+G_CPOS, G_GRANT, G_EPOS, G_CLIP = 20, 21, 22, 23
+NG = 24
+# the finish heap keeps positions in row F_HPOS (``_kernel``'s heap); the clip heap runs the same
+# functions on the view ``R[C_SHIFT:]``, whose row F_HPOS is G_CPOS
+C_SHIFT = G_CPOS - F_HPOS
+assert G_HPOS == F_HPOS and C_SHIFT > 0 and (G_NXT, G_PRV) == (F_NXT, F_PRV)  # _kernel's list and heap
+
+# request modes
+M_OUT, M_LAZY, M_EXPL = 0, 1, 2
+
+# the scalar state ``st`` (the violation fields at _kernel's indices, so the driver reads them alike)
+S_T, S_I, S_QH, S_QL, S_NA, S_AH = 0, 1, 2, 3, 4, 5
+assert (ST_VKIND, ST_VSLOT, ST_VVALUE, ST_VMEM) == (6, 7, 8, 9)
+S_AT, S_NL, S_DL, S_NE, S_HN, S_CN, S_NU, S_RU, S_NC, S_TAU = 10, 11, 12, 13, 14, 15, 16, 17, 18, 19
+S_W2, S_CALL, S_FULL, S_RANKC, S_DONE, S_MEMSUM, S_EVP, S_BVER, S_DUMPV, S_DUMPO, S_DUMPL = range(20, 31)
+# work counters
+ST_FULL, ST_SKIP, ST_STRETCH, ST_EXPL, ST_ADMIT, ST_PREEMPT, ST_RETRACT, ST_EXACT, ST_RUNSUM = range(31, 40)
+S_SIZE = 40
+
+#: the work counters a run reports (name, index into ``st``)
+WORK = (
+    ("full_slots", ST_FULL),
+    ("skipped_slots", ST_SKIP),
+    ("stretches", ST_STRETCH),
+    ("explicit_steps", ST_EXPL),
+    ("admissions", ST_ADMIT),
+    ("preemptions", ST_PREEMPT),
+    ("retraction_steps", ST_RETRACT),
+    ("completions", S_DONE),
+    ("exact_sums", ST_EXACT),
+    ("request_slots", ST_RUNSUM),
+)
+
+# the float state ``fs``
+FS_RATIO = 0
+FS_SIZE = 1
+
+# the per-step log (SGLang's lifecycle, ``lg`` rows; the ratio in ``lr``): the ids of a step's
+# admitted, retracted and finished requests and its (request, tokens) pairs lie in ``ev`` from
+# L_EV; a decode step's pairs are a batch dump (every request one token), shared between steps
+L_KIND, L_NADM, L_NRET, L_NFIN, L_NTOK, L_TOKOFF, L_PF, L_DC, L_KV, L_FULL, L_QUEUE, L_RET, L_FIN = range(13)
+NLOG = 13
+K_IDLE, K_PREFILL, K_DECODE = 0, 1, 2
+
+_U2 = 2.0**-52  # twice the unit roundoff of a double
+
+
+@_njit(cache=True)
+def _pad_count(cnt: np.ndarray, call: int, phi: int, B: int) -> int:
+    """``Σ_ρ ((−φ − ρ) mod B) · count_ρ``: the block padding a decoder with ``d ≡ φ`` was
+    charged over the slots counted so far (``count_ρ`` = slots whose ``τ ≡ ρ``)."""
+    if B == 1:
+        return 0
+    total = call * (B * (B - 1) // 2)
+    for rho in range(B):
+        c = cnt[rho]
+        if c != 0:
+            total += ((-phi - rho) % B) * c
+    return total
+
+
+@_njit(cache=True, inline="always")
+def _touch(R: np.ndarray, r: int, t: int, tau: int, w2: int, cnt: np.ndarray, call: int, B: int) -> int:
+    """Bring lazy decoder ``r``'s progress and areas up to the start of slot ``t``; returns its progress."""
+    d = R[G_D, r]
+    ps = _pad_count(cnt, call, d % B, B) if B > 1 else 0
+    a = d * (t - R[G_TB, r]) + (w2 - R[G_W2S, r]) + (ps - R[G_PS, r])
+    R[G_ATT, r] += a
+    R[G_SERVED, r] += a
+    R[G_TB, r] = t
+    R[G_W2S, r] = w2
+    R[G_PS, r] = ps
+    p = d + tau
+    R[G_PROG, r] = p
+    return p
+
+
+@_njit(cache=True, inline="always")
+def _lazy_leave(
+    R: np.ndarray, hk: np.ndarray, hid: np.ndarray, ck: np.ndarray, cid: np.ndarray, Rc: np.ndarray,
+    ph: np.ndarray, cnt: np.ndarray, r: int, t: int, tau: int, w2: int, call: int, B: int,
+    nL: int, DL: int, hn: int, cn: int, nu: int, ru: int, nc: int,
+) -> tuple[int, int, int, int, int, int, int, int]:  # fmt: skip
+    """Lazy decoder ``r`` leaves the lazy set at the start of slot ``t`` (its areas settled);
+    returns its progress and the updated aggregates."""
+    d = R[G_D, r]
+    p = _touch(R, r, t, tau, w2, cnt, call, B)
+    if B > 1:
+        ph[d % B] -= 1
+    hn = _heap_remove(hk, hid, R, r, hn)
+    if R[G_CLIP, r] == 1:  # still in the clip heap (crossings are moved only when Σx is read)
+        cn = _heap_remove(ck, cid, Rc, r, cn)
+        R[G_CLIP, r] = 0
+        nc -= 1
+    else:
+        nu -= 1
+        ru -= R[G_S, r] + R[G_O, r] - d
+    return p, nL - 1, DL - held(p, B), hn, cn, nu, ru, nc
+
+
+@_njit(cache=True, inline="always")
+def _lazy_join(
+    R: np.ndarray, hk: np.ndarray, hid: np.ndarray, ck: np.ndarray, cid: np.ndarray, Rc: np.ndarray,
+    ph: np.ndarray, cnt: np.ndarray, r: int, p: int, t: int, tau: int, w2: int, call: int, B: int, clip: int,
+    nL: int, DL: int, hn: int, cn: int, nu: int, ru: int, nc: int,
+) -> tuple[int, int, int, int, int, int, int]:  # fmt: skip
+    """Request ``r`` (progress ``p ≥ s``) joins the lazy set at the start of slot ``t``: it
+    decodes from the next decode step on, ``d = p − τ``; returns the updated aggregates."""
+    d = p - tau
+    R[G_MODE, r] = M_LAZY
+    R[G_PROG, r] = p
+    R[G_D, r] = d
+    R[G_TB, r] = t
+    R[G_W2S, r] = w2
+    R[G_PS, r] = _pad_count(cnt, call, d % B, B) if B > 1 else 0
+    if B > 1:
+        ph[d % B] += 1
+    key = R[G_S, r] + R[G_O, r] - d  # it finishes in the decode step that makes τ = key
+    hk[hn] = key
+    hid[hn] = r
+    _sift_up(hk, hid, R, hn)
+    if key - tau > clip:
+        ck[cn] = key
+        cid[cn] = r
+        R[G_CLIP, r] = 1
+        _sift_up(ck, cid, Rc, cn)
+        cn += 1
+        nc += 1
+    else:
+        R[G_CLIP, r] = 0
+        nu += 1
+        ru += key
+    return nL + 1, DL + held(p, B), hn + 1, cn, nu, ru, nc
+
+
+@_njit(cache=True)
+def load_lazy(
+    R: np.ndarray, hk: np.ndarray, hid: np.ndarray, ck: np.ndarray, cid: np.ndarray, ph: np.ndarray,
+    cnt: np.ndarray, st: np.ndarray, r: int, p: int, B: int, clip: int,
+) -> None:  # fmt: skip
+    """Request ``r`` joins the lazy set at the current slot (a loaded state; tests)."""
+    nL, DL, hn, cn, nu, ru, nc = _lazy_join(
+        R, hk, hid, ck, cid, R[C_SHIFT:], ph, cnt, r, p, st[S_T], st[S_TAU], st[S_W2], st[S_CALL], B, clip,
+        st[S_NL], st[S_DL], st[S_HN], st[S_CN], st[S_NU], st[S_RU], st[S_NC],
+    )  # fmt: skip
+    st[S_NL], st[S_DL], st[S_HN], st[S_CN], st[S_NU], st[S_RU], st[S_NC] = nL, DL, hn, cn, nu, ru, nc
+
+
+@_njit(cache=True)
+def sync_lazy(R: np.ndarray, st: np.ndarray, cnt: np.ndarray, B: int) -> None:
+    """Bring every lazy decoder's progress and areas up to the start of slot ``st[S_T]``."""
+    r = st[S_AH]
+    while r >= 0:
+        if R[G_MODE, r] == M_LAZY:
+            _touch(R, r, st[S_T], st[S_TAU], st[S_W2], cnt, st[S_CALL], B)
+        r = R[G_NXT, r]
+
+
+@_njit(cache=True)
+def active_ids(R: np.ndarray, st: np.ndarray) -> np.ndarray:
+    """The active requests in batch order."""
+    ids = np.empty(st[S_NA], dtype=np.int64)
+    r = st[S_AH]
+    k = 0
+    while r >= 0 and k < ids.shape[0]:
+        ids[k] = r
+        k += 1
+        r = R[G_NXT, r]
+    return ids[:k]
+
+
+@_njit(cache=True)
+def _exact_offset(R: np.ndarray, ah: int, tau: int, clip: int, ratio: float, chain: np.ndarray, k: int) -> float:
+    """``total_offset`` as Python computes it: ``sum`` over the running list in batch order of
+    ``min(s + o − p, clip) · ratio`` (0 for a request in prefill), then the ``k`` admissions' additions."""
+    s = 0.0
+    r = ah
+    while r >= 0:
+        if R[G_MODE, r] == M_LAZY:
+            x = min(R[G_S, r] + R[G_O, r] - (R[G_D, r] + tau), clip)
+            s = s + float(x) * ratio
+        r = R[G_NXT, r]
+    for j in range(k):
+        s = s + float(chain[j])
+    return s
+
+
+@_njit(cache=True)
+def _pop_order(outs: np.ndarray, prompts: np.ndarray) -> np.ndarray:
+    """SGLang's retraction order of the batch (indices into it): fewest outputs first, then the
+    longest original prompt, then the latest in the batch (``_get_decode_retraction_order``)."""
+    n = outs.shape[0]
+    order = np.arange(n - 1, -1, -1)  # latest first
+    order = order[np.argsort(-prompts[order], kind="mergesort")]
+    return order[np.argsort(outs[order], kind="mergesort")]
+
+
+@_njit(cache=True)
+def run_sglang(
+    life: int,
+    M: int,
+    chunk: int,
+    B: int,
+    budget: int,
+    maxseq: int,
+    mpt: int,
+    clip: int,
+    rds: int,
+    r_init: float,
+    r_min: float,
+    r_decay: float,
+    check: bool,
+    t_end: int,
+    drain: bool,
+    drain_min: int,
+    t_base: int,
+    pslot: np.ndarray,
+    ps: np.ndarray,
+    po: np.ndarray,
+    R: np.ndarray,
+    qbuf: np.ndarray,
+    elist: np.ndarray,
+    hk: np.ndarray,
+    hid: np.ndarray,
+    ck: np.ndarray,
+    cid: np.ndarray,
+    ph: np.ndarray,
+    cnt: np.ndarray,
+    chain: np.ndarray,
+    st: np.ndarray,
+    fs: np.ndarray,
+    out: np.ndarray,
+    bins1: np.ndarray,
+    bins2: np.ndarray,
+    bp: np.ndarray,
+    lg: np.ndarray,
+    lr: np.ndarray,
+    ev: np.ndarray,
+) -> int:
+    """Run slots ``st[S_T]`` … ``t_end − 1`` of the ``sglang`` rule (fewer on a drain, a violation,
+    or a full log buffer); returns a status code.  ``out`` of positive width receives the
+    ``SimResult`` rows at column ``t − t_base``; ``bp[BP_ON]`` the streamed batch-means sums;
+    ``lg`` of positive width the step log (every slot is then run one by one)."""
+    n = pslot.shape[0]
+    cap = qbuf.shape[0]
+    rows = out.shape[1] > 0
+    logging = lg.shape[1] > 0
+    resume = life != KVSTAB_LIFE
+    binned = bp[BP_ON] != 0
+    b1f, b1s, b1n = bp[BP_F1], bp[BP_S1], bp[BP_N1]
+    b2f, b2s, b2n = bp[BP_F2], bp[BP_S2], bp[BP_N2]
+    mstart = bp[BP_MEM]
+    Rc = R[C_SHIFT:]  # the clip heap's positions (row G_CPOS) at the heap functions' F_HPOS
+    pchunk = held(chunk, B)  # SGLang's chunk budget is whole pages
+    t = st[S_T]
+    i = st[S_I]
+    qh = st[S_QH]
+    ql = st[S_QL]
+    na = st[S_NA]
+    ah = st[S_AH]
+    at = st[S_AT]
+    nL = st[S_NL]
+    DL = st[S_DL]
+    ne = st[S_NE]
+    hn = st[S_HN]
+    cn = st[S_CN]
+    nu = st[S_NU]
+    ru = st[S_RU]
+    nc = st[S_NC]
+    tau = st[S_TAU]
+    w2 = st[S_W2]
+    call = st[S_CALL]
+    full = st[S_FULL]
+    rankc = st[S_RANKC]
+    memsum = st[S_MEMSUM]
+    evp = st[S_EVP]
+    bver = st[S_BVER]
+    dumpv = st[S_DUMPV]
+    dumpo = st[S_DUMPO]
+    dumpl = st[S_DUMPL]
+    ratio = fs[FS_RATIO]
+    status = REACHED
+    while t < t_end:
+        if drain and i >= n and na == 0 and ql == 0 and t >= drain_min:
+            status = DRAINED
+            break
+        if logging:
+            coming = 0
+            while i + coming < n and pslot[i + coming] <= t:
+                coming += 1
+            if evp + 4 * (na + ql + coming) + 8 > ev.shape[0]:
+                break  # the driver empties the log buffer and calls again
+
+        # ================= a quiet stretch (not while logging: the log has a row per step)
+        if ne == 0 and not logging and (ql == 0 or (nL > 0 and full == 1)):
+            te = t_end
+            idle = na == 0
+            if ql == 0 and i < n and pslot[i] < te and (idle or full == 0):
+                te = pslot[i]  # an arrival into an empty queue is walked in its slot
+            if drain and i >= n and t < drain_min < te:
+                te = drain_min
+            if not idle:
+                # decode steps, each moving τ on by one: slot t + j ends with τ + j + 1
+                if hn > 0 and hk[0] - tau - 1 < te - t:
+                    te = t + hk[0] - tau - 1  # a completion clears the flag (the queue is walked next)
+                if te > t:
+                    te = t + _overflow(DL, nL, tau, tau + te - t, M, B, ph) - tau  # a retraction
+                if check and ((budget >= 0 and nL > budget) or (maxseq >= 0 and na > maxseq)):
+                    te = t
+            if te > t:
+                L = te - t
+                st[ST_STRETCH] += 1
+                st[ST_SKIP] += L
+                st[ST_RUNSUM] += na * L
+                if rows:
+                    d = DL
+                    for tt in range(t, te):
+                        arrived = 0
+                        while i < n and pslot[i] == tt:
+                            R[G_S, i] = ps[i]
+                            R[G_O, i] = po[i]
+                            qbuf[(qh + ql) % cap] = i
+                            ql += 1
+                            i += 1
+                            arrived += 1
+                        post = _lazy_post(d, nL, tau + tt - t, B, ph)
+                        col = tt - t_base
+                        out[0, col] = arrived
+                        out[4, col] = na
+                        out[5, col] = post
+                        out[7, col] = nL
+                        out[8, col] = ql
+                        d = post
+                else:
+                    while i < n and pslot[i] < te:
+                        R[G_S, i] = ps[i]
+                        R[G_O, i] = po[i]
+                        qbuf[(qh + ql) % cap] = i
+                        ql += 1
+                        if binned:
+                            k2 = pslot[i] - b2f
+                            if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
+                                bins2[k2 // b2s] += 1.0
+                        i += 1
+                    if binned and not idle:
+                        lo = max(t, mstart)
+                        if lo < te:
+                            memsum += _post_sum(
+                                _dl_advance(DL, nL, tau, lo - t, B, ph), nL, lo - t + tau, te - lo, B, ph
+                            )
+                if idle:
+                    # nothing runs or waits: the first idle step resets the ratio, the rest change nothing
+                    ratio = r_init
+                    full = 0
+                    w2 += L * tau
+                    cnt[tau % B] += L
+                else:
+                    DL = _dl_advance(DL, nL, tau, L, B, ph)
+                    w2 += L * tau + L * (L + 1) // 2
+                    q = L // B
+                    call += q
+                    for j in range(q * B + 1, L + 1):
+                        cnt[(tau + j) % B] += 1
+                    tau += L
+                    for _ in range(L):  # the decay, one float operation a step, until its floor holds
+                        x = ratio - r_decay
+                        nxt = r_min if r_min > x else x
+                        if nxt == ratio:
+                            break
+                        ratio = nxt
+                t = te
+                continue
+
+        # ================= a full slot
+        st[ST_FULL] += 1
+        arrived = 0
+        while i < n and pslot[i] == t:
+            R[G_S, i] = ps[i]
+            R[G_O, i] = po[i]
+            qbuf[(qh + ql) % cap] = i
+            ql += 1
+            i += 1
+            arrived += 1
+        evs = evp
+        lcol = t - t_base
+
+        # ---- the decision, as the rule computes it from the step's view
+        if nL == 0:
+            full = 0  # the flag is cleared when the running batch is empty
+        # explicit requests (prefilling) in batch order
+        for a in range(1, ne):
+            r = elist[a]
+            b = a - 1
+            while b >= 0 and R[G_RANK, elist[b]] > R[G_RANK, r]:
+                elist[b + 1] = elist[b]
+                b -= 1
+            elist[b + 1] = r
+        used = DL
+        for a in range(ne):
+            r = elist[a]
+            R[G_EPOS, r] = a
+            used += held(R[G_PROG, r], B)
+        free = M - used
+        # total_offset: int 0 with nothing decoding (mode 0), else the aggregate (mode 1) or
+        # Python's float sum (mode 2, once a test fell within the rounding bound)
+        while cn > 0 and ck[0] - tau <= clip:
+            r = cid[0]
+            cn = _heap_remove(ck, cid, Rc, r, cn)
+            R[G_CLIP, r] = 0
+            nc -= 1
+            nu += 1
+            ru += R[G_S, r] + R[G_O, r] - R[G_D, r]
+        mode = 0 if nL == 0 else 1
+        rsx = ratio * float(ru - nu * tau + clip * nc) if nL > 0 else 0.0
+        tof = 0.0
+        summ = 0  # Σ of this step's integer additions to total_offset
+        k = 0
+        cur_off = 0
+        rem_chunk = pchunk
+        rem_input = mpt
+        reserved = 0
+        continuing = False
+        in_batch = 0
+        fin_pf = False
+        for a in range(ne):
+            r = elist[a]
+            p = R[G_PROG, r]
+            cand = R[G_S, r] - p
+            # limited = min(rem_chunk, floor(free − total_offset))
+            while True:
+                if mode == 0:
+                    limited = min(rem_chunk, free - summ)
+                    break
+                if mode == 2:
+                    limited = min(rem_chunk, int(math.floor(float(free) - tof)))
+                    break
+                Z = float(free - summ) - rsx
+                E = _U2 * (nL + k + 8) * (abs(free) + rsx + summ + 1.0)
+                if Z - E >= rem_chunk:
+                    limited = rem_chunk
+                    break
+                f1 = int(math.floor(Z - E))
+                if f1 == int(math.floor(Z + E)):
+                    limited = min(rem_chunk, f1)
+                    break
+                tof = _exact_offset(R, ah, tau, clip, ratio, chain, k)
+                mode = 2
+                st[ST_EXACT] += 1
+            allow = rem_chunk if limited <= 0 else limited
+            room = held(p, B) - p + max(free - reserved, 0) // B * B
+            allow = max(0, min(allow, room))
+            new_len = min(cand, allow)
+            truncated = new_len < cand
+            mnr = 0 if truncated else min(R[G_O, r] + 1 + R[G_PRIOR, r], clip)
+            R[G_GRANT, r] = new_len
+            ext = held(new_len, B)
+            m = ext + B + mnr
+            chain[k] = m
+            k += 1
+            summ += m
+            tof = tof + float(m)
+            cur_off += ext + B
+            rem_chunk -= ext
+            rem_input -= ext
+            reserved += held(p + new_len, B) - held(p, B)
+            in_batch += 1
+            continuing = continuing or truncated
+            fin_pf = fin_pf or (not truncated and R[G_O, r] == 0)
+        # the walk over the queue: while a chunk is in flight, or the flag is clear
+        set_full = False
+        nadm = 0
+        if ne > 0 or full == 0:
+            empty = na == 0
+            while nadm < ql:
+                w = qbuf[(qh + nadm) % cap]
+                sw = R[G_S, w]
+                ow = R[G_O, w]
+                # four tests of free − total_offset (V) against integers: lt(A) is A < V
+                spent = rem_input <= 0 or rem_chunk <= 0
+                if spent:
+                    # budget_state: no memory (V <= 0) comes before a spent budget
+                    A = 0
+                    while True:
+                        if mode == 0:
+                            pos = A < free - summ
+                            break
+                        if mode == 2:
+                            pos = A < float(free) - tof
+                            break
+                        Z = float(free - summ) - rsx
+                        E = _U2 * (nL + k + 8) * (abs(free) + rsx + summ + 1.0)
+                        if A < Z - E:
+                            pos = True
+                            break
+                        if A > Z + E:
+                            pos = False
+                            break
+                        tof = _exact_offset(R, ah, tau, clip, ratio, chain, k)
+                        mode = 2
+                        st[ST_EXACT] += 1
+                    if pos:
+                        break  # the budget is spent and memory is left: stop, the flag untouched
+                if maxseq >= 0 and maxseq <= nL + in_batch:
+                    set_full = True
+                    break
+                A = sw + min(ow + 1, clip) + B
+                if empty and in_batch == 0:
+                    fits = True  # the empty system admits its head (the rule's one deviation)
+                else:
+                    while True:
+                        if mode == 0:
+                            fits = A < free - summ
+                            break
+                        if mode == 2:
+                            fits = A < float(free) - tof
+                            break
+                        Z = float(free - summ) - rsx
+                        E = _U2 * (nL + k + 8) * (abs(free) + rsx + summ + 1.0)
+                        if A < Z - E:
+                            fits = True
+                            break
+                        if A > Z + E:
+                            fits = False
+                            break
+                        tof = _exact_offset(R, ah, tau, clip, ratio, chain, k)
+                        mode = 2
+                        st[ST_EXACT] += 1
+                if not fits:
+                    if in_batch > 0 or nL > 0:
+                        set_full = True
+                    break
+                whole = held(sw, B) <= rem_chunk
+                chunk_len = max(rem_chunk, 0) // B * B
+                if not whole and chunk_len <= 0:
+                    break
+                ext_raw = sw if whole else chunk_len
+                mnr = min(ow + 1 + R[G_PRIOR, w], clip) if whole else 0
+                ext = held(ext_raw, B)
+                m = ext + B + mnr
+                chain[k] = m
+                k += 1
+                summ += m
+                tof = tof + float(m)
+                cur_off += ext + B
+                rem_chunk -= ext
+                rem_input -= ext
+                reserved += ext
+                in_batch += 1
+                continuing = continuing or not whole
+                fin_pf = fin_pf or (whole and ow == 0)
+                R[G_GRANT, w] = ext_raw
+                nadm += 1
+                # after an admission: no memory left stops the walk (and sets the flag)
+                A = 0
+                while True:
+                    if mode == 0:
+                        pos = A < free - summ
+                        break
+                    if mode == 2:
+                        pos = A < float(free) - tof
+                        break
+                    Z = float(free - summ) - rsx
+                    E = _U2 * (nL + k + 8) * (abs(free) + rsx + summ + 1.0)
+                    if A < Z - E:
+                        pos = True
+                        break
+                    if A > Z + E:
+                        pos = False
+                        break
+                    tof = _exact_offset(R, ah, tau, clip, ratio, chain, k)
+                    mode = 2
+                    st[ST_EXACT] += 1
+                if not pos or free - cur_off <= 0:
+                    set_full = True
+                    break
+                if rem_input <= 0 or rem_chunk <= 0:
+                    break
+
+        # ---- apply the decision: a prefill step, a decode step (with retraction), or idle
+        prefill = in_batch > 0
+        npreempt = 0
+        step_wasted = 0
+        done = 0
+        leaves = False
+        tokens = 0
+        memory = 0
+        pf_tok = 0
+        dc_tok = 0
+        resort = False
+        nres = 0
+        ret0 = evp
+        tok_end = evp
+        if prefill:
+            kind = K_PREFILL
+            leaves = continuing or fin_pf or nL == 0
+            # the chunked requests' work (batch order), then the admitted, popped from the queue head
+            for a in range(ne):
+                r = elist[a]
+                p = R[G_PROG, r]
+                g = max(0, min(R[G_GRANT, r], chunk, R[G_S, r] - p))
+                R[G_PROG, r] = p + g
+                tokens += g
+                if logging and g > 0:
+                    ev[evp] = r
+                    ev[evp + 1] = g
+                    evp += 2
+            for _ in range(nadm):
+                r = qbuf[qh]
+                qh = (qh + 1) % cap
+                ql -= 1
+                R[G_PRV, r] = at
+                R[G_NXT, r] = -1
+                if at >= 0:
+                    R[G_NXT, at] = r
+                else:
+                    ah = r
+                at = r
+                R[G_RANK, r] = rankc
+                rankc += 1
+                na += 1
+                R[G_MODE, r] = M_EXPL
+                elist[ne] = r
+                R[G_EPOS, r] = ne
+                ne += 1
+                if R[G_FIRST, r] < 0:
+                    R[G_FIRST, r] = t
+                g = max(0, min(R[G_GRANT, r], chunk, R[G_S, r]))
+                R[G_PROG, r] = g
+                tokens += g
+                if logging:
+                    ev[evp] = r
+                    ev[evp + 1] = g
+                    evp += 2
+            tok_end = evp
+            if nadm > 0:
+                bver += 1
+            st[ST_ADMIT] += nadm
+            pf_tok = tokens
+            memory = DL
+            for a in range(ne):
+                r = elist[a]
+                h = held(R[G_PROG, r], B)
+                R[G_ATT, r] += h
+                R[G_SERVED, r] += h
+                memory += h
+            st[ST_EXPL] += ne
+            running_n = na
+        elif nL > 0:
+            kind = K_DECODE
+            post = _lazy_post(DL, nL, tau, B, ph)
+            if post > M:
+                # ---- retraction (schedule_batch.py retract_decode): a pass over the batch
+                st[ST_RETRACT] += 1
+                cntb = na
+                ids = np.empty(cntb, dtype=np.int64)
+                r = ah
+                for a in range(cntb):
+                    ids[a] = r
+                    r = R[G_NXT, r]
+                outs = np.empty(cntb, dtype=np.int64)
+                prompts = np.empty(cntb, dtype=np.int64)
+                weight = np.empty(cntb, dtype=np.int64)
+                total = 0
+                for a in range(cntb):
+                    r = ids[a]
+                    p = R[G_D, r] + tau
+                    outs[a] = p - R[G_S, r] + 1 + R[G_PRIOR, r]
+                    prompts[a] = R[G_S, r] - R[G_PRIOR, r]
+                    weight[a] = held(p + 1, B)  # what it holds after a decode step: held + need
+                    total += weight[a]
+                order = _pop_order(outs, prompts)
+                popped = np.zeros(cntb, dtype=np.bool_)
+                if cntb >= 2:
+                    popped[order[0]] = True
+                    rest = total - weight[order[0]]
+                    kk = 1
+                    while kk < cntb - 1 and rest > M:
+                        popped[order[kk]] = True
+                        rest -= weight[order[kk]]
+                        kk += 1
+                # the ratio from the kept requests' view values
+                sum_out = 0
+                sum_max = 0
+                n_kept = 0
+                for a in range(cntb):
+                    if not popped[a]:
+                        r = ids[a]
+                        n_kept += 1
+                        sum_out += outs[a]
+                        sum_max += R[G_O, r] + 1 + R[G_PRIOR, r]
+                est = float(sum_out + rds * n_kept) / float(sum_max + 1)
+                ratio = est if est < 1.0 else 1.0
+                # the victims, batch order: they lose their memory (and progress, or resume later)
+                for a in range(cntb):
+                    if not popped[a]:
+                        continue
+                    r = ids[a]
+                    p, nL, DL, hn, cn, nu, ru, nc = _lazy_leave(
+                        R, hk, hid, ck, cid, Rc, ph, cnt, r, t, tau, w2, call, B, nL, DL, hn, cn, nu, ru, nc
+                    )
+                    ah, at = _unlink(R, r, ah, at)
+                    na -= 1
+                    if resume:
+                        R[G_RECOMP, r] += p
+                        R[G_PRIOR, r] += p - R[G_S, r] + 1
+                        R[G_O, r] = R[G_S, r] + R[G_O, r] - p - 1
+                        R[G_S, r] = p + 1
+                    step_wasted += R[G_ATT, r]
+                    R[G_WASTED, r] += R[G_ATT, r]
+                    R[G_ATT, r] = 0
+                    R[G_PROG, r] = 0
+                    R[G_NPRE, r] += 1
+                    R[G_MODE, r] = M_OUT
+                    npreempt += 1
+                if life == SGLANG_LIFE:
+                    # to the queue's tail in retraction order
+                    for a in range(cntb):
+                        b = order[a]
+                        if popped[b]:
+                            qbuf[(qh + ql) % cap] = ids[b]
+                            ql += 1
+                            if logging:
+                                ev[evp] = ids[b]
+                                evp += 1
+                    # the kept batch is re-sorted (most outputs first, then the shorter original prompt,
+                    # then batch order: the retraction order reversed) once the finished have left
+                    for a in range(cntb - 1, -1, -1):
+                        b = order[a]
+                        if not popped[b]:
+                            chain[nres] = ids[b]
+                            nres += 1
+                    resort = True
+                else:
+                    # to the queue's head, the oldest first
+                    for a in range(cntb - 1, -1, -1):
+                        if popped[a]:
+                            qh = (qh - 1) % cap
+                            qbuf[qh] = ids[a]
+                            ql += 1
+                st[ST_PREEMPT] += npreempt
+                leaves = True
+                bver += 1
+                post = _lazy_post(DL, nL, tau, B, ph)
+            else:
+                x = ratio - r_decay
+                ratio = r_min if r_min > x else x
+            if logging and (resort or bver != dumpv):
+                # the batch that decodes (after a retraction, in its new order): one token each
+                dumpo = evp
+                if resort:
+                    for a in range(nres):
+                        ev[evp] = chain[a]
+                        evp += 1
+                else:
+                    r = ah
+                    while r >= 0:
+                        ev[evp] = r
+                        evp += 1
+                        r = R[G_NXT, r]
+                dumpl = evp - dumpo
+                dumpv = bver
+            tokens = nL
+            dc_tok = nL
+            memory = post
+            DL = post
+            tau += 1
+            running_n = na
+        else:
+            kind = K_IDLE
+            running_n = 0
+            if ql == 0:
+                ratio = r_init  # an idle step resets the ratio (on_idle)
+
+        if check:
+            vk = 0
+            vv = 0
+            if memory > M:
+                vk = V_MEMORY
+                vv = memory
+            elif maxseq >= 0 and na > maxseq:
+                vk = V_SEQS
+                vv = na
+            elif budget >= 0 and tokens > budget:
+                vk = V_BUDGET
+                vv = tokens
+            if vk != 0:
+                st[ST_VKIND] = vk
+                st[ST_VSLOT] = t
+                st[ST_VVALUE] = vv
+                st[ST_VMEM] = memory
+                status = VIOLATION
+                break
+
+        # ---- the slot ends: its τ is counted, the finished leave, finished prefills join the lazy set
+        w2 += tau
+        cnt[tau % B] += 1
+        fin0 = evp
+        while hn > 0 and hk[0] == tau and kind == K_DECODE:
+            r = hid[0]
+            _, nL, DL, hn, cn, nu, ru, nc = _lazy_leave(
+                R, hk, hid, ck, cid, Rc, ph, cnt, r, t + 1, tau, w2, call, B, nL, DL, hn, cn, nu, ru, nc
+            )
+            R[G_MODE, r] = M_OUT
+            R[G_FIN, r] = t
+            ah, at = _unlink(R, r, ah, at)
+            na -= 1
+            done += 1
+            leaves = True
+            if logging:
+                ev[evp] = r
+                evp += 1
+        for a in range(ne - 1, -1, -1):
+            r = elist[a]
+            p = R[G_PROG, r]
+            sr = R[G_S, r]
+            finished = p >= sr + R[G_O, r]
+            if finished or p >= sr:
+                ne -= 1
+                last = elist[ne]
+                elist[a] = last
+                R[G_EPOS, last] = a
+                if finished:
+                    R[G_MODE, r] = M_OUT
+                    R[G_FIN, r] = t
+                    ah, at = _unlink(R, r, ah, at)
+                    na -= 1
+                    done += 1
+                    if logging:
+                        ev[evp] = r
+                        evp += 1
+                else:
+                    nL, DL, hn, cn, nu, ru, nc = _lazy_join(
+                        R,
+                        hk,
+                        hid,
+                        ck,
+                        cid,
+                        Rc,
+                        ph,
+                        cnt,
+                        r,
+                        p,
+                        t + 1,
+                        tau,
+                        w2,
+                        call,
+                        B,
+                        clip,
+                        nL,
+                        DL,
+                        hn,
+                        cn,
+                        nu,
+                        ru,
+                        nc,
+                    )
+        if logging and done > 1:
+            # finished in batch order (their ranks are still the step's)
+            for a in range(fin0 + 1, evp):
+                r = ev[a]
+                b = a - 1
+                while b >= fin0 and R[G_RANK, ev[b]] > R[G_RANK, r]:
+                    ev[b + 1] = ev[b]
+                    b -= 1
+                ev[b + 1] = r
+        if done > 0:
+            bver += 1
+        if resort:
+            ah = -1
+            at = -1
+            rankc = 0
+            for a in range(nres):
+                r = chain[a]
+                if R[G_MODE, r] == M_OUT:
+                    continue  # finished in this step
+                R[G_PRV, r] = at
+                R[G_NXT, r] = -1
+                if at >= 0:
+                    R[G_NXT, at] = r
+                else:
+                    ah = r
+                at = r
+                R[G_RANK, r] = rankc
+                rankc += 1
+        full = 0 if leaves else (1 if set_full else full)
+
+        if rows:
+            col = t - t_base
+            out[0, col] = arrived
+            out[1, col] = nadm
+            out[2, col] = npreempt
+            out[3, col] = done
+            out[4, col] = running_n
+            out[5, col] = memory
+            out[6, col] = step_wasted
+            out[7, col] = tokens
+            out[8, col] = ql
+        if logging:
+            kv = DL
+            for a in range(ne):
+                kv += held(R[G_PROG, elist[a]], B)
+            lg[L_KIND, lcol] = kind if tokens > 0 else K_IDLE
+            lg[L_NADM, lcol] = nadm
+            lg[L_NRET, lcol] = npreempt
+            lg[L_NFIN, lcol] = done
+            if kind == K_DECODE:
+                lg[L_NTOK, lcol] = -dumpl - 1  # a batch dump at L_TOKOFF, one token each
+                lg[L_TOKOFF, lcol] = dumpo
+            else:
+                lg[L_NTOK, lcol] = (tok_end - evs) // 2  # (request, tokens) pairs; the admitted last
+                lg[L_TOKOFF, lcol] = evs
+            lg[L_RET, lcol] = ret0
+            lg[L_FIN, lcol] = fin0
+            lg[L_PF, lcol] = pf_tok
+            lg[L_DC, lcol] = dc_tok
+            lg[L_KV, lcol] = kv
+            lg[L_FULL, lcol] = full
+            lg[L_QUEUE, lcol] = ql
+            lr[lcol] = ratio
+        if binned:
+            k1 = t - b1f
+            if b1s > 0 and k1 >= 0 and k1 < b1s * b1n:
+                bins1[k1 // b1s] += done
+            k2 = t - b2f
+            if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
+                bins2[k2 // b2s] += arrived - done
+            if t >= mstart:
+                memsum += memory
+        st[S_DONE] += done
+        st[ST_RUNSUM] += running_n
+        t += 1
+
+    st[S_T] = t
+    st[S_I] = i
+    st[S_QH] = qh
+    st[S_QL] = ql
+    st[S_NA] = na
+    st[S_AH] = ah
+    st[S_AT] = at
+    st[S_NL] = nL
+    st[S_DL] = DL
+    st[S_NE] = ne
+    st[S_HN] = hn
+    st[S_CN] = cn
+    st[S_NU] = nu
+    st[S_RU] = ru
+    st[S_NC] = nc
+    st[S_TAU] = tau
+    st[S_W2] = w2
+    st[S_CALL] = call
+    st[S_FULL] = full
+    st[S_RANKC] = rankc
+    st[S_MEMSUM] = memsum
+    st[S_EVP] = evp
+    st[S_BVER] = bver
+    st[S_DUMPV] = dumpv
+    st[S_DUMPO] = dumpo
+    st[S_DUMPL] = dumpl
+    fs[FS_RATIO] = ratio
+    return status
+
+
+__all__ = ["run_sglang", "sync_lazy", "active_ids", "WORK", "NG", "S_SIZE", "NLOG", "_FAR"]

@@ -1,0 +1,438 @@
+"""The compiled fast path of the built-in ``sglang`` rule, under three request lifecycles.
+
+:func:`run_fast` runs :mod:`kvstab.engine._kernel_sglang` batch by batch for
+:func:`kvstab.engine.run` (kvstab's lifecycle, vLLM's, or SGLang's own,
+``lifecycle="sglang"``) and returns what the reference engine would: the
+:class:`~kvstab.simulator.SimResult` (or the streamed :class:`Summary`), or the
+same :class:`~kvstab.errors.InvariantViolation`.  :func:`replay_steps` yields
+SGLang's step log for :func:`kvstab.empirical.sglang_semantics.replay_sglang_model`.
+
+Only the class :class:`~kvstab.schedulers.sglang.Sglang` itself takes this path
+(a subclass may override ``decide``); every knob of the instance is carried:
+the server (``M``, ``chunk``, ``block``, ``max_num_seqs`` — from the run's
+``ModelParams`` in kvstab's and vLLM's lifecycles, as the rule reads them off
+the view), ``max_prefill_tokens``, the clip, the ratio's knobs, the retract
+steps, and (SGLang's lifecycle) ``context_len`` for the arrival clip.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from kvstab.arrivals import ArrivalPlan
+from kvstab.engine import _kernel as K
+from kvstab.engine import _kernel_sglang as KS
+from kvstab.engine.stream import StreamStats, Summary
+from kvstab.errors import InvalidArgument
+from kvstab.model import ModelParams
+from kvstab.schedulers.sglang import Sglang
+from kvstab.simulator import SimResult
+
+__all__ = ["is_fast", "no_fast_path", "run_fast", "replay_steps", "RawStep", "sglang_lengths", "SglangLife"]
+
+IntArray = npt.NDArray[np.int64]
+SglangLife = Literal["kvstab", "vllm", "sglang"]
+_LIFE = {"kvstab": KS.KVSTAB_LIFE, "vllm": KS.VLLM_LIFE, "sglang": KS.SGLANG_LIFE}
+
+#: slots per call of the compiled loop (as :data:`kvstab.engine.driver.BATCH`)
+BATCH = 1 << 16
+#: steps per call when the step log is kept (its buffers are emptied between calls)
+LOG_BATCH = 1 << 12
+
+
+#: the rule's ``total_offset`` is Python's ``sum`` of floats, which adds them one by one before
+#: CPython 3.12 (3.12 compensates it, Neumaier): the kernel replicates the sequential sum only
+SEQUENTIAL_FLOAT_SUM = sys.version_info < (3, 12)
+
+
+def no_fast_path(scheduler: object) -> str | None:
+    """Why ``scheduler`` has no compiled sglang path (``None``: it has one).  Only the built-in
+    class itself qualifies (a subclass may change ``decide``; an instance with other knobs is
+    carried whole), and only where Python's float ``sum`` is the sequential one."""
+    if type(scheduler) is not Sglang:
+        return "not the built-in Sglang class (a subclass may change decide)"
+    if not SEQUENTIAL_FLOAT_SUM:
+        return "CPython >= 3.12 compensates float sums (sglang's total_offset); the kernel adds one by one"
+    return None
+
+
+def is_fast(scheduler: object) -> bool:
+    """Whether ``scheduler`` has this compiled path (see :func:`no_fast_path`)."""
+    return no_fast_path(scheduler) is None
+
+
+def sglang_lengths(rule: Sglang, plan: ArrivalPlan, fed: int) -> IntArray:
+    """kvstab's ``o`` of each request under SGLang's lifecycle (``max_new − 1`` after SGLang's
+    arrival clip, :func:`kvstab.empirical.sglang_semantics.clip_max_new`); the first of the
+    ``fed`` rows that :class:`~kvstab.empirical.sglang_semantics.SglangEngine` would refuse
+    raises its :class:`InvalidArgument`."""
+    from kvstab.empirical.sglang_semantics import clip_max_new
+
+    B = rule.block
+    s = plan.s.astype(np.int64)
+    max_req_len = rule.M - 1 if rule.context_len is None else min(rule.context_len - 1, rule.M - 1)
+    paged = -(-s // B) * B
+    max_new = np.maximum(0, np.minimum(np.minimum(plan.o, max_req_len - s - 1), rule.M - paged - B - 1))
+    bad = np.flatnonzero(((s >= max_req_len - 5) | (max_new < 1))[:fed])
+    if bad.size:
+        k = int(bad[0])
+        clip_max_new(rule, int(s[k]), int(plan.o[k]))  # raises SGLang's refusal of the prompt
+        raise InvalidArgument(
+            f"request (s={int(s[k])}, max_new={int(plan.o[k])}): SGLang clips max_new_tokens to 0 at "
+            f"M={rule.M}; use a shorter prompt"
+        )
+    return (max_new - 1).astype(np.int64)
+
+
+class _State:
+    """The flat arrays of one run of the compiled ``sglang`` engine (the request table
+    ``R`` has :data:`_kernel_sglang.NG` rows, one column per request)."""
+
+    def __init__(self, rule: Sglang, params: ModelParams, plan: ArrivalPlan, po: IntArray) -> None:
+        n = len(plan)
+        self.rule = rule
+        self.params = params
+        self.pslot = np.ascontiguousarray(plan.slot, dtype=np.int64)
+        self.ps = np.ascontiguousarray(plan.s, dtype=np.int64)
+        self.po = np.ascontiguousarray(po, dtype=np.int64)
+        self.R = np.zeros((KS.NG, n), dtype=np.int64)
+        for f in (KS.G_FIRST, KS.G_FIN, KS.G_NXT, KS.G_PRV):
+            self.R[f] = -1
+        self.qbuf = np.zeros(n + 1, dtype=np.int64)
+        self.elist = np.zeros(n + 1, dtype=np.int64)
+        self.hk = np.zeros(n + 1, dtype=np.int64)
+        self.hid = np.zeros(n + 1, dtype=np.int64)
+        self.ck = np.zeros(n + 1, dtype=np.int64)
+        self.cid = np.zeros(n + 1, dtype=np.int64)
+        self.chain = np.zeros(n + 1, dtype=np.int64)
+        B = params.block
+        self.ph = np.zeros(B, dtype=np.int64)
+        self.cnt = np.zeros(B, dtype=np.int64)
+        self.st = np.zeros(KS.S_SIZE, dtype=np.int64)
+        for f in (KS.S_AH, KS.S_AT, KS.S_DUMPV):
+            self.st[f] = -1
+        self.fs = np.array([rule.ratio_init], dtype=np.float64)
+        self.no_bins = (np.zeros(1), np.zeros(1), np.zeros(K.BP_SIZE, dtype=np.int64))
+        self.no_log = (np.zeros((KS.NLOG, 0), dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64))
+
+    def load(
+        self,
+        active: list[tuple[int, int, int]],
+        waiting: list[tuple[int, int]],
+        sched_state: tuple[float, int] | None = None,
+    ) -> None:
+        """Start from a given state, as :meth:`kvstab.simulator.Engine.load_state` does (kvstab's
+        lifecycle; the plan's first ``len(active)`` rows are ``active``'s requests, ``(s, o,
+        progress)`` in batch order, the next ``len(waiting)`` the waiting ones, in queue order)."""
+        R, st, B = self.R, self.st, self.params.block
+        prev = -1
+        for r, (s, o, p) in enumerate(active):
+            R[KS.G_S, r], R[KS.G_O, r], R[KS.G_PRV, r], R[KS.G_RANK, r] = s, o, prev, r
+            if prev >= 0:
+                R[KS.G_NXT, prev] = r
+            else:
+                st[KS.S_AH] = r
+            prev = r
+            if p >= s:
+                KS.load_lazy(R, self.hk, self.hid, self.ck, self.cid, self.ph, self.cnt, st, r, p, B,
+                             self.rule.clip_max_new_tokens)  # fmt: skip
+            else:
+                R[KS.G_MODE, r], R[KS.G_PROG, r] = KS.M_EXPL, p
+                self.elist[st[KS.S_NE]] = r
+                st[KS.S_NE] += 1
+        st[KS.S_AT], st[KS.S_NA], st[KS.S_RANKC] = prev, len(active), len(active)
+        for k in range(len(waiting)):
+            r = len(active) + k
+            R[KS.G_S, r], R[KS.G_O, r] = waiting[k]
+            self.qbuf[k] = r
+        st[KS.S_QL] = len(waiting)
+        st[KS.S_I] = len(active) + len(waiting)
+        if sched_state is not None:
+            self.fs[KS.FS_RATIO], st[KS.S_FULL] = float(sched_state[0]), int(sched_state[1])
+
+    @property
+    def t(self) -> int:
+        return int(self.st[KS.S_T])
+
+    @property
+    def arrived(self) -> int:
+        return int(self.st[KS.S_I])
+
+    def sync(self) -> None:
+        """Bring the lazy decoders' progress and areas up to the current slot."""
+        KS.sync_lazy(self.R, self.st, self.cnt, self.params.block)
+
+    def active(self) -> IntArray:
+        """Ids of the active requests in batch order (their areas brought up to date)."""
+        self.sync()
+        return np.asarray(KS.active_ids(self.R, self.st))
+
+    def work(self) -> dict[str, int]:
+        """What the run cost so far: slots run one by one and skipped, events, exact float sums."""
+        return {name: int(self.st[k]) for name, k in KS.WORK}
+
+    def step(
+        self,
+        life: int,
+        check: bool,
+        t_end: int,
+        drain: bool,
+        drain_min: int,
+        out: IntArray,
+        bins: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], IntArray] | None = None,
+        log: tuple[IntArray, npt.NDArray[np.float64], IntArray] | None = None,
+    ) -> int:
+        """Run the compiled engine towards ``t_end``; returns its status code."""
+        p, rule = self.params, self.rule
+        b1, b2, bp = self.no_bins if bins is None else bins
+        lg, lr, ev = self.no_log if log is None else log
+        return int(
+            KS.run_sglang(
+                life, p.M, p.chunk, p.block,
+                -1 if p.token_budget is None else p.token_budget,
+                -1 if p.max_num_seqs is None else p.max_num_seqs,
+                rule.max_prefill_tokens, rule.clip_max_new_tokens, rule.retract_decode_steps,
+                rule.ratio_init, rule.ratio_min, rule.ratio_decay,
+                check, t_end, drain, drain_min, self.t,
+                self.pslot, self.ps, self.po, self.R, self.qbuf, self.elist, self.hk, self.hid, self.ck, self.cid,
+                self.ph, self.cnt, self.chain, self.st, self.fs, out, b1, b2, bp, lg, lr, ev,
+            )
+        )  # fmt: skip
+
+
+def _lengths(
+    rule: Sglang, params: ModelParams, plan: ArrivalPlan, lifecycle: SglangLife, fed: int
+) -> tuple[ArrivalPlan, IntArray]:
+    """The plan as the reference engine accepts it, and kvstab's ``o`` per request."""
+    if lifecycle == "sglang":
+        if params != rule.params():
+            raise InvalidArgument(f"SGLang's lifecycle runs on the rule's own server ({rule.params()}), got {params}")
+        return plan, sglang_lengths(rule, plan, fed)
+    from kvstab.engine.driver import _check_plan
+
+    plan = _check_plan(plan, params, lifecycle)
+    return plan, plan.o - 1 if lifecycle == "vllm" else plan.o
+
+
+def run_fast(
+    rule: Sglang,
+    params: ModelParams,
+    plan: ArrivalPlan,
+    slots: int | None,
+    drain: bool,
+    check: bool,
+    lifecycle: SglangLife,
+    record: bool,
+    progress: Callable[[int, int | None], None] | None,
+    max_slots: int,
+    warmup: float,
+    batches: int,
+    work: dict[str, int] | None = None,
+) -> tuple[Summary, SimResult | None]:
+    """The compiled engine's run, as :func:`kvstab.engine.driver._run_fast` runs the other
+    built-ins (``work``, if given, receives :meth:`_State.work`)."""
+    from kvstab.engine.driver import _violation
+
+    fixed = slots is not None and not drain
+    horizon = int(slots) if fixed else max_slots  # type: ignore[arg-type]
+    fed = int(np.searchsorted(plan.slot, horizon, side="left"))
+    plan, po = _lengths(rule, params, plan, lifecycle, fed)
+    state = _State(rule, params, plan, po)
+    life = _LIFE[lifecycle]
+    drain_min = 0 if slots is None else int(slots)
+    stats = StreamStats(params.M, horizon if fixed else None, warmup, batches, keep_all=record)
+    bins = stats.kernel_bins()
+    width = 0 if bins is not None else min(BATCH, max(horizon, 1))
+    out = np.zeros((9, width), dtype=np.int64)
+    while True:
+        t0 = state.t
+        t_end = min(t0 + BATCH, horizon)
+        if width:
+            out[:] = 0
+        status = state.step(life, check, t_end, drain, drain_min, out, bins)
+        if status == K.VIOLATION:
+            raise _violation(state, rule.name, params)  # type: ignore[arg-type]
+        if width:
+            stats.add(out[:, : state.t - t0])
+        if progress is not None:
+            progress(state.t, horizon if fixed else None)
+        if status == K.DRAINED or (fixed and state.t >= horizon):
+            break
+        if state.t >= max_slots:
+            raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
+    if bins is not None:
+        stats.add_streamed(state.t, state.arrived, int(state.st[KS.S_DONE]), int(state.st[KS.S_MEMSUM]))
+    state.sync()
+    if work is not None:
+        work.update(state.work())
+    n = state.arrived
+    R = state.R
+    arrival = state.pslot[:n].copy()
+    finish = R[KS.G_FIN, :n].copy()
+    summary = stats.summary(arrival, finish, R[KS.G_WASTED, :n], R[KS.G_SERVED, :n], R[KS.G_NPRE, :n], state.t)
+    if not record:
+        return summary, None
+    cols = stats.columns()
+    result = SimResult(
+        scheduler=rule.name,
+        params=params,
+        slots=state.t,
+        arrived=cols["arrived"],
+        admitted=cols["admitted"],
+        preempted=cols["preempted"],
+        completed=cols["completed"],
+        running=cols["running"],
+        memory=cols["memory"],
+        wasted=cols["wasted"],
+        tokens=cols["tokens"],
+        queue=cols["queue"],
+        s=R[KS.G_S, :n].copy(),
+        o=R[KS.G_O, :n].copy(),
+        arrival=arrival,
+        first_admit=R[KS.G_FIRST, :n].copy(),
+        finish=finish,
+        preemptions=R[KS.G_NPRE, :n].copy(),
+        served=R[KS.G_SERVED, :n].copy(),
+        request_wasted=R[KS.G_WASTED, :n].copy(),
+        dropped=plan.dropped,
+    )
+    return summary, result
+
+
+def run_reference(
+    rule: Sglang,
+    plan: ArrivalPlan,
+    slots: int | None,
+    drain: bool,
+    check: bool,
+    window: int,
+    max_slots: int,
+) -> SimResult:
+    """The reference engine with SGLang's lifecycle (``SglangEngine``), driven like ``simulate``."""
+    from kvstab.empirical.sglang_semantics import SglangEngine
+
+    eng = SglangEngine(rule, check=check, window=window)
+    fed = eng.run(plan, slots, drain=drain, max_slots=max_slots)
+    unfinished = (fed < len(plan) or not eng.idle) if drain else (slots is not None and eng.slot < slots)
+    if unfinished:
+        raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
+    return eng.result(dropped=plan.dropped)
+
+
+@dataclass(frozen=True, slots=True)
+class RawStep:
+    """One step of SGLang's step log as the compiled engine writes it (plain values)."""
+
+    kind: str
+    admitted: tuple[int, ...]
+    retracted: tuple[int, ...]
+    finished: tuple[int, ...]
+    tokens: tuple[tuple[int, int], ...]
+    prefill_tokens: int
+    decode_tokens: int
+    kv_used: int
+    new_token_ratio: float
+    batch_is_full: int
+    queue: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogEnd:
+    """The requests' outcomes at the end of a logged replay (arrival order)."""
+
+    arrived: int
+    max_new: IntArray  # kvstab's o + 1 at arrival (SGLang's max_new after the clip)
+    first_admit: IntArray
+    finish: IntArray
+    retractions: IntArray
+    recomputed: IntArray
+
+
+_KINDS = ("idle", "prefill", "decode")
+
+
+def replay_steps(
+    plan: ArrivalPlan, rule: Sglang, steps: int | None, max_steps: int, end: list[LogEnd]
+) -> Iterator[RawStep]:
+    """SGLang's lifecycle, one step per slot (idle steps too), ``steps`` steps or until every
+    request arrived and finished (at most ``max_steps``); yields each step's record and appends
+    the requests' outcomes to ``end`` when done.  Raises as ``replay_sglang_model`` does."""
+    horizon = max_steps if steps is None else min(steps, max_steps)
+    fed = int(np.searchsorted(plan.slot, horizon, side="left"))
+    po = sglang_lengths(rule, plan, fed)
+    params = rule.params()
+    state = _State(rule, params, plan, po)
+    width = LOG_BATCH
+    lg = np.zeros((KS.NLOG, width), dtype=np.int64)
+    lr = np.zeros(width, dtype=np.float64)
+    ev = np.zeros(4 * len(plan) + 16 * width + 64, dtype=np.int64)
+    out = np.zeros((9, 0), dtype=np.int64)
+    while True:
+        t0 = state.t
+        t_end = min(t0 + width, horizon)
+        state.st[KS.S_EVP] = 0
+        state.st[KS.S_DUMPV] = -1  # the buffer is emptied: the batch is dumped again when it decodes
+        status = state.step(KS.SGLANG_LIFE, True, t_end, steps is None, 0, out, None, (lg, lr, ev))
+        if status == K.VIOLATION:
+            # the reference engine raises it, with every detail of the slot
+            from kvstab.empirical.sglang_semantics import replay_sglang_model
+
+            replay_sglang_model(plan, rule, steps, max_steps=max_steps, engine="reference")
+            raise AssertionError("the compiled sglang engine stopped at a violation the reference did not raise")
+        yield from _decode_log(lg, lr, ev, state.t - t0)
+        if status == K.DRAINED or (steps is not None and state.t >= steps):
+            break
+        if state.t >= max_steps:
+            raise InvalidArgument(f"the SGLang model did not drain within {max_steps} steps")
+    n = state.arrived
+    R = state.R
+    end.append(
+        LogEnd(
+            arrived=n,
+            max_new=po[:n] + 1,
+            first_admit=R[KS.G_FIRST, :n].copy(),
+            finish=R[KS.G_FIN, :n].copy(),
+            retractions=R[KS.G_NPRE, :n].copy(),
+            recomputed=R[KS.G_RECOMP, :n].copy(),
+        )
+    )
+
+
+def _decode_log(lg: IntArray, lr: npt.NDArray[np.float64], ev: IntArray, width: int) -> Iterator[RawStep]:
+    """The steps of one call's log buffers (a decode step's batch dump is shared while it holds)."""
+    cols = lg[:, :width].T.tolist()
+    ratios = lr[:width].tolist()
+    evl = ev.tolist() if width else []
+    dumps: dict[int, tuple[tuple[int, int], ...]] = {}
+    for c, row in enumerate(cols):
+        ntok, off = row[KS.L_NTOK], row[KS.L_TOKOFF]
+        nadm = row[KS.L_NADM]
+        if ntok < 0:
+            tokens = dumps.get(off)
+            if tokens is None:
+                tokens = dumps[off] = tuple((r, 1) for r in evl[off : off + (-ntok - 1)])
+            admitted: tuple[int, ...] = ()
+        else:
+            flat = evl[off : off + 2 * ntok]
+            tokens = tuple(zip(flat[0::2], flat[1::2]))
+            admitted = tuple(flat[2 * (ntok - nadm) :: 2]) if nadm else ()
+        ret, fin = row[KS.L_RET], row[KS.L_FIN]
+        yield RawStep(
+            kind=_KINDS[row[KS.L_KIND]],
+            admitted=admitted,
+            retracted=tuple(evl[ret : ret + row[KS.L_NRET]]),
+            finished=tuple(evl[fin : fin + row[KS.L_NFIN]]),
+            tokens=tokens,
+            prefill_tokens=row[KS.L_PF],
+            decode_tokens=row[KS.L_DC],
+            kv_used=row[KS.L_KV],
+            new_token_ratio=ratios[c],
+            batch_is_full=row[KS.L_FULL],
+            queue=row[KS.L_QUEUE],
+        )
