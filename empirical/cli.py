@@ -20,7 +20,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from kvstab.empirical.batchtime import load_profile
     from kvstab.empirical.compare import compare, default_cases
     from kvstab.empirical.vllm_driver import VllmUnavailable, load_vllm
+    from kvstab.errors import InvalidArgument
 
+    if args.sglang_ignore_eos and (not args.sglang or args.no_sglang_real):
+        raise InvalidArgument("--sglang-ignore-eos replays on SGLang's own scheduler: it needs --sglang, without --no-sglang-real")
     if not args.no_vllm:
         try:
             load_vllm()  # a missing vLLM is one line before any work
@@ -53,9 +56,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         engine=args.engine,
         sglang=args.sglang,
         use_sglang=not args.no_sglang_real,
+        ignore_eos=args.sglang_ignore_eos,
     )
     print(report.markdown())
-    extra = (", compare-sglang.csv" if report.sglang else "") + (", queue.png, kv.png" if report.plots else "")
+    extra = (", compare-sglang.csv" if report.sglang else "") + (", " + ", ".join(os.path.basename(p) for p in report.plots) if report.plots else "")
     print(f"wrote {args.out}/compare.md, compare.csv, compare.tex" + extra)
     return 0
 
@@ -100,5 +104,10 @@ def register(subparsers: Any) -> None:
         "(needs scripts/install-sglang.sh): μ from the formula, the model and SGLang",
     )
     c.add_argument("--no-sglang-real", action="store_true", help="with --sglang: the sglang model only (no SGLang column)")
+    c.add_argument(
+        "--sglang-ignore-eos", action="store_true",
+        help="with --sglang: also replay every case on SGLang's ignore_eos path (what kvstab bench drives) "
+        "and report how far the sglang model is from it",
+    )
     c.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     c.set_defaults(func=_cmd_compare, command="empirical compare")

@@ -91,7 +91,7 @@ __all__ = ["SGLANG_TERMS", "SglangAccounts", "sglang_accounts", "decompose_sglan
 
 #: (key, label) of every term of SGLang's decomposition, in the accounting's order.
 SGLANG_TERMS: tuple[tuple[str, str], ...] = (
-    ("capacity", "capacity: whole pages B⌊M/B⌋ vs M"),
+    ("capacity", "capacity: M in whole pages of B vs M"),
     ("idle_retraction", "idle memory: freed by a retraction after the prefill pass"),
     ("idle_empty", "idle memory: nothing waiting"),
     ("idle_cap", "idle memory: max_running_requests cap"),
