@@ -113,3 +113,21 @@ def test_ignore_eos_needs_sglangs_own_scheduler(tmp_path: Path, capsys: pytest.C
                  "--no-plots", "--out", str(tmp_path)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and "--sglang-ignore-eos" in err and "--sglang" in err
+
+
+def test_the_ignore_eos_look_ahead_admits_what_the_whole_max_new_test_refuses() -> None:
+    from kvstab.empirical.sglang_ignore_eos import Entry, ignore_eos_pass
+
+    rule = Sglang(M=1000, chunk=512)
+    # one running request with 10 tokens left holds 499 (it will free 500 when it ends); the head
+    # needs 100 + a page now and 400 more by its end: not all at once (100 + 400 + 1 >= 501 - 10),
+    # but the running request ends first, so at every future finish memory suffices
+    running = [Entry(0, s=400, o=109, progress=499)]
+    head = Entry(1, s=100, o=399, progress=0)
+    assert (running[0].left, running[0].occupied, head.left, head.occupied) == (10, 500, 400, 100)
+    assert ignore_eos_pass(rule, 501, running, None, [head], False).admitted == (1,)
+    # the first stage (the running request's end, both alive, each 10 tokens longer) needs
+    # free - 101 - 2·10 > 2·1 (IGNORE_EOS_RESERVE_TOKENS per live request): 124 passes, 123 does not
+    assert ignore_eos_pass(rule, 124, running, None, [head], False).admitted == (1,)
+    tighter = ignore_eos_pass(rule, 123, running, None, [head], False)
+    assert tighter.admitted == () and tighter.set_full

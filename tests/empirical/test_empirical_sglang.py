@@ -18,6 +18,7 @@ from kvstab.arrivals import ArrivalPlan, fixed_arrivals, poisson_arrivals
 from kvstab.data import trace_path
 from kvstab.empirical.decompose_sglang import decompose_sglang_gap
 from kvstab.empirical.sglang_driver import SglangUnavailable, check_ignore_eos, load_sglang, replay_sglang, run_sglang
+from kvstab.empirical.sglang_ignore_eos import check_spec
 from kvstab.empirical.sglang_semantics import SglangModelLog, replay_sglang_model
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
@@ -122,6 +123,8 @@ def assert_ignore_eos_cross_check(
     real = check.real
     assert real.admission_path == "ignore_eos" and real.calls["PrefillAdder._select_prefill_admission"] == 0
     assert real.calls["ScheduleBatch.retract_decode"] == 0 and sum(real.log.retractions) == 0
+    # the specification in docs/empirical.md (its executable form) predicts every step of the path
+    assert check_spec(real.log) is None, check_spec(real.log)
     if MODEL_HAS_IGNORE_EOS:
         assert check.difference is None, check.difference
         return
@@ -156,6 +159,18 @@ def test_ignore_eos_takes_sglangs_own_path_and_never_retracts(seed: int) -> None
     assert sum(ratio.log.retractions) >= 1 and ratio.calls["ScheduleBatch.retract_decode"] >= 1
     assert sum(eos.log.retractions) == 0 and eos.calls["ScheduleBatch.retract_decode"] == 0
     assert all(f >= 0 for f in eos.log.finish)  # drained
+    # the specification predicts SGLang's ignore_eos path, and not its ratio path
+    assert check_spec(eos.log) is None and check_spec(ratio.log) is not None
+
+
+def test_ignore_eos_never_admits_a_request_at_the_arrival_clip() -> None:
+    # max_new clipped to M - s - 2 (page 1) leaves the look-ahead a margin of exactly 1 token on an
+    # empty pool, which IGNORE_EOS_RESERVE_TOKENS refuses: SGLang's ignore_eos path never admits it
+    rule = Sglang(M=256, chunk=64)
+    plan = fixed_arrivals([(0, 100, 1000)])
+    assert replay_sglang(plan, rule).finish == (154,)  # the ratio path serves it (max_new clipped to 154)
+    with pytest.raises(InvalidArgument, match="did not drain within 300 steps"):
+        replay_sglang(plan, rule, max_steps=300, ignore_eos=True)
 
 
 @pytest.mark.parametrize("trace", ["azure-conv", "azure-code", "sharegpt", "arxiv"])
