@@ -232,7 +232,8 @@ def test_compare_report_on_sglang(tmp_path: Path) -> None:
     )
     assert code == 0
     text = (out / "compare.md").read_text()
-    rows = [r for r in text.split("## SGLang")[1].split("\n") if r.startswith("| P/D") or r.startswith("| mixed")]
+    table = text.split("## SGLang")[1].split("### Decomposition")[0]
+    rows = [r for r in table.split("\n") if r.startswith("| P/D") or r.startswith("| mixed")]
     assert len(rows) == 4
     for r in rows:
         cells = [c.strip() for c in r.strip("|").split("|")]
