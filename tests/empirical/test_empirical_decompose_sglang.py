@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import numpy as np
 import pytest
@@ -59,7 +61,7 @@ def test_fixed_lengths_give_the_area_terms_exactly() -> None:
 def test_the_decomposition_is_exact_with_retractions_and_pages() -> None:
     # a low initial ratio under-reserves, so decode runs out of memory and retracts
     rule = Sglang(M=4096, chunk=256, block=16, init_new_token_ratio=0.05)
-    log, Eg = _run("s=U(10,600),o=U(10,600)", rule, 1.3, 3000)
+    log, Eg = _run("s=U(10,600),o=U(10,600)", rule, 1.3, 1500)
     assert sum(log.retractions) > 0
     d = decompose_sglang_gap(log, 4096, Eg)
     assert abs(d.residual) < 1e-9
@@ -98,11 +100,17 @@ def test_a_log_the_accounting_does_not_explain_is_refused() -> None:
 def test_plot_of_the_gaps(tmp_path: Path) -> None:
     import matplotlib.image
 
-    from kvstab.empirical.compare import default_cases, plot_gaps, run_case, run_sglang_case
+    from kvstab.empirical.compare import CaseResult, SglangCaseResult, plot_gaps
+    from kvstab.empirical.decompose import TERMS, GapDecomposition
 
-    case = default_cases(None, "small")[0]
-    vllm = run_case(case, 400, use_vllm=False, engine="reference")
-    path = plot_gaps(str(tmp_path), [vllm], [run_sglang_case(case, 400, use_sglang=False)])
+    def case(name: str, terms: tuple[tuple[str, str], ...], sign: float) -> SimpleNamespace:
+        values = {k: sign * 0.01 * (i + 1) * (-1) ** i for i, (k, _) in enumerate(terms)}
+        d = GapDecomposition(0.1, 0.09, sum(values.values()), values, 0.0, 100, 9, labels=terms)
+        return SimpleNamespace(case=SimpleNamespace(name=name), decomposition=d, vllm=None, real=None)
+
+    vllm = [case(f"v{i}", TERMS, 1 + i) for i in range(3)]
+    sglang = [case(f"s{i}", SGLANG_TERMS, 2 - i) for i in range(3)]
+    path = plot_gaps(str(tmp_path), cast(list[CaseResult], vllm), cast(list[SglangCaseResult], sglang))
     img = matplotlib.image.imread(path)
     assert Path(path).name == "gap.png" and img.shape[1] > 1000  # two panels
     assert len(np.unique(img.reshape(-1, img.shape[-1]), axis=0)) > 20
