@@ -38,6 +38,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             raise SglangUnavailable(f"{exc}, or pass --no-sglang-real for kvstab's sglang model alone") from None
     data = _data_dir(args.data) if (args.cases in ("all", "traces") or not args.no_profile) else None
     cases = default_cases(data, args.cases)
+    if args.only:
+        unknown = sorted(set(args.only) - {c.name for c in cases})
+        if unknown:
+            valid = ", ".join(c.name for c in cases)
+            raise InvalidArgument(f"--only {unknown[0]!r} is not a case of --cases {args.cases}; valid: {valid}")
+        cases = [c for c in cases if c.name in args.only]
     profile = None if args.no_profile else load_profile(os.path.join(str(data), "profiles", "a100-llama-3-8b"))
     say = (lambda msg: print(f"kvstab empirical compare: {msg}", file=sys.stderr)) if not args.quiet else None
     report = compare(
@@ -84,6 +90,10 @@ def register(subparsers: Any) -> None:
     )
     c.add_argument("--out", default="empirical-report", help="output folder (default empirical-report)")
     c.add_argument("--cases", choices=("all", "paper", "small", "traces"), default="all", help="which cases (default all)")
+    c.add_argument(
+        "--only", action="append", metavar="CASE", default=[],
+        help="run only this case of --cases (repeatable), e.g. --only sharegpt or --only 'P/D 1:1@16k'",
+    )
     c.add_argument("--steps", type=positive_int, default=16_000, help="steps per run at M = 131000 (default 16000)")
     c.add_argument("--small-steps", type=positive_int, default=24_000, help="steps per run at M = 16384 (default 24000)")
     c.add_argument("--plot-steps", type=positive_int, default=6_000, help="steps of the plotted runs (default 6000)")

@@ -599,7 +599,9 @@ def _replay(plan: ArrivalPlan, rule: Sglang, steps: int | None, max_steps: int, 
             finish.append(-1)
             recomputed.append(0)
             i += 1
-        waiting_before = {id(r) for r in s.waiting_queue}
+        # the in-flight chunk before the step: every other request of an extend batch was admitted
+        # from the queue (not a scan of the queue, which grows without bound above μ)
+        chunk_before = s.chunked_req
         # KV each request holds before the step: its prompt and outputs but the last sampled one
         held_before = {int(r.rid): len(r.origin_input_ids) + len(r.output_ids) - 1 for r in s.running_batch.reqs}
         n_flags = len(drv.flag_at_prefill)
@@ -620,7 +622,7 @@ def _replay(plan: ArrivalPlan, rule: Sglang, steps: int | None, max_steps: int, 
                 work.append((k, n_tok))
                 if extend:
                     prefill += n_tok
-                    if id(r) in waiting_before:
+                    if r is not chunk_before:
                         admitted.append(k)
                         if first_admit[k] < 0:
                             first_admit[k] = t
@@ -629,7 +631,12 @@ def _replay(plan: ArrivalPlan, rule: Sglang, steps: int | None, max_steps: int, 
                 if r.finished():
                     done.append(k)
                     finish[k] = t
-        retracted = [int(r.rid) for r in s.waiting_queue if int(r.rid) in held_before]
+        # retracted requests were running and rejoin the queue at its tail (_add_request_to_queue)
+        q = s.waiting_queue
+        k = len(q)
+        while k > 0 and int(q[k - 1].rid) in held_before:
+            k -= 1
+        retracted = [int(r.rid) for r in q[k:]]
         for k in retracted:
             recomputed[k] += held_before[k]
         flags.append(int(s.running_batch.batch_is_full))

@@ -132,3 +132,10 @@ def test_compare_without_vllm_is_one_line(monkeypatch: pytest.MonkeyPatch, capsy
 def test_compare_rejects_a_load_below_one(tmp_path: Path) -> None:
     assert main(["empirical", "compare", "--no-vllm", "--cases", "small", "--load", "0.9", "--no-profile",
                  "--no-plots", "--quiet", "--out", str(tmp_path)]) == 2
+
+
+def test_compare_only_names_a_valid_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["empirical", "compare", "--no-vllm", "--cases", "small", "--only", "P/D 9:9@16k", "--no-profile",
+                 "--no-plots", "--quiet", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'P/D 9:9@16k' is not a case" in err and "P/D 1:1@16k" in err
