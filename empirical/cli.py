@@ -20,7 +20,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from kvstab.empirical.batchtime import load_profile
     from kvstab.empirical.compare import compare, default_cases
     from kvstab.empirical.vllm_driver import VllmUnavailable, load_vllm
+    from kvstab.errors import InvalidArgument
 
+    if args.sglang_ignore_eos and (not args.sglang or args.no_sglang_real):
+        raise InvalidArgument("--sglang-ignore-eos replays on SGLang's own scheduler: it needs --sglang, without --no-sglang-real")
     if not args.no_vllm:
         try:
             load_vllm()  # a missing vLLM is one line before any work
@@ -35,6 +38,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             raise SglangUnavailable(f"{exc}, or pass --no-sglang-real for kvstab's sglang model alone") from None
     data = _data_dir(args.data) if (args.cases in ("all", "traces") or not args.no_profile) else None
     cases = default_cases(data, args.cases)
+    if args.only:
+        unknown = sorted(set(args.only) - {c.name for c in cases})
+        if unknown:
+            valid = ", ".join(c.name for c in cases)
+            raise InvalidArgument(f"--only {unknown[0]!r} is not a case of --cases {args.cases}; valid: {valid}")
+        cases = [c for c in cases if c.name in args.only]
     profile = None if args.no_profile else load_profile(os.path.join(str(data), "profiles", "a100-llama-3-8b"))
     say = (lambda msg: print(f"kvstab empirical compare: {msg}", file=sys.stderr)) if not args.quiet else None
     report = compare(
@@ -53,9 +62,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         engine=args.engine,
         sglang=args.sglang,
         use_sglang=not args.no_sglang_real,
+        ignore_eos=args.sglang_ignore_eos,
     )
     print(report.markdown())
-    extra = (", compare-sglang.csv" if report.sglang else "") + (", queue.png, kv.png" if report.plots else "")
+    extra = (", compare-sglang.csv" if report.sglang else "") + (", " + ", ".join(os.path.basename(p) for p in report.plots) if report.plots else "")
     print(f"wrote {args.out}/compare.md, compare.csv, compare.tex" + extra)
     return 0
 
@@ -80,6 +90,10 @@ def register(subparsers: Any) -> None:
     )
     c.add_argument("--out", default="empirical-report", help="output folder (default empirical-report)")
     c.add_argument("--cases", choices=("all", "paper", "small", "traces"), default="all", help="which cases (default all)")
+    c.add_argument(
+        "--only", action="append", metavar="CASE", default=[],
+        help="run only this case of --cases (repeatable), e.g. --only sharegpt or --only 'P/D 1:1@16k'",
+    )
     c.add_argument("--steps", type=positive_int, default=16_000, help="steps per run at M = 131000 (default 16000)")
     c.add_argument("--small-steps", type=positive_int, default=24_000, help="steps per run at M = 16384 (default 24000)")
     c.add_argument("--plot-steps", type=positive_int, default=6_000, help="steps of the plotted runs (default 6000)")
@@ -100,5 +114,10 @@ def register(subparsers: Any) -> None:
         "(needs scripts/install-sglang.sh): μ from the formula, the model and SGLang",
     )
     c.add_argument("--no-sglang-real", action="store_true", help="with --sglang: the sglang model only (no SGLang column)")
+    c.add_argument(
+        "--sglang-ignore-eos", action="store_true",
+        help="with --sglang: also replay every case on SGLang's ignore_eos path (what kvstab bench drives) "
+        "and report how far the sglang model is from it",
+    )
     c.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     c.set_defaults(func=_cmd_compare, command="empirical compare")

@@ -6,7 +6,11 @@ gives ``μ`` per step from the paper's formula, from the model and measured on
 vLLM, the gaps, the decomposition of the formula's gap
 (:mod:`kvstab.empirical.decompose`), the recomputed tokens per completion,
 and ``b̄`` and ``μ`` in requests/s on an A100 from the profile
-(:mod:`kvstab.empirical.batchtime`).  Output: Markdown, CSV, LaTeX, PNG.
+(:mod:`kvstab.empirical.batchtime`).  With ``sglang=True`` every case is
+also replayed on kvstab's ``sglang`` model and SGLang 0.5.23's own scheduler,
+with SGLang's own decomposition (:mod:`kvstab.empirical.decompose_sglang`)
+and the two engines' gaps side by side.  Output: Markdown, CSV, LaTeX, PNG
+(``queue.png``, ``kv.png``, ``gap.png``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 from kvstab.arrivals import ArrivalPlan, poisson_arrivals
 from kvstab.empirical.batchtime import A100Profile, BatchTimeModel, FitReport, fit_batch_time
 from kvstab.empirical.decompose import TERMS, GapDecomposition, decompose_gap
+from kvstab.empirical.decompose_sglang import SGLANG_TERMS, decompose_sglang_gap
 from kvstab.empirical.estimators import (
     bbar_estimates,
     queue_growth,
@@ -194,6 +199,8 @@ class SglangCaseResult:
     mu_real: Estimate | None
     difference: str | None  # first step where the model departs from SGLang (None: identical)
     dropped: int  # requests SGLang refuses (prompt of max_req_len - 5 tokens or more), left out of the plan
+    decomposition: GapDecomposition  # the paper formula's gap to the measured log (SGLang's, else the model's)
+    eos: Any = None  # SGLang's ignore_eos path on the same plan (a sglang_driver.IgnoreEosCheck), when asked
 
     @property
     def measured(self) -> SglangModelLog:
@@ -233,13 +240,17 @@ def run_sglang_case(
     use_sglang: bool = True,
     chunk: int = PAPER_CHUNK,
     max_num_seqs: int = 256,
+    ignore_eos: bool = False,
 ) -> SglangCaseResult:
     """Replay one overloaded plan (rate ``load × μ_paper``, the plan :func:`run_case` draws) on
-    SGLang's own scheduler and on kvstab's ``sglang`` model (page size 1, SGLang's default)."""
+    SGLang's own scheduler and on kvstab's ``sglang`` model (page size 1, SGLang's default);
+    ``ignore_eos``: also on SGLang's ``ignore_eos`` path, against the model
+    (:func:`~kvstab.empirical.sglang_driver.check_ignore_eos`)."""
     if not load > 1:
         raise InvalidArgument(f"a saturated-rate run needs load > 1 (arrivals above μ), got {load}")
     rule = Sglang(M=case.M, chunk=chunk, max_num_seqs=max_num_seqs)
-    mu_paper = case.M / case.expected_g(chunk)
+    Eg = case.expected_g(chunk)
+    mu_paper = case.M / Eg
     plan = case.plan(steps, load * mu_paper, seed)
     keep = np.array([_sglang_fits(rule, int(s), int(o)) for s, o in zip(plan.s, plan.o)], dtype=bool)
     kept = ArrivalPlan(plan.slot[keep], plan.s[keep], plan.o[keep])
@@ -249,6 +260,12 @@ def run_sglang_case(
         from kvstab.empirical.sglang_driver import replay_sglang
 
         real = replay_sglang(kept, rule, steps)
+    measured = real if real is not None else model
+    eos = None
+    if ignore_eos:
+        from kvstab.empirical.sglang_driver import check_ignore_eos
+
+        eos = check_ignore_eos(kept, rule, steps, model=model)
     return SglangCaseResult(
         case=case,
         rule=rule,
@@ -260,6 +277,8 @@ def run_sglang_case(
         mu_real=sglang_rate(real, warmup) if real is not None else None,
         difference=model.first_difference(real) if real is not None else None,
         dropped=int((~keep).sum()),
+        decomposition=decompose_sglang_gap(measured, case.M, Eg, warmup, requested=kept.o),
+        eos=eos,
     )
 
 
@@ -381,9 +400,74 @@ class Report:
 
     def decomposition_rows(self) -> list[list[str]]:
         """One row per term, one column per case (log points, %)."""
-        labels = [label for _, label in TERMS] + ["residual", "total: ln(μ_paper / μ_measured)"]
-        cols = [dict(r.decomposition.rows()) for r in self.results]
-        return [[label] + [f"{c[label]:+.2f}" for c in cols] for label in labels]
+        return _decomposition_rows(TERMS, [r.decomposition for r in self.results])
+
+    def sglang_decomposition_rows(self) -> list[list[str]]:
+        """SGLang's decomposition: one row per term, one column per case (log points, %)."""
+        return _decomposition_rows(SGLANG_TERMS, [r.decomposition for r in self.sglang])
+
+    def pairs(self) -> list[tuple[CaseResult, SglangCaseResult]]:
+        """The cases replayed on both engines, in order."""
+        by_name = {r.case.name: r for r in self.results}
+        return [(by_name[s.case.name], s) for s in self.sglang if s.case.name in by_name]
+
+    def family_rows(self) -> list[list[str]]:
+        """vLLM beside SGLang at the same ``M``: the measured μ and the gap by family (log points)."""
+        rows = []
+        for v, s in self.pairs():
+            fv, fs = gap_families(v.decomposition), gap_families(s.decomposition)
+            row = [v.case.name, str(v.case.M), _pm(v.mu_measured), _pm(s.mu_real or s.mu_model),
+                   f"{100 * v.decomposition.gap:+.2f}", f"{100 * s.decomposition.gap:+.2f}"]
+            row += [f"{100 * fv[k]:+.2f} / {100 * fs[k]:+.2f}" for k, _ in FAMILIES]
+            rows.append(row)
+        return rows
+
+    def ignore_eos_rows(self) -> list[list[str]]:
+        """SGLang's ``ignore_eos`` path beside its ratio path and the model, one row per case that ran it."""
+        rows = []
+        for r in self.sglang:
+            if r.eos is None:
+                continue
+            e = r.eos.real
+            mu_e = sglang_rate(e.log, self.warmup)
+            retracted = [float(len(st.retracted)) for st in e.log.steps]
+            rows.append(
+                [
+                    r.case.name,
+                    str(r.rule.M),
+                    f"{r.mu_paper:.5f}",
+                    _pm(r.mu_model),
+                    _pm(r.mu_real),
+                    _pm(mu_e),
+                    f"{100 * relative_gap(r.mu_model.value, mu_e.value):+.2f}",
+                    "none" if r.eos.first_step is None else str(r.eos.first_step),
+                    e.admission_path,
+                    f"{_sglang_per_completion(e.log, retracted, self.warmup):.3f}",
+                    str(e.calls["ScheduleBatch.retract_decode"]),
+                ]
+            )
+        return rows
+
+    EOS_HEADER = [
+        "case",
+        "M (tokens)",
+        "μ paper (/step)",
+        "μ sglang model (/step)",
+        "μ SGLang ratio path (/step)",
+        "μ SGLang ignore_eos (/step)",
+        "gap model→ignore_eos %",
+        "first differing step",
+        "admission path run",
+        "retractions /completion (ignore_eos)",
+        "retract_decode calls (ignore_eos)",
+    ]
+
+    @property
+    def family_header(self) -> list[str]:
+        """The header of :meth:`family_rows`."""
+        return ["case", "M (tokens)", "μ vLLM (/step)", "μ SGLang (/step)", "gap vLLM", "gap SGLang"] + [
+            f"{label} (vLLM / SGLang)" for _, label in FAMILIES
+        ]
 
     def a100_rows(self) -> list[list[str]]:
         """b̄ and μ in requests/s on an A100 by the profile (kernel time only)."""
@@ -453,10 +537,8 @@ class Report:
             out.append(
                 "The same plans (requests SGLang refuses left out) on kvstab's `sglang` model and on SGLang's own "
                 "scheduler (`Scheduler.get_next_batch_to_run` and its PrefillAdder, ScheduleBatch, pools and ratio "
-                "tracker; chunk 512, page 1, max_running_requests 256). A step is a prefill-only or a decode-only "
-                "step, so μ per step is not comparable with vLLM's mixed steps in seconds. The gap decomposition "
-                "above does not apply: it splits vLLM's per-request areas; SGLang's memory also goes to the "
-                "reservation (KV in use stays below M while requests queue) and to retracted requests."
+                "tracker; chunk 512, page 1, max_running_requests 256, `ignore_eos=False`). A step is a prefill-only "
+                "or a decode-only step, so μ per step is not comparable with vLLM's mixed steps in seconds."
             )
             out += ["", _md_table(self.SGLANG_HEADER, self.sglang_rows()), ""]
             for s in self.sglang:
@@ -464,6 +546,31 @@ class Report:
                     out.append(f"- {s.case.name}: the sglang model departs from SGLang at {s.difference}")
                 if s.dropped:
                     out.append(f"- {s.case.name}: {s.dropped} requests SGLang refuses were left out of the plan")
+            out += ["", "### Decomposition of the paper formula's gap to SGLang (log points, %)", ""]
+            out.append(
+                "See `kvstab.empirical.decompose_sglang`: idle memory by SGLang's causes (what the reservation "
+                "holds back, the batch_is_full flag, the caps and budgets, head-of-line), the retraction waste, the "
+                "window boundary and the area per request, whose last link is the area held through prefill-only "
+                "steps (no decode progress). The terms and the residual add up to the total."
+            )
+            cases = [s.case.name for s in self.sglang]
+            out += ["", _md_table(["term"] + cases, self.sglang_decomposition_rows()), ""]
+            if any(s.eos is not None for s in self.sglang):
+                out += ["### SGLang's ignore_eos regime (what `kvstab bench` measures on a real server)", ""]
+                out.append(
+                    "The same plans with every request `ignore_eos=True`: SGLang admits through "
+                    "`PrefillAdder.add_one_req_ignore_eos` (confirmed by the calls counted) and reserves running "
+                    "requests at ratio 1.0; kvstab's `sglang` model has the ratio path only, so it departs from the "
+                    "first differing step named."
+                )
+                out += ["", _md_table(self.EOS_HEADER, self.ignore_eos_rows()), ""]
+            if self.pairs():
+                out += ["### vLLM and SGLang at the same M: the gap by family (log points, %)", ""]
+                out.append(
+                    "Each cell is vLLM's / SGLang's sum of the terms of one family; a larger gap is a lower "
+                    "saturated rate per step (a less stable server at the same M)."
+                )
+                out += ["", _md_table(self.family_header, self.family_rows()), ""]
         if self.profile is not None:
             out += ["## A100 / Llama-3-8B: b̄ and μ in requests/s from the profile", ""]
             out.append(
@@ -504,6 +611,23 @@ class Report:
                 extra = [f"{100 * d.terms[k]:.4f}" for k, _ in TERMS] + [f"{100 * d.residual:.4f}", f"{100 * d.gap:.4f}"]
                 w.writerow(row + extra + (a100[i][1:] if a100 else []))
 
+    def write_sglang_csv(self, path: str) -> None:
+        """One row per SGLang case: the SGLang table, then every term of its decomposition (%)."""
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(
+                list(self.SGLANG_HEADER)
+                + [f"decomp {k} %" for k, _ in SGLANG_TERMS]
+                + ["decomp residual %", "decomp total %"]
+            )
+            for row, r in zip(self.sglang_rows(), self.sglang):
+                d = r.decomposition
+                w.writerow(
+                    row
+                    + [f"{100 * d.terms[k]:.4f}" for k, _ in SGLANG_TERMS]
+                    + [f"{100 * d.residual:.4f}", f"{100 * d.gap:.4f}"]
+                )
+
     def latex(self) -> str:
         """The main and decomposition tables as LaTeX ``tabular`` environments."""
         parts = [_tex_table(self.MAIN_HEADER, self.main_rows())]
@@ -512,7 +636,44 @@ class Report:
             parts.append(_tex_table(self.A100_HEADER, self.a100_rows()))
         if self.sglang:
             parts.append(_tex_table(self.SGLANG_HEADER, self.sglang_rows()))
+            parts.append(_tex_table(["term"] + [s.case.name for s in self.sglang], self.sglang_decomposition_rows()))
+            if self.pairs():
+                parts.append(_tex_table(self.family_header, self.family_rows()))
         return "\n\n".join(parts) + "\n"
+
+
+#: Families of decomposition terms, for the side-by-side table and the plot: (key, label).
+FAMILIES: tuple[tuple[str, str], ...] = (
+    ("capacity", "capacity"),
+    ("reservation", "idle: SGLang's reservation"),
+    ("idle", "idle: other causes"),
+    ("waste", "preemption / retraction waste"),
+    ("boundary", "window boundary"),
+    ("stall", "area: prefill-only stalls"),
+    ("area", "area per request: the rest"),
+)
+_RESERVATION = ("idle_ratio", "idle_new", "idle_head_max_new")
+
+
+def gap_families(d: GapDecomposition) -> dict[str, float]:
+    """The terms of ``d`` (vLLM's or SGLang's) summed by family (:data:`FAMILIES`); they add up to ``Σ terms``."""
+    out = dict.fromkeys((k for k, _ in FAMILIES), 0.0)
+    for key, value in d.terms.items():
+        if key in ("capacity", "waste", "boundary", "stall"):
+            out[key] += value
+        elif key in _RESERVATION:
+            out["reservation"] += value
+        elif key.startswith("idle_"):
+            out["idle"] += value
+        else:
+            out["area"] += value
+    return out
+
+
+def _decomposition_rows(terms: tuple[tuple[str, str], ...], decomps: list[GapDecomposition]) -> list[list[str]]:
+    labels = [label for _, label in terms] + ["residual", "total: ln(μ_paper / μ_measured)"]
+    cols = [dict(d.rows()) for d in decomps]
+    return [[label] + [f"{c[label]:+.2f}" for c in cols] for label in labels]
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
@@ -619,6 +780,44 @@ def plot_queues(out_dir: str, steps: int, seed: int, use_vllm: bool, engine: str
     return paths
 
 
+def plot_gaps(out_dir: str, results: list[CaseResult], sglang: list[SglangCaseResult]) -> str:
+    """``gap.png``: the paper formula's gap per case by family of terms (:data:`FAMILIES`), stacked
+    (positive terms up, negative down, the total as a dot), vLLM's panel beside SGLang's."""
+    plt = _pyplot()
+    panels: list[tuple[str, list[str], list[GapDecomposition]]] = []
+    if results:
+        src = "vLLM 0.33" if results[0].vllm is not None else "vllm-v1 model"
+        panels.append((src, [r.case.name for r in results], [r.decomposition for r in results]))
+    if sglang:
+        src = "SGLang 0.5.23" if sglang[0].real is not None else "sglang model"
+        panels.append((src, [s.case.name for s in sglang], [s.decomposition for s in sglang]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.8), squeeze=False, sharey=True)
+    colours = plt.get_cmap("tab10").colors
+    for ax, (title, names, decomps) in zip(axes[0], panels):
+        fam = [gap_families(d) for d in decomps]
+        x = np.arange(len(names))
+        up = np.zeros(len(names))
+        down = np.zeros(len(names))
+        for j, (key, label) in enumerate(FAMILIES):
+            v = np.array([100 * f[key] for f in fam])
+            base = np.where(v >= 0, up, down)
+            ax.bar(x, v, bottom=base, color=colours[j % len(colours)], label=label, width=0.7)
+            up += np.maximum(v, 0)
+            down += np.minimum(v, 0)
+        ax.plot(x, [100 * d.gap for d in decomps], "ko", label="total gap")
+        ax.axhline(0, color="black", lw=0.6)
+        ax.set_xticks(x, names, rotation=45, ha="right", fontsize=8)
+        ax.set_title(f"Gap of μ_paper to {title}")
+    axes[0][0].set_ylabel("log points (100·ln)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7, frameon=False)
+    path = os.path.join(out_dir, "gap.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def compare(
     cases: list[Case],
     out_dir: str,
@@ -636,6 +835,7 @@ def compare(
     engine: str = "fast",
     sglang: bool = False,
     use_sglang: bool = True,
+    ignore_eos: bool = False,
 ) -> Report:
     """Run every case, fit the batch-time model on the measured logs, write the report files into ``out_dir``."""
     model_replay(engine)  # a bad engine name is one line before any work
@@ -654,21 +854,22 @@ def compare(
             if progress is not None:
                 progress(f"{c.name} (M={c.M}) on SGLang")
             n = small_steps if (small_steps is not None and c.M <= SMALL_M) else steps
-            sg_results.append(run_sglang_case(c, n, load=load, seed=seed, warmup=warmup, use_sglang=use_sglang))
+            sg_results.append(
+                run_sglang_case(c, n, load=load, seed=seed, warmup=warmup, use_sglang=use_sglang, ignore_eos=ignore_eos)
+            )
     fit = fit_report = None
     if profile is not None:
         logs = [r.measured for r in results]
         fit, fit_report = fit_batch_time(logs, [profile.step_times(g) for g in logs], seed=seed)
     paths = plot_queues(out_dir, plot_steps, seed, use_vllm, engine) if plots else []
+    if plots and (results or sg_results):
+        paths.append(plot_gaps(out_dir, results, sg_results))
     report = Report(results, profile, fit, fit_report, warmup, paths, sg_results)
     with open(os.path.join(out_dir, "compare.md"), "w", encoding="utf-8") as fh:
         fh.write(report.markdown())
     report.write_csv(os.path.join(out_dir, "compare.csv"))
     if report.sglang:
-        with open(os.path.join(out_dir, "compare-sglang.csv"), "w", newline="", encoding="utf-8") as fh:
-            w = csv.writer(fh)
-            w.writerow(report.SGLANG_HEADER)
-            w.writerows(report.sglang_rows())
+        report.write_sglang_csv(os.path.join(out_dir, "compare-sglang.csv"))
     with open(os.path.join(out_dir, "compare.tex"), "w", encoding="utf-8") as fh:
         fh.write(report.latex())
     return report

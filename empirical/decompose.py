@@ -75,6 +75,9 @@ class GapDecomposition:
     residual: float  # gap − Σ terms: rounding when the replay recorded the window boundary
     window_steps: int
     completed: int
+    #: ``(key, label)`` of every term, in the accounting's order: vLLM's :data:`TERMS` unless
+    #: the decomposition is another engine's (:data:`kvstab.empirical.decompose_sglang.SGLANG_TERMS`)
+    labels: tuple[tuple[str, str], ...] = TERMS
 
     @property
     def explained(self) -> float:
@@ -83,7 +86,7 @@ class GapDecomposition:
 
     def rows(self) -> list[tuple[str, float]]:
         """``(label, percent)`` for every term, then the residual and the total."""
-        out = [(label, 100.0 * self.terms[key]) for key, label in TERMS]
+        out = [(label, 100.0 * self.terms[key]) for key, label in self.labels]
         out.append(("residual", 100.0 * self.residual))
         out.append(("total: ln(μ_paper / μ_measured)", 100.0 * self.gap))
         return out

@@ -58,16 +58,30 @@ import warnings
 from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
 from kvstab.arrivals import ArrivalPlan
-from kvstab.empirical.sglang_semantics import SglangModelLog, SglangStep
+from kvstab.empirical.sglang_semantics import STEP_FIELDS, SglangModelLog, SglangStep, replay_sglang_model
 from kvstab.errors import InvalidArgument, KvstabError
 from kvstab.schedulers.sglang import Sglang
 from kvstab.validation import MAX_SLOTS
 
-__all__ = ["SglangUnavailable", "SglangDriver", "load_sglang", "replay_sglang", "SGLANG_VERSION", "INSTALL_HINT"]
+__all__ = [
+    "SglangUnavailable",
+    "SglangDriver",
+    "SglangRun",
+    "load_sglang",
+    "replay_sglang",
+    "run_sglang",
+    "IgnoreEosCheck",
+    "check_ignore_eos",
+    "first_differing_step",
+    "TRACED",
+    "SGLANG_VERSION",
+    "INSTALL_HINT",
+]
 
 #: The SGLang release the cross-check is written against.
 SGLANG_VERSION = "0.5.23"
@@ -188,7 +202,7 @@ def load_sglang() -> SimpleNamespace:
             from sglang.srt import runtime_context
             from sglang.srt.managers import scheduler as sched_mod
             from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
-            from sglang.srt.managers.schedule_policy import SchedulePolicy
+            from sglang.srt.managers.schedule_policy import PrefillAdder, SchedulePolicy
             from sglang.srt.managers.scheduler_components.new_token_ratio_tracker import NewTokenRatioTracker
             from sglang.srt.managers.utils import validate_input_length
             from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
@@ -212,6 +226,7 @@ def load_sglang() -> SimpleNamespace:
         Req=Req,
         ScheduleBatch=ScheduleBatch,
         SchedulePolicy=SchedulePolicy,
+        PrefillAdder=PrefillAdder,
         NewTokenRatioTracker=NewTokenRatioTracker,
         PagedTokenToKVPoolAllocator=PagedTokenToKVPoolAllocator,
         TokenToKVPoolAllocator=TokenToKVPoolAllocator,
@@ -268,10 +283,11 @@ _ENV_KNOBS = {
 class SglangDriver:
     """One SGLang scheduler (a ``Scheduler.__new__`` object, see the module docstring) for a rule's server."""
 
-    def __init__(self, rule: Sglang, max_requests: int) -> None:
+    def __init__(self, rule: Sglang, max_requests: int, *, ignore_eos: bool = False) -> None:
         g = load_sglang()
         self.g = g
         self.rule = rule
+        self.ignore_eos = ignore_eos
         for env, attr in _ENV_KNOBS.items():
             os.environ[env] = str(getattr(rule, attr))
         M, B = rule.M, rule.block
@@ -415,7 +431,7 @@ class SglangDriver:
     def add_request(self, rid: int, s: int, max_new: int) -> Any:
         """A request arrives: SGLang's arrival clip (``init_req_max_new_tokens``), then the queue."""
         g = self.g
-        sp = g.SamplingParams(max_new_tokens=max_new, ignore_eos=False)
+        sp = g.SamplingParams(max_new_tokens=max_new, ignore_eos=self.ignore_eos)
         sp.normalize(None)
         sp.verify(32_000)
         ids = array("q", [1 + (rid + j) % 1000 for j in range(s)])  # any ids: no radix cache to match
@@ -460,16 +476,103 @@ class SglangDriver:
                 g.release_kv_cache(req, s.tree_cache, checkpoint=True)
 
 
+#: SGLang's scheduling methods a replay counts the calls of: which admission path ran
+#: (``add_one_req_ignore_eos`` is the ``ignore_eos`` path; ``_select_prefill_admission`` the
+#: ratio path's test), the in-flight chunk, and retraction.
+TRACED = (
+    "PrefillAdder.add_one_req",
+    "PrefillAdder.add_one_req_ignore_eos",
+    "PrefillAdder._select_prefill_admission",
+    "PrefillAdder.add_chunked_req",
+    "ScheduleBatch.retract_decode",
+)
+
+
+@contextmanager
+def _traced(g: SimpleNamespace) -> Iterator[dict[str, int]]:
+    """Count the calls of the :data:`TRACED` methods for one replay: each is wrapped on its
+    class (the real method still runs) and put back afterwards."""
+    counts = dict.fromkeys(TRACED, 0)
+    saved: list[tuple[type, str, Any]] = []
+    try:
+        for name in TRACED:
+            cls_name, meth = name.split(".")
+            cls = getattr(g, cls_name)
+            real = cls.__dict__[meth]
+
+            def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+                counts[_name] += 1
+                return _real(*args, **kwargs)
+
+            saved.append((cls, meth, real))
+            setattr(cls, meth, counted)
+        yield counts
+    finally:
+        for cls, meth, real in saved:
+            setattr(cls, meth, real)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SglangRun:
+    """One replay on SGLang's own scheduler and the SGLang code it ran."""
+
+    log: SglangModelLog
+    ignore_eos: bool  # the requests' SamplingParams.ignore_eos
+    calls: dict[str, int]  # calls of each TRACED method during the replay
+
+    @property
+    def admission_path(self) -> str:
+        """``"ignore_eos"`` or ``"ratio"``: the admission test that ran (``"none"`` if no request was tried)."""
+        eos = self.calls["PrefillAdder.add_one_req_ignore_eos"]
+        ratio = self.calls["PrefillAdder._select_prefill_admission"]
+        if eos and ratio:
+            return "mixed"
+        return "ignore_eos" if eos else "ratio" if ratio else "none"
+
+
 def replay_sglang(
-    plan: ArrivalPlan, rule: Sglang, steps: int | None = None, *, max_steps: int = MAX_SLOTS
+    plan: ArrivalPlan,
+    rule: Sglang,
+    steps: int | None = None,
+    *,
+    max_steps: int = MAX_SLOTS,
+    ignore_eos: bool | None = None,
 ) -> SglangModelLog:
     """Replay ``plan`` (``o`` = SGLang's ``max_new_tokens``) on SGLang 0.5.23's own scheduler
     for ``rule``'s server: ``steps`` steps, or (``None``) until every request has arrived and
     finished, at most ``max_steps``.  The log has the fields of
     :func:`~kvstab.empirical.sglang_semantics.replay_sglang_model`'s, so that
-    :meth:`~kvstab.empirical.sglang_semantics.SglangModelLog.first_difference` compares them."""
+    :meth:`~kvstab.empirical.sglang_semantics.SglangModelLog.first_difference` compares them.
+    ``ignore_eos`` as for :func:`run_sglang`."""
+    return run_sglang(plan, rule, steps, max_steps=max_steps, ignore_eos=ignore_eos).log
+
+
+def run_sglang(
+    plan: ArrivalPlan,
+    rule: Sglang,
+    steps: int | None = None,
+    *,
+    max_steps: int = MAX_SLOTS,
+    ignore_eos: bool | None = None,
+) -> SglangRun:
+    """:func:`replay_sglang`, with the SGLang code that ran (:class:`SglangRun`).
+
+    ``ignore_eos``: every request's ``SamplingParams.ignore_eos``.  ``False``
+    (``max_new_tokens`` is the stop; SGLang's ratio path) or ``True`` (SGLang
+    admits through ``PrefillAdder.add_one_req_ignore_eos`` and reserves running
+    requests at ratio 1.0; the log's source is then ``"sglang (ignore_eos)"``);
+    ``None`` takes the rule's ``ignore_eos`` knob when it has one, else ``False``.
+    """
+    eos = bool(getattr(rule, "ignore_eos", False)) if ignore_eos is None else bool(ignore_eos)
+    g = load_sglang()
+    with _traced(g) as calls:
+        log = _replay(plan, rule, steps, max_steps, eos)
+    return SglangRun(log=log, ignore_eos=eos, calls=dict(calls))
+
+
+def _replay(plan: ArrivalPlan, rule: Sglang, steps: int | None, max_steps: int, ignore_eos: bool) -> SglangModelLog:
     n = len(plan)
-    drv = SglangDriver(rule, n)
+    drv = SglangDriver(rule, n, ignore_eos=ignore_eos)
     s = drv.s
     alloc = s.token_to_kv_pool_allocator
     start = time.perf_counter()
@@ -496,7 +599,9 @@ def replay_sglang(
             finish.append(-1)
             recomputed.append(0)
             i += 1
-        waiting_before = {id(r) for r in s.waiting_queue}
+        # the in-flight chunk before the step: every other request of an extend batch was admitted
+        # from the queue (not a scan of the queue, which grows without bound above μ)
+        chunk_before = s.chunked_req
         # KV each request holds before the step: its prompt and outputs but the last sampled one
         held_before = {int(r.rid): len(r.origin_input_ids) + len(r.output_ids) - 1 for r in s.running_batch.reqs}
         n_flags = len(drv.flag_at_prefill)
@@ -517,7 +622,7 @@ def replay_sglang(
                 work.append((k, n_tok))
                 if extend:
                     prefill += n_tok
-                    if id(r) in waiting_before:
+                    if r is not chunk_before:
                         admitted.append(k)
                         if first_admit[k] < 0:
                             first_admit[k] = t
@@ -526,7 +631,12 @@ def replay_sglang(
                 if r.finished():
                     done.append(k)
                     finish[k] = t
-        retracted = [int(r.rid) for r in s.waiting_queue if int(r.rid) in held_before]
+        # retracted requests were running and rejoin the queue at its tail (_add_request_to_queue)
+        q = s.waiting_queue
+        k = len(q)
+        while k > 0 and int(q[k - 1].rid) in held_before:
+            k -= 1
+        retracted = [int(r.rid) for r in q[k:]]
         for k in retracted:
             recomputed[k] += held_before[k]
         flags.append(int(s.running_batch.batch_is_full))
@@ -554,9 +664,7 @@ def replay_sglang(
             drv.step()
         if len(drv.flag_at_prefill) > n_flags:
             flags[-1] = int(drv.flag_at_prefill[-1])
-    import dataclasses
-
-    steps_out = tuple(dataclasses.replace(st, batch_is_full=f) for st, f in zip(log, flags))
+    steps_out = tuple(replace(st, batch_is_full=f) for st, f in zip(log, flags))
     return SglangModelLog(
         rule=rule,
         steps=steps_out,
@@ -567,6 +675,50 @@ def replay_sglang(
         finish=tuple(finish),
         retractions=tuple(int(r.retraction_count) for r in reqs),
         recomputed=tuple(recomputed),
-        source="sglang",
+        source="sglang (ignore_eos)" if ignore_eos else "sglang",
         wall_s=time.perf_counter() - start,
+    )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class IgnoreEosCheck:
+    """kvstab's ``sglang`` model against SGLang's own ``ignore_eos`` path on one plan."""
+
+    real: SglangRun  # SGLang with every request ignore_eos=True (PrefillAdder.add_one_req_ignore_eos)
+    model: SglangModelLog  # replay_sglang_model with the same rule
+    difference: str | None  # SglangModelLog.first_difference (None: step-identical)
+    first_step: int | None  # the first step where a step field differs (None: none does)
+
+
+def first_differing_step(a: SglangModelLog, b: SglangModelLog) -> int | None:
+    """The first step at which a step field of ``a`` and ``b`` differs, or the shorter
+    log's length when one ran longer; ``None`` when every step agrees."""
+    for x, y in zip(a.steps, b.steps):
+        if any(getattr(x, f) != getattr(y, f) for f in STEP_FIELDS):
+            return x.step
+    return None if len(a.steps) == len(b.steps) else min(len(a.steps), len(b.steps))
+
+
+def check_ignore_eos(
+    plan: ArrivalPlan,
+    rule: Sglang,
+    steps: int | None = None,
+    *,
+    max_steps: int = MAX_SLOTS,
+    model: SglangModelLog | None = None,
+) -> IgnoreEosCheck:
+    """Replay ``plan`` on SGLang's ``ignore_eos`` path and on :func:`replay_sglang_model` with
+    ``rule``, and name where they first differ: the cross-check of an ``ignore_eos`` regime in
+    kvstab's model.  Today's ``sglang`` rule models the ratio path only, so the two depart
+    (``docs/empirical.md``, "SGLang's ignore_eos regime"); a rule with an ``ignore_eos`` knob
+    set passes here when it models the path exactly.  ``model``: the model's replay of this
+    plan and rule when already run (it is not run again)."""
+    real = run_sglang(plan, rule, steps, max_steps=max_steps, ignore_eos=True)
+    if model is None:
+        model = replay_sglang_model(plan, rule, steps, max_steps=max_steps)
+    return IgnoreEosCheck(
+        real=real,
+        model=model,
+        difference=model.first_difference(real.log),
+        first_step=first_differing_step(model, real.log),
     )

@@ -100,15 +100,23 @@ def test_compare_model_only_writes_every_format(tmp_path: Path, data_dir: Path) 
     out = tmp_path / "rep"
     code = main(
         ["empirical", "compare", "--no-vllm", "--cases", "small", "--steps", "300", "--small-steps", "1500",
-         "--no-plots", "--quiet", "--out", str(out), "--data", str(data_dir)]
+         "--no-plots", "--quiet", "--out", str(out), "--data", str(data_dir), "--sglang", "--no-sglang-real"]
     )
     assert code == 0
     md = (out / "compare.md").read_text()
     assert "Decomposition of the paper formula's gap" in md and "P/D 1:1@16k" in md
     rows = list(csv.reader((out / "compare.csv").open()))
     assert len(rows) == 1 + 4 and "decomp residual %" in rows[0]
+    # SGLang's own decomposition (the sglang model's logs here), exact on every case
+    part = md.split("Decomposition of the paper formula's gap to SGLang")[1]
+    resid = next(r for r in part.split("\n") if r.startswith("| residual"))
+    assert resid.count("+0.00") + resid.count("-0.00") == 4, resid
+    assert "held through prefill-only steps" in part and "the gap by family" in md
+    rows = list(csv.reader((out / "compare-sglang.csv").open()))
+    assert len(rows) == 1 + 4 and "decomp stall %" in rows[0] and "decomp residual %" in rows[0]
     tex = (out / "compare.tex").read_text()
-    assert tex.count(r"\begin{tabular}") == 3 and r"\mu" in tex
+    # main, decomposition, A100, then SGLang's table, its decomposition and the side-by-side families
+    assert tex.count(r"\begin{tabular}") == 6 and r"\mu" in tex
 
 
 def test_compare_without_vllm_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -124,3 +132,10 @@ def test_compare_without_vllm_is_one_line(monkeypatch: pytest.MonkeyPatch, capsy
 def test_compare_rejects_a_load_below_one(tmp_path: Path) -> None:
     assert main(["empirical", "compare", "--no-vllm", "--cases", "small", "--load", "0.9", "--no-profile",
                  "--no-plots", "--quiet", "--out", str(tmp_path)]) == 2
+
+
+def test_compare_only_names_a_valid_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["empirical", "compare", "--no-vllm", "--cases", "small", "--only", "P/D 9:9@16k", "--no-profile",
+                 "--no-plots", "--quiet", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'P/D 9:9@16k' is not a case" in err and "P/D 1:1@16k" in err

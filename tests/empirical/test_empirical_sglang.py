@@ -7,6 +7,7 @@ SGLang is a failure.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -15,7 +16,9 @@ import pytest
 
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals, poisson_arrivals
 from kvstab.data import trace_path
-from kvstab.empirical.sglang_driver import SglangUnavailable, load_sglang, replay_sglang
+from kvstab.empirical.decompose_sglang import decompose_sglang_gap
+from kvstab.empirical.sglang_driver import SglangUnavailable, check_ignore_eos, load_sglang, replay_sglang, run_sglang
+from kvstab.empirical.sglang_ignore_eos import check_spec
 from kvstab.empirical.sglang_semantics import SglangModelLog, replay_sglang_model
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
@@ -94,8 +97,80 @@ def test_paper_workloads_match(name: str, M: int) -> None:
     mu = mu_per_slot(w, ModelParams(M=M, chunk=512))
     steps = 1200 if M == 16_384 else 500
     plan = poisson_arrivals(w, 1.3 * mu, 1.0, steps, seed=3)
-    real, _ = assert_same(plan, rule, steps)
+    real, model = assert_same(plan, rule, steps)
     assert sum(st.decode_tokens for st in real.steps) > 0 and sum(st.prefill_tokens for st in real.steps) > 0
+    # the same plan in SGLang's ignore_eos regime, against the model (it has the ratio path only:
+    # at M = 16384 the two part ways within these steps; at 131000 memory is not short yet)
+    assert_ignore_eos_cross_check(plan, rule, steps, model, must_differ=M == 16_384)
+
+
+#: whether kvstab's sglang rule has an ignore_eos knob yet (modelling the path is a follow-up of issue 16)
+MODEL_HAS_IGNORE_EOS = "ignore_eos" in {f.name for f in dataclasses.fields(Sglang)}
+
+
+def assert_ignore_eos_cross_check(
+    plan: ArrivalPlan, rule: Sglang, steps: int, model: SglangModelLog | None = None, *, must_differ: bool = True
+) -> None:
+    """The cross-check of SGLang's ignore_eos regime, ready for the rule's knob.  Until the rule
+    models the path, this checks the divergence it has: SGLang ran its ignore_eos branch and never
+    retracted, the model agrees with it on every step before the first difference, and that
+    difference is an admission decision (the request lifecycle agrees).  Once the rule has an
+    ``ignore_eos`` knob, the same plans must be step-identical."""
+    if MODEL_HAS_IGNORE_EOS:
+        rule = dataclasses.replace(rule, ignore_eos=True)  # type: ignore[call-arg]
+        model = None
+    check = check_ignore_eos(plan, rule, steps, model=model)
+    real = check.real
+    assert real.admission_path == "ignore_eos" and real.calls["PrefillAdder._select_prefill_admission"] == 0
+    assert real.calls["ScheduleBatch.retract_decode"] == 0 and sum(real.log.retractions) == 0
+    # the specification in docs/empirical.md (its executable form) predicts every step of the path
+    assert check_spec(real.log) is None, check_spec(real.log)
+    if MODEL_HAS_IGNORE_EOS:
+        assert check.difference is None, check.difference
+        return
+    if check.first_step is None:
+        assert not must_differ, "the model matched SGLang's ignore_eos path: has the rule learnt it?"
+        return
+    t = check.first_step
+    a, b = check.model.steps[t], real.log.steps[t]
+    assert check.model.steps[:t] == real.log.steps[:t]
+    assert (a.kind, a.admitted, a.batch_is_full) != (b.kind, b.admitted, b.batch_is_full), check.difference
+
+
+def test_the_model_departs_from_sglangs_ignore_eos_path_at_large_m() -> None:
+    # M = 131000 fills up only after several hundred steps at 1.3 μ; at 2 μ the look-ahead
+    # reservation decides differently from the ratio path within 300 steps
+    w = PAPER_WORKLOADS["paper-2:1"]
+    rule = Sglang(M=131_000, chunk=512, max_num_seqs=256)
+    plan = poisson_arrivals(w, 2.0 * mu_per_slot(w, ModelParams(M=131_000, chunk=512)), 1.0, 300, seed=3)
+    assert_ignore_eos_cross_check(plan, rule, 300)
+
+
+@pytest.mark.parametrize("seed", [5, 8])
+def test_ignore_eos_takes_sglangs_own_path_and_never_retracts(seed: int) -> None:
+    rule, plan = small_server(seed)
+    ratio = run_sglang(plan, rule, ignore_eos=False)
+    eos = run_sglang(plan, rule, ignore_eos=True)
+    # which code ran: the ratio path's admission test, or add_one_req's ignore_eos branch
+    assert ratio.admission_path == "ratio" and ratio.calls["PrefillAdder.add_one_req_ignore_eos"] == 0
+    assert eos.admission_path == "ignore_eos" and eos.log.source == "sglang (ignore_eos)"
+    assert eos.calls["PrefillAdder.add_one_req_ignore_eos"] == eos.calls["PrefillAdder.add_one_req"] > 0
+    # the look-ahead reservation: no decode runs out of memory, where the ratio path retracts
+    assert sum(ratio.log.retractions) >= 1 and ratio.calls["ScheduleBatch.retract_decode"] >= 1
+    assert sum(eos.log.retractions) == 0 and eos.calls["ScheduleBatch.retract_decode"] == 0
+    assert all(f >= 0 for f in eos.log.finish)  # drained
+    # the specification predicts SGLang's ignore_eos path, and not its ratio path
+    assert check_spec(eos.log) is None and check_spec(ratio.log) is not None
+
+
+def test_ignore_eos_never_admits_a_request_at_the_arrival_clip() -> None:
+    # max_new clipped to M - s - 2 (page 1) leaves the look-ahead a margin of exactly 1 token on an
+    # empty pool, which IGNORE_EOS_RESERVE_TOKENS refuses: SGLang's ignore_eos path never admits it
+    rule = Sglang(M=256, chunk=64)
+    plan = fixed_arrivals([(0, 100, 1000)])
+    assert replay_sglang(plan, rule).finish == (154,)  # the ratio path serves it (max_new clipped to 154)
+    with pytest.raises(InvalidArgument, match="did not drain within 300 steps"):
+        replay_sglang(plan, rule, max_steps=300, ignore_eos=True)
 
 
 @pytest.mark.parametrize("trace", ["azure-conv", "azure-code", "sharegpt", "arxiv"])
@@ -157,7 +232,8 @@ def test_compare_report_on_sglang(tmp_path: Path) -> None:
     )
     assert code == 0
     text = (out / "compare.md").read_text()
-    rows = [r for r in text.split("## SGLang")[1].split("\n") if r.startswith("| P/D") or r.startswith("| mixed")]
+    table = text.split("## SGLang")[1].split("### Decomposition")[0]
+    rows = [r for r in table.split("\n") if r.startswith("| P/D") or r.startswith("| mixed")]
     assert len(rows) == 4
     for r in rows:
         cells = [c.strip() for c in r.strip("|").split("|")]
@@ -186,3 +262,15 @@ def test_compare_without_sglang_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp
                  "--out", str(tmp_path / "rep")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and "scripts/install-sglang.sh" in err and "--no-sglang-real" in err
+
+
+
+def test_the_decomposition_is_exact_on_sglangs_own_logs() -> None:
+    # a small server that retracts: SGLang's log and the model's (step-identical) decompose the
+    # same way, and the terms add up to the gap
+    rule, plan = small_server(8)
+    real, model = assert_same(plan, rule)
+    assert sum(real.retractions) > 0
+    d = decompose_sglang_gap(real, rule.M, 5000.0, warmup=0.0)
+    assert abs(d.residual) < 1e-9 and d.terms["waste"] > 0
+    assert d.terms == decompose_sglang_gap(model, rule.M, 5000.0, warmup=0.0).terms
