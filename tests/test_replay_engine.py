@@ -17,7 +17,8 @@ import pytest
 from test_cli import run as _cli
 from test_engine_differential import COMPILED
 
-from kvstab.engine.fast_replay import replay_fast
+from kvstab.contract import state_vars_of
+from kvstab.engine.fast_replay import replay_fast, why_not_fast
 from kvstab.model import ModelParams
 from kvstab.registry import load_scheduler
 from kvstab.replay import ReplayOutcome, parse_requests, replay
@@ -43,7 +44,20 @@ CASES = [  # (server, requests, replay's keywords): crowded and roomy, blocks, c
 ]
 
 
-@pytest.mark.parametrize("rule", COMPILED)
+#: the built-ins whose replay runs on the fast engine: a stateful one (sglang) keeps the reference,
+#: whose records show the rule's state after every slot
+REPLAYED_FAST = [r for r in COMPILED if not state_vars_of(load_scheduler(r))]
+
+
+def test_a_stateful_built_in_replays_on_the_reference_engine_and_says_why() -> None:
+    assert "sglang" in COMPILED and "sglang" not in REPLAYED_FAST
+    why = why_not_fast(load_scheduler("sglang"), parse_requests("0:4:8"), None, None, None, None)
+    assert why.startswith("a stateful rule: the records show its state after every slot")
+    assert all(why_not_fast(load_scheduler(r), parse_requests("0:4:8"), None, None, None, None) == ""
+               for r in REPLAYED_FAST)  # fmt: skip
+
+
+@pytest.mark.parametrize("rule", REPLAYED_FAST)
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_fast_replay_gives_the_reference_records(rule: str, case: int) -> None:
     params, requests, kw = CASES[case]

@@ -20,8 +20,8 @@ from collections import deque
 import numpy as np
 
 from kvstab.arrivals import ArrivalPlan
-from kvstab.contract import Scheduler
-from kvstab.engine.driver import fast_rule, run
+from kvstab.contract import Scheduler, state_vars_of
+from kvstab.engine.driver import fast_rule, has_fast_path, run
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import ModelParams
 from kvstab.replay import ReplayOutcome
@@ -44,6 +44,9 @@ def why_not_fast(
     decide_timeout: float | None,
 ) -> str:
     """Why the fast engine cannot give this replay's records ("" if it can)."""
+    if state_vars_of(sched) and has_fast_path(sched):
+        # the records carry the rule's state after every slot; the compiled engine keeps it only as it goes
+        return "a stateful rule: the records show its state after every slot, which only the reference engine keeps"
     if fast_rule(sched) is None:
         return "the scheduler has no compiled fast path (plug-ins replay on the reference engine)"
     if active or waiting:
