@@ -1,8 +1,9 @@
 """``kvstab simulate``: run the model (fast or reference engine) and set its throughput beside ``μ``.
 
 Command-line floor: argparse wiring and printing only; the run is
-:func:`kvstab.simulator.simulate`, the numbers it is compared with come from
-:mod:`kvstab.theory`.
+:func:`kvstab.engine.run` (streamed: no per-slot arrays) for a rule with a fast
+path and :func:`kvstab.simulator.simulate` otherwise, the numbers it is compared
+with come from :mod:`kvstab.theory`.
 """
 
 from __future__ import annotations
@@ -109,7 +110,6 @@ def run(args: argparse.Namespace) -> int:
     """``kvstab simulate``: exit 0 with the table (or JSON) of a run."""
     from kvstab.arrivals import poisson_arrivals
     from kvstab.contract import traits_of
-    from kvstab.metrics import queue_slope, throughput, utilisation
     from kvstab.registry import load_scheduler
     from kvstab.theory import stability_report
     from kvstab.theory.certified import policy_guarantee
@@ -136,16 +136,21 @@ def run(args: argparse.Namespace) -> int:
         rate = int((trace_plan.slot < slots).sum()) / (slots * args.bbar)
         plan = trace_plan.fit_to(params, drop_oversize=args.drop_oversize)
         fit_rate = int((plan.slot < slots).sum()) / (slots * args.bbar)
+    if slots - int(slots * args.warmup) < 4:
+        raise InvalidArgument(
+            f"--slots {slots} with --warmup {args.warmup:g} leaves {slots - int(slots * args.warmup)} slot(s) to "
+            "estimate from; the batch-means estimates need at least 4 (pass more --slots or a smaller --warmup)"
+        )
     bar = _ProgressBar(slots, enabled=not args.json and not args.no_progress)
     t0 = time.perf_counter()
     try:
-        res, engine_used, engine_why = _run(args, scheduler, params, plan, slots, bar)
+        summ, hid, window, engine_used, engine_why = _run(args, scheduler, params, plan, slots, bar)
     finally:
         bar.close()
     wall = time.perf_counter() - t0
-    thr = throughput(res, args.warmup)
-    slope = queue_slope(res, args.warmup)
-    completed = int(res.completed.sum())
+    thr, slope = summ.throughput, summ.queue_slope
+    assert thr is not None and slope is not None  # at least 4 steady slots, checked above
+    completed = summ.completed
     out = {
         "scheduler": args.scheduler,
         "workload": workload.describe(),
@@ -156,17 +161,17 @@ def run(args: argparse.Namespace) -> int:
         "token_budget": params.token_budget,
         "max_num_seqs": params.max_num_seqs,
         "bbar_s": args.bbar,
-        "slots": res.slots,
-        "window": res.window,
+        "slots": summ.slots,
+        "window": window,
         # the compiled engine runs head-of-line built-ins, whose decisions the window never changes, and does
         # not count the slots it hid requests in: unknown (null) there, not 0
-        "window_hid_slots": res.window_hid_slots if engine_used == "reference" else None,
+        "window_hid_slots": hid,
         "scheduler_traits": traits_of(scheduler).tags(),
         "warmup_fraction": args.warmup,
         "arrival_rate_per_s": rate,
         "fitting_rate_per_s": fit_rate,
         "offered_load_lambda_over_mu": fit_rate / mu_formula,
-        "arrived": int(res.arrived.sum()),
+        "arrived": summ.arrived,
         "completed": completed,
         "dropped_oversize": plan.dropped,
         "theory_workload": law.describe(),
@@ -181,11 +186,12 @@ def run(args: argparse.Namespace) -> int:
         "throughput_per_s_ci95": [thr.low / args.bbar, thr.high / args.bbar],
         "queue_growth_per_slot": slope.value,
         "queue_growth_per_slot_ci95": [slope.low, slope.high],
-        "in_system_at_end": int(res.in_system[-1]),
-        "memory_utilisation": utilisation(res, args.warmup),
-        "preemptions": int(res.preempted.sum()),
-        "preemptions_per_completion": int(res.preempted.sum()) / completed if completed else None,
-        "wasted_area_fraction": float(res.wasted.sum() / max(1, res.memory.sum())),
+        "in_system_at_end": summ.arrived - completed,
+        "memory_utilisation": summ.utilisation,
+        "preemptions": summ.preemptions,
+        "preemptions_per_completion": summ.preemptions / completed if completed else None,
+        "wasted_area_fraction": summ.waste_fraction,
+        "latency_slots": summ.latency,
         "E_g_tokens_slots": theory.E_g,
         "mu_formula_per_s": mu_formula,
         "mu_formula_per_slot": mu_formula * args.bbar,
@@ -244,6 +250,9 @@ def _print(o: dict[str, Any]) -> None:
     ppc = o["preemptions_per_completion"]
     t.add_row("preemptions", f"{o['preemptions']} ({ppc:.3f} per completion)" if ppc is not None else str(o["preemptions"]), "")
     t.add_row("wasted area / served area", f"{o['wasted_area_fraction']:.4f}", "")
+    lat = o["latency_slots"]
+    if lat:
+        t.add_row("latency p50 / p90 / p99 (slots)", f"{lat['p50']:.0f} / {lat['p90']:.0f} / {lat['p99']:.0f}", "")
     t.add_row("completed / arrived", f"{o['completed']} / {o['arrived']}", "")
     if o["dropped_oversize"]:
         t.add_row("dropped (s+o > M)", str(o["dropped_oversize"]), "")
@@ -258,26 +267,36 @@ def _print(o: dict[str, Any]) -> None:
 
 def _run(
     args: argparse.Namespace, scheduler: Any, params: Any, plan: Any, slots: int, bar: _ProgressBar
-) -> tuple[Any, str, str]:
+) -> tuple[Any, int | None, int, str, str]:
     """Run on the engine ``--engine`` asks for: the fast engine where a built-in
     has a compiled path (identical results, see docs/engine.md), the reference
     engine otherwise — plug-ins keep it, so their faults are named by spec and
-    ``--decide-timeout`` applies.  Returns the result, the engine and why."""
+    ``--decide-timeout`` applies.  Returns the run's :class:`~kvstab.engine.stream.Summary`,
+    the slots the queue window hid requests in (``None`` where the engine does not count
+    them), the window at the end (the reference engine widens it), the engine and why.
+
+    The fast engine streams: it keeps the batch-means sums and the per-request table, not
+    one row per slot, so 10⁶ requests fit in a few hundred MB; the reference engine records
+    every slot (it is the oracle, and plug-in faults need the record)."""
     from kvstab.engine import run as engine_run
     from kvstab.engine.driver import has_fast_path
+    from kvstab.engine.stream import StreamStats
     from kvstab.simulator import simulate
 
     if args.engine == "fast" or (args.engine == "auto" and has_fast_path(scheduler)):
         out = engine_run(
-            scheduler, params, plan, slots, window=args.window, engine="fast", progress=lambda t, _n: bar(t)
+            scheduler, params, plan, slots, window=args.window, engine="fast", progress=lambda t, _n: bar(t),
+            record=False, warmup=args.warmup,
         )
-        return out.result, out.engine, out.reason
+        # the compiled engine runs head-of-line built-ins, whose decisions the window never changes, and does
+        # not count the slots it hid requests in: unknown (None), not 0
+        return out.summary, None, args.window, out.engine, out.reason
     why = "asked for" if args.engine == "reference" else "the scheduler has no compiled fast path"
     res = simulate(
         scheduler, params, plan, slots, window=args.window, on_slot=bar, spec=args.scheduler,
         decide_timeout=args.decide_timeout,
     )
-    return res, "reference", why
+    return StreamStats.of_result(res, True, args.warmup), res.window_hid_slots, res.window, "reference", why
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -187,3 +187,14 @@ def test_a_compensated_float_sum_declines_the_compiled_path(monkeypatch: pytest.
     out = run(rule, rule.params(), plan, 50, lifecycle="sglang")
     assert out.engine == "reference" and "compensates" in out.reason
     assert replay_sglang_model(plan, rule, 50).engine == "reference"
+
+
+def test_the_sglang_kernel_is_rebuilt_when_the_kernel_it_inlines_changes() -> None:
+    """numba keys ``run_sglang``'s cache by the text of ``_kernel_sglang.py`` alone, and it
+    inlines ``_kernel``'s helpers: the hash of ``_kernel.py`` written there makes a change to
+    them change this kernel's text.  After editing ``_kernel.py``, write
+    ``sha256sum kvstab/engine/_kernel.py | cut -c1-16`` into ``_kernel_sglang.KERNEL_SHA``."""
+    import hashlib
+    from pathlib import Path
+
+    assert hashlib.sha256(Path(K.__file__).read_bytes()).hexdigest()[:16] == KS.KERNEL_SHA

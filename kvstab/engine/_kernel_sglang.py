@@ -82,6 +82,14 @@ from kvstab.engine._kernel import (
     held,
 )
 
+#: the text of ``_kernel.py`` this file was last compiled with (a prefix of its sha256).
+#: numba keys a cached function by the text of its own file only, and this kernel inlines
+#: ``_kernel``'s helpers (the lazy decoders, the heap): after they change, a cached
+#: ``run_sglang`` would keep the old copies.  A test holds this to ``_kernel.py``'s hash
+#: (``sha256sum kvstab/engine/_kernel.py | cut -c1-16``), and changing it here changes this
+#: file's text, so the cache is rebuilt.
+KERNEL_SHA = "29390b95e6f43ee9"
+
 # lifecycle codes
 KVSTAB_LIFE, VLLM_LIFE, SGLANG_LIFE = 0, 1, 2
 
