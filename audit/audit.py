@@ -20,17 +20,20 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvstab.audit.profiles import AuditProfile
 from kvstab.audit.stability import StabilityRegion, find_critical_rate, region_summary
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument, InvalidScheduler, InvariantViolation
 from kvstab.model import ModelParams
+
+if TYPE_CHECKING:
+    from kvstab.proofs.solver import Budget
 
 __all__ = ["AuditConfig", "AuditResult", "Check", "run_audit", "SECTIONS", "SKIPPABLE", "EXIT", "SCHEMA_VERSION"]
 
@@ -161,6 +164,9 @@ def theory_section(scheduler: Scheduler, params: ModelParams, workload: str, bba
 #: a rule whose queries do not finish gets an ``Unknown`` that says so, never a hang
 PROOF_TOTAL_S = {"dev": 60.0, "ci": 180.0, "thorough": 600.0}
 
+#: seconds of the proofs' budget kept for the declared claims (at most a quarter of it)
+CLAIMS_RESERVE_S = 20.0
+
 
 def proof_scope(inv: dict[str, Any]) -> str:
     """What a memory-invariant verdict covers: any number of requests (the unbounded theorem) or its bounds."""
@@ -171,17 +177,16 @@ def proof_scope(inv: dict[str, Any]) -> str:
 
 def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile: AuditProfile,
                    smt2_dir: Path | None, log: Callable[[str], None] = lambda _line: None) -> dict[str, Any]:
-    """The memory invariant (any ``M``, this server's ``ŝ``, ``B``, caps) and the margin ``Δ``
-    at the profile's proof scale, with the scheduler's declared margin beside it.
+    """The memory invariant (any ``M``, this server's ``ŝ``, ``B``, caps), the margin ``Δ``
+    at the profile's proof scale with the scheduler's declared margin beside it, and
+    the claims the scheduler declares (FCFS, non-clairvoyance, the progress premises).
 
-    The invariant is proved for any number of requests where the rule is in the
-    unbounded theorem's class (:mod:`kvstab.proofs.unbounded`), else at the
-    profile's ``K``/``Q``; the ``scope`` field says which.  Both share the
-    profile's total budget (:data:`PROOF_TOTAL_S`); ``log`` hears each
-    obligation group as it starts."""
+    The invariant and each claim are proved for any number of requests where the
+    rule is in the unbounded theorem's class (:mod:`kvstab.proofs.unbounded`), else
+    at the profile's ``K``/``Q``; the ``scope`` fields say which.  All share the
+    profile's total budget (:data:`PROOF_TOTAL_S`; the claims keep
+    :data:`CLAIMS_RESERVE_S` of it); ``log`` hears each obligation group as it starts."""
     from kvstab.proofs.encoding import Setting
-    from kvstab.proofs.invariants import MENU
-    from kvstab.proofs.margins import work_conservation_margin
     from kvstab.proofs.prove import prove
     from kvstab.proofs.solver import Budget, progress_after
     from kvstab.proofs.verdicts import verdict_json
@@ -194,23 +199,38 @@ def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile
     budget = budget.started()
     setting = Setting(M=None, chunk=params.chunk, block=params.block, token_budget=params.token_budget,
                       max_num_seqs=params.max_num_seqs)
-    rep = prove(scheduler, K=profile.proof_K, Q=profile.proof_Q, setting=setting, budget=budget, unbounded=True)
+    # the declared claims are one-slot queries (seconds): the invariant and the margin leave them their
+    # share of the budget, so that a long bounded flow cannot leave every claim Unknown
+    first = budget.keeping(min(CLAIMS_RESERVE_S, total / 4))
+    rep = prove(scheduler, K=profile.proof_K, Q=profile.proof_Q, setting=setting, budget=first, unbounded=True)
     inv: dict[str, Any] = {**verdict_json(rep.verdict), "K": rep.K, "Q": rep.Q, "unbounded": rep.unbounded,
                            "strengthening": list(rep.strengthening), "notes": list(rep.notes),
                            "total_budget_s": total,
                            "seconds": rep.seconds, "assumptions": list(getattr(rep.verdict, "assumptions", ()))}
     inv["scope"] = proof_scope(inv)
-    out: dict[str, Any] = {"invariant": inv, "margin": None}
-    if type(rep.verdict).__name__ != "Proved":
-        return out
+    out: dict[str, Any] = {"invariant": inv, "margin": None, "claims": None}
+    if type(rep.verdict).__name__ == "Proved":
+        out["margin"] = _margin(scheduler, spec, params, profile, rep.strengthening, first)
+    out["claims"] = _claims(scheduler, spec, setting, profile, budget)
+    return out
+
+
+def _margin(scheduler: Scheduler, spec: str, params: ModelParams, profile: AuditProfile,
+            strengthening: Sequence[str], budget: Budget) -> dict[str, Any]:
+    """The margin ``Δ`` over the states of the invariant just proved."""
+    from kvstab.proofs.encoding import Setting
+    from kvstab.proofs.invariants import MENU
+    from kvstab.proofs.margins import work_conservation_margin
+    from kvstab.proofs.verdicts import verdict_json
+
     # the margin is a search over Δ token by token: it runs on a small server
     # with this one's chunk and block (capped so a prompt spans a few chunks)
     small = Setting(M=profile.margin_M, chunk=min(params.chunk, profile.margin_max_s), block=min(params.block, 4),
                     token_budget=None, max_num_seqs=params.max_num_seqs)
-    used = [MENU[n] for n in rep.strengthening if n in MENU]
+    used = [MENU[n] for n in strengthening if n in MENU]
     m = work_conservation_margin(scheduler, small, profile.proof_K, profile.proof_Q, profile.margin_max_s,
                                  profile.margin_max_o, conjuncts=used, budget=budget)
-    out["margin"] = {
+    return {
         **verdict_json(m.verdict),
         "delta": m.delta,
         "declared": m.declared,
@@ -223,6 +243,51 @@ def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile
         "declared_holds": None if m.delta is None or m.declared is None else m.delta <= m.declared,
         "spec": spec,
     }
+
+
+def _claims(scheduler: Scheduler, spec: str, setting: Any, profile: AuditProfile, budget: Budget) -> dict[str, Any]:
+    """What the scheduler declares (FCFS, non-clairvoyance, the progress premises), each for any
+    number of requests where its rule is made of folds, else at the profile's bounds (capped at
+    :data:`kvstab.proofs.claims.CLAIMS_MAX`, as ``kvstab prove --claims`` caps them)."""
+    from kvstab.proofs.claims import CLAIMS_MAX, prove_claims
+    from kvstab.proofs.claims_folds import SCOPE
+    from kvstab.proofs.verdicts import verdict_json
+
+    K, Q = min(profile.proof_K, CLAIMS_MAX), min(profile.proof_Q, CLAIMS_MAX)
+    budget.group("declared claims")
+    res = prove_claims(scheduler, setting, K=K, Q=Q, spec=spec, budget=budget)
+    return {
+        "K": K,
+        "Q": Q,
+        "claims": [
+            {
+                "claim": c.name,
+                **verdict_json(c.verdict),
+                "scope": c.scope if c.scope == SCOPE else f"at most {K} active and {Q} queued requests",
+                "note": c.note,
+                "witness": c.witness,
+                "replay_commands": [] if c.pair is None else list(c.pair.commands),
+            }
+            for c in res.claims
+        ],
+    }
+
+
+def _check_claims(p: dict[str, Any]) -> list[Check]:
+    """One check per declared claim: a refutation fails the audit (its witness in the detail)."""
+    out = []
+    for c in (p.get("claims") or {}).get("claims", []):
+        v = c["verdict"]
+        status = {"Proved": "pass", "Refuted": "fail"}.get(v, "unknown")
+        detail = f"{v} for {c['scope']}"
+        if v == "Refuted" and c["witness"]:
+            # the witness's first line says what differs; the replay lines show it (the whole witness is in the JSON)
+            detail += ": " + c["witness"].splitlines()[0].strip().rstrip(":")
+            if c["replay_commands"]:
+                detail += "; replay: " + "  vs  ".join(c["replay_commands"])
+        elif v == "Unknown":
+            detail += f" ({c.get('reason', '')})"
+        out.append(Check(f"claim: {c['claim']}", status, detail))
     return out
 
 
@@ -245,7 +310,7 @@ def _check_proofs(p: dict[str, Any]) -> list[Check]:
     else:
         declared = "none declared" if m["declared"] is None else f"declared {m['declared']}"
         checks.append(Check("margin Δ", "pass", f"Δ = {m['delta']} tokens at M = {m['M']} ({declared})"))
-    return checks
+    return checks + _check_claims(p)
 
 
 def run_audit(
@@ -297,11 +362,15 @@ def run_audit(
         res.checks.append(Check("proofs", "skipped", "not run (--skip proofs)"))
     else:
         t = time.perf_counter()
-        log("proofs: memory invariant and margin Δ …")
+        log("proofs: memory invariant, margin Δ and the declared claims …")
         res.proofs = proofs_section(sched, config.scheduler, config.params, profile, smt2_dir, log)
-        res.checks += _check_proofs(res.proofs)
+        got = _check_proofs(res.proofs)
+        res.checks += got
         res.seconds["proofs"] = time.perf_counter() - t
-        log(f"proofs: {res.checks[-2].detail}; {res.checks[-1].detail}")
+        claims = [c for c in got if c.name.startswith("claim: ")]
+        passed = sum(c.status == "pass" for c in claims)
+        log(f"proofs: memory invariant {got[0].detail}; margin Δ {got[1].detail}; "
+            f"{passed} of {len(claims)} declared claims proved")
         on_progress(res)
 
     if "properties" in config.skip:

@@ -99,6 +99,9 @@ def markdown(data: dict[str, Any]) -> str:
             lines.append(f"- margin Δ at M = {m['M']}, ŝ = {m['chunk']}, s ≤ {m['max_s']}, o ≤ {m['max_o']}: "
                          f"{m['delta']} tokens ({m['verdict']}); "
                          + ("no margin declared" if m["declared"] is None else f"declared {m['declared']}"))
+        for c in (data["proofs"].get("claims") or {}).get("claims", []):
+            lines.append(f"- claim {c['claim']} ({c['scope']}): **{c['verdict']}**")
+            lines += [f"  - replay: `{cmd}`" for cmd in c.get("replay_commands", [])]
         lines.append("")
     if data["properties"]:
         lines += ["## Properties", "", f"- {data['properties']['summary']}", ""]
@@ -177,6 +180,11 @@ def _html(data: dict[str, Any], plots: dict[str, Path]) -> str:
                          f"{esc(str(m['delta']))} tokens ({esc(m['verdict'])}); "
                          + ("no margin declared." if m["declared"] is None else f"declared {esc(str(m['declared']))}."))
         parts.append("</p>")
+        claims = (data["proofs"].get("claims") or {}).get("claims", [])
+        if claims:
+            parts.append("<ul>" + "".join(f"<li>claim {esc(c['claim'])} ({esc(c['scope'])}): <b>{esc(c['verdict'])}</b>"
+                                          + "".join(f"<br><code>{esc(cmd)}</code>" for cmd in c.get("replay_commands", []))
+                                          + "</li>" for c in claims) + "</ul>")
     if data["properties"]:
         parts.append(f"<h2>Properties</h2><p>{esc(data['properties']['summary'])}</p>")
         items = []

@@ -63,7 +63,7 @@ from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict
 from kvstab.replay import replay_command
 from kvstab.symbolic import unwrap
 
-__all__ = ["Claim", "ClaimResult", "Pair", "prove_claims"]
+__all__ = ["CLAIMS_MAX", "Claim", "ClaimResult", "Pair", "prove_claims"]
 
 Active = tuple[tuple[int, int, int], ...]
 Waiting = tuple[tuple[int, int], ...]
@@ -96,6 +96,11 @@ class Pair:
                 f"  replay 2: {self.commands[1]}",
             ]
         )
+
+
+#: the most active (and queued) requests the bounded claims are checked with (``kvstab prove
+#: --claims`` and the audit cap ``K`` and ``Q`` here: the two-copy queries grow fast)
+CLAIMS_MAX = 8
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["register"]
 
-#: the most active (and queued) requests the declared claims are checked with
-CLAIMS_MAX = 8
 
 #: seconds of the total budget kept for the declared claims (at most a quarter of it)
 CLAIMS_RESERVE_S = 20.0
@@ -146,7 +144,7 @@ def _run(args: argparse.Namespace) -> _Outcome:
         )
     claims = None
     if args.claims:
-        from kvstab.proofs.claims import prove_claims
+        from kvstab.proofs.claims import CLAIMS_MAX, prove_claims
 
         # a rule made of folds gets each claim for any number of requests where its one-step facts hold;
         # the rest are checked at bounds, at most CLAIMS_MAX (the two-copy queries grow fast), and every
@@ -302,6 +300,7 @@ def _text(args: argparse.Namespace, out: _Outcome) -> str:
 
 def _claims_text(out: _Outcome) -> list[str]:
     """The declared claims, each with its scope: for any number of requests, or the bounds it was checked at."""
+    from kvstab.proofs.claims import CLAIMS_MAX
     from kvstab.proofs.claims_folds import SCOPE
     from kvstab.proofs.verdicts import Proved
 

@@ -47,3 +47,26 @@ def test_a_rule_outside_it_falls_back_to_the_bounded_proof_with_its_scope(
     assert inv["scope"] == "at most 2 active and 1 queued requests"
     assert any("not proved for every number of requests" in n for n in inv["notes"])
     assert _check_proofs(sec)[0].detail == "Proved for at most 2 active and 1 queued requests"
+
+
+def test_the_audit_checks_what_a_rule_declares_and_fails_a_rule_that_reads_o_while_declaring_it_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # memory-safe (it admits while the peaks s + o fit) but declared non-clairvoyant: the memory
+    # invariant is proved, and only the two-copy claim catches the rule reading o
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "proofs"))
+    sys.modules.pop("claims_plugins", None)
+    from claims_plugins import PEAK_CHECK_FOLDS
+
+    sec = proofs_section(PEAK_CHECK_FOLDS, "claims_plugins:PEAK_CHECK_FOLDS", PARAMS, get_profile("dev"), tmp_path)
+    assert sec["invariant"]["verdict"] == "Proved"
+    checks = {c.name: c for c in _check_proofs(sec)}
+    bad = checks["claim: non-clairvoyant"]
+    assert bad.status == "fail" and bad.detail.startswith("Refuted for ")
+    claim = next(c for c in sec["claims"]["claims"] if c["claim"] == "non-clairvoyant")
+    assert claim["replay_commands"] and all(cmd.startswith("kvstab replay") for cmd in claim["replay_commands"])
+    # the sound built-in: every declared claim passes, for any number of requests
+    good = proofs_section(load_scheduler("current-fit"), "current-fit", PARAMS, get_profile("dev"), tmp_path)
+    claims = [c for c in _check_proofs(good) if c.name.startswith("claim: ")]
+    assert {c.name for c in claims} >= {"claim: FCFS admissions", "claim: non-clairvoyant"}
+    assert all(c.status == "pass" and c.detail.endswith("any number of requests") for c in claims), claims
