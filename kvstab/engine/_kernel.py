@@ -212,6 +212,20 @@ def _post_sum(DL: int, nL: int, t: int, L: int, B: int, ph: np.ndarray) -> int:
     return total
 
 
+@_njit(cache=True, inline="always")
+def _breach(memory: int, M: int, na: int, maxseq: int, tokens: int, budget: int) -> tuple[int, int]:
+    """The slot's first broken limit and the value that broke it (``(0, 0)`` if none), in the
+    reference engine's order: memory over ``M``, then running over ``max_num_seqs``, then tokens
+    over the budget (``-1``: no cap, no budget)."""
+    if memory > M:
+        return V_MEMORY, memory
+    if maxseq >= 0 and na > maxseq:
+        return V_SEQS, na
+    if budget >= 0 and tokens > budget:
+        return V_BUDGET, tokens
+    return 0, 0
+
+
 @_njit(cache=True)
 def _overflow(DL: int, nL: int, t: int, limit: int, M: int, B: int, ph: np.ndarray) -> int:
     """The first slot in ``[t, limit)`` whose post-slot lazy memory exceeds ``M`` (``limit`` if
@@ -981,17 +995,7 @@ def run_slots(
         st[ST_EXPL] += ne
 
         if check:
-            vk = 0
-            vv = 0
-            if memory > M:
-                vk = V_MEMORY
-                vv = memory
-            elif maxseq >= 0 and na > maxseq:
-                vk = V_SEQS
-                vv = na
-            elif budget >= 0 and tokens > budget:
-                vk = V_BUDGET
-                vv = tokens
+            vk, vv = _breach(memory, M, na, maxseq, tokens, budget)
             if vk != 0:
                 st[ST_VKIND] = vk
                 st[ST_VSLOT] = t

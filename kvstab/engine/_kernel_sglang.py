@@ -67,10 +67,8 @@ from kvstab.engine._kernel import (
     ST_VMEM,
     ST_VSLOT,
     ST_VVALUE,
-    V_BUDGET,
-    V_MEMORY,
-    V_SEQS,
     VIOLATION,
+    _breach,
     _dl_advance,
     _heap_remove,
     _lazy_post,
@@ -88,7 +86,7 @@ from kvstab.engine._kernel import (
 #: ``run_sglang`` would keep the old copies.  A test holds this to ``_kernel.py``'s hash
 #: (``sha256sum kvstab/engine/_kernel.py | cut -c1-16``), and changing it here changes this
 #: file's text, so the cache is rebuilt.
-KERNEL_SHA = "29390b95e6f43ee9"
+KERNEL_SHA = "8ed54cc72b1c886b"
 
 # lifecycle codes
 KVSTAB_LIFE, VLLM_LIFE, SGLANG_LIFE = 0, 1, 2
@@ -870,17 +868,7 @@ def run_sglang(
                 ratio = r_init  # an idle step resets the ratio (on_idle)
 
         if check:
-            vk = 0
-            vv = 0
-            if memory > M:
-                vk = V_MEMORY
-                vv = memory
-            elif maxseq >= 0 and na > maxseq:
-                vk = V_SEQS
-                vv = na
-            elif budget >= 0 and tokens > budget:
-                vk = V_BUDGET
-                vv = tokens
+            vk, vv = _breach(memory, M, na, maxseq, tokens, budget)
             if vk != 0:
                 st[ST_VKIND] = vk
                 st[ST_VSLOT] = t
