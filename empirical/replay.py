@@ -16,6 +16,7 @@ to each step's composition (:meth:`~kvstab.steplog.StepLog.step_times`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -23,9 +24,11 @@ import numpy as np
 from kvstab.arrivals import ArrivalPlan
 from kvstab.empirical.composition import composition
 from kvstab.lifecycles.vllm import VllmEngine
+from kvstab.schedulers.vllm_v1 import SCHEDULER
 from kvstab.steplog import ReplayConfig, StepLog, StepRecorder, check_plan, replay_horizon
 
 __all__ = ["replay_model", "replay_vllm", "composition"]
+
 
 def replay_model(
     plan: ArrivalPlan,
@@ -39,10 +42,6 @@ def replay_model(
     """Replay ``plan`` for ``steps`` steps on kvstab's engine with the ``vllm-v1`` rule
     and vLLM's request lifecycle.  ``checkpoint`` (default: a quarter of the steps,
     the estimators' default warm-up) is where the window-boundary areas are taken."""
-    import time
-
-    from kvstab.schedulers.vllm_v1 import SCHEDULER
-
     n_steps = replay_horizon(plan, steps)
     check_plan(plan, config)
     params = config.params()
