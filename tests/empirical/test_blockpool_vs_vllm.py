@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kvstab.blocks import NULL_BLOCK, BlockPool, CacheHit, KVCacheManager, PoolConfig
@@ -121,6 +121,9 @@ class _World:
         self.hash_of: dict[bytes, int] = {}
         self.reqs: dict[str, _Req] = {}
         self.arrived = 0
+        self.evicted = 0  # hashes evicted so far (both sides agree, see check)
+        self.shared = 0  # allocations that adopted a cache hit
+        self.refused = 0  # allocations refused
 
     # kvstab's chained hashes, from the same tokens vLLM hashes
     def _sync_hashes(self, r: _Req) -> None:
@@ -167,6 +170,8 @@ class _World:
             num_new_tokens=n, hit=hit, full_sequence_must_fit=must_fit,
         )
         assert mine == (None if got is None else tuple(got.get_block_ids()[0]))
+        self.refused += got is None
+        self.shared += got is not None and bool(hit.blocks)
         if got is not None:
             r.running = True
             r.vreq.status = self.p.RequestStatus.RUNNING
@@ -181,6 +186,7 @@ class _World:
             r.rid, block_hashes=r.hashes, num_tokens=r.vreq.num_tokens, num_computed_tokens=r.computed, num_new_tokens=n
         )
         assert mine == (None if got is None else tuple(got.get_block_ids()[0]))
+        self.refused += got is None
         if got is not None:
             self._advance(r, n, token)
 
@@ -208,6 +214,7 @@ class _World:
             for h in e.block_hashes
         ]
         assert list(self.ours.pool.take_evicted()) == removed
+        self.evicted += len(removed)
 
 
 @st.composite
@@ -251,6 +258,10 @@ def test_manager_matches_vllm_after_every_operation(vllm: SimpleNamespace, data:
         else:
             w.release(data.draw(st.sampled_from(running)), finish=op == "finish")
         w.check()
+    # what the run met (pytest --hypothesis-show-statistics)
+    event(f"evictions: {'some' if w.evicted else 'none'}")
+    event(f"shared blocks: {'some' if w.shared else 'none'}")
+    event(f"refusals: {'some' if w.refused else 'none'}")
 
 
 def test_the_manager_test_meets_eviction_hits_and_refusals(vllm: SimpleNamespace) -> None:
@@ -276,7 +287,7 @@ def test_the_manager_test_meets_eviction_hits_and_refusals(vllm: SimpleNamespace
     w.arrive([3, 3, 3, 3, 3, 3, 3, 3])  # needs four blocks: evicts cached ones
     w.admit(w.reqs["2"], 20, True, 1)
     w.check()
-    assert w.ours.pool.num_free_blocks == 1
+    assert w.ours.pool.num_free_blocks == 1 and w.evicted > 0
     w.arrive([1, 2, 3, 4, 5])
     w.admit(w.reqs["3"], 20, True, 1)  # full_sequence_must_fit refuses
     w.check()
