@@ -62,7 +62,8 @@ class PoolConfig:
 
     @property
     def usable_blocks(self) -> int:
-        """Blocks a request can hold: all but the null block."""
+        """Blocks a request can hold: all but the null block (``block_pool.py:188``–``192``;
+        ``get_usage`` divides by this, ``:929``)."""
         return self.num_blocks - 1
 
 
@@ -105,7 +106,9 @@ class BlockPool:
 
     @property
     def num_used_blocks(self) -> int:
-        """Blocks held by at least one request; a block shared by several counts once."""
+        """Blocks held by at least one request; a block shared by several counts once: the
+        ``num_gpu_blocks − get_num_free_blocks() − 1`` of ``reset_prefix_cache``
+        (``block_pool.py:881``), the null block left out."""
         return self.config.usable_blocks - len(self._free)
 
     @property
