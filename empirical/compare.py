@@ -293,6 +293,35 @@ def _pm(e: Estimate | None) -> str:
     return "n/a" if e is None else f"{e.value:.5f} ± {(e.high - e.low) / 2:.5f}"
 
 
+def _mu_cells(
+    name: str, M: int, mu_paper: float, model: Estimate, real: Estimate | None, measured: float, ran: bool,
+    difference: object,
+) -> list[str]:
+    """The columns the vLLM and the SGLang tables share: the case, ``M``, the three μ, the two gaps (the paper's
+    to ``measured``, the model's to the real engine) and whether the model stepped with the engine (``n/a`` when
+    the engine did not run)."""
+    return [
+        name,
+        str(M),
+        f"{mu_paper:.5f}",
+        _pm(model),
+        _pm(real),
+        f"{100 * relative_gap(mu_paper, measured):+.2f}",
+        "n/a" if real is None else f"{100 * relative_gap(model.value, real.value):+.2f}",
+        "n/a" if not ran else ("yes" if difference is None else "no"),
+    ]
+
+
+def _decomposition_head(terms: tuple[tuple[str, str], ...]) -> list[str]:
+    """The CSV columns of a decomposition: one per term, the residual and the total (%)."""
+    return [f"decomp {k} %" for k, _ in terms] + ["decomp residual %", "decomp total %"]
+
+
+def _decomposition_cells(d: GapDecomposition, terms: tuple[tuple[str, str], ...]) -> list[str]:
+    """One case's decomposition as the cells under :func:`_decomposition_head` (%)."""
+    return [f"{100 * d.terms[k]:.4f}" for k, _ in terms] + [f"{100 * d.residual:.4f}", f"{100 * d.gap:.4f}"]
+
+
 def _per_completion(log: StepLog, values: np.ndarray, warmup: float) -> float:
     w = window(log, warmup)
     c = int(log.completed[w].sum())
@@ -319,15 +348,8 @@ class Report:
             m, v = r.mu_model, r.mu_vllm
             meas = r.mu_measured.value
             rows.append(
-                [
-                    r.case.name,
-                    str(r.config.M),
-                    f"{r.mu_paper:.5f}",
-                    _pm(m),
-                    _pm(v),
-                    f"{100 * relative_gap(r.mu_paper, meas):+.2f}",
-                    "n/a" if v is None else f"{100 * relative_gap(m.value, v.value):+.2f}",
-                    "n/a" if r.vllm is None else ("yes" if r.difference is None else "no"),
+                _mu_cells(r.case.name, r.config.M, r.mu_paper, m, v, meas, r.vllm is not None, r.difference)
+                + [
                     f"{_per_completion(r.measured, r.measured.preempted, self.warmup):.3f}",
                     f"{_per_completion(r.measured, r.measured.recomputed, self.warmup):.1f}",
                     f"{_per_completion(r.model, r.model.recomputed, self.warmup):.1f}",
@@ -366,15 +388,8 @@ class Report:
             retracted = [float(len(st.retracted)) for st in log.steps]
             prefill_share = float(np.mean([st.kind == "prefill" for st in win])) if win else float("nan")
             rows.append(
-                [
-                    r.case.name,
-                    str(r.rule.M),
-                    f"{r.mu_paper:.5f}",
-                    _pm(m),
-                    _pm(v),
-                    f"{100 * relative_gap(r.mu_paper, (v or m).value):+.2f}",
-                    "n/a" if v is None else f"{100 * relative_gap(m.value, v.value):+.2f}",
-                    "n/a" if r.real is None else ("yes" if r.difference is None else "no"),
+                _mu_cells(r.case.name, r.rule.M, r.mu_paper, m, v, (v or m).value, r.real is not None, r.difference)
+                + [
                     f"{_sglang_per_completion(log, retracted, w):.3f}",
                     f"{kv:.3f}",
                     f"{idle_q:.3f}",
@@ -601,32 +616,21 @@ class Report:
         """One row per case: the main table, then every decomposition term (%)."""
         with open(path, "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
-            head = list(self.MAIN_HEADER) + [f"decomp {k} %" for k, _ in TERMS] + ["decomp residual %", "decomp total %"]
+            head = list(self.MAIN_HEADER) + _decomposition_head(TERMS)
             if self.profile is not None:
                 head += self.A100_HEADER[1:]
             w.writerow(head)
             a100 = self.a100_rows()
             for i, (row, r) in enumerate(zip(self.main_rows(), self.results)):
-                d = r.decomposition
-                extra = [f"{100 * d.terms[k]:.4f}" for k, _ in TERMS] + [f"{100 * d.residual:.4f}", f"{100 * d.gap:.4f}"]
-                w.writerow(row + extra + (a100[i][1:] if a100 else []))
+                w.writerow(row + _decomposition_cells(r.decomposition, TERMS) + (a100[i][1:] if a100 else []))
 
     def write_sglang_csv(self, path: str) -> None:
         """One row per SGLang case: the SGLang table, then every term of its decomposition (%)."""
         with open(path, "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
-            w.writerow(
-                list(self.SGLANG_HEADER)
-                + [f"decomp {k} %" for k, _ in SGLANG_TERMS]
-                + ["decomp residual %", "decomp total %"]
-            )
+            w.writerow(list(self.SGLANG_HEADER) + _decomposition_head(SGLANG_TERMS))
             for row, r in zip(self.sglang_rows(), self.sglang):
-                d = r.decomposition
-                w.writerow(
-                    row
-                    + [f"{100 * d.terms[k]:.4f}" for k, _ in SGLANG_TERMS]
-                    + [f"{100 * d.residual:.4f}", f"{100 * d.gap:.4f}"]
-                )
+                w.writerow(row + _decomposition_cells(r.decomposition, SGLANG_TERMS))
 
     def latex(self) -> str:
         """The main and decomposition tables as LaTeX ``tabular`` environments."""

@@ -82,10 +82,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kvstab.empirical.decompose import GapDecomposition, area
+from kvstab.empirical.decompose import GapDecomposition, area_chain
 from kvstab.empirical.sglang_semantics import SglangModelLog
 from kvstab.errors import InvalidArgument
-from kvstab.theory.area import g_continuous, g_exact
 
 __all__ = ["SGLANG_TERMS", "SglangAccounts", "sglang_accounts", "decompose_sglang_gap"]
 
@@ -385,13 +384,7 @@ def decompose_sglang_gap(
     s = np.asarray(log.s, dtype=np.int64)[done]
     mn = np.asarray(log.max_new, dtype=np.int64)[done]
     o = mn if requested is None else np.asarray(requested, dtype=np.int64)[: len(log.s)][done]
-    s2 = acc.final_s[done]
-    o2 = s + mn - 1 - s2  # decode steps of the finishing attempt: same peak s + max_new − 1
-    a_paper = float(g_continuous(s, o, chunk).mean())
-    a_exact = float(g_exact(s, o, chunk).mean())
-    a_first = float(area(s, mn - 1, chunk, 1).mean())
-    a_page = float(area(s, mn - 1, chunk, B).mean())
-    a_resumed = float(area(s2, o2, chunk, B).mean())
+    a_paper, a_exact, a_first, a_page, a_resumed = area_chain(s, o, mn, acc.final_s[done], chunk, B)
     a_progress = float(acc.progress_area[done].mean())
     a_final = float(acc.area[done].mean())
 
@@ -408,14 +401,4 @@ def decompose_sglang_gap(
         "chunks": float(np.log(a_progress / a_resumed)),
         "stall": float(np.log(a_final / a_progress)),
     }
-    gap = float(np.log(mu_paper / mu_meas))
-    return GapDecomposition(
-        mu_paper=mu_paper,
-        mu_measured=mu_meas,
-        gap=gap,
-        terms={k: terms[k] for k, _ in SGLANG_TERMS},
-        residual=gap - float(sum(terms.values())),
-        window_steps=T,
-        completed=C,
-        labels=SGLANG_TERMS,
-    )
+    return GapDecomposition.of(mu_paper, mu_meas, terms, T, C, labels=SGLANG_TERMS)
