@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -295,7 +295,7 @@ def _pm(e: Estimate | None) -> str:
 
 def _mu_cells(
     name: str, M: int, mu_paper: float, model: Estimate, real: Estimate | None, measured: float, ran: bool,
-    difference: object,
+    difference: str | None,
 ) -> list[str]:
     """The columns the vLLM and the SGLang tables share: the case, ``M``, the three μ, the two gaps (the paper's
     to ``measured``, the model's to the real engine) and whether the model stepped with the engine (``n/a`` when
@@ -310,6 +310,18 @@ def _mu_cells(
         "n/a" if real is None else f"{100 * relative_gap(model.value, real.value):+.2f}",
         "n/a" if not ran else ("yes" if difference is None else "no"),
     ]
+
+
+def _case_notes(results: Sequence[CaseResult | SglangCaseResult], departs: str, dropped: str) -> list[str]:
+    """A Markdown bullet per case where the model departs from the engine (``departs at`` the first
+    difference) and per case whose plan lost requests (``N dropped``)."""
+    out = []
+    for r in results:
+        if r.difference is not None:
+            out.append(f"- {r.case.name}: {departs} at {r.difference}")
+        if r.dropped:
+            out.append(f"- {r.case.name}: {r.dropped} {dropped}")
+    return out
 
 
 def _decomposition_head(terms: tuple[tuple[str, str], ...]) -> list[str]:
@@ -534,11 +546,9 @@ class Report:
             " / measured."
         )
         out += ["", _md_table(self.MAIN_HEADER, self.main_rows()), ""]
-        for r in self.results:
-            if r.difference is not None:
-                out.append(f"- {r.case.name}: the model departs from vLLM at {r.difference}")
-            if r.dropped:
-                out.append(f"- {r.case.name}: {r.dropped} requests whose peak exceeds M were dropped from the plan")
+        out += _case_notes(
+            self.results, "the model departs from vLLM", "requests whose peak exceeds M were dropped from the plan"
+        )
         out += ["", "## Decomposition of the paper formula's gap (log points, %)", ""]
         out.append(
             "Each term is `100·ln` of a ratio (see `kvstab.empirical.decompose`); the terms and the residual add up to "
@@ -556,11 +566,9 @@ class Report:
                 "or a decode-only step, so μ per step is not comparable with vLLM's mixed steps in seconds."
             )
             out += ["", _md_table(self.SGLANG_HEADER, self.sglang_rows()), ""]
-            for s in self.sglang:
-                if s.difference is not None:
-                    out.append(f"- {s.case.name}: the sglang model departs from SGLang at {s.difference}")
-                if s.dropped:
-                    out.append(f"- {s.case.name}: {s.dropped} requests SGLang refuses were left out of the plan")
+            out += _case_notes(
+                self.sglang, "the sglang model departs from SGLang", "requests SGLang refuses were left out of the plan"
+            )
             out += ["", "### Decomposition of the paper formula's gap to SGLang (log points, %)", ""]
             out.append(
                 "See `kvstab.empirical.decompose_sglang`: idle memory by SGLang's causes (what the reservation "

@@ -143,6 +143,21 @@ def area_chain(
     )
 
 
+def waste_to_first_token(
+    U: float, useful: float, boundary: float, T: int, E_g_paper: float, a_paper: float, a_exact: float, a_first: float
+) -> dict[str, float]:
+    """The terms every engine's accounting has, in its order: the waste (mean memory ``U``, of it
+    ``useful``), the window boundary (``boundary`` token-steps over ``T`` steps), and the first
+    links of the area chain (:func:`area_chain`) from ``E[g]`` to the first token."""
+    return {
+        "waste": float(np.log(U / useful)),
+        "boundary": float(np.log(useful / (useful - boundary / T))),
+        "sample": float(np.log(a_paper / E_g_paper)),
+        "partial_chunks": float(np.log(a_exact / a_paper)),
+        "first_token": float(np.log(a_first / a_exact)),
+    }
+
+
 def decompose_gap(log: StepLog, M_paper: int, E_g_paper: float, warmup: float = 0.25) -> GapDecomposition:
     """Decompose ``ln(M_paper / E_g_paper / (C/T))`` for ``log`` (see the module docstring).
 
@@ -206,11 +221,7 @@ def decompose_gap(log: StepLog, M_paper: int, E_g_paper: float, warmup: float = 
         "idle_preempt": ln_idle * share(pre),
         "idle_budget": ln_idle * share(spent),
         "idle_admission": ln_idle * share(rest),
-        "waste": float(np.log(U / useful)),
-        "boundary": float(np.log(useful / (useful - (after - before) / T))),
-        "sample": float(np.log(a_paper / E_g_paper)),
-        "partial_chunks": float(np.log(a_exact / a_paper)),
-        "first_token": float(np.log(a_first / a_exact)),
+        **waste_to_first_token(U, useful, after - before, T, E_g_paper, a_paper, a_exact, a_first),
         "block_rounding": float(np.log(a_block / a_first)),
         "recompute_shortcut": float(np.log(a_resumed / a_block)),
         "token_budget": float(np.log(a_final / a_resumed)),

@@ -82,7 +82,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kvstab.empirical.decompose import GapDecomposition, area_chain
+from kvstab.empirical.decompose import GapDecomposition, area_chain, waste_to_first_token
 from kvstab.empirical.sglang_semantics import SglangModelLog
 from kvstab.errors import InvalidArgument
 
@@ -391,11 +391,7 @@ def decompose_sglang_gap(
     terms = {
         "capacity": float(np.log(M_paper / Mu)),
         **{k: (ln_idle * shares[k] / idle_total if idle_total > 0 else 0.0) for k in IDLE_TERMS},
-        "waste": float(np.log(U / useful)),
-        "boundary": float(np.log(useful / (useful - (acc.in_progress - before) / T))),
-        "sample": float(np.log(a_paper / E_g_paper)),
-        "partial_chunks": float(np.log(a_exact / a_paper)),
-        "first_token": float(np.log(a_first / a_exact)),
+        **waste_to_first_token(U, useful, acc.in_progress - before, T, E_g_paper, a_paper, a_exact, a_first),
         "page_rounding": float(np.log(a_page / a_first)),
         "reprefill": float(np.log(a_resumed / a_page)),
         "chunks": float(np.log(a_progress / a_resumed)),
