@@ -28,7 +28,7 @@ import numpy as np
 from kvstab.arrivals import ArrivalPlan, poisson_arrivals
 from kvstab.empirical.batchtime import A100Profile, BatchTimeModel, FitReport, fit_batch_time
 from kvstab.empirical.decompose import TERMS, GapDecomposition, decompose_gap
-from kvstab.empirical.decompose_sglang import SGLANG_TERMS, decompose_sglang_gap
+from kvstab.empirical.decompose_sglang import SGLANG_TERMS, decompose_sglang_gap, sglang_window
 from kvstab.empirical.estimators import (
     bbar_estimates,
     queue_growth,
@@ -208,18 +208,10 @@ class SglangCaseResult:
         return self.real if self.real is not None else self.model
 
 
-def _sglang_window(log: SglangModelLog, warmup: float) -> slice:
-    n = len(log.steps)
-    start = int(n * warmup)
-    if n - start < 8:
-        raise InvalidArgument(f"a steady-state window needs at least 8 steps, the run has {n} with warm-up {warmup}")
-    return slice(start, n)
-
-
 def sglang_rate(log: SglangModelLog, warmup: float = 0.25, batches: int = 20) -> Estimate:
     """Completed requests per step over the steady-state window (batch-means CI), as :func:`saturated_rate`."""
     done = np.array([len(st.finished) for st in log.steps], dtype=np.float64)
-    return batch_means(done[_sglang_window(log, warmup)], batches)
+    return batch_means(done[sglang_window(log, warmup)], batches)
 
 
 def _sglang_fits(rule: Sglang, s: int, o: int) -> bool:
@@ -283,7 +275,7 @@ def run_sglang_case(
 
 
 def _sglang_per_completion(log: SglangModelLog, values: list[float], warmup: float) -> float:
-    w = _sglang_window(log, warmup)
+    w = sglang_window(log, warmup)
     c = sum(len(st.finished) for st in log.steps[w])
     return float(sum(values[w])) / c if c else float("nan")
 

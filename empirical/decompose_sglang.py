@@ -86,7 +86,7 @@ from kvstab.empirical.decompose import GapDecomposition, area_chain, waste_to_fi
 from kvstab.empirical.sglang_semantics import SglangModelLog
 from kvstab.errors import InvalidArgument
 
-__all__ = ["SGLANG_TERMS", "SglangAccounts", "sglang_accounts", "decompose_sglang_gap"]
+__all__ = ["SGLANG_TERMS", "SglangAccounts", "sglang_accounts", "sglang_window", "decompose_sglang_gap"]
 
 #: (key, label) of every term of SGLang's decomposition, in the accounting's order.
 SGLANG_TERMS: tuple[tuple[str, str], ...] = (
@@ -317,6 +317,16 @@ def sglang_accounts(log: SglangModelLog, start: int) -> SglangAccounts:
     )
 
 
+def sglang_window(log: SglangModelLog, warmup: float) -> slice:
+    """The steps after the warm-up fraction ``warmup`` of the run (at least 8 of them): the
+    steady-state window of :func:`~kvstab.empirical.compare.sglang_rate` and of the decomposition."""
+    n = len(log.steps)
+    start = int(n * warmup)
+    if n - start < 8:
+        raise InvalidArgument(f"a steady-state window needs at least 8 steps, the run has {n} with warm-up {warmup}")
+    return slice(start, n)
+
+
 def decompose_sglang_gap(
     log: SglangModelLog,
     M_paper: int,
@@ -334,11 +344,9 @@ def decompose_sglang_gap(
     """
     if not 0 <= warmup < 1:
         raise InvalidArgument(f"warm-up fraction must be in [0, 1), got {warmup!r}")
-    n_steps = len(log.steps)
-    start = int(n_steps * warmup)
-    T = n_steps - start
-    if T < 8:
-        raise InvalidArgument(f"a steady-state window needs at least 8 steps, the run has {n_steps} with warm-up {warmup}")
+    w = sglang_window(log, warmup)
+    start = w.start
+    T = w.stop - start
     acc = sglang_accounts(log, start)
     rule = log.rule
     B = rule.block
