@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ import numpy as np
 from kvstab.arrivals import ArrivalPlan, poisson_arrivals
 from kvstab.empirical.batchtime import A100Profile, BatchTimeModel, FitReport, fit_batch_time
 from kvstab.empirical.decompose import TERMS, GapDecomposition, decompose_gap
-from kvstab.empirical.decompose_sglang import SGLANG_TERMS, decompose_sglang_gap
+from kvstab.empirical.decompose_sglang import SGLANG_TERMS, decompose_sglang_gap, sglang_window
 from kvstab.empirical.estimators import (
     bbar_estimates,
     queue_growth,
@@ -210,18 +210,10 @@ class SglangCaseResult:
         return self.real if self.real is not None else self.model
 
 
-def _sglang_window(log: SglangModelLog, warmup: float) -> slice:
-    n = len(log.steps)
-    start = int(n * warmup)
-    if n - start < 8:
-        raise InvalidArgument(f"a steady-state window needs at least 8 steps, the run has {n} with warm-up {warmup}")
-    return slice(start, n)
-
-
 def sglang_rate(log: SglangModelLog, warmup: float = 0.25, batches: int = 20) -> Estimate:
     """Completed requests per step over the steady-state window (batch-means CI), as :func:`saturated_rate`."""
     done = np.array([len(st.finished) for st in log.steps], dtype=np.float64)
-    return batch_means(done[_sglang_window(log, warmup)], batches)
+    return batch_means(done[sglang_window(log, warmup)], batches)
 
 
 def _sglang_fits(rule: Sglang, s: int, o: int) -> bool:
@@ -285,7 +277,7 @@ def run_sglang_case(
 
 
 def _sglang_per_completion(log: SglangModelLog, values: list[float], warmup: float) -> float:
-    w = _sglang_window(log, warmup)
+    w = sglang_window(log, warmup)
     c = sum(len(st.finished) for st in log.steps[w])
     return float(sum(values[w])) / c if c else float("nan")
 
@@ -293,6 +285,47 @@ def _sglang_per_completion(log: SglangModelLog, values: list[float], warmup: flo
 def _pm(e: Estimate | None) -> str:
     """An estimate as ``value ± half-width`` (``n/a`` when there is none), as every μ column prints it."""
     return "n/a" if e is None else f"{e.value:.5f} ± {(e.high - e.low) / 2:.5f}"
+
+
+def _mu_cells(
+    name: str, M: int, mu_paper: float, model: Estimate, real: Estimate | None, measured: float, ran: bool,
+    difference: str | None,
+) -> list[str]:
+    """The columns the vLLM and the SGLang tables share: the case, ``M``, the three μ, the two gaps (the paper's
+    to ``measured``, the model's to the real engine) and whether the model stepped with the engine (``n/a`` when
+    the engine did not run)."""
+    return [
+        name,
+        str(M),
+        f"{mu_paper:.5f}",
+        _pm(model),
+        _pm(real),
+        f"{100 * relative_gap(mu_paper, measured):+.2f}",
+        "n/a" if real is None else f"{100 * relative_gap(model.value, real.value):+.2f}",
+        "n/a" if not ran else ("yes" if difference is None else "no"),
+    ]
+
+
+def _case_notes(results: Sequence[CaseResult | SglangCaseResult], departs: str, dropped: str) -> list[str]:
+    """A Markdown bullet per case where the model departs from the engine (``departs at`` the first
+    difference) and per case whose plan lost requests (``N dropped``)."""
+    out = []
+    for r in results:
+        if r.difference is not None:
+            out.append(f"- {r.case.name}: {departs} at {r.difference}")
+        if r.dropped:
+            out.append(f"- {r.case.name}: {r.dropped} {dropped}")
+    return out
+
+
+def _decomposition_head(terms: tuple[tuple[str, str], ...]) -> list[str]:
+    """The CSV columns of a decomposition: one per term, the residual and the total (%)."""
+    return [f"decomp {k} %" for k, _ in terms] + ["decomp residual %", "decomp total %"]
+
+
+def _decomposition_cells(d: GapDecomposition, terms: tuple[tuple[str, str], ...]) -> list[str]:
+    """One case's decomposition as the cells under :func:`_decomposition_head` (%)."""
+    return [f"{100 * d.terms[k]:.4f}" for k, _ in terms] + [f"{100 * d.residual:.4f}", f"{100 * d.gap:.4f}"]
 
 
 def _per_completion(log: StepLog, values: np.ndarray, warmup: float) -> float:
@@ -321,15 +354,8 @@ class Report:
             m, v = r.mu_model, r.mu_vllm
             meas = r.mu_measured.value
             rows.append(
-                [
-                    r.case.name,
-                    str(r.config.M),
-                    f"{r.mu_paper:.5f}",
-                    _pm(m),
-                    _pm(v),
-                    f"{100 * relative_gap(r.mu_paper, meas):+.2f}",
-                    "n/a" if v is None else f"{100 * relative_gap(m.value, v.value):+.2f}",
-                    "n/a" if r.vllm is None else ("yes" if r.difference is None else "no"),
+                _mu_cells(r.case.name, r.config.M, r.mu_paper, m, v, meas, r.vllm is not None, r.difference)
+                + [
                     f"{_per_completion(r.measured, r.measured.preempted, self.warmup):.3f}",
                     f"{_per_completion(r.measured, r.measured.recomputed, self.warmup):.1f}",
                     f"{_per_completion(r.model, r.model.recomputed, self.warmup):.1f}",
@@ -368,15 +394,8 @@ class Report:
             retracted = [float(len(st.retracted)) for st in log.steps]
             prefill_share = float(np.mean([st.kind == "prefill" for st in win])) if win else float("nan")
             rows.append(
-                [
-                    r.case.name,
-                    str(r.rule.M),
-                    f"{r.mu_paper:.5f}",
-                    _pm(m),
-                    _pm(v),
-                    f"{100 * relative_gap(r.mu_paper, (v or m).value):+.2f}",
-                    "n/a" if v is None else f"{100 * relative_gap(m.value, v.value):+.2f}",
-                    "n/a" if r.real is None else ("yes" if r.difference is None else "no"),
+                _mu_cells(r.case.name, r.rule.M, r.mu_paper, m, v, (v or m).value, r.real is not None, r.difference)
+                + [
                     f"{_sglang_per_completion(log, retracted, w):.3f}",
                     f"{kv:.3f}",
                     f"{idle_q:.3f}",
@@ -521,11 +540,9 @@ class Report:
             " / measured."
         )
         out += ["", _md_table(self.MAIN_HEADER, self.main_rows()), ""]
-        for r in self.results:
-            if r.difference is not None:
-                out.append(f"- {r.case.name}: the model departs from vLLM at {r.difference}")
-            if r.dropped:
-                out.append(f"- {r.case.name}: {r.dropped} requests whose peak exceeds M were dropped from the plan")
+        out += _case_notes(
+            self.results, "the model departs from vLLM", "requests whose peak exceeds M were dropped from the plan"
+        )
         out += ["", "## Decomposition of the paper formula's gap (log points, %)", ""]
         out.append(
             "Each term is `100·ln` of a ratio (see `kvstab.empirical.decompose`); the terms and the residual add up to "
@@ -543,11 +560,9 @@ class Report:
                 "or a decode-only step, so μ per step is not comparable with vLLM's mixed steps in seconds."
             )
             out += ["", _md_table(self.SGLANG_HEADER, self.sglang_rows()), ""]
-            for s in self.sglang:
-                if s.difference is not None:
-                    out.append(f"- {s.case.name}: the sglang model departs from SGLang at {s.difference}")
-                if s.dropped:
-                    out.append(f"- {s.case.name}: {s.dropped} requests SGLang refuses were left out of the plan")
+            out += _case_notes(
+                self.sglang, "the sglang model departs from SGLang", "requests SGLang refuses were left out of the plan"
+            )
             out += ["", "### Decomposition of the paper formula's gap to SGLang (log points, %)", ""]
             out.append(
                 "See `kvstab.empirical.decompose_sglang`: idle memory by SGLang's causes (what the reservation "
@@ -603,32 +618,21 @@ class Report:
         """One row per case: the main table, then every decomposition term (%)."""
         with open(path, "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
-            head = list(self.MAIN_HEADER) + [f"decomp {k} %" for k, _ in TERMS] + ["decomp residual %", "decomp total %"]
+            head = list(self.MAIN_HEADER) + _decomposition_head(TERMS)
             if self.profile is not None:
                 head += self.A100_HEADER[1:]
             w.writerow(head)
             a100 = self.a100_rows()
             for i, (row, r) in enumerate(zip(self.main_rows(), self.results)):
-                d = r.decomposition
-                extra = [f"{100 * d.terms[k]:.4f}" for k, _ in TERMS] + [f"{100 * d.residual:.4f}", f"{100 * d.gap:.4f}"]
-                w.writerow(row + extra + (a100[i][1:] if a100 else []))
+                w.writerow(row + _decomposition_cells(r.decomposition, TERMS) + (a100[i][1:] if a100 else []))
 
     def write_sglang_csv(self, path: str) -> None:
         """One row per SGLang case: the SGLang table, then every term of its decomposition (%)."""
         with open(path, "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
-            w.writerow(
-                list(self.SGLANG_HEADER)
-                + [f"decomp {k} %" for k, _ in SGLANG_TERMS]
-                + ["decomp residual %", "decomp total %"]
-            )
+            w.writerow(list(self.SGLANG_HEADER) + _decomposition_head(SGLANG_TERMS))
             for row, r in zip(self.sglang_rows(), self.sglang):
-                d = r.decomposition
-                w.writerow(
-                    row
-                    + [f"{100 * d.terms[k]:.4f}" for k, _ in SGLANG_TERMS]
-                    + [f"{100 * d.residual:.4f}", f"{100 * d.gap:.4f}"]
-                )
+                w.writerow(row + _decomposition_cells(r.decomposition, SGLANG_TERMS))
 
     def latex(self) -> str:
         """The main and decomposition tables as LaTeX ``tabular`` environments."""

@@ -79,6 +79,30 @@ class GapDecomposition:
     #: the decomposition is another engine's (:data:`kvstab.empirical.decompose_sglang.SGLANG_TERMS`)
     labels: tuple[tuple[str, str], ...] = TERMS
 
+    @classmethod
+    def of(
+        cls,
+        mu_paper: float,
+        mu_measured: float,
+        terms: dict[str, float],
+        window_steps: int,
+        completed: int,
+        labels: tuple[tuple[str, str], ...] = TERMS,
+    ) -> GapDecomposition:
+        """The decomposition whose terms are ``terms`` (put in the order of ``labels``); the gap and the
+        residual follow from the two rates."""
+        gap = float(np.log(mu_paper / mu_measured))
+        return cls(
+            mu_paper=mu_paper,
+            mu_measured=mu_measured,
+            gap=gap,
+            terms={k: terms[k] for k, _ in labels},
+            residual=gap - float(sum(terms.values())),
+            window_steps=window_steps,
+            completed=completed,
+            labels=labels,
+        )
+
     @property
     def explained(self) -> float:
         """Σ of the terms."""
@@ -100,6 +124,38 @@ def area(s: np.ndarray, o: np.ndarray, chunk: int, block: int) -> np.ndarray:
     full = g_blocks(s, o1, chunk, block) if block > 1 else g_exact(s, o1, chunk)
     last = block * (-(-(s + 1) // block))
     return np.where(o == 0, full - last, full)
+
+
+def area_chain(
+    s: np.ndarray, o_paper: np.ndarray, o: np.ndarray, s2: np.ndarray, chunk: int, block: int
+) -> tuple[float, float, float, float, float]:
+    """The mean areas per completed request along the chain of the area term: the paper's continuous
+    ``g`` and the exact ``g`` (of ``o_paper`` outputs), the first token sampled by the last prefill
+    step (``o − 1`` decode steps), rounded to ``block``, and the finishing attempt's (prompt ``s2``
+    and the decode steps left to the same peak ``s + o − 1``)."""
+    o2 = s + o - 1 - s2
+    return (
+        float(g_continuous(s, o_paper, chunk).mean()),
+        float(g_exact(s, o_paper, chunk).mean()),
+        float(area(s, o - 1, chunk, 1).mean()),
+        float(area(s, o - 1, chunk, block).mean()),
+        float(area(s2, o2, chunk, block).mean()),
+    )
+
+
+def waste_to_first_token(
+    U: float, useful: float, boundary: float, T: int, E_g_paper: float, a_paper: float, a_exact: float, a_first: float
+) -> dict[str, float]:
+    """The terms every engine's accounting has, in its order: the waste (mean memory ``U``, of it
+    ``useful``), the window boundary (``boundary`` token-steps over ``T`` steps), and the first
+    links of the area chain (:func:`area_chain`) from ``E[g]`` to the first token."""
+    return {
+        "waste": float(np.log(U / useful)),
+        "boundary": float(np.log(useful / (useful - boundary / T))),
+        "sample": float(np.log(a_paper / E_g_paper)),
+        "partial_chunks": float(np.log(a_exact / a_paper)),
+        "first_token": float(np.log(a_first / a_exact)),
+    }
 
 
 def decompose_gap(log: StepLog, M_paper: int, E_g_paper: float, warmup: float = 0.25) -> GapDecomposition:
@@ -156,13 +212,7 @@ def decompose_gap(log: StepLog, M_paper: int, E_g_paper: float, warmup: float = 
 
     s = log.s[done]
     o = log.o[done]
-    s2 = log.final_s[done]
-    o2 = s + o - 1 - s2  # decode units of the finishing attempt: same peak s + o − 1
-    a_paper = g_continuous(s, o, chunk).mean()
-    a_exact = g_exact(s, o, chunk).mean()
-    a_first = area(s, o - 1, chunk, 1).mean()
-    a_block = area(s, o - 1, chunk, B).mean()
-    a_resumed = area(s2, o2, chunk, B).mean()
+    a_paper, a_exact, a_first, a_block, a_resumed = area_chain(s, o, o, log.final_s[done], chunk, B)
     a_final = float(log.area[done].mean())
 
     terms = {
@@ -171,22 +221,9 @@ def decompose_gap(log: StepLog, M_paper: int, E_g_paper: float, warmup: float = 
         "idle_preempt": ln_idle * share(pre),
         "idle_budget": ln_idle * share(spent),
         "idle_admission": ln_idle * share(rest),
-        "waste": float(np.log(U / useful)),
-        "boundary": float(np.log(useful / (useful - (after - before) / T))),
-        "sample": float(np.log(a_paper / E_g_paper)),
-        "partial_chunks": float(np.log(a_exact / a_paper)),
-        "first_token": float(np.log(a_first / a_exact)),
+        **waste_to_first_token(U, useful, after - before, T, E_g_paper, a_paper, a_exact, a_first),
         "block_rounding": float(np.log(a_block / a_first)),
         "recompute_shortcut": float(np.log(a_resumed / a_block)),
         "token_budget": float(np.log(a_final / a_resumed)),
     }
-    gap = float(np.log(mu_paper / mu_meas))
-    return GapDecomposition(
-        mu_paper=mu_paper,
-        mu_measured=mu_meas,
-        gap=gap,
-        terms=terms,
-        residual=gap - float(sum(terms.values())),
-        window_steps=T,
-        completed=C,
-    )
+    return GapDecomposition.of(mu_paper, mu_meas, terms, T, C)

@@ -82,12 +82,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kvstab.empirical.decompose import GapDecomposition, area
+from kvstab.empirical.decompose import GapDecomposition, area_chain, waste_to_first_token
 from kvstab.errors import InvalidArgument
 from kvstab.steplog import SglangModelLog
-from kvstab.theory.area import g_continuous, g_exact
 
-__all__ = ["SGLANG_TERMS", "SglangAccounts", "sglang_accounts", "decompose_sglang_gap"]
+__all__ = ["SGLANG_TERMS", "SglangAccounts", "sglang_accounts", "sglang_window", "decompose_sglang_gap"]
 
 #: (key, label) of every term of SGLang's decomposition, in the accounting's order.
 SGLANG_TERMS: tuple[tuple[str, str], ...] = (
@@ -318,6 +317,16 @@ def sglang_accounts(log: SglangModelLog, start: int) -> SglangAccounts:
     )
 
 
+def sglang_window(log: SglangModelLog, warmup: float) -> slice:
+    """The steps after the warm-up fraction ``warmup`` of the run (at least 8 of them): the
+    steady-state window of :func:`~kvstab.empirical.compare.sglang_rate` and of the decomposition."""
+    n = len(log.steps)
+    start = int(n * warmup)
+    if n - start < 8:
+        raise InvalidArgument(f"a steady-state window needs at least 8 steps, the run has {n} with warm-up {warmup}")
+    return slice(start, n)
+
+
 def decompose_sglang_gap(
     log: SglangModelLog,
     M_paper: int,
@@ -335,11 +344,9 @@ def decompose_sglang_gap(
     """
     if not 0 <= warmup < 1:
         raise InvalidArgument(f"warm-up fraction must be in [0, 1), got {warmup!r}")
-    n_steps = len(log.steps)
-    start = int(n_steps * warmup)
-    T = n_steps - start
-    if T < 8:
-        raise InvalidArgument(f"a steady-state window needs at least 8 steps, the run has {n_steps} with warm-up {warmup}")
+    w = sglang_window(log, warmup)
+    start = w.start
+    T = w.stop - start
     acc = sglang_accounts(log, start)
     rule = log.rule
     B = rule.block
@@ -385,37 +392,17 @@ def decompose_sglang_gap(
     s = np.asarray(log.s, dtype=np.int64)[done]
     mn = np.asarray(log.max_new, dtype=np.int64)[done]
     o = mn if requested is None else np.asarray(requested, dtype=np.int64)[: len(log.s)][done]
-    s2 = acc.final_s[done]
-    o2 = s + mn - 1 - s2  # decode steps of the finishing attempt: same peak s + max_new − 1
-    a_paper = float(g_continuous(s, o, chunk).mean())
-    a_exact = float(g_exact(s, o, chunk).mean())
-    a_first = float(area(s, mn - 1, chunk, 1).mean())
-    a_page = float(area(s, mn - 1, chunk, B).mean())
-    a_resumed = float(area(s2, o2, chunk, B).mean())
+    a_paper, a_exact, a_first, a_page, a_resumed = area_chain(s, o, mn, acc.final_s[done], chunk, B)
     a_progress = float(acc.progress_area[done].mean())
     a_final = float(acc.area[done].mean())
 
     terms = {
         "capacity": float(np.log(M_paper / Mu)),
         **{k: (ln_idle * shares[k] / idle_total if idle_total > 0 else 0.0) for k in IDLE_TERMS},
-        "waste": float(np.log(U / useful)),
-        "boundary": float(np.log(useful / (useful - (acc.in_progress - before) / T))),
-        "sample": float(np.log(a_paper / E_g_paper)),
-        "partial_chunks": float(np.log(a_exact / a_paper)),
-        "first_token": float(np.log(a_first / a_exact)),
+        **waste_to_first_token(U, useful, acc.in_progress - before, T, E_g_paper, a_paper, a_exact, a_first),
         "page_rounding": float(np.log(a_page / a_first)),
         "reprefill": float(np.log(a_resumed / a_page)),
         "chunks": float(np.log(a_progress / a_resumed)),
         "stall": float(np.log(a_final / a_progress)),
     }
-    gap = float(np.log(mu_paper / mu_meas))
-    return GapDecomposition(
-        mu_paper=mu_paper,
-        mu_measured=mu_meas,
-        gap=gap,
-        terms={k: terms[k] for k, _ in SGLANG_TERMS},
-        residual=gap - float(sum(terms.values())),
-        window_steps=T,
-        completed=C,
-        labels=SGLANG_TERMS,
-    )
+    return GapDecomposition.of(mu_paper, mu_meas, terms, T, C, labels=SGLANG_TERMS)

@@ -64,6 +64,7 @@ from typing import Any
 
 from kvstab.arrivals import ArrivalPlan
 from kvstab.empirical.sglang_replay import replay_sglang_model
+from kvstab.empirical.vllm_driver import _cpu_offline_env, _one_line
 from kvstab.errors import InvalidArgument, KvstabError
 from kvstab.schedulers.sglang import Sglang
 from kvstab.steplog import STEP_FIELDS, SglangModelLog, SglangStep
@@ -166,11 +167,6 @@ def _stubs() -> Iterator[None]:
             del sys.modules[name]
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= 400 else text[:397] + "..."
-
-
 _SGL: SimpleNamespace | None = None
 
 
@@ -181,9 +177,7 @@ def load_sglang() -> SimpleNamespace:
         return _SGL
     # SGLang's import graph imports vLLM when it is installed (CI's environment has both), and vLLM
     # picks its platform once per process: it must see the CPU target first, as vllm_driver sets it
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    _cpu_offline_env()
     os.environ.setdefault("SGLANG_LOG_LEVEL", "error")
     try:
         import importlib.metadata as md

@@ -80,6 +80,14 @@ def _one_line(exc: BaseException) -> str:
     return text if len(text) <= 400 else text[:397] + "..."
 
 
+def _cpu_offline_env() -> None:
+    """vLLM must infer the CPU platform and must never reach the hub (SGLang's import graph
+    imports vLLM too: :mod:`kvstab.empirical.sglang_driver` sets the same)."""
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
 _VLLM: SimpleNamespace | None = None
 
 
@@ -88,10 +96,7 @@ def load_vllm() -> SimpleNamespace:
     global _VLLM
     if _VLLM is not None:
         return _VLLM
-    # vLLM must infer the CPU platform and must never reach the hub.
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    _cpu_offline_env()
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
     os.environ.setdefault("DO_NOT_TRACK", "1")

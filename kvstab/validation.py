@@ -17,8 +17,12 @@ from __future__ import annotations
 import math
 import numbers
 from decimal import Decimal, InvalidOperation
+from typing import TypeVar
 
 from kvstab.errors import InvalidArgument
+
+#: an int or a float, whichever a bound check was given
+_N = TypeVar("_N", int, float)
 
 __all__ = [
     "MAX_TOKENS",
@@ -81,24 +85,24 @@ def as_int(name: str, value: object, *, minimum: int, maximum: int) -> int:
     return v
 
 
+def _signed(name: str, value: object, v: _N, *, zero: bool, noun: str, maximum: _N, shown: str) -> _N:
+    """``v`` (``value`` read as a number) if it is ``> 0`` (``≥ 0`` with ``zero``) and at most
+    ``maximum`` (written ``shown`` in the refusal)."""
+    if v < 0 or (not zero and v == 0):
+        raise InvalidArgument(f"{name} must be a {'non-negative' if zero else 'positive'} {noun}, got {value!r}")
+    if v > maximum:
+        raise InvalidArgument(f"{name} must be at most {shown}, got {value!r}")
+    return v
+
+
 def positive_int(name: str, value: object, *, maximum: int = MAX_TOKENS) -> int:
     """A positive integer at most ``maximum``."""
-    v = _integral(name, value)
-    if v <= 0:
-        raise InvalidArgument(f"{name} must be a positive integer, got {value!r}")
-    if v > maximum:
-        raise InvalidArgument(f"{name} must be at most {maximum}, got {value!r}")
-    return v
+    return _signed(name, value, _integral(name, value), zero=False, noun="integer", maximum=maximum, shown=f"{maximum}")
 
 
 def nonneg_int(name: str, value: object, *, maximum: int = MAX_SEED) -> int:
     """A non-negative integer at most ``maximum``."""
-    v = _integral(name, value)
-    if v < 0:
-        raise InvalidArgument(f"{name} must be a non-negative integer, got {value!r}")
-    if v > maximum:
-        raise InvalidArgument(f"{name} must be at most {maximum}, got {value!r}")
-    return v
+    return _signed(name, value, _integral(name, value), zero=True, noun="integer", maximum=maximum, shown=f"{maximum}")
 
 
 def _real(name: str, value: object) -> float:
@@ -115,22 +119,12 @@ def _real(name: str, value: object) -> float:
 
 def positive_float(name: str, value: object, *, maximum: float = math.inf) -> float:
     """A finite number ``> 0`` (at most ``maximum``)."""
-    f = _real(name, value)
-    if f <= 0:
-        raise InvalidArgument(f"{name} must be a positive number, got {value!r}")
-    if f > maximum:
-        raise InvalidArgument(f"{name} must be at most {maximum:g}, got {value!r}")
-    return f
+    return _signed(name, value, _real(name, value), zero=False, noun="number", maximum=maximum, shown=f"{maximum:g}")
 
 
 def nonneg_float(name: str, value: object, *, maximum: float = math.inf) -> float:
     """A finite number ``≥ 0`` (at most ``maximum``)."""
-    f = _real(name, value)
-    if f < 0:
-        raise InvalidArgument(f"{name} must be a non-negative number, got {value!r}")
-    if f > maximum:
-        raise InvalidArgument(f"{name} must be at most {maximum:g}, got {value!r}")
-    return f
+    return _signed(name, value, _real(name, value), zero=True, noun="number", maximum=maximum, shown=f"{maximum:g}")
 
 
 def fraction(name: str, value: object) -> float:

@@ -31,7 +31,6 @@ Each :class:`Claim` says which scope it has, and why when it is bounded:
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,9 +54,10 @@ from kvstab.proofs.encoding import (
     view_of,
     well_formed,
 )
+from kvstab.proofs.loops import guarded_check
 from kvstab.proofs.replaying import decode_int, decode_state
 from kvstab.proofs.selfcheck import engine_step
-from kvstab.proofs.solver import Budget, Status, solve
+from kvstab.proofs.solver import Budget
 from kvstab.proofs.unbounded import ClassCheck
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict, passed
 from kvstab.replay import replay_command
@@ -157,24 +157,7 @@ def _check(
     name: str, prem: list[z3.BoolRef], goal: z3.BoolRef, budget: Budget
 ) -> tuple[Verdict, list[Obligation], z3.ModelRef | None]:
     """Vacuity guard, then ``prem ∧ ¬goal``: Proved, Refuted (with the model) or Unknown."""
-    t0 = time.perf_counter()
-    g = solve(prem, budget, f"claim-{name}-premises")
-    t1 = time.perf_counter()
-    if g.status is not Status.SAT:
-        v: Verdict = Unknown("vacuous premises" if g.status is Status.UNSAT else f"solver: {g.reason}", g.smt2)
-        return v, [Obligation("claim", v, t1 - t0, conjunct=f"{name} [guard]")], None
-    obs = [Obligation("claim", Proved("premises satisfiable (vacuity guard)"), t1 - t0, conjunct=f"{name} [guard]")]
-    a = solve(prem + [z3.Not(goal)], budget, f"claim-{name}")
-    secs = time.perf_counter() - t1
-    match a.status:
-        case Status.UNSAT:
-            v = Proved("unsat")
-        case Status.SAT:
-            v = Refuted(None, f"{name}: a state breaks it")
-        case _:
-            v = Unknown(f"solver: {a.reason}", a.smt2)
-    obs.append(Obligation("claim", v, secs, conjunct=name))
-    return v, obs, a.model
+    return guarded_check("claim", name, prem, goal, budget, f"claim-{name}", f"{name}: a state breaks it")
 
 
 def _sched(m: z3.ModelRef, st: SymState) -> str:

@@ -78,7 +78,7 @@ from kvstab.proofs.solver import Budget, Status, solve
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict
 from kvstab.symbolic import Sym, unwrap
 
-__all__ = ["Sides", "ActiveSide", "FoldOutcome", "retraction_lemma", "prove_folds", "costs_of", "free_constants", "obligation", "rename_entry", "GHOSTS"]
+__all__ = ["Sides", "ActiveSide", "FoldOutcome", "retraction_lemma", "prove_folds", "costs_of", "free_constants", "obligation", "guarded_check", "rename_entry", "GHOSTS"]
 
 #: what each ghost counts, as reports print it
 GHOSTS = {
@@ -318,26 +318,46 @@ def _houdini(
 
 def obligation(name: str, premises: list[z3.BoolRef], goal: z3.BoolRef, budget: Budget, what: str) -> list[Obligation]:
     """A vacuity guard on ``premises``, then ``premises ∧ ¬goal`` unsat."""
+    return guarded_check(name, what, premises, goal, budget, f"unbounded-{name}", f"{what}: false for some entry")[1]
+
+
+def guarded_check(
+    kind: str,
+    what: str,
+    premises: list[z3.BoolRef],
+    goal: z3.BoolRef,
+    budget: Budget,
+    query: str,
+    refuted: str,
+) -> tuple[Verdict, list[Obligation], z3.ModelRef | None]:
+    """A vacuity guard on ``premises`` (query ``<query>-premises``), then ``premises ∧ ¬goal``
+    unsat (query ``query``): the goal's verdict (``Refuted`` says ``refuted``; ``Unknown`` when the
+    guard fails), the obligations of ``kind`` named ``what [guard]`` and ``what``, and the model
+    that breaks the goal, if one does."""
     t0 = time.perf_counter()
-    g = solve(premises, budget, f"unbounded-{name}-premises")
+    g = solve(premises, budget, f"{query}-premises")
     t1 = time.perf_counter()
-    if g.status is not Status.SAT:
-        why = "vacuous premises" if g.status is Status.UNSAT else f"solver: {g.reason}"
-        return [Obligation(name, Unknown(why, g.smt2), t1 - t0, conjunct=what + " [guard]")]
-    a = solve(premises + [z3.Not(goal)], budget, f"unbounded-{name}")
-    secs = time.perf_counter() - t1
     v: Verdict
+    if g.status is not Status.SAT:
+        v = Unknown("vacuous premises" if g.status is Status.UNSAT else f"solver: {g.reason}", g.smt2)
+        return v, [Obligation(kind, v, t1 - t0, conjunct=what + " [guard]")], None
+    a = solve(premises + [z3.Not(goal)], budget, query)
+    secs = time.perf_counter() - t1
     match a.status:
         case Status.UNSAT:
             v = Proved("unsat")
         case Status.SAT:
-            v = Refuted(None, f"{what}: false for some entry")
+            v = Refuted(None, refuted)
         case _:
             v = Unknown(f"solver: {a.reason}", a.smt2)
-    return [
-        Obligation(name, Proved("premises satisfiable (vacuity guard)"), t1 - t0, conjunct=what + " [guard]"),
-        Obligation(name, v, secs, conjunct=what),
-    ]
+    return (
+        v,
+        [
+            Obligation(kind, Proved("premises satisfiable (vacuity guard)"), t1 - t0, conjunct=what + " [guard]"),
+            Obligation(kind, v, secs, conjunct=what),
+        ],
+        a.model,
+    )
 
 
 def _loop_obligations(loop: _Loop, inv: list[_Atom], context: list[z3.BoolRef], budget: Budget) -> list[Obligation]:

@@ -141,7 +141,7 @@ def _bounded(
     names = [c.name for c in strengthen]
     quick = min(bmc_depth, QUICK_BMC)
     if budget.spent():
-        return _out_of_budget(sched, spec, K, Q, setting, "1-induction", obs, names, hlog, t0, budget)
+        return _report(sched, spec, K, Q, setting, _out_of_budget(K, "1-induction", obs, budget), obs, names, hlog, t0)
     if isinstance(first.verdict, Refuted) and first.verdict.trace is not None:
         # the memory goal itself has a counterexample to induction: look for a
         # short reachable run first, before paying for a strengthening search
@@ -185,12 +185,12 @@ def _bounded(
             verdict = second.verdict
 
     if budget.spent():
-        return _out_of_budget(sched, spec, K, Q, setting, "the strengthening search", obs, names, hlog, t0, budget)
+        return _report(sched, spec, K, Q, setting, _out_of_budget(K, "the strengthening search", obs, budget), obs, names, hlog, t0)
     budget.group(f"bounded model checking to depth {bmc_depth} at K = {K}, Q = {Q}")
     reach, bobs = bmc(sched, setting, K, Q, bmc_depth, arrivals_per_slot=arrivals_per_slot, budget=budget, spec=spec)
     obs += bobs
     if budget.spent() and not isinstance(reach, Refuted):
-        return _out_of_budget(sched, spec, K, Q, setting, "bounded model checking", obs, names, hlog, t0, budget)
+        return _report(sched, spec, K, Q, setting, _out_of_budget(K, "bounded model checking", obs, budget), obs, names, hlog, t0)
     if isinstance(reach, Refuted):
         final: Verdict = reach
     elif isinstance(reach, Unknown):
@@ -206,32 +206,19 @@ def _bounded(
     return _report(sched, spec, K, Q, setting, final, obs, names, hlog, t0)
 
 
-def _out_of_budget(
-    sched: Scheduler,
-    spec: str | None,
-    K: int,
-    Q: int,
-    setting: Setting,
-    phase: str,
-    obs: list[Obligation],
-    names: list[str],
-    hlog: list[str],
-    t0: float,
-    budget: Budget,
-) -> ProofReport:
-    """The honest end of a run whose total budget ran out: ``Unknown``, naming
+def _out_of_budget(K: int, phase: str, obs: list[Obligation], budget: Budget) -> Unknown:
+    """The verdict of a run whose total budget ran out: an honest ``Unknown``, naming
     the first undecided obligation and what to change."""
     open_ = next((o for o in obs if isinstance(o.verdict, Unknown) and not o.verdict.reason.startswith("total")), None)
     first = next((o for o in obs if not isinstance(o.verdict, Proved)), None)
     which = open_ or first
     what = f"; first undecided: {which.label()} ({which.verdict})" if which is not None else ""
     smt2 = next((o.verdict.smt2 for o in obs if isinstance(o.verdict, Unknown) and o.verdict.smt2), None)
-    v = Unknown(
+    return Unknown(
         f"not proved within the total budget of {budget.total_s:g} s{budget.kept_note()} (spent during {phase}{what}); "
         f"raise --total-timeout or --rlimit, or prove at smaller bounds (--K {max(1, K // 2)})",
         smt2,
     )
-    return _report(sched, spec, K, Q, setting, v, obs, names, hlog, t0)
 
 
 def _report(

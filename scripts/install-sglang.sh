@@ -19,16 +19,9 @@
 # Idempotent: a second run only checks what is there.
 set -euo pipefail
 
-PY="${1:-python3}"
-PIP=("$PY" -m pip install --disable-pip-version-check --progress-bar off -q)
-
-echo "install-sglang: SGLang 0.5.23 (no deps) + CPU torch 2.13.0 into $("$PY" -c 'import sys; print(sys.prefix)')"
-start=$(date +%s)
-
-"${PIP[@]}" --no-deps "sglang==0.5.23"
-# The CPU build: on this project's machines it lies in pip's find-links
-# (/opt/wheels) as 2.13.0+cpu, which sorts above PyPI's CUDA 2.13.0.
-"${PIP[@]}" "torch==2.13.0"
+# shellcheck source=scripts/_install_engine.sh
+source "$(dirname "$0")/_install_engine.sh" "${1:-python3}"
+engine_and_cpu_torch install-sglang SGLang sglang 0.5.23
 # triton has no dependencies of its own; a stub of it breaks SGLang's imports
 "${PIP[@]}" --no-deps "triton==3.8.0"
 # transformers: SGLang pins 5.19.0; vLLM 0.33.0 takes >=5.16.1,<5.21, and the

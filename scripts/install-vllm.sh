@@ -13,16 +13,9 @@
 # After it, `pip install -e .` (kvstab itself) into the same environment.
 set -euo pipefail
 
-PY="${1:-python3}"
-PIP=("$PY" -m pip install --disable-pip-version-check --progress-bar off -q)
-
-echo "install-vllm: vLLM 0.33.0 (no deps) + CPU torch 2.13.0 into $("$PY" -c 'import sys; print(sys.prefix)')"
-start=$(date +%s)
-
-"${PIP[@]}" --no-deps "vllm==0.33.0"
-# The CPU build: on this project's machines it lies in pip's find-links
-# (/opt/wheels) as 2.13.0+cpu, which sorts above PyPI's CUDA 2.13.0.
-"${PIP[@]}" "torch==2.13.0"
+# shellcheck source=scripts/_install_engine.sh
+source "$(dirname "$0")/_install_engine.sh" "${1:-python3}"
+engine_and_cpu_torch install-vllm vLLM vllm 0.33.0
 "${PIP[@]}" packaging pydantic regex numpy cbor2 psutil pyzmq requests \
   "transformers>=5.16.1,<5.21" aiohttp oss-harmony openai pillow pybase64 \
   cachetools msgspec cloudpickle uvloop py-cpuinfo prometheus_client \

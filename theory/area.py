@@ -29,6 +29,8 @@ from kvstab.model import ModelParams, tokens_held
 from kvstab.theory import _forms
 from kvstab.theory.laws import (
     MAX_PERIOD,
+    FloatArr,
+    IntArr,
     Law,
     Points,
     Run,
@@ -57,9 +59,6 @@ __all__ = [
     "mu_per_slot",
     "mu",
 ]
-
-IntArr = npt.NDArray[np.int64]
-FloatArr = npt.NDArray[np.float64]
 
 
 def _ints(name: str, v: npt.ArrayLike) -> IntArr:

@@ -140,16 +140,21 @@ def _uniform_chunk_moments(lo: sp.Expr, hi: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
     return (at(hi, s1) - at(lo - 1, s1)) / size, (at(hi, s2) - at(lo - 1, s2)) / size
 
 
-@cache
-def eg_uniform(convention: str = "exact") -> sp.Expr:
-    """``E[g]`` for independent ``s ~ U(a, b)``, ``o ~ U(a_o, b_o)`` (the paper's workloads)."""
+def _eg_uniform_prompt(mo1: sp.Expr, mo2: sp.Expr, convention: str, cross: sp.Expr = sp.S.Zero) -> sp.Expr:
+    """``E[g]`` for ``s ~ U(a, b)`` and an output with moments ``E[o] = mo1``, ``E[o²] = mo2``;
+    ``E[s·o] = E[s]E[o] + cross`` (0: independent)."""
     ms1, ms2 = uniform_moments(a, b)
-    mo1, mo2 = uniform_moments(a_o, b_o)
-    sub = {Es: ms1, Es2: ms2, Eo: mo1, Eo2: mo2, Eso: ms1 * mo1}
+    sub = {Es: ms1, Es2: ms2, Eo: mo1, Eo2: mo2, Eso: ms1 * mo1 + cross}
     if convention == "exact":
         en, en2 = _uniform_chunk_moments(a, b)
         sub |= {En: en, En2: en2}
     return eg_moments(convention).subs(sub)
+
+
+@cache
+def eg_uniform(convention: str = "exact") -> sp.Expr:
+    """``E[g]`` for independent ``s ~ U(a, b)``, ``o ~ U(a_o, b_o)`` (the paper's workloads)."""
+    return _eg_uniform_prompt(*uniform_moments(a_o, b_o), convention)
 
 
 @cache
@@ -165,13 +170,7 @@ def eg_fixed(convention: str = "exact") -> sp.Expr:
 def eg_geometric_output(convention: str = "continuous") -> sp.Expr:
     """``E[g]`` for ``s ~ U(a, b)`` and, independent of it, a geometric output
     ``o ~ geom(p, K)`` (truncated at ``K``)."""
-    ms1, ms2 = uniform_moments(a, b)
-    mo1, mo2 = geometric_moments()
-    sub = {Es: ms1, Es2: ms2, Eo: mo1, Eo2: mo2, Eso: ms1 * mo1}
-    if convention == "exact":
-        en, en2 = _uniform_chunk_moments(a, b)
-        sub |= {En: en, En2: en2}
-    return eg_moments(convention).subs(sub)
+    return _eg_uniform_prompt(*geometric_moments(), convention)
 
 
 @cache
@@ -182,11 +181,8 @@ def eg_correlated_uniform(convention: str = "continuous") -> sp.Expr:
     mo1, mo2 = uniform_moments(a_o, b_o)
     var_s = sp.factor(ms2 - ms1**2)
     var_o = sp.factor(mo2 - mo1**2)
-    sub = {Es: ms1, Es2: ms2, Eo: mo1, Eo2: mo2, Eso: ms1 * mo1 + corr * sigma_s * sigma_o}
-    if convention == "exact":
-        en, en2 = _uniform_chunk_moments(a, b)
-        sub |= {En: en, En2: en2}
-    return eg_moments(convention).subs(sub).subs({sigma_s: sp.sqrt(var_s), sigma_o: sp.sqrt(var_o)})
+    eg = _eg_uniform_prompt(mo1, mo2, convention, cross=corr * sigma_s * sigma_o)
+    return eg.subs({sigma_s: sp.sqrt(var_s), sigma_o: sp.sqrt(var_o)})
 
 
 def moment_claims() -> list[Claim]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from kvstab.contract import Decision, Traits, View, fcfs_admit_projected, no_preemption
 from kvstab.model import ModelParams, tokens_held
 from kvstab.ops import BoolLike, IntLike, Ops
+from kvstab.schedulers.reserve import future_memory_margin
 
 __all__ = ["Lookahead", "SCHEDULER", "Projection"]
 
@@ -60,10 +61,8 @@ class Lookahead:
     traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=True, preempts=False)
 
     def margin(self, params: ModelParams, max_s: int, max_o: int) -> int:
-        """Declared margin ``Δ = M − 1``: only that some request runs while the
-        queue is non-empty is guaranteed, because admission is judged on
-        memory the admitted requests will hold later, not on what they hold now."""
-        return params.M - 1
+        """Declared margin: :func:`~kvstab.schedulers.reserve.future_memory_margin`."""
+        return future_memory_margin(params)
 
     def decide(self, view: View, ops: Ops) -> Decision:
         """Admit the head while the projected peak (checked at every finish slot) fits in ``M``."""

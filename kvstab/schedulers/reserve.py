@@ -15,12 +15,19 @@ from kvstab.contract import ActiveEntry, Decision, Traits, View, WaitingEntry, f
 from kvstab.model import ModelParams, tokens_held
 from kvstab.ops import BoolLike, IntLike, Ops
 
-__all__ = ["Reserve", "SCHEDULER", "peak"]
+__all__ = ["Reserve", "SCHEDULER", "peak", "future_memory_margin"]
 
 
 def peak(view: View, r: ActiveEntry | WaitingEntry, ops: Ops) -> IntLike:
     """The memory ``r`` holds in its last slot, ``s + o`` (block-rounded); 0 for an empty slot."""
     return ops.ite(r.present, tokens_held(r.s + r.o, view.block, ops), 0)
+
+
+def future_memory_margin(params: ModelParams) -> int:
+    """The margin ``Δ = M − 1`` of a rule that admits on memory the admitted requests will
+    hold later, not on what they hold now (``reserve``, ``lookahead``): only that some
+    request runs while the queue is non-empty is guaranteed."""
+    return params.M - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,10 +39,8 @@ class Reserve:
     traits: Traits = Traits(fcfs=True, work_conserving=True, clairvoyant=True, preempts=False)
 
     def margin(self, params: ModelParams, max_s: int, max_o: int) -> int:
-        """Declared margin ``Δ = M − 1``: only that some request runs while the
-        queue is non-empty is guaranteed, because admission is judged on
-        memory the admitted requests will hold later, not on what they hold now."""
-        return params.M - 1
+        """Declared margin: :func:`future_memory_margin`."""
+        return future_memory_margin(params)
 
     def decide(self, view: View, ops: Ops) -> Decision:
         """Admit the head while reserved peak memory stays within ``M``."""
