@@ -360,8 +360,8 @@ def concat(sets: Sequence[PromptSet]) -> PromptSet:
         raise InvalidArgument("concat needs at least one prompt set")
     shift = np.cumsum([0] + [int(p.offsets[-1]) for p in sets[:-1]])
     off = np.concatenate([sets[0].offsets[:1]] + [p.offsets[1:] + sh for p, sh in zip(sets, shift, strict=True)])
-    outs = [p.output for p in sets]
-    output = None if any(o is None for o in outs) else np.concatenate(outs)  # type: ignore[arg-type]
+    outs = [p.output for p in sets if p.output is not None]
+    output = np.concatenate(outs) if len(outs) == len(sets) else None
     return PromptSet(
         off, np.concatenate([p.content for p in sets]), np.concatenate([p.length for p in sets]), output
     )

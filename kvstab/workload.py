@@ -39,7 +39,7 @@ import numpy.typing as npt
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
 from kvstab.prefix_laws import Conversation, FewShot, PrefixLaw, Shared, Tenants, request_law_sample
-from kvstab.validation import MAX_TOKENS, positive_int, unit_fraction
+from kvstab.validation import MAX_TOKENS, nonneg_float, positive_int, unit_fraction
 
 __all__ = [
     "LengthDist",
@@ -266,7 +266,7 @@ class Workload:
             object.__setattr__(self, "joint_s", js)
             object.__setattr__(self, "joint_o", jo)
         if self.prefix is not None:
-            self.prefix.check(self.s.min if self.s is not None else int(np.min(self.joint_s)))
+            self.prefix.check(self.s.min if self.s is not None else int(np.min(np.asarray(self.joint_s))))
 
     @property
     def independent(self) -> bool:
@@ -486,6 +486,13 @@ def _parse_len_or_dist(text: str, spec: str, name: str) -> LengthDist:
     return _parse_dist(text, spec, name)
 
 
+def _zipf(text: str, form: str) -> float:
+    try:
+        return nonneg_float(f"prefix={form}: a (Zipf exponent)", text)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{exc}; the Zipf exponent is a finite number >= 0") from None
+
+
 def _parse_prefix(text: str, spec: str, base: Workload) -> Workload:
     """``base`` with the prefix law ``text`` (``shared(P)``, …)."""
     m = _PREFIX.match(text)
@@ -506,7 +513,8 @@ def _parse_prefix(text: str, spec: str, base: Workload) -> Workload:
                 f"workload {spec!r}: prefix=chat(K,T) needs s and o laws (a turn's message and answer), not a trace's rows"
             )
         try:
-            law = Conversation(_parse_len_or_dist(args[0], spec, "chat(K,T): K"), args[1], base.s, base.o)  # type: ignore[arg-type]
+            think = nonneg_float("prefix=chat(K,T): T (think time, seconds)", args[1])
+            law = Conversation(_parse_len_or_dist(args[0], spec, "chat(K,T): K"), think, base.s, base.o)
         except InvalidArgument as exc:
             raise InvalidArgument(f"workload {spec!r}: {exc}") from None
         s, o = request_law_sample(law)
@@ -517,9 +525,11 @@ def _parse_prefix(text: str, spec: str, base: Workload) -> Workload:
         if kind == "shared":
             law_ = Shared(_parse_int(args[0], spec, "shared(P): P"))
         elif kind == "tenants":
-            law_ = Tenants(_parse_int(args[0], spec, "tenants(n,P,a): n"), _parse_len_or_dist(args[1], spec, "tenants(n,P,a): P"), args[2])  # type: ignore[arg-type]  # noqa: E501
+            n = _parse_int(args[0], spec, "tenants(n,P,a): n")
+            law_ = Tenants(n, _parse_len_or_dist(args[1], spec, "tenants(n,P,a): P"), _zipf(args[2], form))
         else:
-            law_ = FewShot(*(_parse_int(a, spec, f"fewshot(n,H,E,a): {k}") for k, a in zip("nHE", args, strict=False)), args[3])  # type: ignore[arg-type]  # noqa: E501
+            n, h, e = (_parse_int(a, spec, f"fewshot(n,H,E,a): {k}") for k, a in zip("nHE", args, strict=False))
+            law_ = FewShot(n, h, e, _zipf(args[3], form))
     except InvalidArgument as exc:
         if str(exc).startswith("workload "):
             raise
