@@ -98,11 +98,16 @@ def _fmix_int(x: int) -> int:
 
 
 def _fmix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    x = x ^ (x >> _U(33))
-    x = x * _U(_C1)
-    x = x ^ (x >> _U(33))
-    x = x * _U(_C2)
-    return x ^ (x >> _U(33))
+    """fmix64 of each element, in place (callers pass an array of their own)."""
+    t = x >> _U(33)
+    x ^= t
+    x *= _U(_C1)
+    np.right_shift(x, _U(33), out=t)
+    x ^= t
+    x *= _U(_C2)
+    np.right_shift(x, _U(33), out=t)
+    x ^= t
+    return x
 
 
 def _signed(x: int) -> int:
@@ -130,18 +135,18 @@ def content_ids(kind: str, keys: npt.ArrayLike) -> IntArray:
     return _fmix(base + k * _U(_K[1])).view(np.int64)
 
 
-def _piece_int(content: int, first: int, length: int, pos: int) -> int:
-    x = _fmix_int((content & _MASK) + _K[0])
-    x = _fmix_int(x + first * _K[1])
-    x = _fmix_int(x + length * _K[2])
-    return _fmix_int(x + pos * _K[3])
+def _piece_int(content: int, first: int, length: int, pos: int, block: int) -> int:
+    # (length, pos) packs exactly into length·B + pos: 1 ≤ length ≤ B, 0 ≤ pos < B
+    x = _fmix_int(_fmix_int((content & _MASK) + _K[0]) + first * _K[1])
+    return _fmix_int(x + (length * block + pos) * _K[2])
 
 
-def _piece(content: IntArray, first: IntArray, length: IntArray, pos: IntArray) -> npt.NDArray[np.uint64]:
-    x = _fmix(content.view(np.uint64) + _U(_K[0]))
-    x = _fmix(x + first.astype(np.uint64) * _U(_K[1]))
-    x = _fmix(x + length.astype(np.uint64) * _U(_K[2]))
-    return _fmix(x + pos.astype(np.uint64) * _U(_K[3]))
+def _piece(
+    content_hash: npt.NDArray[np.uint64], first: IntArray, length: IntArray, pos: IntArray, block: int
+) -> npt.NDArray[np.uint64]:
+    """:func:`_piece_int` of many pieces; ``content_hash`` is ``fmix(content + K0)``, made once per segment."""
+    x = _fmix(content_hash + first.view(np.uint64) * _U(_K[1]))
+    return _fmix(x + (length * block + pos).view(np.uint64) * _U(_K[2]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +187,7 @@ def block_hashes(prompt: Prompt, block: int) -> tuple[int, ...]:
         j = 0
         while j < n:
             take = min(n - j, B - pos)
-            digest = (digest + _piece_int(c, j, take, pos)) & _MASK
+            digest = (digest + _piece_int(c, j, take, pos, B)) & _MASK
             j += take
             pos += take
             if pos == B:
@@ -333,7 +338,9 @@ class PromptSet:
         blk = first_blk[piece_seg] + k
         p0 = np.maximum(seg_start[piece_seg], blk * B)
         p1 = np.minimum(end_c[piece_seg], (blk + 1) * B)
-        d_piece = _piece(c[piece_seg], p0 - seg_start[piece_seg], p1 - p0, p0 - blk * B)
+        chash = _fmix(c.view(np.uint64) + _U(_K[0]))
+        first = p0 - seg_start[piece_seg]
+        d_piece = _piece(chash[piece_seg], first, p1 - p0, p0 - blk * B, B)
         offsets = np.concatenate(([0], np.cumsum(full))).astype(np.int64)
         total = int(offsets[-1])
         if total == 0:
@@ -342,16 +349,18 @@ class PromptSet:
         gblk = offsets[seg_req[piece_seg]] + blk
         # every full block has at least one piece: sum each run of equal block indices
         d = np.add.reduceat(d_piece, np.flatnonzero(np.diff(gblk, prepend=-1)))
-        # P_k = R·P_{k−1} + d_k from one cumulative sum: P_k = R^{k+1}·SEED + R^g·Σ_{g0≤g'≤g} d_{g'}·R^{−g'}
-        g = np.arange(total, dtype=np.int64)
-        rpow = np.concatenate(([_U(1)], np.cumprod(np.full(total + 1, _R, dtype=np.uint64))))  # R^i
-        rinv = np.concatenate(([_U(1)], np.cumprod(np.full(total - 1, _R_INV, dtype=np.uint64))))  # R^-i
+        # P_k = R·P_{k−1} + d_k, P_{−1} = SEED: fold R·SEED into each chain's first d, then
+        # P = R^g·Σ_{g0≤g'≤g} d_{g'}·R^{−g'} from one cumulative sum (g: global block index, g0: the chain's first)
+        has = full > 0
+        starts = offsets[:-1][has]
+        d[starts] += _U((_R * _SEED) & _MASK)
+        rpow = np.cumprod(np.full(total, _R, dtype=np.uint64)) * _U(_R_INV)  # R^g
+        rinv = np.cumprod(np.full(total, _R_INV, dtype=np.uint64)) * _U(_R)  # R^-g
         acc = np.cumsum(d * rinv, dtype=np.uint64)
-        g0 = np.repeat(offsets[:-1], full)
-        before = np.where(g0 > 0, acc[np.maximum(g0 - 1, 0)], _U(0))
-        local = g - g0
-        state = rpow[local + 1] * _U(_SEED) + rpow[g] * (acc - before)
-        return offsets, _fmix(state).view(np.int64)
+        before = np.zeros(starts.size, dtype=np.uint64)
+        before[starts > 0] = acc[starts[starts > 0] - 1]
+        acc -= np.repeat(before, full[has])
+        return offsets, _fmix(rpow * acc).view(np.int64)
 
 
 def concat(sets: Sequence[PromptSet]) -> PromptSet:
