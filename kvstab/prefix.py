@@ -301,6 +301,30 @@ class PromptSet:
         out = None if self.output is None else self.output[idx]
         return PromptSet(off, self.content[seg], self.length[seg], out)
 
+    def with_outputs(self, o: npt.ArrayLike) -> PromptSet:
+        """Each prompt followed by its request's ``o[i]`` output tokens (content
+        ``output[i]``, or an id unique to the request when ``output`` is
+        ``None``): :meth:`block_hashes` of it is the chain of every full block
+        a request holds at its end, generated tokens included, as vLLM caches
+        them.  A conversation's next turn starts with exactly these blocks."""
+        out_len = np.asarray(o, dtype=np.int64)
+        n = len(self)
+        if out_len.shape != (n,):
+            raise InvalidArgument(f"with_outputs needs one output length per request ({n}), got shape {out_len.shape}")
+        if n and out_len.min() < 1:
+            raise InvalidArgument(f"with_outputs: output length {int(out_len.min())}; lengths are >= 1")
+        out = self.output if self.output is not None else content_ids("output", np.arange(n, dtype=np.int64))
+        per = np.diff(self.offsets) + 1
+        off = np.concatenate(([0], np.cumsum(per))).astype(np.int64)
+        last = off[1:] - 1
+        content = np.empty(int(off[-1]), dtype=np.int64)
+        length = np.empty(int(off[-1]), dtype=np.int64)
+        body = np.ones(content.size, dtype=bool)
+        body[last] = False
+        content[body], length[body] = self.content, self.length
+        content[last], length[last] = out, out_len
+        return PromptSet(off, content, length, self.output)
+
     def token_ids(self, i: int, vocab: int) -> IntArray:
         """:func:`token_ids` of request ``i``'s prompt."""
         v = positive_int("vocab", vocab, maximum=2**62)

@@ -85,7 +85,7 @@ def _own(n_shared: IntArray, s: IntArray, first: int, shared: list[tuple[IntArra
     keep = length > 0  # row-major: each request's segments stay in order
     per_row = keep.sum(axis=1)
     off = np.concatenate(([0], np.cumsum(per_row))).astype(np.int64)
-    return PromptSet(off, content[keep], length[keep])
+    return PromptSet(off, content[keep], length[keep], output=content_ids("output", first + np.arange(n, dtype=np.int64)))
 
 
 def _check_shared(law: str, param: str, shared: int, s_min: int) -> None:

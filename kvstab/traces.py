@@ -206,7 +206,7 @@ def _mooncake_prompts(s: IntArray, chains: list[list[int]]) -> PromptSet:
     tail = own > 0
     content[off[1:][tail] - 1] = content_ids("own", rows[tail])
     length[off[1:][tail] - 1] = own[tail]
-    return PromptSet(off, content, length)
+    return PromptSet(off, content, length, output=content_ids("output", rows))
 
 
 def _finish(

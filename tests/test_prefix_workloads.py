@@ -322,3 +322,22 @@ def test_conversation_arrivals() -> None:
     assert np.array_equal(again.s, plan.s) and np.array_equal(again.slot, plan.slot)
     # its (s, o) law is the request stream's, and knows the largest request exactly
     assert w.max_total == 4 * (80 + 50)
+
+
+def test_with_outputs_chain_is_where_the_next_turn_starts() -> None:
+    law = Conversation(Fixed(3), 1.0, Uniform(10, 80), Uniform(5, 50))
+    d = law.draw(np.random.default_rng(6), 40)
+    done = d.prompts.with_outputs(d.o)
+    assert np.array_equal(done.lengths(), d.s + d.o)
+    for B in (1, 7, 16):
+        off, h = d.prompts.block_hashes(B)
+        doff, dh = done.block_hashes(B)
+        for i in range(1, d.s.size):
+            if d.turn[i] == 0:
+                continue
+            held = dh[doff[i - 1] : doff[i]]  # every full block turn k−1 holds when it finishes
+            assert np.array_equal(h[off[i] : off[i] + held.size], held)
+    # outputs of plain requests are their own
+    ps = Shared(5).prompts(np.random.default_rng(0), np.array([9, 9]))
+    assert ps.output is not None and ps.output[0] != ps.output[1]
+    assert PromptSet.from_prompts([Prompt(((1, 4),))]).with_outputs([3]).prompt(0).s == 7
