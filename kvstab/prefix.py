@@ -378,8 +378,8 @@ class PromptSet:
         has = full > 0
         starts = offsets[:-1][has]
         d[starts] += _U((_R * _SEED) & _MASK)
-        rpow = np.cumprod(np.full(total, _R, dtype=np.uint64)) * _U(_R_INV)  # R^g
-        rinv = np.cumprod(np.full(total, _R_INV, dtype=np.uint64)) * _U(_R)  # R^-g
+        rpow = np.cumprod(np.full(total, _R, dtype=np.uint64), dtype=np.uint64) * _U(_R_INV)  # R^g
+        rinv = np.cumprod(np.full(total, _R_INV, dtype=np.uint64), dtype=np.uint64) * _U(_R)  # R^-g
         acc = np.cumsum(d * rinv, dtype=np.uint64)
         before = np.zeros(starts.size, dtype=np.uint64)
         before[starts > 0] = acc[starts[starts > 0] - 1]
