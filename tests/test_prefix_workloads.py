@@ -341,3 +341,19 @@ def test_with_outputs_chain_is_where_the_next_turn_starts() -> None:
     ps = Shared(5).prompts(np.random.default_rng(0), np.array([9, 9]))
     assert ps.output is not None and ps.output[0] != ps.output[1]
     assert PromptSet.from_prompts([Prompt(((1, 4),))]).with_outputs([3]).prompt(0).s == 7
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["mu", "--workload", "paper-1:1,prefix=shared(1024)"],
+        ["mu", "--workload", "s=U(20,90),o=U(1,9),prefix=tenants(3,5,inf)"],
+    ],
+)
+def test_bad_prefix_spec_on_the_command_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        rc = main(argv)
+    except SystemExit as exc:
+        rc = int(exc.code or 0)
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "prefix=" in err
