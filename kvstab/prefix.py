@@ -29,10 +29,14 @@ array, vectorised (no Python loop per block).
 The chain, exactly (all arithmetic mod 2⁶⁴; ``fmix`` is MurmurHash3's 64-bit
 finaliser, a bijection)::
 
-    piece  = a maximal run of one segment inside one block: (content, first offset, length, position in block)
-    d_k    = Σ over block k's pieces of mix(content, first offset, length, position)
+    piece  = a maximal run of one segment inside one block:
+             (content c, first offset j, length n, position in the block q)
+    mix    = fmix(fmix(fmix(c + K0) + j·K1) + (n·B + q)·K2)      (n·B + q is exact: 1 ≤ n ≤ B, q < B)
+    d_k    = Σ over block k's pieces of mix
     P_k    = R·P_{k−1} + d_k,  P_{−1} = SEED
     h_k    = fmix(P_k)          (as a signed int64)
+
+(``K0 … K2``, ``R``, ``SEED``: the module's constants.)
 
 Since ``fmix`` is invertible, ``h_k`` is a function of ``(h_{k−1}, block k's
 content)``: a chain, as vLLM's ``hash(parent, tokens)``.
