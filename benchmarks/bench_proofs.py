@@ -40,7 +40,7 @@ import time
 
 SCHEDULERS = ("current-fit", "reserve", "lookahead", "vllm-v1", "sglang", "current-fit-no-preempt")
 
-#: the CLI's cap on the bounded claims (``proofs/cli.py``)
+#: the CLI's cap on the bounded claims (``kvstab/cli/prove.py``)
 CLAIMS_MAX = 8
 
 CHILD = """

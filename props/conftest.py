@@ -1,10 +1,10 @@
 """The audit suite's shared pieces.
 
 The ``--scheduler`` option, the ``audited_scheduler`` parametrisation and the
-Hypothesis profiles come from kvstab's pytest plugin (``kvstab.pytest_plugin``,
+Hypothesis profiles come from kvstab's pytest plugin (``kvstab.testing.pytest_plugin``,
 entry point ``pytest11``), so that ``pytest --pyargs kvstab.props --scheduler
 mod:attr`` works from any directory; the property checks themselves live in
-``kvstab.checks`` and the input strategies in ``kvstab.strategies``.  Collecting
+``kvstab.testing.checks`` and the input strategies in ``kvstab.testing.strategies``.  Collecting
 this folder is what turns the plugin on when no kvstab option was given.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvstab.pytest_plugin import Budget, activate, budget
+from kvstab.testing.pytest_plugin import Budget, activate, budget
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -12,13 +12,13 @@ import shlex
 import pytest
 from hypothesis import given, settings
 
-from kvstab.checks import PropertyViolation, audit_plan
 from kvstab.cli import main as cli_main
 from kvstab.contract import traits_of
-from kvstab.pytest_plugin import Budget, audit_targets
 from kvstab.registry import builtin_names, load_scheduler
 from kvstab.replay import parse_requests, replay
-from kvstab.strategies import scenarios
+from kvstab.testing.checks import PropertyViolation, audit_plan
+from kvstab.testing.pytest_plugin import Budget, audit_targets
+from kvstab.testing.strategies import scenarios
 
 #: a self-test of the suite: deselected when auditing one scheduler (``--scheduler``)
 pytestmark = pytest.mark.kvstab_selftest

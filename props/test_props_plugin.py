@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from kvstab.pytest_plugin import BUDGETS, SELFTEST_MARK, AuditTarget, budget, hypothesis_profile
 from kvstab.registry import load_scheduler
+from kvstab.testing.pytest_plugin import BUDGETS, SELFTEST_MARK, AuditTarget, budget, hypothesis_profile
 
 
 @pytest.mark.kvstab_selftest

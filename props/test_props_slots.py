@@ -1,8 +1,8 @@
 """Properties 1–8 on adversarial workloads, for every scheduler under audit.
 
-Each test draws a server and an arrival plan (``kvstab.strategies.scenarios``),
+Each test draws a server and an arrival plan (``kvstab.testing.strategies.scenarios``),
 runs it through the reference engine to the end and drains it, checking one
-property after every slot (``kvstab.checks``).  A failure is shrunk by
+property after every slot (``kvstab.testing.checks``).  A failure is shrunk by
 Hypothesis to a minimal workload, and its message carries one-line replay
 commands.  After the examples, a vacuity guard checks that the property's
 premise actually held somewhere (a drift bound never tested with a queue is
@@ -18,11 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals
-from kvstab.checks import PROPERTIES, PropertyViolation, audit_plan, margin_of
 from kvstab.contract import traits_of
 from kvstab.model import ModelParams
-from kvstab.pytest_plugin import AuditTarget, Budget, ShrinkNotice
-from kvstab.strategies import saturated_scenarios, scenarios, windows
+from kvstab.testing.checks import PROPERTIES, PropertyViolation, audit_plan, margin_of
+from kvstab.testing.pytest_plugin import AuditTarget, Budget, ShrinkNotice
+from kvstab.testing.strategies import saturated_scenarios, scenarios, windows
 
 SLUGS = {
     1: "memory",

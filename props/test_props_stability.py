@@ -21,13 +21,13 @@ from __future__ import annotations
 import numpy as np
 
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals, poisson_arrivals
-from kvstab.checks import margin_of
 from kvstab.contract import traits_of
 from kvstab.engine import fast_rule, run  # the fast engine: identical results, compiled for built-ins
 from kvstab.metrics import Estimate, queue_slope, throughput
 from kvstab.model import ModelParams, tokens_held
-from kvstab.pytest_plugin import AuditTarget, Budget
 from kvstab.simulator import SimResult
+from kvstab.testing.checks import margin_of
+from kvstab.testing.pytest_plugin import AuditTarget, Budget
 from kvstab.theory.area import expected_g, lifetime_area, mu_per_slot
 from kvstab.workload import Uniform, Workload
 

@@ -1,7 +1,7 @@
 """One ``RuleBasedStateMachine`` over every scheduler under audit.
 
 Hypothesis interleaves three rules — a request arrives, one slot runs, the
-system drains — on a server it draws first; the :class:`~kvstab.checks.Auditor`
+system drains — on a server it draws first; the :class:`~kvstab.testing.checks.Auditor`
 checks properties 1–6 and 7 after every slot (and 8 on every drain), and the
 invariants below re-check the state after every rule, arrivals included.
 """
@@ -14,10 +14,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from kvstab.checks import Auditor, PropertyViolation
 from kvstab.model import ModelParams, tokens_held
-from kvstab.pytest_plugin import AuditTarget, Budget, ShrinkNotice, budget
-from kvstab.strategies import model_params, request_lengths, windows
+from kvstab.testing.checks import Auditor, PropertyViolation
+from kvstab.testing.pytest_plugin import AuditTarget, Budget, ShrinkNotice, budget
+from kvstab.testing.strategies import model_params, request_lengths, windows
 
 
 class SchedulerMachine(RuleBasedStateMachine):

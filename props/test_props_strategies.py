@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from kvstab.arrivals import ArrivalPlan
 from kvstab.model import ModelParams, Request, tokens_held
-from kvstab.strategies import (
+from kvstab.testing.strategies import (
     arrivals,
     largest_total,
     model_params,

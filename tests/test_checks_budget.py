@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvstab.arrivals import fixed_arrivals
-from kvstab.checks import audit_plan
 from kvstab.model import ModelParams
 from kvstab.registry import load_scheduler
+from kvstab.testing.checks import audit_plan
 
 
 @st.composite

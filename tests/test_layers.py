@@ -1,114 +1,74 @@
-"""One-way layers: no module imports a floor above its own.
+"""The house: one-way floors and no import cycle between packages.
 
-The floors, lowest first (``docs/ARCHITECTURE.md``):
+The map is declared once, in ``pyproject.toml``: ``[tool.setuptools]
+package-dir`` says which folder is installed as which part of the ``kvstab``
+namespace, and ``[tool.kvstab] floors`` lists the floors lowest first.  This
+test derives everything from those two tables — it copies neither — and fails
+on:
 
-0. the core — ``kvstab/`` itself: model, ops, contract, symbolic, schedulers,
-   registry, workload, traces, arrivals, simulator, metrics, replay, data;
-1. ``kvstab.theory`` (closed forms);
-2. the wings that build on core and theory: ``kvstab.proofs``, the audit wing
-   (``kvstab.checks``, ``kvstab.strategies``, ``kvstab.pytest_plugin``),
-   ``kvstab.empirical``, ``kvstab.live``;
-3. ``kvstab.audit``, the end-to-end audit that runs the wings together;
-4. the command-line helpers (``kvstab.flags``);
-5. the commands (``kvstab.cli_*``, ``kvstab.theory.cli``, ``kvstab.proofs.cli``,
-   ``kvstab.empirical.cli``);
-6. ``kvstab.cli``, the dispatcher.
-
-An import of a higher floor fails this test — at module level or inside a
-function (a lazy import is still a dependency) — and so does a module this
-map does not place.  Modules of one floor may import each other.
+- a module that imports a floor above its own, at module level or inside a
+  function (a lazy import is still a dependency);
+- a module no floor places;
+- a cycle between packages (``kvstab.X`` for a sub-package, or a module of the
+  core root), through any import, lazy ones included;
+- ``docs/ARCHITECTURE.md``'s floor table saying something else than pyproject;
+- a package folder that pyproject does not install.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
 
-#: folders and the import name they are installed as (pyproject's package-dir)
-PACKAGES = {
-    "kvstab": "kvstab",
-    "theory": "kvstab.theory",
-    "proofs": "kvstab.proofs",
-    "empirical": "kvstab.empirical",
-    "audit": "kvstab.audit",
-    "live": "kvstab.live",
-    "props": "kvstab.props",
-    "fleet": "kvstab.fleet",
-}
+#: folder → import name (pyproject's package-dir), e.g. ``theory`` → ``kvstab.theory``
+PACKAGES: dict[str, str] = {folder.rstrip("/"): name for name, folder in SETUPTOOLS["package-dir"].items()}
 
-CORE, THEORY, WINGS, AUDIT, CLI_HELPERS, COMMANDS, DISPATCHER = range(7)
-FLOOR_NAMES = ("core", "theory", "wings (proofs, audit wing, empirical)", "audit", "CLI helpers", "commands", "dispatcher")
-
-#: exact modules first, then the longest matching package prefix
-EXACT = {
-    "kvstab.cli": DISPATCHER,
-    "kvstab.flags": CLI_HELPERS,
-    "kvstab.theory.cli": COMMANDS,
-    "kvstab.proofs.cli": COMMANDS,
-    "kvstab.empirical.cli": COMMANDS,
-    "kvstab.audit.cli": COMMANDS,
-    "kvstab.live.cli": COMMANDS,
-    "kvstab.props_cli": COMMANDS,
-    "kvstab.fleet.cli": COMMANDS,
-    "kvstab.checks": WINGS,
-    "kvstab.strategies": WINGS,
-    "kvstab.pytest_plugin": WINGS,
-    "kvstab.__main__": DISPATCHER,
-}
-PREFIXES = {
-    "kvstab.theory": THEORY,
-    "kvstab.proofs": WINGS,
-    "kvstab.empirical": WINGS,
-    "kvstab.live": WINGS,
-    "kvstab.audit": AUDIT,
-    "kvstab.fleet": AUDIT,
-    "kvstab.schedulers": CORE,
-    "kvstab.data": CORE,
-    # the fast engine reproduces vLLM's lifecycle too (kvstab.empirical.semantics): it sits beside empirical
-    "kvstab.engine": WINGS,
-    # the property suite is a test tree: it may drive anything, the command line included
-    "kvstab.props": DISPATCHER,
-}
-CORE_MODULES = {
-    "kvstab", "kvstab.errors", "kvstab.validation", "kvstab.ops", "kvstab.model", "kvstab.contract",
-    "kvstab.symbolic", "kvstab.registry", "kvstab.workload", "kvstab.traces", "kvstab.arrivals",
-    "kvstab.simulator", "kvstab.fast", "kvstab.metrics", "kvstab.replay",
-}
-
-#: upward imports in files other engineers are changing now; each is removed at
-#: merge (see the branch report) and the test below fails once one disappears,
-#: so this list can only shrink
-PENDING: dict[tuple[str, str], str] = {}
+#: ``[(floor name, [entries])]``, lowest first
+FLOORS: list[tuple[str, list[str]]] = [(row[0], list(row[1:])) for row in PYPROJECT["tool"]["kvstab"]["floors"]]
+FLOOR_NAMES = [name for name, _ in FLOORS]
 
 
 def floor(module: str) -> int | None:
-    """The floor of ``module`` (a ``kvstab.…`` name), or ``None`` if unplaced."""
-    if module in EXACT:
-        return EXACT[module]
-    if module.startswith("kvstab.cli_") or module.startswith("kvstab.commands"):
-        return COMMANDS
-    for prefix in sorted(PREFIXES, key=len, reverse=True):
-        if module == prefix or module.startswith(prefix + "."):
-            return PREFIXES[prefix]
-    if module in CORE_MODULES:
-        return CORE
-    return None
+    """The floor index of ``module`` (a ``kvstab.…`` name), or ``None`` if no entry places it."""
+    best: tuple[int, int] | None = None  # (length of the matching entry, floor); an exact entry beats any prefix
+    for index, (_, entries) in enumerate(FLOORS):
+        for entry in entries:
+            if entry.startswith("="):
+                if module == entry[1:]:
+                    return index
+                continue
+            if module == entry or module.startswith(entry + "."):
+                if best is None or len(entry) > best[0]:
+                    best = (len(entry), index)
+    return None if best is None else best[1]
+
+
 
 
 def modules() -> dict[str, Path]:
-    """Every module of the installed namespace, by import name."""
+    """Every module of the installed namespace, by import name (data files left out)."""
     out: dict[str, Path] = {}
     for folder, name in PACKAGES.items():
         base = ROOT / folder
         for path in base.rglob("*.py"):
             rel = path.relative_to(base).with_suffix("")
+            if "__pycache__" in rel.parts:
+                continue
+            # a folder another package-dir entry maps is that package's, not this one's
             if folder == "kvstab" and rel.parts and rel.parts[0] == "data" and path.name != "__init__.py":
                 continue
             parts = [p for p in rel.parts if p != "__init__"]
             out[".".join([name, *parts])] = path
     return out
+
+
+MODULES = modules()
 
 
 def imports(path: Path, module: str) -> list[tuple[int, str]]:
@@ -126,13 +86,13 @@ def imports(path: Path, module: str) -> list[tuple[int, str]]:
                 target = ".".join([*base, node.module] if node.module else base)
             else:
                 target = node.module or ""
-            found.append((node.lineno, target))
-            # `from kvstab import cli` names a module too
-            found += [(node.lineno, f"{target}.{a.name}") for a in node.names if f"{target}.{a.name}" in MODULES]
+            # `from kvstab.cli import flags` imports the module kvstab.cli.flags; the package itself
+            # counts only when a name that is not a module is taken from it
+            submodules = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in MODULES]
+            found += [(node.lineno, m) for m in submodules]
+            if len(submodules) < len(node.names):
+                found.append((node.lineno, target))
     return [(line, name) for line, name in found if name == "kvstab" or name.startswith("kvstab.")]
-
-
-MODULES = modules()
 
 
 def _resolve(name: str) -> str:
@@ -142,41 +102,103 @@ def _resolve(name: str) -> str:
     return name
 
 
-def upward_imports() -> tuple[list[str], set[tuple[str, str]], list[str]]:
-    """Violations as ``file:line`` lines, the pending ones seen, and unplaced modules."""
-    bad: list[str] = []
-    pending_seen: set[tuple[str, str]] = set()
-    unplaced = sorted(m for m in MODULES if floor(m) is None)
+def edges() -> list[tuple[str, str, str]]:
+    """``(importer, imported, file:line)`` for every kvstab import in the tree."""
+    out: list[tuple[str, str, str]] = []
     for module, path in sorted(MODULES.items()):
-        mine = floor(module)
-        if mine is None:
-            continue
         rel = str(path.relative_to(ROOT))
         for line, target in imports(path, module):
-            target = _resolve(target)
-            theirs = floor(target)
-            if theirs is None or theirs <= mine:
-                continue
-            if (rel, target) in PENDING:
-                pending_seen.add((rel, target))
-                continue
-            bad.append(
-                f"{rel}:{line}: {module} ({FLOOR_NAMES[mine]}) imports {target} ({FLOOR_NAMES[theirs]})"
-            )
-    return bad, pending_seen, unplaced
+            out.append((module, _resolve(target), f"{rel}:{line}"))
+    return out
+
+
+EDGES = edges()
+
+
+def upward_imports() -> tuple[list[str], list[str]]:
+    """Violations as ``file:line`` lines, and the modules no floor places."""
+    unplaced = sorted(m for m in MODULES if floor(m) is None)
+    bad = []
+    for module, target, where in EDGES:
+        mine, theirs = floor(module), floor(target)
+        if mine is None or theirs is None or theirs <= mine:
+            continue
+        bad.append(f"{where}: {module} ({FLOOR_NAMES[mine]}) imports {target} ({FLOOR_NAMES[theirs]})")
+    return bad, unplaced
+
+
+def package_of(module: str) -> str:
+    """The unit of the cycle check: ``kvstab.X`` (a sub-package, or a module of the core root)."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def package_cycles(graph_edges: list[tuple[str, str, str]]) -> list[list[str]]:
+    """The strongly connected groups of two or more packages (Tarjan), each with one edge per step."""
+    graph: dict[str, set[str]] = {}
+    for a, b, _ in graph_edges:
+        pa, pb = package_of(a), package_of(b)
+        if pa != pb and pa.startswith("kvstab.") and pb.startswith("kvstab."):
+            graph.setdefault(pa, set()).add(pb)
+            graph.setdefault(pb, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return groups
+
+
+def _cycle_lines(group: list[str]) -> list[str]:
+    """The imports that tie one cyclic group together, as ``file:line`` lines."""
+    inside = set(group)
+    return [
+        f"{where}: {a} imports {b}"
+        for a, b, where in EDGES
+        if package_of(a) in inside and package_of(b) in inside and package_of(a) != package_of(b)
+    ]
+
+
+def test_every_module_has_a_floor() -> None:
+    _, unplaced = upward_imports()
+    assert not unplaced, f"modules no entry of [tool.kvstab] floors in pyproject.toml places: {unplaced}"
 
 
 def test_no_module_imports_a_floor_above_its_own() -> None:
-    bad, _, unplaced = upward_imports()
-    assert not unplaced, f"modules with no floor in tests/test_layers.py: {unplaced}"
+    bad, _ = upward_imports()
     assert not bad, "upward imports:\n" + "\n".join(bad)
 
 
-def test_pending_exceptions_still_exist() -> None:
-    """An exception that is gone must leave the list (it only shrinks)."""
-    _, seen, _ = upward_imports()
-    gone = set(PENDING) - seen
-    assert not gone, f"remove from PENDING in tests/test_layers.py: {sorted(gone)}"
+def test_no_cycle_between_packages() -> None:
+    groups = package_cycles(EDGES)
+    assert not groups, "import cycles between packages:\n" + "\n".join(
+        f"{' <-> '.join(g)}:\n  " + "\n  ".join(_cycle_lines(g)) for g in groups
+    )
 
 
 def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
@@ -184,15 +206,46 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     f = tmp_path / "fake.py"
     f.write_text("def f():\n    from kvstab.theory import g\n    from .cli import main\n")
     got = [name for _, name in imports(f, "kvstab.model")]
-    assert "kvstab.theory" in got and "kvstab.cli" in got
-    assert floor("kvstab.model") == CORE and floor("kvstab.theory.g") == THEORY and floor("kvstab.cli") == DISPATCHER
+    assert "kvstab.theory.g" in got and "kvstab.cli" in got
+    assert FLOOR_NAMES[floor("kvstab.model") or 0] == "core"
+    assert FLOOR_NAMES[floor("kvstab.theory.g") or 0] == "theory"
+    assert floor("kvstab.cli") == FLOOR_NAMES.index("dispatcher")
+    assert floor("kvstab.cli.simulate") == FLOOR_NAMES.index("commands")
+
+
+def test_the_cycle_check_finds_a_lazy_cycle() -> None:
+    """A cycle closed by a function-level import, through three packages, is found."""
+    fake = [
+        ("kvstab.engine.driver", "kvstab.lifecycles.vllm", "a.py:1"),
+        ("kvstab.lifecycles.vllm", "kvstab.replay", "b.py:1"),
+        ("kvstab.replay", "kvstab.engine", "c.py:9"),  # e.g. inside a function
+        ("kvstab.model", "kvstab.ops", "d.py:1"),
+    ]
+    assert package_cycles(fake) == [["kvstab.engine", "kvstab.lifecycles", "kvstab.replay"]]
 
 
 def test_commands_loaded_by_name_are_commands() -> None:
     """kvstab.cli imports its commands by string (importlib): the AST scan cannot
     see those imports, so each name must itself be a module of the commands floor."""
-    from kvstab.cli import COMMAND_MODULES
+    from kvstab.cli import COMMANDS
 
-    for name in COMMAND_MODULES:
-        assert floor(name) == COMMANDS, f"{name} is loaded as a command but sits on floor {floor(name)}"
-        assert name in MODULES, f"{name} is not a module of the project"
+    for command in COMMANDS:
+        assert floor(command.module) == FLOOR_NAMES.index("commands"), command
+        assert command.module in MODULES, f"{command.module} is not a module of the project"
+
+
+def test_pyproject_installs_every_package_folder() -> None:
+    """Each folder with an ``__init__.py`` under a mapped folder is in pyproject's ``packages``."""
+    listed = set(SETUPTOOLS["packages"])
+    found = {m for m, p in MODULES.items() if p.name == "__init__.py"}
+    assert found == listed, f"missing from packages: {sorted(found - listed)}; listed but absent: {sorted(listed - found)}"
+
+
+def test_architecture_doc_states_the_same_floors() -> None:
+    """docs/ARCHITECTURE.md's floor table names each floor, lowest first, with its entries."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d+)\. ([^|]+?) \| ([^|]+) \|", text, flags=re.M)
+    assert [(int(n), name.strip()) for n, name, _ in rows] == list(enumerate(FLOOR_NAMES)), rows
+    for (_, _, cell), (_, entries) in zip(rows, FLOORS, strict=True):
+        for entry in entries:
+            assert f"`{entry.lstrip('=')}`" in cell, f"docs/ARCHITECTURE.md's floor row lacks `{entry.lstrip('=')}`"

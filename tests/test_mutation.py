@@ -1,7 +1,7 @@
 """The mutation check: the property audit must catch every broken scheduler.
 
 Each mutant in ``tests/mutants/`` is a small, realistic bug in a built-in
-rule.  For each one the full audit of ``kvstab.checks`` (every property) runs
+rule.  For each one the full audit of ``kvstab.testing.checks`` (every property) runs
 under Hypothesis on the same strategies as ``props/``; it must fail, shrink to
 a handful of requests, and its printed ``kvstab check`` command must reproduce
 the same property (run through ``kvstab.cli.main``, as the console script runs it).  The table of which property caught which mutant
@@ -25,9 +25,9 @@ import pytest
 from hypothesis import given, settings
 from mutants import MUTANTS
 
-from kvstab.checks import PROPERTIES, PropertyViolation, audit_plan
 from kvstab.cli import main as cli_main
-from kvstab.strategies import saturated_scenarios, scenarios
+from kvstab.testing.checks import PROPERTIES, PropertyViolation, audit_plan
+from kvstab.testing.strategies import saturated_scenarios, scenarios
 
 TESTS = Path(__file__).resolve().parent
 
@@ -108,7 +108,7 @@ def test_plugin_audits_a_mutant_from_the_command_line(tmp_path: Path) -> None:
     assert "property 7 (work conservation) violated" in run.stdout
     assert "kvstab check --scheduler mutants.one_per_slot:SCHEDULER" in run.stdout
     # kvstab's frames are hidden: the failure starts at the test, not inside the audit loop
-    assert "kvstab/checks.py" not in run.stdout, run.stdout[-3000:]
+    assert "kvstab/testing/checks.py" not in run.stdout, run.stdout[-3000:]
 
 
 def test_a_livelock_is_property_8_in_the_test_the_failure_and_the_check_line(

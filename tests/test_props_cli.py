@@ -13,7 +13,7 @@ TESTS = Path(__file__).resolve().parent
 def props(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("KVSTAB_PROFILE", "HYPOTHESIS_PROFILE")}
     env["PYTHONPATH"] = str(TESTS)  # for the mutants
-    return subprocess.run([sys.executable, "-m", "kvstab.props_cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "kvstab.cli.props", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -10,11 +10,11 @@ import pytest
 
 from kvstab import Engine, ModelParams
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals
-from kvstab.checks import PropertyViolation, audit_plan
 from kvstab.empirical.sglang_semantics import SglangEngine, clip_max_new, replay_sglang_model
 from kvstab.errors import InvalidArgument
 from kvstab.registry import load_scheduler
 from kvstab.schedulers.sglang import SCHEDULER, Sglang
+from kvstab.testing.checks import PropertyViolation, audit_plan
 
 
 def _probe_requests(n: int) -> list[tuple[int, int]]:

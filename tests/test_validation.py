@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from kvstab import validation as v
+from kvstab.cli.flags import add_server_arguments, server_params
 from kvstab.errors import InvalidArgument
-from kvstab.flags import add_server_arguments, server_params
 from kvstab.model import ModelParams, Request
 
 

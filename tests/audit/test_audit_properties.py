@@ -32,7 +32,7 @@ def test_a_broken_scheduler_fails_the_section_with_a_finding_that_reproduces() -
 def test_findings_are_read_from_a_report() -> None:
     report = "\n".join([
         "    def check(scenario) -> None:",
-        "E   kvstab.checks.PropertyViolation: property 8 (liveness after arrivals stop) violated by scheduler 'x:R'",
+        "E   kvstab.testing.checks.PropertyViolation: property 8 (liveness after arrivals stop) violated by scheduler 'x:R'",
         "E     workload: 1 request(s), (slot, s, o) = [(0, 10, 1)]",
         "E     replay:   kvstab replay --scheduler x:R --M 11 --chunk 11 --requests 0:10:1",
         "E     audit:    kvstab check --scheduler x:R --M 11 --chunk 11 --requests 0:10:1 --property 8",

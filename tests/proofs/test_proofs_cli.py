@@ -315,7 +315,7 @@ def test_ctrl_c_inside_the_guard_only_sets_a_flag_that_the_next_query_honours() 
 
 def test_with_claims_the_invariant_leaves_the_claims_their_share_of_the_budget() -> None:
     """A long bounded flow used to spend the whole total budget and leave every claim Unknown."""
-    from kvstab.proofs.cli import CLAIMS_RESERVE_S
+    from kvstab.cli.prove import CLAIMS_RESERVE_S
 
     whole = Budget(total_s=100.0).started()
     first = whole.keeping(CLAIMS_RESERVE_S)

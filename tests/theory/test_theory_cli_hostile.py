@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import kvstab.theory.cli as theory_cli
+import kvstab.cli.theory as theory_cli
 from kvstab.cli import main
 
 

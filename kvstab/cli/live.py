@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kvstab import validation as v
+from kvstab.cli.flags import arg_type, positive_float, positive_int, rate, seed
 from kvstab.errors import InvalidArgument
-from kvstab.flags import arg_type, positive_float, positive_int, rate, seed
 
 __all__ = ["register"]
 

@@ -72,7 +72,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``kvstab empirical`` and its sub-commands."""
-    from kvstab.flags import fraction, positive_float, positive_int
+    from kvstab.cli.flags import fraction, positive_float, positive_int
 
     p = subparsers.add_parser(
         "empirical",

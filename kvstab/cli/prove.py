@@ -171,7 +171,7 @@ def _certified(args: argparse.Namespace, marg: MarginResult) -> tuple[float | No
 
 def marg_params(args: argparse.Namespace) -> Any:
     """The concrete server parameters of a ``--margin`` run."""
-    from kvstab.flags import server_params
+    from kvstab.cli.flags import server_params
 
     return server_params(args)
 
@@ -353,7 +353,7 @@ def _cmd_prove(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``kvstab prove`` to the CLI."""
     from kvstab import validation as v
-    from kvstab.flags import add_server_arguments, arg_type, nonneg_int, positive_float, positive_int
+    from kvstab.cli.flags import add_server_arguments, arg_type, nonneg_int, positive_float, positive_int
     from kvstab.proofs.solver import DEFAULT_TOTAL_S, MAX_RLIMIT
 
     p = sub.add_parser("prove", help="prove (z3) or refute a scheduler's per-slot memory invariant")

@@ -30,7 +30,7 @@ def props_dir() -> Path | None:
     return d if (d / "conftest.py").is_file() else None
 
 
-#: a failure's own lines that say what broke and how to see it again (kvstab.checks.PropertyViolation's
+#: a failure's own lines that say what broke and how to see it again (kvstab.testing.checks.PropertyViolation's
 #: message, then its ``workload:``, ``replay:`` and ``audit:`` lines)
 _VIOLATION = re.compile(r"^E\s+(?:[\w.]+\.)?(PropertyViolation|InvariantViolation|InvalidScheduler|\w+Error): (.*)$")
 _CONTEXT = re.compile(r"^E\s+(workload|replay|audit):\s+(.*)$")

@@ -15,7 +15,8 @@ import sys
 import time
 from typing import Any
 
-from kvstab import flags, validation
+from kvstab import validation
+from kvstab.cli import flags
 from kvstab.errors import InvalidArgument
 from kvstab.validation import MAX_SLOTS
 

@@ -14,8 +14,8 @@ import os
 import sys
 from typing import Any
 
-from kvstab import flags
 from kvstab import validation as v
+from kvstab.cli import flags
 from kvstab.errors import InvalidArgument
 from kvstab.model import PAPER_BBAR, PAPER_CHUNK, PAPER_M, ModelParams
 

@@ -4,7 +4,7 @@ The property suite (``props/``) draws its inputs from here, and so can a user
 auditing a scheduler in their own test tree::
 
     from hypothesis import given
-    from kvstab.strategies import arrivals, model_params
+    from kvstab.testing.strategies import arrivals, model_params
 
     @given(params=model_params(), data=st.data())
     def test_mine(params, data):

@@ -34,7 +34,7 @@ def pytest_command(schedulers: Sequence[str], extra: Sequence[str] = ()) -> list
 
 
 def _parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    from kvstab.pytest_plugin import BUDGETS
+    from kvstab.testing.pytest_plugin import BUDGETS
 
     p.add_argument("--scheduler", action="append", default=[], metavar="NAME|module:attr",
                    help="scheduler to audit (repeatable; default: every registered built-in, negative controls excluded)")
@@ -45,7 +45,7 @@ def _parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kvstab.pytest_plugin import BUDGETS
+    from kvstab.testing.pytest_plugin import BUDGETS
 
     env = dict(os.environ)
     if args.profile is not None:
@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m kvstab.props_cli …``: the same as ``kvstab props …``."""
+    """``python -m kvstab.cli.props …``: the same as ``kvstab props …``."""
     args = _parser(argparse.ArgumentParser(prog="kvstab props", description=__doc__)).parse_args(argv)
     try:
         return _run(args)

@@ -12,7 +12,7 @@ with those service rates (:mod:`kvstab.theory.fleet`).
 ``--chunk``, ``--bbar``, ``--block``, ``--g`` (or ``--numbers``) to append the
 quantities instantiated for that setting; flags left out take the paper's values.
 
-Both take the server flags of :mod:`kvstab.flags` (declared once, from
+Both take the server flags of :mod:`kvstab.cli.flags` (declared once, from
 ``ModelParams``); every value, path and output is checked before any work
 starts, and a bad one is one line on stderr with exit status 2.
 """
@@ -29,8 +29,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kvstab import validation as v
+from kvstab.cli.flags import add_server_arguments, arg_type, rate, server_params
 from kvstab.errors import InvalidArgument
-from kvstab.flags import add_server_arguments, arg_type, rate, server_params
 from kvstab.model import PAPER_BBAR, PAPER_CHUNK, PAPER_M, ModelParams
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 Both take the same flags (scheduler, server, queue window, arrivals), so a
 ``kvstab replay …`` line printed with a counterexample becomes a ``kvstab
 check …`` line by changing one word.  Command-line floor: the runs are
-:func:`kvstab.replay.replay` and :func:`kvstab.checks.audit_plan`.  ``replay``
+:func:`kvstab.replay.replay` and :func:`kvstab.testing.checks.audit_plan`.  ``replay``
 runs on the fast engine where it gives the reference's records (``--engine``);
 ``check`` checks its properties on the reference engine's states, slot by slot
 (the per-slot property checks keep the oracle).
@@ -15,7 +15,8 @@ import argparse
 import json
 import sys
 
-from kvstab import flags, validation
+from kvstab import validation
+from kvstab.cli import flags
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
 from kvstab.simulator import SlotRecord
@@ -138,9 +139,9 @@ def run_replay(args: argparse.Namespace) -> int:
 
 def run_check(args: argparse.Namespace) -> int:
     """``kvstab check``: exit 1 and print the violation if the workload breaks a property, else 0."""
-    from kvstab.checks import ALL_PROPERTIES, PropertyViolation, audit_plan
     from kvstab.registry import load_scheduler
     from kvstab.replay import parse_requests
+    from kvstab.testing.checks import ALL_PROPERTIES, PropertyViolation, audit_plan
 
     if not args.requests.strip():
         raise InvalidArgument(

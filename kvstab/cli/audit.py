@@ -73,7 +73,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from kvstab.audit.audit import AuditConfig, AuditResult, run_audit
     from kvstab.audit.profiles import get_profile
     from kvstab.audit.report import write_report
-    from kvstab.flags import server_params
+    from kvstab.cli.flags import server_params
     from kvstab.registry import load_scheduler
 
     out = writable_dir(args.out)
@@ -226,7 +226,7 @@ def _list_of(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
 
 def _flag_type(flag: str) -> Callable[[str], Any]:
     """The argparse type of a shared server flag (so sweep's lists check values as every command does)."""
-    from kvstab.flags import SERVER_FLAGS
+    from kvstab.cli.flags import SERVER_FLAGS
 
     kind = SERVER_FLAGS[flag][1]
     assert kind is not None, flag
@@ -238,7 +238,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from kvstab import validation as v
     from kvstab.audit.audit import SKIPPABLE
     from kvstab.audit.profiles import PROFILES
-    from kvstab.flags import add_server_arguments, arg_type, positive_int, rate, seed, slots
+    from kvstab.cli.flags import add_server_arguments, arg_type, positive_int, rate, seed, slots
 
     p = sub.add_parser("audit", help="audit a scheduler end to end: theory, proofs, properties, stability region, report")
     p.add_argument("--scheduler", required=True, help="registered name or module:attr of the variant")
