@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -44,15 +44,26 @@ from kvstab.errors import InvalidArgument
 from kvstab.prefix import PromptSet, content_id, content_ids
 from kvstab.validation import MAX_TOKENS, nonneg_float, positive_int
 
-if TYPE_CHECKING:
-    from kvstab.workload import LengthDist
-
 __all__ = ["PrefixLaw", "Shared", "Tenants", "FewShot", "Conversation", "zipf_weights", "MAX_ITEMS"]
 
 IntArray = npt.NDArray[np.int64]
 
 #: the most tenants or templates a law may have (their weights are listed)
 MAX_ITEMS = 10**7
+
+
+class LengthDist(Protocol):
+    """What a law here reads of a length law (:class:`kvstab.workload.LengthDist`,
+    restated so that this module does not import the workload module, which imports it)."""
+
+    def sample(self, rng: np.random.Generator, n: int) -> IntArray: ...
+
+    def support(self) -> tuple[IntArray, npt.NDArray[np.float64]]: ...
+
+    @property
+    def max(self) -> int: ...
+
+    def describe(self) -> str: ...
 
 
 class PrefixLaw(Protocol):
