@@ -303,10 +303,11 @@ def section_events(requests: int) -> None:
 
 
 def section_vllm(steps: int) -> None:
-    from kvstab.empirical.replay import ReplayConfig, replay_vllm
     from kvstab.empirical.replay import replay_model as reference_model
+    from kvstab.empirical.replay import replay_vllm
     from kvstab.empirical.vllm_driver import VllmUnavailable, load_vllm
     from kvstab.engine import replay_model as fast_model
+    from kvstab.steplog import ReplayConfig
     from kvstab.theory.area import expected_g
 
     header(f"vllm: the vLLM-matched model on one plan, {steps} steps (target ≥ 1000× vLLM's steps/s)")
@@ -621,7 +622,7 @@ def section_check(slots: int, M: int, rules: list[str] | None = None, only: list
 def _check_sglang_log(wname: str, plan: ArrivalPlan, M: int, slots: int) -> bool:
     """sglang under SGLang's lifecycle: every step of the compiled engine's step log against the
     reference engine's (the requests SGLang accepts); whether they differ."""
-    from kvstab.empirical.sglang_semantics import replay_sglang_model
+    from kvstab.empirical.sglang_replay import replay_sglang_model
     from kvstab.schedulers.sglang import Sglang
 
     rule = Sglang(M=M)

@@ -19,11 +19,12 @@ import argparse
 import time
 
 from kvstab.arrivals import poisson_arrivals
-from kvstab.empirical.replay import ReplayConfig, replay_model, replay_vllm
+from kvstab.empirical.replay import replay_model, replay_vllm
 from kvstab.empirical.vllm_driver import VllmUnavailable, load_vllm
 from kvstab.model import ModelParams
 from kvstab.registry import load_scheduler
 from kvstab.simulator import simulate
+from kvstab.steplog import ReplayConfig
 from kvstab.theory.area import expected_g
 from kvstab.workload import parse_workload
 

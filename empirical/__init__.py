@@ -6,7 +6,10 @@ on it is asked for (``scripts/install-vllm.sh``, ``scripts/install-sglang.sh``).
 Names are loaded on first use, so that ``kvstab --help`` stays cheap.
 
 Start reading at :mod:`kvstab.empirical.replay`; ``docs/empirical.md`` explains
-the mapping between vLLM's semantics and kvstab's model.
+the mapping between vLLM's semantics and kvstab's model.  The servers' request
+lifecycles (:mod:`kvstab.lifecycles`) and what a replay records
+(:mod:`kvstab.steplog`: ``ReplayConfig``, ``StepLog``, ``SglangModelLog``) are
+in the core, which the fast engine shares.
 """
 
 from __future__ import annotations
@@ -18,18 +21,14 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors (not
     from kvstab.empirical.batchtime import BatchTimeModel, fit_batch_time, load_profile
     from kvstab.empirical.decompose import decompose_gap
     from kvstab.empirical.estimators import bbar_estimates, queue_growth, saturated_rate
-    from kvstab.empirical.replay import ReplayConfig, StepLog, replay_model, replay_vllm
-    from kvstab.empirical.semantics import VllmEngine
+    from kvstab.empirical.replay import replay_model, replay_vllm
     from kvstab.empirical.sglang_driver import SglangUnavailable, replay_sglang
-    from kvstab.empirical.sglang_semantics import SglangModelLog, replay_sglang_model
+    from kvstab.empirical.sglang_replay import replay_sglang_model
     from kvstab.empirical.vllm_driver import VllmUnavailable
 
 __all__ = [
-    "ReplayConfig",
-    "StepLog",
     "replay_model",
     "replay_vllm",
-    "VllmEngine",
     "saturated_rate",
     "queue_growth",
     "bbar_estimates",
@@ -40,16 +39,12 @@ __all__ = [
     "VllmUnavailable",
     "replay_sglang",
     "replay_sglang_model",
-    "SglangModelLog",
     "SglangUnavailable",
 ]
 
 _WHERE = {
-    "ReplayConfig": "replay",
-    "StepLog": "replay",
     "replay_model": "replay",
     "replay_vllm": "replay",
-    "VllmEngine": "semantics",
     "saturated_rate": "estimators",
     "queue_growth": "estimators",
     "bbar_estimates": "estimators",
@@ -59,8 +54,7 @@ _WHERE = {
     "BatchTimeModel": "batchtime",
     "VllmUnavailable": "vllm_driver",
     "replay_sglang": "sglang_driver",
-    "replay_sglang_model": "sglang_semantics",
-    "SglangModelLog": "sglang_semantics",
+    "replay_sglang_model": "sglang_replay",
     "SglangUnavailable": "sglang_driver",
 }
 

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kvstab.empirical.replay import StepLog
 from kvstab.errors import InvalidArgument
+from kvstab.steplog import StepLog
 
 __all__ = ["A100Profile", "load_profile", "BatchTimeModel", "FitReport", "fit_batch_time", "features"]
 

@@ -37,12 +37,14 @@ from kvstab.empirical.estimators import (
     saturated_rate_per_second,
     window,
 )
-from kvstab.empirical.replay import ReplayConfig, StepLog, replay_model, replay_vllm
-from kvstab.empirical.sglang_semantics import SglangModelLog, clip_max_new, replay_sglang_model
+from kvstab.empirical.replay import replay_model, replay_vllm
+from kvstab.empirical.sglang_replay import replay_sglang_model
 from kvstab.errors import InvalidArgument
+from kvstab.lifecycles.sglang import clip_max_new
 from kvstab.metrics import Estimate, batch_means
 from kvstab.model import PAPER_CHUNK, PAPER_M, ModelParams
 from kvstab.schedulers.sglang import Sglang
+from kvstab.steplog import ReplayConfig, SglangModelLog, StepLog
 from kvstab.theory.area import expected_g
 from kvstab.theory.latex import tex_text
 from kvstab.traces import load_trace

@@ -1,4 +1,4 @@
-"""The batch composition of one engine step, as columns of a :class:`~kvstab.empirical.replay.StepLog`.
+"""The batch composition of one engine step, as columns of a :class:`~kvstab.steplog.StepLog`.
 
 Both replays — kvstab's ``vllm-v1`` model (:mod:`kvstab.empirical.replay`) and
 vLLM's own scheduler (:mod:`kvstab.empirical.vllm_driver`) — describe each step

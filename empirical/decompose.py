@@ -40,8 +40,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvstab.empirical.replay import StepLog
 from kvstab.errors import InvalidArgument
+from kvstab.steplog import StepLog
 from kvstab.theory.area import g_blocks, g_continuous, g_exact
 
 __all__ = ["GapDecomposition", "decompose_gap", "TERMS"]

@@ -3,7 +3,7 @@
 The same identity as :mod:`kvstab.empirical.decompose` (vLLM's), over the
 steady-state window ``W`` of ``T`` steps of a :class:`SglangModelLog` —
 SGLang's own log (:func:`~kvstab.empirical.sglang_driver.replay_sglang`) or the
-model's (:func:`~kvstab.empirical.sglang_semantics.replay_sglang_model`), which
+model's (:func:`~kvstab.empirical.sglang_replay.replay_sglang_model`), which
 are step-identical: every KV token-step of ``W`` belongs to an attempt that
 completes in ``W``, to one a retraction throws away, or to one still in
 progress at the end, so
@@ -83,8 +83,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kvstab.empirical.decompose import GapDecomposition, area
-from kvstab.empirical.sglang_semantics import SglangModelLog
 from kvstab.errors import InvalidArgument
+from kvstab.steplog import SglangModelLog
 from kvstab.theory.area import g_continuous, g_exact
 
 __all__ = ["SGLANG_TERMS", "SglangAccounts", "sglang_accounts", "decompose_sglang_gap"]

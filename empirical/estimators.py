@@ -16,9 +16,9 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats
 
-from kvstab.empirical.replay import StepLog
 from kvstab.errors import InvalidArgument
 from kvstab.metrics import Estimate, batch_means
+from kvstab.steplog import StepLog
 
 __all__ = [
     "window",

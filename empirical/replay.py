@@ -2,312 +2,32 @@
 
 Both replays take the same :class:`~kvstab.arrivals.ArrivalPlan` (requests in
 vLLM's terms: prompt ``s``, ``max_tokens = o``) and the same
-:class:`ReplayConfig`, run in simulated time (one step = one engine
-iteration), and return a :class:`StepLog` with the same fields, so that they
-can be compared step for step and fed to the same estimators.  Time in seconds
-comes afterwards, from a batch-time model applied to each step's composition
-(:meth:`StepLog.step_times`).
+:class:`~kvstab.steplog.ReplayConfig`, run in simulated time (one step = one
+engine iteration), and return a :class:`~kvstab.steplog.StepLog` with the same
+fields, so that they can be compared step for step and fed to the same
+estimators.  Time in seconds comes afterwards, from a batch-time model applied
+to each step's composition (:meth:`~kvstab.steplog.StepLog.step_times`).
 
 * :func:`replay_model` runs kvstab's reference engine with the ``vllm-v1``
-  rule and vLLM's request lifecycle (:mod:`kvstab.empirical.semantics`);
+  rule and vLLM's request lifecycle (:mod:`kvstab.lifecycles.vllm`);
 * :func:`replay_vllm` drives ``vllm.v1.core.sched.scheduler.Scheduler`` itself
   (:mod:`kvstab.empirical.vllm_driver`; needs the vLLM extra).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from kvstab.arrivals import ArrivalPlan
 from kvstab.empirical.composition import composition
-from kvstab.empirical.semantics import VllmEngine
-from kvstab.errors import InvalidArgument
-from kvstab.model import ModelParams, check_positive_int
-from kvstab.simulator import SimResult
+from kvstab.lifecycles.vllm import VllmEngine
+from kvstab.schedulers.vllm_v1 import SCHEDULER
+from kvstab.steplog import ReplayConfig, StepLog, StepRecorder, check_plan, replay_horizon
 
-__all__ = ["ReplayConfig", "StepLog", "replay_model", "replay_vllm", "check_plan", "composition"]
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
-
-#: vLLM 0.33.0's default block size for full attention on GPU.
-DEFAULT_BLOCK = 16
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayConfig:
-    """The vLLM server both replays emulate (vLLM's own parameter names)."""
-
-    num_blocks: int = field(metadata={"help": "KV blocks in the pool, the reserved null block included; M = (num_blocks - 1)·B"})
-    block_size: int = field(default=DEFAULT_BLOCK, metadata={"help": "KV block size B in tokens"})
-    max_num_batched_tokens: int = field(default=512, metadata={"help": "token budget of one step (also the prefill chunk ŝ)"})
-    max_num_seqs: int = field(default=256, metadata={"help": "cap on running requests"})
-    max_model_len: int | None = field(
-        default=None, metadata={"help": "longest s + o vLLM accepts; None = the longest request of the plan"}
-    )
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "num_blocks", check_positive_int("num_blocks", self.num_blocks))
-        object.__setattr__(self, "block_size", check_positive_int("block size", self.block_size))
-        object.__setattr__(
-            self, "max_num_batched_tokens", check_positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
-        )
-        object.__setattr__(self, "max_num_seqs", check_positive_int("max_num_seqs", self.max_num_seqs))
-        if self.max_model_len is not None:
-            object.__setattr__(self, "max_model_len", check_positive_int("max_model_len", self.max_model_len))
-        if self.num_blocks < 2:
-            raise InvalidArgument(f"num_blocks must be >= 2 (one is vLLM's reserved null block), got {self.num_blocks}")
-
-    @classmethod
-    def for_capacity(cls, M: int, block_size: int = DEFAULT_BLOCK, **kw: int | None) -> ReplayConfig:
-        """The pool whose usable capacity is the largest multiple of ``B`` not above ``M`` tokens."""
-        M = check_positive_int("M", M)
-        block_size = check_positive_int("block size", block_size)
-        if M < block_size:
-            raise InvalidArgument(f"M={M} is less than one block of {block_size} tokens")
-        return cls(num_blocks=M // block_size + 1, block_size=block_size, **kw)  # type: ignore[arg-type]
-
-    @property
-    def M(self) -> int:
-        """Usable KV capacity in tokens: ``(num_blocks − 1)·B``."""
-        return (self.num_blocks - 1) * self.block_size
-
-    def params(self) -> ModelParams:
-        """The kvstab parameters of the same server (chunk = token budget, as vLLM has no other cap)."""
-        return ModelParams(
-            M=self.M,
-            chunk=self.max_num_batched_tokens,
-            block=self.block_size,
-            token_budget=self.max_num_batched_tokens,
-            max_num_seqs=self.max_num_seqs,
-        )
-
-    def model_len(self, plan: ArrivalPlan) -> int:
-        """``max_model_len`` for ``plan``: the configured one, or the longest ``s + o`` in it."""
-        if self.max_model_len is not None:
-            return self.max_model_len
-        return int((plan.s + plan.o).max()) if len(plan) else self.block_size
-
-    @staticmethod
-    def help() -> dict[str, str]:
-        """Help text of every field."""
-        return {f.name: str(f.metadata.get("help", "")) for f in fields(ReplayConfig)}
-
-
-def check_plan(plan: ArrivalPlan, config: ReplayConfig) -> None:
-    """Raise :class:`InvalidArgument` naming the first request vLLM would refuse or never finish."""
-    if not len(plan):
-        raise InvalidArgument("the arrival plan holds no request")
-    total = plan.s + plan.o
-    max_len = config.model_len(plan)
-    over = np.flatnonzero(total > max_len)
-    if over.size:
-        i = int(over[0])
-        raise InvalidArgument(
-            f"request {i} has s + o = {int(total[i])} (s={int(plan.s[i])}, o={int(plan.o[i])}) over "
-            f"max_model_len={max_len}; raise max_model_len or drop the request"
-        )
-    # vLLM's peak KV for (s, o) is s + o - 1 tokens (the last token is sampled, never cached)
-    peak = -(-(total - 1) // config.block_size) * config.block_size
-    big = np.flatnonzero(peak > config.M)
-    if big.size:
-        i = int(big[0])
-        raise InvalidArgument(
-            f"request {i} (s={int(plan.s[i])}, o={int(plan.o[i])}) needs {int(peak[i])} tokens of KV at its "
-            f"peak but M=(num_blocks-1)·B={config.M}: vLLM would preempt it forever"
-        )
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class StepLog:
-    """Every step of one replay, and every request's outcome (vLLM's terms: ``o = max_tokens``)."""
-
-    source: str  # "vllm" or "model"
-    config: ReplayConfig
-    # per step
-    arrived: IntArray
-    admitted: IntArray  # requests that entered the running list
-    preempted: IntArray
-    completed: IntArray
-    running: IntArray  # length of the running list after scheduling (scheduled or not)
-    scheduled: IntArray  # requests that did work
-    memory: IntArray  # KV tokens held after the step's allocation, B·blocks in use
-    wasted: IntArray  # area thrown away by this step's preemptions
-    tokens: IntArray  # tokens scheduled
-    prefill_tokens: IntArray
-    decode_tokens: IntArray
-    kv_attended: IntArray  # Σ context (computed + new) of the scheduled requests
-    prefill_reqs: IntArray  # requests that ran a prefill chunk
-    prefill_ctx: IntArray  # Σ chunk × tokens cached before it, over prefill chunks
-    prefill_sq: IntArray  # Σ chunk², over prefill chunks
-    decode_ctx: IntArray  # Σ context (computed + 1) over decoding requests
-    recomputed: IntArray  # tokens computed again after a preemption
-    queue: IntArray  # waiting after the step
-    # per request (plan order)
-    s: IntArray
-    o: IntArray
-    arrival: IntArray
-    first_admit: IntArray
-    finish: IntArray
-    preemptions: IntArray
-    area: IntArray  # area of the attempt that finished (-1 if unfinished)
-    final_s: IntArray  # kvstab prompt of the attempt that finished: s, or s + outputs recomputed (-1 if unfinished)
-    request_wasted: IntArray
-    request_recomputed: IntArray
-    # the window boundary, for an exact area accounting (kvstab.empirical.decompose)
-    checkpoint: int = 0  # the step at which the two columns below were taken (before its work)
-    area_at_checkpoint: IntArray | None = None  # area of each request's attempt in progress then (0 if none)
-    preemptions_at_checkpoint: IntArray | None = None  # preemptions each request had suffered by then
-    area_at_end: IntArray | None = None  # area of each request's attempt in progress after the last step
-    wall_s: float = 0.0  # wall-clock seconds the replay took
-
-    @property
-    def steps(self) -> int:
-        """Number of steps replayed."""
-        return int(self.arrived.size)
-
-    @property
-    def in_system(self) -> IntArray:
-        """Requests waiting or running at the end of each step."""
-        return np.cumsum(self.arrived) - np.cumsum(self.completed)
-
-    def step_times(self, cost: Callable[[StepLog], FloatArray] | float) -> FloatArray:
-        """Seconds of each step: a constant ``b̄`` or a batch-time model
-        (anything with ``times(log)``, e.g. :class:`~kvstab.empirical.batchtime.BatchTimeModel`)."""
-        if isinstance(cost, (int, float)):
-            if not cost > 0:
-                raise InvalidArgument(f"batch time b̄ must be > 0 seconds, got {cost!r}")
-            return np.full(self.steps, float(cost))
-        times = getattr(cost, "times", cost)
-        return np.asarray(times(self), dtype=np.float64)
-
-    def to_sim_result(self) -> SimResult:
-        """The run as a :class:`~kvstab.simulator.SimResult` (for :mod:`kvstab.metrics`)."""
-        return SimResult(
-            scheduler=f"vllm-v1 ({self.source})",
-            params=self.config.params(),
-            slots=self.steps,
-            arrived=self.arrived,
-            admitted=self.admitted,
-            preempted=self.preempted,
-            completed=self.completed,
-            running=self.running,
-            memory=self.memory,
-            wasted=self.wasted,
-            tokens=self.tokens,
-            queue=self.queue,
-            s=self.s,
-            o=self.o,
-            arrival=self.arrival,
-            first_admit=self.first_admit,
-            finish=self.finish,
-            preemptions=self.preemptions,
-            served=np.where(self.area >= 0, self.area, 0) + self.request_wasted,
-            request_wasted=self.request_wasted,
-        )
-
-    def first_difference(self, other: StepLog) -> str | None:
-        """Where ``other`` first departs from this log (a step-level or request-level field), or ``None``."""
-        n = min(self.steps, other.steps)
-        if self.steps != other.steps:
-            return f"{self.source} ran {self.steps} steps, {other.source} {other.steps}"
-        step_fields = (
-            "arrived admitted preempted completed running scheduled memory wasted tokens prefill_tokens "
-            "decode_tokens kv_attended prefill_reqs prefill_ctx prefill_sq decode_ctx recomputed queue"
-        ).split()
-        for name in step_fields:
-            a, b = getattr(self, name)[:n], getattr(other, name)[:n]
-            bad = np.flatnonzero(a != b)
-            if bad.size:
-                t = int(bad[0])
-                return f"step {t}: {name} is {int(a[t])} on {self.source}, {int(b[t])} on {other.source}"
-        for name in (
-            "first_admit finish preemptions area final_s request_wasted request_recomputed area_at_checkpoint "
-            "preemptions_at_checkpoint area_at_end"
-        ).split():
-            a, b = getattr(self, name), getattr(other, name)
-            bad = np.flatnonzero(a != b)
-            if bad.size:
-                i = int(bad[0])
-                return f"request {i}: {name} is {int(a[i])} on {self.source}, {int(b[i])} on {other.source}"
-        return None
-
-
-class _Recorder:
-    """Accumulates the per-step and per-request columns of a :class:`StepLog`."""
-
-    STEP = (
-        "arrived admitted preempted completed running scheduled memory wasted tokens prefill_tokens "
-        "decode_tokens kv_attended prefill_reqs prefill_ctx prefill_sq decode_ctx recomputed queue"
-    ).split()
-
-    def __init__(self, plan: ArrivalPlan, checkpoint: int) -> None:
-        n = len(plan)
-        self.checkpoint = checkpoint
-        self.area_at_checkpoint = np.zeros(n, dtype=np.int64)
-        self.preemptions_at_checkpoint = np.zeros(n, dtype=np.int64)
-        self.area_at_end = np.zeros(n, dtype=np.int64)
-        self.cols: dict[str, list[int]] = {k: [] for k in self.STEP}
-        self.s = plan.s.astype(np.int64).copy()
-        self.o = plan.o.astype(np.int64).copy()
-        self.arrival = np.full(n, -1, dtype=np.int64)
-        self.first_admit = np.full(n, -1, dtype=np.int64)
-        self.finish = np.full(n, -1, dtype=np.int64)
-        self.preemptions = np.zeros(n, dtype=np.int64)
-        self.area = np.full(n, -1, dtype=np.int64)
-        self.final_s = np.full(n, -1, dtype=np.int64)
-        self.wasted = np.zeros(n, dtype=np.int64)
-        self.recomputed = np.zeros(n, dtype=np.int64)
-
-    def step(self, **values: int) -> None:
-        for k in self.STEP:
-            self.cols[k].append(int(values[k]))
-
-    def at_step_start(self, t: int, attempt: dict[Any, int]) -> None:
-        """Before step ``t``'s work: snapshot the attempts in progress at the checkpoint."""
-        if t == self.checkpoint:
-            for rid, a in attempt.items():
-                self.area_at_checkpoint[int(rid)] = a
-            self.preemptions_at_checkpoint[:] = self.preemptions
-
-    def at_end(self, attempt: dict[Any, int]) -> None:
-        """After the last step: the attempts still in progress."""
-        for rid, a in attempt.items():
-            self.area_at_end[int(rid)] = a
-
-    def log(self, source: str, config: ReplayConfig, wall_s: float) -> StepLog:
-        arr = {k: np.asarray(v, dtype=np.int64) for k, v in self.cols.items()}
-        return StepLog(
-            source=source,
-            config=config,
-            **arr,
-            s=self.s,
-            o=self.o,
-            arrival=self.arrival,
-            first_admit=self.first_admit,
-            finish=self.finish,
-            preemptions=self.preemptions,
-            area=self.area,
-            final_s=self.final_s,
-            request_wasted=self.wasted,
-            request_recomputed=self.recomputed,
-            checkpoint=self.checkpoint,
-            area_at_checkpoint=self.area_at_checkpoint,
-            preemptions_at_checkpoint=self.preemptions_at_checkpoint,
-            area_at_end=self.area_at_end,
-            wall_s=wall_s,
-        )
-
-
-def _horizon(plan: ArrivalPlan, steps: int | None) -> int:
-    if steps is None:
-        raise InvalidArgument("a replay needs a number of steps")
-    return check_positive_int("steps", steps)
+__all__ = ["replay_model", "replay_vllm", "composition"]
 
 
 def replay_model(
@@ -322,15 +42,11 @@ def replay_model(
     """Replay ``plan`` for ``steps`` steps on kvstab's engine with the ``vllm-v1`` rule
     and vLLM's request lifecycle.  ``checkpoint`` (default: a quarter of the steps,
     the estimators' default warm-up) is where the window-boundary areas are taken."""
-    import time
-
-    from kvstab.schedulers.vllm_v1 import SCHEDULER
-
-    n_steps = _horizon(plan, steps)
+    n_steps = replay_horizon(plan, steps)
     check_plan(plan, config)
     params = config.params()
     eng = VllmEngine(SCHEDULER, params, check=check)
-    rec = _Recorder(plan, n_steps // 4 if checkpoint is None else checkpoint)
+    rec = StepRecorder(plan, n_steps // 4 if checkpoint is None else checkpoint)
     attempt: dict[int, int] = {}  # area of each request's current attempt
     i, n = 0, len(plan)
     start = time.perf_counter()
@@ -398,8 +114,8 @@ def replay_vllm(
     ``checkpoint`` as for :func:`replay_model`."""
     from kvstab.empirical.vllm_driver import VllmDriver
 
-    n_steps = _horizon(plan, steps)
+    n_steps = replay_horizon(plan, steps)
     check_plan(plan, config)
     driver = VllmDriver(config, config.model_len(plan))
-    rec = _Recorder(plan, n_steps // 4 if checkpoint is None else checkpoint)
+    rec = StepRecorder(plan, n_steps // 4 if checkpoint is None else checkpoint)
     return driver.replay(plan, n_steps, rec, on_step=on_step)

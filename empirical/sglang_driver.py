@@ -63,9 +63,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from kvstab.arrivals import ArrivalPlan
-from kvstab.empirical.sglang_semantics import STEP_FIELDS, SglangModelLog, SglangStep, replay_sglang_model
+from kvstab.empirical.sglang_replay import replay_sglang_model
 from kvstab.errors import InvalidArgument, KvstabError
 from kvstab.schedulers.sglang import Sglang
+from kvstab.steplog import STEP_FIELDS, SglangModelLog, SglangStep
 from kvstab.validation import MAX_SLOTS
 
 __all__ = [
@@ -541,8 +542,8 @@ def replay_sglang(
     """Replay ``plan`` (``o`` = SGLang's ``max_new_tokens``) on SGLang 0.5.23's own scheduler
     for ``rule``'s server: ``steps`` steps, or (``None``) until every request has arrived and
     finished, at most ``max_steps``.  The log has the fields of
-    :func:`~kvstab.empirical.sglang_semantics.replay_sglang_model`'s, so that
-    :meth:`~kvstab.empirical.sglang_semantics.SglangModelLog.first_difference` compares them.
+    :func:`~kvstab.empirical.sglang_replay.replay_sglang_model`'s, so that
+    :meth:`~kvstab.steplog.SglangModelLog.first_difference` compares them.
     ``ignore_eos`` as for :func:`run_sglang`."""
     return run_sglang(plan, rule, steps, max_steps=max_steps, ignore_eos=ignore_eos).log
 

@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from kvstab.empirical.sglang_semantics import SglangModelLog
 from kvstab.schedulers.sglang import Sglang
+from kvstab.steplog import SglangModelLog
 
 __all__ = ["Entry", "PassResult", "ignore_eos_pass", "check_spec", "IGNORE_EOS_RESERVE"]
 

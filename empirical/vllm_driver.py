@@ -37,6 +37,7 @@ from typing import Any
 from kvstab.arrivals import ArrivalPlan
 from kvstab.empirical.composition import composition
 from kvstab.errors import InvalidArgument, KvstabError
+from kvstab.steplog import StepLog, StepRecorder
 
 __all__ = ["VllmUnavailable", "VllmRejected", "VllmDriver", "load_vllm", "VLLM_VERSION", "INSTALL_HINT", "LLAMA3_8B"]
 
@@ -169,7 +170,7 @@ def _model_config(v: SimpleNamespace, max_model_len: int) -> Any:
 
 
 class VllmDriver:
-    """One vLLM v1 ``Scheduler`` for a :class:`~kvstab.empirical.replay.ReplayConfig`."""
+    """One vLLM v1 ``Scheduler`` for a :class:`~kvstab.steplog.ReplayConfig`."""
 
     def __init__(self, config: Any, max_model_len: int) -> None:
         v = load_vllm()
@@ -229,8 +230,8 @@ class VllmDriver:
         )
 
     def replay(
-        self, plan: ArrivalPlan, steps: int, rec: Any, *, on_step: Callable[[int], None] | None = None
-    ) -> Any:
+        self, plan: ArrivalPlan, steps: int, rec: StepRecorder, *, on_step: Callable[[int], None] | None = None
+    ) -> StepLog:
         """Run ``steps`` scheduler steps over ``plan``, filling the recorder ``rec``."""
         v = self.v
         sched = self.sched

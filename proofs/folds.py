@@ -42,7 +42,8 @@ from kvstab.symbolic import Sym, unwrap
 __all__ = ["NotAFold", "Lazy", "Fold", "Retraction", "ProjectedAdmission", "Program", "run_abstract", "impurity"]
 
 _HERE = os.path.abspath(__file__)
-_CONTRACT = os.path.abspath(sys.modules[View.__module__].__file__ or "")
+#: the contract package's folder: its combinators run in files there, never the rule
+_CONTRACT = os.path.dirname(os.path.abspath(sys.modules[View.__module__].__file__ or ""))
 
 
 class NotAFold(Exception):
@@ -55,7 +56,7 @@ def _where() -> str:
     import linecache
 
     f: types.FrameType | None = sys._getframe(1)
-    while f is not None and os.path.abspath(f.f_code.co_filename) in (_HERE, _CONTRACT):
+    while f is not None and ((path := os.path.abspath(f.f_code.co_filename)) == _HERE or os.path.dirname(path) == _CONTRACT):
         f = f.f_back
     if f is None:
         return "<unknown>"

@@ -16,11 +16,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals
-from kvstab.empirical.sglang_semantics import SglangEngine, replay_sglang_model
+from kvstab.empirical.sglang_replay import replay_sglang_model
 from kvstab.engine import _kernel as K
 from kvstab.engine import _kernel_sglang as KS
 from kvstab.engine import sglang as sgl
 from kvstab.errors import InvalidArgument
+from kvstab.lifecycles.sglang import SglangEngine
 from kvstab.schedulers.sglang import Sglang
 from kvstab.simulator import Engine
 

@@ -8,7 +8,6 @@ import pytest
 
 import kvstab.engine.driver as engine_driver
 from kvstab.arrivals import fixed_arrivals, poisson_arrivals
-from kvstab.empirical.replay import ReplayConfig
 from kvstab.empirical.replay import replay_model as reference_replay
 from kvstab.engine import replay_model, run, simulate
 from kvstab.engine._kernel import held
@@ -17,6 +16,7 @@ from kvstab.metrics import queue_slope, throughput, utilisation
 from kvstab.model import ModelParams, tokens_held
 from kvstab.registry import load_scheduler
 from kvstab.simulator import simulate as reference_simulate
+from kvstab.steplog import ReplayConfig
 from kvstab.workload import parse_workload
 
 WORKLOAD = parse_workload("s=U(1,60),o=U(1,60)")

@@ -10,8 +10,9 @@ import pytest
 
 from kvstab import Engine, ModelParams
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals
-from kvstab.empirical.sglang_semantics import SglangEngine, clip_max_new, replay_sglang_model
+from kvstab.empirical.sglang_replay import replay_sglang_model
 from kvstab.errors import InvalidArgument
+from kvstab.lifecycles.sglang import SglangEngine, clip_max_new
 from kvstab.registry import load_scheduler
 from kvstab.schedulers.sglang import SCHEDULER, Sglang
 from kvstab.testing.checks import PropertyViolation, audit_plan

@@ -70,9 +70,9 @@ def _write(path: str, data: Any) -> None:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
-    from kvstab.empirical.replay import ReplayConfig
     from kvstab.live.emulator import EmulatorConfig
     from kvstab.live.server import build_app
+    from kvstab.steplog import ReplayConfig
 
     if not args.emulate:
         raise InvalidArgument("kvstab serve only emulates a server: pass --emulate")

@@ -6,18 +6,8 @@ Start with :func:`run` (any scheduler; says which engine ran), or the drop-ins
 ``docs/engine.md`` explains the design and how to add a fast path.
 """
 
-from typing import Any
-
 from kvstab.engine.driver import Run, fast_rule, run, simulate
 from kvstab.engine.stream import Summary
+from kvstab.engine.vllm import replay_model
 
 __all__ = ["run", "simulate", "Run", "Summary", "fast_rule", "replay_model"]
-
-
-def __getattr__(name: str) -> Any:
-    # the vLLM replay pulls in kvstab.empirical; import it only when asked
-    if name == "replay_model":
-        from kvstab.engine.vllm import replay_model
-
-        return replay_model
-    raise AttributeError(name)

@@ -26,6 +26,7 @@ from kvstab.engine import _finish_tree
 from kvstab.engine import _kernel as K
 from kvstab.engine.stream import StreamStats, Summary
 from kvstab.errors import InvalidArgument, InvariantViolation
+from kvstab.lifecycles.vllm import VllmEngine
 from kvstab.model import ModelParams
 from kvstab.schedulers import CurrentFit, CurrentFitNoPreempt, Lookahead, Reserve, Sglang, VllmV1
 from kvstab.simulator import SimResult
@@ -352,8 +353,6 @@ def _reference_vllm(
     max_slots: int,
 ) -> SimResult:
     """The reference engine with vLLM's lifecycle, driven like ``simulate``."""
-    from kvstab.empirical.semantics import VllmEngine
-
     plan = _check_plan(plan, params, "vllm")
     eng = VllmEngine(scheduler, params, check=check, window=window)
     fed = eng.run(plan, slots, drain=drain, max_slots=max_slots)

@@ -30,6 +30,7 @@ from kvstab.engine import _kernel as K
 from kvstab.engine import _kernel_sglang as KS
 from kvstab.engine.stream import StreamStats, Summary
 from kvstab.errors import InvalidArgument
+from kvstab.lifecycles.sglang import SglangEngine, clip_max_new, replay_reference
 from kvstab.model import ModelParams
 from kvstab.schedulers.sglang import Sglang
 from kvstab.simulator import SimResult
@@ -72,8 +73,6 @@ def sglang_lengths(rule: Sglang, plan: ArrivalPlan, fed: int) -> IntArray:
     arrival clip, :func:`kvstab.empirical.sglang_semantics.clip_max_new`); the first of the
     ``fed`` rows that :class:`~kvstab.empirical.sglang_semantics.SglangEngine` would refuse
     raises its :class:`InvalidArgument`."""
-    from kvstab.empirical.sglang_semantics import clip_max_new
-
     B = rule.block
     s = plan.s.astype(np.int64)
     max_req_len = rule.M - 1 if rule.context_len is None else min(rule.context_len - 1, rule.M - 1)
@@ -315,8 +314,6 @@ def run_reference(
     max_slots: int,
 ) -> SimResult:
     """The reference engine with SGLang's lifecycle (``SglangEngine``), driven like ``simulate``."""
-    from kvstab.empirical.sglang_semantics import SglangEngine
-
     eng = SglangEngine(rule, check=check, window=window)
     fed = eng.run(plan, slots, drain=drain, max_slots=max_slots)
     unfinished = (fed < len(plan) or not eng.idle) if drain else (slots is not None and eng.slot < slots)
@@ -381,9 +378,7 @@ def replay_steps(
         status = state.step(KS.SGLANG_LIFE, True, t_end, steps is None, 0, out, None, (lg, lr, ev))
         if status == K.VIOLATION:
             # the reference engine raises it, with every detail of the slot
-            from kvstab.empirical.sglang_semantics import replay_sglang_model
-
-            replay_sglang_model(plan, rule, steps, max_steps=max_steps, engine="reference")
+            replay_reference(plan, rule, steps, max_steps=max_steps)
             raise AssertionError("the compiled sglang engine stopped at a violation the reference did not raise")
         yield from _decode_log(lg, lr, ev, state.t - t0)
         if status == K.DRAINED or (steps is not None and state.t >= steps):

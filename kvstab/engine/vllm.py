@@ -17,9 +17,11 @@ from collections.abc import Callable
 import numpy as np
 
 from kvstab.arrivals import ArrivalPlan
-from kvstab.empirical.replay import ReplayConfig, StepLog, _horizon, _Recorder, check_plan
 from kvstab.engine import _kernel as K
 from kvstab.engine.driver import BATCH, _State, _violation
+from kvstab.steplog import ReplayConfig, StepLog, check_plan
+from kvstab.steplog import StepRecorder as _Recorder
+from kvstab.steplog import replay_horizon as _horizon
 
 __all__ = ["replay_model"]
 

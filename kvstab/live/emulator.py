@@ -1,6 +1,6 @@
 """An emulated vLLM engine in real time: kvstab's ``vllm-v1`` rule, stepped on a clock.
 
-:class:`Emulator` owns a :class:`~kvstab.empirical.semantics.VllmEngine` (the
+:class:`Emulator` owns a :class:`~kvstab.lifecycles.vllm.VllmEngine` (the
 ``vllm-v1`` rule with vLLM's request lifecycle: the last prefill step samples
 output token 1, a preempted request keeps its outputs as prompt) and runs one
 step after another while anything is waiting or running.  Each step lasts its
@@ -27,11 +27,12 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kvstab.empirical.batchtime import BatchTimeModel
-from kvstab.empirical.replay import ReplayConfig, composition
-from kvstab.empirical.semantics import VllmEngine
+from kvstab.empirical.replay import composition
 from kvstab.errors import InvalidArgument
+from kvstab.lifecycles.vllm import VllmEngine
 from kvstab.model import PAPER_BBAR, tokens_held
 from kvstab.schedulers.vllm_v1 import SCHEDULER
+from kvstab.steplog import ReplayConfig
 from kvstab.validation import positive_float
 
 __all__ = ["EmulatorConfig", "Emulator", "LiveRequest", "GroundTruth", "Backend", "ModelBackend", "StepOutcome"]
@@ -143,7 +144,7 @@ class Backend(Protocol):
 
 
 class ModelBackend:
-    """kvstab's ``vllm-v1`` rule in :class:`~kvstab.empirical.semantics.VllmEngine` (vLLM's request lifecycle)."""
+    """kvstab's ``vllm-v1`` rule in :class:`~kvstab.lifecycles.vllm.VllmEngine` (vLLM's request lifecycle)."""
 
     name = "vllm-v1 model"
 
@@ -178,7 +179,7 @@ class ModelBackend:
                            len(eng.waiting), held)
 
     def emitted(self, rid: int) -> int:
-        """Output tokens produced so far (see ``kvstab.empirical.semantics``)."""
+        """Output tokens produced so far (see ``kvstab.lifecycles.vllm``)."""
         r = self.engine.requests[rid]
         folded = r.s - self.engine.vllm_s[rid]  # outputs recomputed as prompt after a preemption
         return folded + (r.progress - r.s + 1 if r.progress >= r.s else 0)

@@ -6,7 +6,7 @@ labels of ``vllm:cache_config_info``.  :func:`server_estimates` turns the
 snapshots of a window into the quantities ``μ`` needs:
 
 * ``M = (num_gpu_blocks − 1) · block_size`` — vLLM's pool holds one reserved
-  null block (as :class:`kvstab.empirical.replay.ReplayConfig` models it);
+  null block (as :class:`kvstab.steplog.ReplayConfig` models it);
 * ``b̄`` = busy time / engine steps, the steps counted by the
   ``vllm:iteration_tokens_total`` histogram (one observation per step), the
   busy time given by the caller (the harness: the time some request of its

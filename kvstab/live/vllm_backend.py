@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvstab.empirical.replay import ReplayConfig, composition
+from kvstab.empirical.replay import composition
 from kvstab.empirical.vllm_driver import VllmDriver
 from kvstab.errors import InvalidArgument
 from kvstab.live.emulator import StepOutcome
+from kvstab.steplog import ReplayConfig
 
 __all__ = ["VllmBackend"]
 

@@ -64,7 +64,7 @@ knows it at admission, so the rule is *clairvoyant*.  SGLang samples output
 token 1 in the last prefill step, so a SGLang request ``(s, max_new)`` is a
 kvstab request ``(s, max_new − 1)``, and ``max_new − out = s + o − p`` for a
 decoding request at progress ``p``.  A retracted request resumes by
-re-prefilling its prompt and its ``k`` outputs (``empirical/sglang_semantics.py``:
+re-prefilling its prompt and its ``k`` outputs (``kvstab/lifecycles/sglang.py``:
 kvstab lengths ``(s + k, o − k)``, like vLLM's recompute); SGLang still counts
 its original prompt and outputs, which the rule reads as ``prior = k`` when
 the engine shows it (``getattr(entry, "prior", 0)``: 0 in kvstab's own

@@ -10,8 +10,9 @@ import pytest
 
 from kvstab.arrivals import poisson_arrivals
 from kvstab.empirical.batchtime import BatchTimeModel, fit_batch_time, load_profile
-from kvstab.empirical.replay import ReplayConfig, StepLog, replay_model
+from kvstab.empirical.replay import replay_model
 from kvstab.errors import InvalidArgument
+from kvstab.steplog import ReplayConfig, StepLog
 from kvstab.workload import parse_workload
 
 

@@ -13,7 +13,7 @@ import pytest
 from kvstab.arrivals import fixed_arrivals, poisson_arrivals
 from kvstab.cli import main
 from kvstab.empirical.decompose_sglang import SGLANG_TERMS, decompose_sglang_gap, sglang_accounts
-from kvstab.empirical.sglang_semantics import replay_sglang_model
+from kvstab.empirical.sglang_replay import replay_sglang_model
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
 from kvstab.schedulers.sglang import Sglang

@@ -13,9 +13,10 @@ from kvstab.arrivals import poisson_arrivals
 from kvstab.cli import main
 from kvstab.empirical.decompose import area, decompose_gap
 from kvstab.empirical.estimators import bbar_estimates, queue_growth, saturated_rate, saturated_rate_per_second
-from kvstab.empirical.replay import ReplayConfig, replay_model
+from kvstab.empirical.replay import replay_model
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
+from kvstab.steplog import ReplayConfig
 from kvstab.theory.area import expected_g, g_exact
 from kvstab.workload import parse_workload
 

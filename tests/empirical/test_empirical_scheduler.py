@@ -14,14 +14,15 @@ import z3
 
 from kvstab.arrivals import fixed_arrivals
 from kvstab.contract import ActiveEntry, View, WaitingEntry
-from kvstab.empirical.replay import ReplayConfig, replay_model
-from kvstab.empirical.semantics import VllmEngine, kvstab_lengths, resumed_lengths
+from kvstab.empirical.replay import replay_model
 from kvstab.errors import InvalidArgument
+from kvstab.lifecycles.vllm import VllmEngine, kvstab_lengths, resumed_lengths
 from kvstab.model import ModelParams
 from kvstab.ops import CONCRETE
 from kvstab.registry import load_scheduler
 from kvstab.schedulers.vllm_v1 import SCHEDULER
 from kvstab.simulator import simulate
+from kvstab.steplog import ReplayConfig
 from kvstab.symbolic import Z3Ops, unwrap
 
 

@@ -19,10 +19,11 @@ from kvstab.data import trace_path
 from kvstab.empirical.decompose_sglang import decompose_sglang_gap
 from kvstab.empirical.sglang_driver import SglangUnavailable, check_ignore_eos, load_sglang, replay_sglang, run_sglang
 from kvstab.empirical.sglang_ignore_eos import check_spec
-from kvstab.empirical.sglang_semantics import SglangModelLog, replay_sglang_model
+from kvstab.empirical.sglang_replay import replay_sglang_model
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
 from kvstab.schedulers.sglang import Sglang
+from kvstab.steplog import SglangModelLog
 from kvstab.theory.area import mu_per_slot
 from kvstab.traces import load_trace
 from kvstab.workload import PAPER_WORKLOADS, Workload

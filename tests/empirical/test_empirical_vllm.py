@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals, poisson_arrivals
-from kvstab.empirical.replay import ReplayConfig, StepLog, replay_model, replay_vllm
+from kvstab.empirical.replay import replay_model, replay_vllm
 from kvstab.empirical.vllm_driver import VllmRejected, VllmUnavailable, load_vllm
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
+from kvstab.steplog import ReplayConfig, StepLog
 from kvstab.traces import load_trace
 from kvstab.workload import Workload, parse_workload
 

@@ -32,10 +32,10 @@ import pytest
 from aiohttp import web
 
 from kvstab.cli import main
-from kvstab.empirical.replay import ReplayConfig
 from kvstab.live.bench import BenchConfig, poisson_schedule, run_bench
 from kvstab.live.emulator import EmulatorConfig
 from kvstab.live.server import ServerHandle, build_app, start_in_thread
+from kvstab.steplog import ReplayConfig
 from kvstab.workload import parse_workload
 
 WORKLOAD = "s=U(32,128),o=U(32,128)"

@@ -131,8 +131,8 @@ def test_metrics_that_are_not_vllms(text: str) -> None:
 
 def test_emulated_step_time_follows_the_batch_time_model() -> None:
     from kvstab.empirical.batchtime import BatchTimeModel
-    from kvstab.empirical.replay import ReplayConfig
     from kvstab.live.emulator import Emulator, EmulatorConfig
+    from kvstab.steplog import ReplayConfig
 
     model = BatchTimeModel(a=0.005, b=1e-5, c=2e-5, d=1e-8)
     emu = Emulator(EmulatorConfig(vllm=ReplayConfig.for_capacity(1024, 16), batch_time=model))

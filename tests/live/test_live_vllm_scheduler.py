@@ -12,11 +12,11 @@ import asyncio
 import pytest
 
 from kvstab.cli import main
-from kvstab.empirical.replay import ReplayConfig
 from kvstab.empirical.vllm_driver import VllmUnavailable, load_vllm
 from kvstab.live.bench import BenchConfig, poisson_schedule, run_bench
 from kvstab.live.emulator import EmulatorConfig
 from kvstab.live.server import start_in_thread
+from kvstab.steplog import ReplayConfig
 from kvstab.workload import parse_workload
 
 

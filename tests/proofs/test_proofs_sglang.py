@@ -185,6 +185,7 @@ def test_an_order_that_is_not_total_breaks_the_retraction_lemma(monkeypatch: pyt
     """The bound needs only that the pop order is total; without its tie-break two requests with
     equal keys are each 'last', neither is popped, and together they overflow."""
     import kvstab.contract as contract
+    import kvstab.contract.preemption as preemption
 
     assert all(passed(o.verdict) for o in retraction_lemma(2, budget))
 
@@ -192,7 +193,8 @@ def test_an_order_that_is_not_total_breaks_the_retraction_lemma(monkeypatch: pyt
         return contract_pops_before(ops, kj, ki, False)
 
     contract_pops_before = contract.pops_before
-    monkeypatch.setattr(contract, "pops_before", no_tie_break)
+    monkeypatch.setattr(contract, "pops_before", no_tie_break)  # what retraction_lemma imports
+    monkeypatch.setattr(preemption, "pops_before", no_tie_break)  # what retract_until_fits calls
     obs = retraction_lemma(2, budget)
     assert any(o.conjunct == "the pop order is a strict total order" and not passed(o.verdict) for o in obs)
     view = View((ActiveEntry(0, 1, 1, 1), ActiveEntry(1, 1, 1, 1)), (), 10, 8)

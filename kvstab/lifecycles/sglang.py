@@ -1,4 +1,4 @@
-"""SGLang's request lifecycle in kvstab's reference engine, and the model's step log.
+"""SGLang's request lifecycle in kvstab's reference engine.
 
 The ``sglang`` rule (:mod:`kvstab.schedulers.sglang`) is SGLang 0.5.23's
 scheduling decision; :class:`SglangEngine` maps the request lifecycle around
@@ -15,42 +15,38 @@ it, through the engine's extension points only:
 * **Retraction keeps the outputs** (``retract_decode``, ``schedule_batch.py:3451``):
   the victim's KV is freed and it later re-prefills its prompt and the ``k``
   tokens it produced, ``(s + k, o − k)`` in kvstab's lengths
-  (:func:`~kvstab.empirical.semantics.resumed_lengths`), while SGLang keeps
+  (:func:`~kvstab.lifecycles.vllm.resumed_lengths`), while SGLang keeps
   counting its original prompt and all its outputs.  The engine keeps ``k``
   per request and shows it to the rule as ``prior`` on every view entry.
 * **Victims go to the tail of the queue** (``_add_request_to_queue``,
   ``scheduler.py:3480``) in the order SGLang retracted them (:meth:`requeue`).
 
-:func:`replay_sglang_model` steps a plan through it, one SGLang step per slot
+:func:`replay_reference` steps a plan through it, one SGLang step per slot
 (idle steps included: SGLang resets ``new_token_ratio`` when idle), and
-returns :class:`SglangModelLog`, the per-step record the cross-check against
-SGLang's own scheduler compares.
+returns :class:`~kvstab.steplog.SglangModelLog`, the per-step record the
+cross-check against SGLang's own scheduler compares.
+(:func:`kvstab.empirical.sglang_replay.replay_sglang_model` gives the same log
+from the compiled engine.)
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from kvstab.arrivals import ArrivalPlan
 from kvstab.contract import ActiveEntry, Decision, View, WaitingEntry
-from kvstab.empirical.semantics import resumed_lengths
 from kvstab.errors import InvalidArgument
+from kvstab.lifecycles.vllm import resumed_lengths
 from kvstab.model import tokens_held
 from kvstab.schedulers.sglang import Sglang
 from kvstab.simulator import Engine, RequestState, SlotRecord
+from kvstab.steplog import SglangModelLog, SglangStep
 from kvstab.validation import MAX_SLOTS
 
-__all__ = [
-    "SglangEngine",
-    "SglangActive",
-    "SglangWaiting",
-    "SglangStep",
-    "SglangModelLog",
-    "replay_sglang_model",
-    "clip_max_new",
-]
+__all__ = ["SglangEngine", "SglangActive", "SglangWaiting", "clip_max_new", "replay_reference"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,95 +167,18 @@ class SglangEngine(Engine):
         self.waiting.extend(victims[i] for i in order)
 
 
-@dataclass(frozen=True, slots=True)
-class SglangStep:
-    """One SGLang step as the model replays it."""
-
-    step: int
-    kind: str  # "prefill", "decode" or "idle"
-    admitted: tuple[int, ...]  # requests that entered the batch this step (first admissions and resumptions)
-    retracted: tuple[int, ...]  # in SGLang's retraction order
-    finished: tuple[int, ...]
-    tokens: tuple[tuple[int, int], ...]  # (request, tokens computed this step), batch order
-    prefill_tokens: int
-    decode_tokens: int
-    kv_used: int  # KV tokens held after the step, finished requests released
-    new_token_ratio: float  # after the step
-    batch_is_full: int  # after the step
-    queue: int  # waiting after the step
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class SglangModelLog:
-    """Every step of one replay on the model, and every request's outcome (SGLang's terms)."""
-
-    rule: Sglang
-    steps: tuple[SglangStep, ...]
-    # per request, plan order
-    s: tuple[int, ...]
-    max_new: tuple[int, ...]  # after SGLang's arrival clip
-    arrival: tuple[int, ...]
-    first_admit: tuple[int, ...]
-    finish: tuple[int, ...]
-    retractions: tuple[int, ...]
-    recomputed: tuple[int, ...]
-    source: str = "model"  # "model", or "sglang" for SGLang's own scheduler (kvstab.empirical.sglang_driver)
-    wall_s: float = 0.0  # wall-clock seconds the replay took
-    engine: str = "reference"  # the model's engine: "fast" (compiled, kvstab.engine.sglang) or "reference"
-
-    def first_difference(self, other: SglangModelLog) -> str | None:
-        """Where ``other`` first departs from this log (a step field, then a request field), or ``None``."""
-        for a, b in zip(self.steps, other.steps):
-            for name in STEP_FIELDS:
-                x, y = getattr(a, name), getattr(b, name)
-                if x != y:
-                    return f"step {a.step}: {name} is {x!r} on {self.source}, {y!r} on {other.source}"
-        if len(self.steps) != len(other.steps):
-            return f"{self.source} ran {len(self.steps)} steps, {other.source} {len(other.steps)}"
-        for name in ("s", "max_new", "arrival", "first_admit", "finish", "retractions", "recomputed"):
-            xs, ys = getattr(self, name), getattr(other, name)
-            for k, (x, y) in enumerate(zip(xs, ys)):
-                if x != y:
-                    return f"request {k}: {name} is {x} on {self.source}, {y} on {other.source}"
-            if len(xs) != len(ys):
-                return f"{name}: {len(xs)} requests on {self.source}, {len(ys)} on {other.source}"
-        return None
-
-
-#: The step fields :meth:`SglangModelLog.first_difference` compares, in the order it reports them.
-STEP_FIELDS = (
-    "kind", "admitted", "retracted", "finished", "tokens", "prefill_tokens", "decode_tokens", "kv_used",
-    "new_token_ratio", "batch_is_full", "queue",
-)
-
-
-def replay_sglang_model(
+def replay_reference(
     plan: ArrivalPlan,
     rule: Sglang,
     steps: int | None = None,
     *,
     max_steps: int = MAX_SLOTS,
-    engine: str = "auto",
 ) -> SglangModelLog:
-    """Replay ``plan`` (``o`` = SGLang's ``max_new_tokens``) on the ``sglang`` rule
-    with SGLang's lifecycle: ``steps`` steps, or (``None``) until every request has
-    arrived and finished, at most ``max_steps``.  Every step is recorded, idle ones too.
-
-    ``engine``: ``"auto"`` (the compiled engine, :mod:`kvstab.engine.sglang`, for the
-    :class:`Sglang` class itself; the reference :class:`SglangEngine` for a subclass),
-    ``"fast"`` (refuse a subclass) or ``"reference"``; the log's ``engine`` says which ran.
-    Both give the same log, step for step (``tests/test_engine_sglang.py``)."""
-    import time
-
-    from kvstab.engine import sglang as fast
-
-    if engine not in ("auto", "fast", "reference"):
-        raise InvalidArgument(f"engine must be 'auto', 'fast' or 'reference', got {engine!r}")
+    """Replay ``plan`` (``o`` = SGLang's ``max_new_tokens``) on :class:`SglangEngine`,
+    the ``sglang`` rule with SGLang's lifecycle: ``steps`` steps, or (``None``) until
+    every request has arrived and finished, at most ``max_steps``.  Every step is
+    recorded, idle ones too."""
     start = time.perf_counter()
-    if engine != "reference" and fast.is_fast(rule):
-        return _replay_fast(plan, rule, steps, max_steps, start)
-    if engine == "fast":
-        raise InvalidArgument(f"{type(rule).__name__} has no compiled path ({fast.no_fast_path(rule)}); use engine='reference'")
     eng = SglangEngine(rule)
     n = len(plan)
     arrival: list[int] = []
@@ -330,45 +249,4 @@ def replay_sglang_model(
         retractions=tuple(r.preemptions for r in reqs),
         recomputed=tuple(eng.recomputed),
         wall_s=time.perf_counter() - start,
-    )
-
-
-def _replay_fast(plan: ArrivalPlan, rule: Sglang, steps: int | None, max_steps: int, start: float) -> SglangModelLog:
-    """:func:`replay_sglang_model` on the compiled engine."""
-    import time
-
-    from kvstab.engine.sglang import LogEnd, replay_steps
-
-    end: list[LogEnd] = []
-    log = tuple(
-        SglangStep(
-            step=t,
-            kind=r.kind,
-            admitted=r.admitted,
-            retracted=r.retracted,
-            finished=r.finished,
-            tokens=r.tokens,
-            prefill_tokens=r.prefill_tokens,
-            decode_tokens=r.decode_tokens,
-            kv_used=r.kv_used,
-            new_token_ratio=r.new_token_ratio,
-            batch_is_full=r.batch_is_full,
-            queue=r.queue,
-        )
-        for t, r in enumerate(replay_steps(plan, rule, steps, max_steps, end))
-    )
-    e = end[0]
-    n = e.arrived
-    return SglangModelLog(
-        rule=rule,
-        steps=log,
-        s=tuple(plan.s[:n].tolist()),
-        max_new=tuple(e.max_new.tolist()),
-        arrival=tuple(plan.slot[:n].tolist()),
-        first_admit=tuple(e.first_admit.tolist()),
-        finish=tuple(e.finish.tolist()),
-        retractions=tuple(e.retractions.tolist()),
-        recomputed=tuple(e.recomputed.tolist()),
-        wall_s=time.perf_counter() - start,
-        engine="fast",
     )
