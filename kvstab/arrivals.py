@@ -4,6 +4,16 @@ A plan is three equal-length int64 arrays — arrival slot (non-decreasing),
 ``s`` and ``o`` — built from a seeded numpy ``Generator`` (Poisson(``λ·b̄``)
 arrivals per slot) or from a trace of arrival times.  The same seed gives the
 same plan, byte for byte: counts are drawn first, then all lengths at once.
+
+A plan may also carry its requests' prompt content (``prompts``, a
+:class:`~kvstab.prefix.PromptSet`, for prefix caching): drawn from the
+workload's prefix law after the lengths (so the lengths are those of the plan
+without it), or a trace's own ``hash_ids``.  Multi-turn conversations
+(``prefix=chat(K,T)``) are not Poisson per request:
+:func:`conversation_arrivals` starts conversations as a Poisson process and
+sends each next turn a think time after the previous turn's *arrival* (open
+loop: the plan is made before any run, so a turn does not wait for the
+previous answer to finish; choose ``T`` above the response time).
 """
 
 from __future__ import annotations
@@ -15,22 +25,35 @@ import numpy.typing as npt
 
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
+from kvstab.prefix import PromptSet
+from kvstab.prefix_laws import Conversation
 from kvstab.traces import Trace
 from kvstab.workload import Workload
 
-__all__ = ["ArrivalPlan", "poisson_arrivals", "trace_arrivals", "fixed_arrivals", "MAX_ARRIVAL_SLOT", "MAX_PLANNED"]
+__all__ = [
+    "ArrivalPlan",
+    "poisson_arrivals",
+    "conversation_arrivals",
+    "trace_arrivals",
+    "fixed_arrivals",
+    "MAX_ARRIVAL_SLOT",
+    "MAX_PLANNED",
+]
 
 IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ArrivalPlan:
-    """Requests in arrival order: ``slot[i]`` is when request ``i`` arrives."""
+    """Requests in arrival order: ``slot[i]`` is when request ``i`` arrives;
+    ``prompts`` (optional) is their prompt content, request ``i``'s prompt
+    ``s[i]`` tokens long (``None``: no prefix structure, every prompt unique)."""
 
     slot: IntArray
     s: IntArray
     o: IntArray
     dropped: int = 0
+    prompts: PromptSet | None = None
 
     def __post_init__(self) -> None:
         n = self.slot.size
@@ -43,6 +66,15 @@ class ArrivalPlan:
             raise InvalidArgument(
                 f"request {i} has s={int(self.s[i])}, o={int(self.o[i])}; lengths must be integers >= 1"
             )
+        if self.prompts is not None:
+            if len(self.prompts) != n:
+                raise InvalidArgument(f"arrival plan: {len(self.prompts)} prompts for {n} requests")
+            bad = np.flatnonzero(self.prompts.lengths() != self.s)
+            if bad.size:
+                i = int(bad[0])
+                raise InvalidArgument(
+                    f"arrival plan: request {i}'s prompt is {int(self.prompts.lengths()[i])} tokens but s={int(self.s[i])}"
+                )
 
     def __len__(self) -> int:
         return int(self.slot.size)
@@ -64,7 +96,10 @@ class ArrivalPlan:
                 f"but M={params.M}: no scheduler can ever serve it (pass --drop-oversize to drop such requests)"
             )
         keep = ~bad
-        return ArrivalPlan(self.slot[keep], self.s[keep], self.o[keep], dropped=self.dropped + int(bad.sum()))
+        prompts = self.prompts.take(keep) if self.prompts is not None else None
+        return ArrivalPlan(
+            self.slot[keep], self.s[keep], self.o[keep], dropped=self.dropped + int(bad.sum()), prompts=prompts
+        )
 
     def area_check(self, params: ModelParams) -> int:
         """Largest peak memory of any request (for reports)."""
@@ -99,13 +134,47 @@ def _check_rate(rate: float, bbar: float, slots: int) -> None:
 def poisson_arrivals(
     workload: Workload, rate: float, bbar: float, slots: int, seed: int = 0
 ) -> ArrivalPlan:
-    """Poisson(``rate·bbar``) arrivals in each of ``slots`` slots, lengths i.i.d. from ``workload``."""
+    """Poisson(``rate·bbar``) arrivals in each of ``slots`` slots, lengths i.i.d. from ``workload``;
+    with the workload's prefix law, the prompts too (a ``chat`` law: :func:`conversation_arrivals`)."""
+    if isinstance(workload.prefix, Conversation):
+        return conversation_arrivals(workload.prefix, rate, bbar, slots, seed)
     _check_rate(rate, bbar, slots)
     rng = np.random.default_rng(seed)
     counts = rng.poisson(rate * bbar, size=slots)
     slot = np.repeat(np.arange(slots, dtype=np.int64), counts)
     s, o = workload.sample(rng, int(slot.size))
-    return ArrivalPlan(slot, np.asarray(s, dtype=np.int64), np.asarray(o, dtype=np.int64))
+    s = np.asarray(s, dtype=np.int64)
+    # drawn after the lengths, so the lengths are the plan's without the prefix law
+    prompts = workload.prefix.prompts(rng, s) if workload.prefix is not None else None
+    return ArrivalPlan(slot, s, np.asarray(o, dtype=np.int64), prompts=prompts)
+
+
+def conversation_arrivals(law: Conversation, rate: float, bbar: float, slots: int, seed: int = 0) -> ArrivalPlan:
+    """Multi-turn conversations: ``rate`` requests per second on average.
+
+    Conversations start as a Poisson process of rate ``rate / E[K]`` (uniform
+    within their slot); turn ``k`` arrives an exponential think time of mean
+    ``law.think`` seconds after turn ``k − 1``'s arrival (open loop).  Requests
+    that would arrive at or after slot ``slots`` are cut (so conversations
+    near the end lose their last turns).  Requests are in arrival order, ties
+    kept in conversation order; request ``i``'s prompt holds its conversation's
+    earlier messages and answers, and ``prompts.output`` names its answer."""
+    _check_rate(rate, bbar, slots)
+    rng = np.random.default_rng(seed)
+    counts = rng.poisson(rate * bbar / law.mean_turns, size=slots)
+    start_slot = np.repeat(np.arange(slots, dtype=np.int64), counts)
+    start = (start_slot + rng.random(start_slot.size)) * bbar
+    d = law.draw(rng, int(start_slot.size))
+    gap = rng.exponential(law.think, size=d.turn.size) if law.think > 0 else np.zeros(d.turn.size)
+    gap[d.turn == 0] = 0.0
+    elapsed = np.cumsum(gap)
+    first = np.flatnonzero(d.turn == 0)
+    conv_start = np.repeat(elapsed[first], np.diff(np.append(first, d.turn.size)))
+    when = start[d.conversation] + (elapsed - conv_start)
+    slot = np.floor(when / bbar).astype(np.int64)
+    order = np.argsort(when, kind="stable")
+    order = order[slot[order] < slots]
+    return ArrivalPlan(slot[order], d.s[order], d.o[order], prompts=d.prompts.take(order))
 
 
 def trace_arrivals(trace: Trace, bbar: float, time_scale: float = 1.0) -> ArrivalPlan:
@@ -124,7 +193,7 @@ def trace_arrivals(trace: Trace, bbar: float, time_scale: float = 1.0) -> Arriva
             f"{when[bad]!r} of b̄={bbar} s; arrival slots must lie in [0, {MAX_ARRIVAL_SLOT}]"
         )
     slot = when.astype(np.int64)
-    return ArrivalPlan(slot, trace.s.copy(), trace.o.copy())
+    return ArrivalPlan(slot, trace.s.copy(), trace.o.copy(), prompts=trace.prompts)
 
 
 def fixed_arrivals(requests: list[tuple[int, int, int]]) -> ArrivalPlan:

@@ -23,8 +23,14 @@ format         s, o columns                                arrival column       
   its files with failures mark a failed request with 0 tokens, which is refused
   with a pointer to the ``*_without_fails_*`` files.
 * Mooncake (FAST'25) JSON Lines: ``timestamp`` (ms), ``input_length``,
-  ``output_length``, ``hash_ids`` (prefix-cache blocks; not used: kvstab's
-  model has no prefix caching).
+  ``output_length``, ``hash_ids``: one id per 512-token block of the prompt
+  (:data:`MOONCAKE_BLOCK`), the last block possibly partial; equal ids are
+  equal blocks.  Kept as :attr:`Trace.prompts` (:mod:`kvstab.prefix`): block
+  ``i`` is the segment ``(id_i, 512)``, the last one ``s − 512·(n − 1)``
+  tokens long, and a chain shorter than the prompt's blocks leaves the rest
+  of the prompt as the request's own tokens.  A chain longer than
+  ``⌈s/512⌉``, an id that is not an integer, or ``hash_ids`` on some rows
+  but not on others is an error naming the row.
 
 Every row must parse: a bad row is an error naming the file, the line, the
 column and the value; nothing is skipped silently.  Lengths are checked with
@@ -47,8 +53,9 @@ import numpy.typing as npt
 from kvstab import validation
 from kvstab.data import TRACES, trace_path
 from kvstab.errors import InvalidArgument, TraceError
+from kvstab.prefix import PromptSet, content_ids
 
-__all__ = ["Trace", "load_trace", "TRACE_FORMATS", "ARRIVAL_UNITS", "MAX_ARRIVAL_S"]
+__all__ = ["Trace", "load_trace", "TRACE_FORMATS", "ARRIVAL_UNITS", "MAX_ARRIVAL_S", "MOONCAKE_BLOCK"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -75,6 +82,9 @@ ARRIVAL_UNITS: dict[str, float | None] = {
 #: any trace, small enough that arrival slots stay exact integers)
 MAX_ARRIVAL_S = 1e12
 
+#: tokens per Mooncake ``hash_ids`` block, as the FAST'25 release publishes it
+MOONCAKE_BLOCK = 512
+
 _TS = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s*(Z|[+-]\d{2}:?\d{2})?$"
 )
@@ -83,13 +93,15 @@ _TS = re.compile(
 @dataclass(frozen=True, slots=True, eq=False)
 class Trace:
     """Rows of a trace: lengths and, if the file records them, arrival times in
-    seconds since the first row's arrival."""
+    seconds since the first row's arrival and the prompts' prefix structure
+    (``prompts``: Mooncake's ``hash_ids``, else ``None``)."""
 
     s: IntArray
     o: IntArray
     arrival: npt.NDArray[np.float64] | None
     path: str
     format: str
+    prompts: PromptSet | None = None
 
     def __len__(self) -> int:
         return int(self.s.size)
@@ -159,7 +171,47 @@ def _detect(header: list[str], path: str) -> tuple[str, tuple[str, str, str | No
     )
 
 
-def _finish(path: str, fmt: str, s: list[int], o: list[int], arr: list[float] | None) -> Trace:
+def _hash_ids(value: object, s: int) -> list[int]:
+    """A Mooncake row's ``hash_ids``: a list of 64-bit integers, at most ``⌈s/512⌉`` of them."""
+    if not isinstance(value, list):
+        raise ValueError(f"hash_ids={str(value)[:40]!r} is not a list of integers")
+    for i, v in enumerate(value):
+        if isinstance(v, bool) or not isinstance(v, int) or not -(2**63) <= v < 2**63:
+            raise ValueError(f"hash_ids[{i}]={v!r} is not a 64-bit integer")
+    blocks = -(-s // MOONCAKE_BLOCK)
+    if len(value) > blocks:
+        raise ValueError(
+            f"hash_ids has {len(value)} ids but input_length={s} is only {blocks} blocks of {MOONCAKE_BLOCK} tokens"
+        )
+    return value
+
+
+def _mooncake_prompts(s: IntArray, chains: list[list[int]]) -> PromptSet:
+    """Each row's prompt: its hash blocks of 512 tokens (the last one cut at ``s``), then its own tokens, if any."""
+    n = np.array([len(c) for c in chains], dtype=np.int64)
+    own = np.maximum(s - n * MOONCAKE_BLOCK, 0)  # tokens the chain does not cover
+    per_row = n + (own > 0)
+    off = np.concatenate(([0], np.cumsum(per_row))).astype(np.int64)
+    ids = np.fromiter((h for c in chains for h in c), dtype=np.int64, count=int(n.sum()))
+    rows = np.arange(s.size, dtype=np.int64)
+    content = np.empty(int(off[-1]), dtype=np.int64)
+    length = np.full(int(off[-1]), MOONCAKE_BLOCK, dtype=np.int64)
+    first = off[:-1]
+    hash_pos = np.repeat(first, n) + (np.arange(ids.size) - np.repeat(np.cumsum(n) - n, n))
+    content[hash_pos] = content_ids("mooncake", ids)
+    has = n > 0
+    # the last hash block is cut at the prompt's end (s need not be a multiple of 512)
+    last = first[has] + n[has] - 1
+    length[last] = np.minimum(MOONCAKE_BLOCK, s[has] - (n[has] - 1) * MOONCAKE_BLOCK)
+    tail = own > 0
+    content[off[1:][tail] - 1] = content_ids("own", rows[tail])
+    length[off[1:][tail] - 1] = own[tail]
+    return PromptSet(off, content, length, output=content_ids("output", rows))
+
+
+def _finish(
+    path: str, fmt: str, s: list[int], o: list[int], arr: list[float] | None, chains: list[list[int]] | None = None
+) -> Trace:
     if not s:
         raise TraceError(path, None, "the trace has no rows")
     arrival = None
@@ -170,7 +222,9 @@ def _finish(path: str, fmt: str, s: list[int], o: list[int], arr: list[float] | 
             # sorted arrivals are part of the format; say which row breaks it
             raise TraceError(path, None, f"arrival times are not sorted (row {bad + 1} comes before row {bad})")
         arrival = a - a[0]
-    return Trace(np.asarray(s, dtype=np.int64), np.asarray(o, dtype=np.int64), arrival, path, fmt)
+    s_arr = np.asarray(s, dtype=np.int64)
+    prompts = _mooncake_prompts(s_arr, chains) if chains is not None else None
+    return Trace(s_arr, np.asarray(o, dtype=np.int64), arrival, path, fmt, prompts)
 
 
 def _load_csv(path: str) -> Trace:
@@ -210,6 +264,7 @@ def _load_jsonl(path: str) -> Trace:
     arr: list[float] = []
     cols: tuple[str, str, str | None] | None = None
     fmt = "generic"
+    chains: list[list[int]] | None = None  # Mooncake's hash_ids, if the first row has them
     with open(path, encoding="utf-8-sig") as fh:
         for line, text in enumerate(fh, start=1):
             if not text.strip():
@@ -224,6 +279,8 @@ def _load_jsonl(path: str) -> Trace:
                 raise TraceError(path, line, "each line must be a JSON object")
             if cols is None:
                 fmt, cols = _detect(list(obj), path)
+                if fmt == "mooncake" and "hash_ids" in obj:
+                    chains = []
             cs, co, ca = cols
             try:
                 if cs not in obj or co not in obj:
@@ -234,9 +291,16 @@ def _load_jsonl(path: str) -> Trace:
                     if ca not in obj:
                         raise ValueError(f"missing field {ca!r}")
                     arr.append(_arrival(obj[ca], ca, fmt))
+                if fmt == "mooncake" and ("hash_ids" in obj) != (chains is not None):
+                    raise ValueError(
+                        "hash_ids is missing here but present on line 1" if chains is not None
+                        else "hash_ids is present here but missing on line 1; give it on every row or on none"
+                    )
+                if chains is not None:
+                    chains.append(_hash_ids(obj["hash_ids"], s[-1]))
             except (ValueError, TypeError) as exc:
                 raise TraceError(path, line, str(exc)) from None
-    return _finish(path, fmt, s, o, arr if cols is not None and cols[2] is not None else None)
+    return _finish(path, fmt, s, o, arr if cols is not None and cols[2] is not None else None, chains)
 
 
 def _is_jsonl(path: str) -> bool:

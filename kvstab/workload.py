@@ -13,12 +13,24 @@ Workload specs (CLI ``--workload``)::
     s=U(1,100),o=empirical(PATH)               an empirical marginal
     trace(PATH)                                the joint law of a trace's rows
     trace(PATH),independent                    the trace's marginals, independent
+    SPEC,prefix=LAW                            any of the above with prefix structure
+
+Prefix laws (:mod:`kvstab.prefix_laws`; the lengths' law is unchanged, except
+``chat``'s): ``shared(P)``, ``tenants(n,P,a)`` (``P`` an integer or a DIST),
+``fewshot(n,H,E,a)``, and ``chat(K,T)`` (``K`` turns, an integer or a DIST;
+``T`` seconds of mean think time; ``s``/``o`` are then one turn's message and
+answer)::
+
+    s=U(1100,2000),o=U(10,500),prefix=shared(1024)
+    s=U(600,2000),o=geom(0.01,2000),prefix=tenants(16,U(100,500),1.1)
+    paper-1:1,prefix=fewshot(8,200,600,1.0)   (refused: H+E=800 > ess inf s=10)
+    s=U(20,200),o=U(50,400),prefix=chat(U(1,8),30)
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -26,7 +38,8 @@ import numpy.typing as npt
 
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
-from kvstab.validation import MAX_TOKENS, positive_int, unit_fraction
+from kvstab.prefix_laws import Conversation, FewShot, PrefixLaw, Shared, Tenants, request_law_sample
+from kvstab.validation import MAX_TOKENS, nonneg_float, positive_int, unit_fraction
 
 __all__ = [
     "LengthDist",
@@ -225,6 +238,8 @@ class Workload:
     """The law of ``(s, o)``: independent marginals, or a joint empirical law.
 
     Exactly one of (``s`` and ``o``) or (``joint_s`` and ``joint_o``) is set.
+    ``prefix`` (optional) is the law of the prompts' content
+    (:mod:`kvstab.prefix_laws`); it leaves the law of ``(s, o)`` as it is.
     """
 
     s: LengthDist | None = None
@@ -232,6 +247,7 @@ class Workload:
     joint_s: IntArray | None = None
     joint_o: IntArray | None = None
     name: str = ""
+    prefix: PrefixLaw | None = None
 
     def __post_init__(self) -> None:
         indep = self.s is not None and self.o is not None
@@ -249,6 +265,8 @@ class Workload:
                 raise InvalidArgument(f"workload {self.name!r}: lengths must be >= 1")
             object.__setattr__(self, "joint_s", js)
             object.__setattr__(self, "joint_o", jo)
+        if self.prefix is not None:
+            self.prefix.check(self.s.min if self.s is not None else int(np.min(np.asarray(self.joint_s))))
 
     @property
     def independent(self) -> bool:
@@ -318,6 +336,10 @@ class Workload:
         limit = int(max_total)
         if self.max_total <= limit:
             return self, 1.0
+        if self.prefix is not None:
+            # the shared part still fits: conditioning only removes long requests' lengths
+            plain, prob = replace(self, prefix=None).conditioned(limit)
+            return replace(plain, prefix=self.prefix), prob
         if self.min_total > limit:
             raise InvalidArgument(f"no request of workload {self.describe()!r} has s + o <= {limit}")
         name = f"{self.describe()} | s+o<={limit}"
@@ -367,9 +389,10 @@ class Workload:
         """A readable spec of the workload."""
         if self.name:
             return self.name
+        tail = f",prefix={self.prefix.describe()}" if self.prefix is not None else ""
         if self.s is not None and self.o is not None:
-            return f"s={self.s.describe()},o={self.o.describe()}"
-        return f"joint({self.joint_s.size if self.joint_s is not None else 0} rows)"
+            return f"s={self.s.describe()},o={self.o.describe()}{tail}"
+        return f"joint({self.joint_s.size if self.joint_s is not None else 0} rows){tail}"
 
 
 def _support_counts(dist: LengthDist) -> tuple[IntArray, IntArray]:
@@ -398,9 +421,11 @@ PAPER_WORKLOADS: dict[str, Workload] = {
 }
 
 _VALID = (
-    "valid: paper-1:1 | paper-2:1 | paper-1:2 | s=DIST,o=DIST | trace(PATH)[,independent] "
-    "with DIST one of U(a,b), const(v), geom(p,cap), empirical(PATH)"
+    "valid: paper-1:1 | paper-2:1 | paper-1:2 | s=DIST,o=DIST | trace(PATH)[,independent], each optionally "
+    "followed by ,prefix=LAW, with DIST one of U(a,b), const(v), geom(p,cap), empirical(PATH) and LAW one of "
+    "shared(P), tenants(n,P,a), fewshot(n,H,E,a), chat(K,T)"
 )
+_PREFIX = re.compile(r"^\s*([a-z]+)\s*\((.*)\)\s*$", re.IGNORECASE)
 _DIST = re.compile(r"^\s*(U|uniform|const|fixed|geom|geometric|empirical)\s*\(\s*([^)]*)\)\s*$", re.IGNORECASE)
 
 
@@ -440,10 +465,88 @@ def _parse_dist(text: str, spec: str, which: str) -> LengthDist:
     return EmpiricalDist(tuple(int(v) for v in (tr.s if which == "s" else tr.o)), source=args.strip())
 
 
+def _split_args(text: str) -> list[str]:
+    """Split at the commas outside parentheses: ``8,U(1,9),1.1`` → three."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        depth += (ch == "(") - (ch == ")")
+        cur += ch
+    parts.append(cur)
+    return [p.strip() for p in parts]
+
+
+def _parse_len_or_dist(text: str, spec: str, name: str) -> LengthDist:
+    """An integer (a point mass) or a DIST."""
+    if re.fullmatch(r"\s*[0-9][0-9_eE.+]*\s*", text):
+        return Fixed(_parse_int(text, spec, name))
+    return _parse_dist(text, spec, name)
+
+
+def _zipf(text: str, form: str) -> float:
+    try:
+        return nonneg_float(f"prefix={form}: a (Zipf exponent)", text)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{exc}; the Zipf exponent is a finite number >= 0") from None
+
+
+def _parse_prefix(text: str, spec: str, base: Workload) -> Workload:
+    """``base`` with the prefix law ``text`` (``shared(P)``, …)."""
+    m = _PREFIX.match(text)
+    if not m:
+        raise InvalidArgument(f"workload {spec!r}: cannot parse the prefix law {text!r}; {_VALID}")
+    kind, args = m.group(1).lower(), _split_args(m.group(2))
+    forms = {"shared": "shared(P)", "tenants": "tenants(n,P,a)", "fewshot": "fewshot(n,H,E,a)", "chat": "chat(K,T)"}
+    if kind not in forms:
+        raise InvalidArgument(f"workload {spec!r}: unknown prefix law {m.group(1)!r}; {_VALID}")
+    form = forms[kind]
+    want = form.count(",") + 1
+    if len(args) != want or not all(args):
+        noun = "argument" if want == 1 else "arguments"
+        raise InvalidArgument(f"workload {spec!r}: prefix={form} takes {want} {noun}, got {text!r}")
+    if kind == "chat":
+        if base.s is None or base.o is None:
+            raise InvalidArgument(
+                f"workload {spec!r}: prefix=chat(K,T) needs s and o laws (a turn's message and answer), not a trace's rows"
+            )
+        try:
+            think = nonneg_float("prefix=chat(K,T): T (think time, seconds)", args[1])
+            law = Conversation(_parse_len_or_dist(args[0], spec, "chat(K,T): K"), think, base.s, base.o)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"workload {spec!r}: {exc}") from None
+        s, o = request_law_sample(law)
+        name = f"{base.describe()},prefix={law.describe()}"
+        return Workload(joint_s=s, joint_o=o, name=name, prefix=law)
+    law_: PrefixLaw
+    try:
+        if kind == "shared":
+            law_ = Shared(_parse_int(args[0], spec, "shared(P): P"))
+        elif kind == "tenants":
+            n = _parse_int(args[0], spec, "tenants(n,P,a): n")
+            law_ = Tenants(n, _parse_len_or_dist(args[1], spec, "tenants(n,P,a): P"), _zipf(args[2], form))
+        else:
+            n, h, e = (_parse_int(a, spec, f"fewshot(n,H,E,a): {k}") for k, a in zip("nHE", args, strict=False))
+            law_ = FewShot(n, h, e, _zipf(args[3], form))
+    except InvalidArgument as exc:
+        if str(exc).startswith("workload "):
+            raise
+        raise InvalidArgument(f"workload {spec!r}: {exc}") from None
+    try:
+        return replace(base, prefix=law_, name=f"{base.describe()},prefix={law_.describe()}")
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"workload {spec!r}: {exc}") from None
+
+
 def parse_workload(spec: str) -> Workload:
     """Parse a workload spec (see the module docstring); raises
     :class:`InvalidArgument` with the valid forms on failure."""
     text = spec.strip()
+    m = re.match(r"^(.*?)\s*,\s*prefix\s*=\s*(.+)$", text)
+    if m:
+        return _parse_prefix(m.group(2), spec, parse_workload(m.group(1)))
     if text in PAPER_WORKLOADS:
         return PAPER_WORKLOADS[text]
     m = re.match(r"^trace\((.+)\)\s*(,\s*independent)?$", text)

@@ -34,7 +34,12 @@ def test_shipped_data_is_installed_with_its_licences() -> None:
     for name in TRACES:
         assert trace_path(name).stat().st_size > 100_000
     licences = {p.name for p in (d / "traces").glob("LICENSE-*")}
-    assert licences == {"LICENSE-azure-CC-BY-4.0", "LICENSE-sarathi-serve-Apache-2.0", "LICENSE-vidur-MIT"}
+    assert licences == {
+        "LICENSE-azure-CC-BY-4.0",
+        "LICENSE-mooncake-Apache-2.0",
+        "LICENSE-sarathi-serve-Apache-2.0",
+        "LICENSE-vidur-MIT",
+    }
     prof = profile_dir()
     assert (prof / "mlp.csv").is_file() and (prof / "LICENSE-vidur-MIT").is_file()
 

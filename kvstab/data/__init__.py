@@ -1,4 +1,4 @@
-"""The data kvstab ships: four real length traces and an A100 batch-time profile.
+"""The data kvstab ships: six real length traces (two with prefix structure) and an A100 batch-time profile.
 
 Every file here is public data kept with its licence (``LICENSE-*`` beside it;
 ``kvstab/data/README.md`` says where each came from).  Code never builds a path
@@ -23,6 +23,9 @@ TRACES: dict[str, str] = {
     "azure-code": "AzureLLMInferenceTrace_code.csv",
     "sharegpt": "sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
     "arxiv": "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
+    # Mooncake's FAST'25 release (JSON Lines with hash_ids: prefix structure in 512-token blocks)
+    "mooncake-conversation": "mooncake_conversation_trace.jsonl",
+    "mooncake-synthetic": "mooncake_synthetic_trace.jsonl",
 }
 
 #: the shipped batch-time profile (Meta-Llama-3-8B on an A100, from microsoft/vidur)
