@@ -84,8 +84,6 @@ MAX_PLANNED = 3 * 10**7
 def _check_rate(rate: float, bbar: float, slots: int) -> None:
     if not (isinstance(rate, (int, float)) and np.isfinite(rate) and rate > 0):
         raise InvalidArgument(f"arrival rate λ must be > 0 requests/s, got {rate!r}")
-    if not (isinstance(bbar, (int, float)) and np.isfinite(bbar) and bbar > 0):
-        raise InvalidArgument(f"batch time b̄ must be > 0 seconds, got {bbar!r}")
     if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1:
         raise InvalidArgument(f"slots must be a positive integer, got {slots!r}")
     expected = rate * bbar * slots
@@ -97,9 +95,12 @@ def _check_rate(rate: float, bbar: float, slots: int) -> None:
 
 
 def poisson_arrivals(
-    workload: Workload, rate: float, bbar: float, slots: int, seed: int = 0
+    workload: Workload, rate: float, params: ModelParams, slots: int, seed: int = 0
 ) -> ArrivalPlan:
-    """Poisson(``rate·bbar``) arrivals in each of ``slots`` slots, lengths i.i.d. from ``workload``."""
+    """Poisson(``rate·b̄``) arrivals in each of ``slots`` slots of the server
+    ``params`` (only its ``b̄`` matters here; ``ModelParams(bbar=1.0)`` makes
+    ``rate`` a rate per slot), lengths i.i.d. from ``workload``."""
+    bbar = params.bbar
     _check_rate(rate, bbar, slots)
     rng = np.random.default_rng(seed)
     counts = rng.poisson(rate * bbar, size=slots)
@@ -108,12 +109,12 @@ def poisson_arrivals(
     return ArrivalPlan(slot, np.asarray(s, dtype=np.int64), np.asarray(o, dtype=np.int64))
 
 
-def trace_arrivals(trace: Trace, bbar: float, time_scale: float = 1.0) -> ArrivalPlan:
-    """A trace's own arrival times mapped to slots: ``slot = ⌊t·time_scale / b̄⌋``."""
+def trace_arrivals(trace: Trace, params: ModelParams, time_scale: float = 1.0) -> ArrivalPlan:
+    """A trace's own arrival times mapped to the slots of the server ``params``:
+    ``slot = ⌊t·time_scale / b̄⌋``."""
     if trace.arrival is None:
         raise InvalidArgument(f"trace {trace.path} records no arrival times; use Poisson arrivals (--rate)")
-    if not (bbar > 0):
-        raise InvalidArgument(f"batch time b̄ must be > 0 seconds, got {bbar!r}")
+    bbar = params.bbar
     if not (time_scale > 0):
         raise InvalidArgument(f"time scale must be > 0, got {time_scale!r}")
     when = np.floor(np.asarray(trace.arrival, dtype=np.float64) * time_scale / bbar)

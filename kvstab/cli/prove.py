@@ -378,7 +378,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--Q", type=bound, default=4, help="queued-request slots the rule sees (default 4)")
     p.add_argument("--bmc", type=bound, default=12, help="bounded-model-checking depth in slots (default 12)")
     p.add_argument("--arrivals", type=bound, default=2, help="arrivals per slot in BMC (default 2)")
-    add_server_arguments(p, defaults={"M": None}, omit=("g",), bbar=False)
+    add_server_arguments(p, defaults={"M": None}, omit=("g", "bbar"))
     p.add_argument(
         "--strengthen",
         action="append",

@@ -157,8 +157,8 @@ def test_mixture_is_harmonic_mean_of_phases() -> None:
     params = ModelParams()
     e1 = expected_g(PAPER_WORKLOADS["paper-2:1"], params)
     e2 = expected_g(PAPER_WORKLOADS["paper-1:2"], params)
-    mix = P.mixture_mu([0.5, 0.5], [e1, e2], params.M, 0.0372)
+    mix = P.mixture_mu([0.5, 0.5], [e1, e2], params)
     m1, m2 = params.M / (0.0372 * e1), params.M / (0.0372 * e2)
     assert mix == pytest.approx(1 / (0.5 / m1 + 0.5 / m2))
     with pytest.raises(InvalidArgument, match="sum to 1"):
-        P.mixture_mu([0.5, 0.6], [e1, e2], params.M, 0.0372)
+        P.mixture_mu([0.5, 0.6], [e1, e2], params)
