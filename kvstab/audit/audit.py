@@ -196,8 +196,7 @@ def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile
     if smt2_dir is not None:
         budget = dataclasses.replace(budget, smt2_dir=smt2_dir)
     budget = budget.started()
-    setting = Setting(M=None, chunk=params.chunk, block=params.block, token_budget=params.token_budget,
-                      max_num_seqs=params.max_num_seqs)
+    setting = Setting.from_params(params, symbolic_M=True)
     # the declared claims are one-slot queries (seconds): the invariant and the margin leave them their
     # share of the budget, so that a long bounded flow cannot leave every claim Unknown
     first = budget.keeping(min(CLAIMS_RESERVE_S, total / 4))

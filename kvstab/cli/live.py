@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -11,14 +12,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kvstab import validation as v
-from kvstab.cli.flags import arg_type, positive_float, positive_int, rate, seed
+from kvstab.cli.flags import SERVER_FLAGS, arg_type, positive_float, positive_int, rate, seed
 from kvstab.errors import InvalidArgument
 
 __all__ = ["register"]
 
 _duration = arg_type(v.positive_float, "a duration in seconds", maximum=7 * 24 * 3600.0)
 _speedup = arg_type(v.positive_float, "the speed-up", maximum=1e6)
-_bbar = arg_type(v.positive_float, "the batch time b̄", maximum=3600.0)
+#: --bbar's one type, ModelParams' field's flag (serve and bench keep their own defaults and help)
+_bbar = SERVER_FLAGS["--bbar"][1]
 _fraction = arg_type(v.fraction, "a fraction in [0, 1)")
 _count = arg_type(v.positive_int, "a number of requests", maximum=v.MAX_COUNT)
 _tokens = arg_type(v.positive_int, "a number of tokens", maximum=v.MAX_TOKENS)
@@ -93,7 +95,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             print(f"kvstab serve: {exc}; batching with kvstab's vllm-v1 model instead", file=sys.stderr)
             scheduler = "model"
     cfg = EmulatorConfig(
-        vllm=vllm, bbar=args.bbar, batch_time=args.batch_time, speedup=args.speedup, model=args.model,
+        server=dataclasses.replace(vllm.params(), bbar=args.bbar), max_model_len=vllm.max_model_len,
+        batch_time=args.batch_time, speedup=args.speedup, model=args.model,
         honour_min_tokens=not args.ignore_min_tokens, eos_after=args.eos_after, scheduler=scheduler,
     )
     print(
@@ -135,7 +138,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         raise InvalidArgument(f"{res.path} records no per-request lengths; give --workload or --trace for E[g]")
     if args.M is None or args.bbar is None:
         raise InvalidArgument("comparing an imported result with μ needs the server's --M (tokens) and --bbar (s)")
-    params = ModelParams(M=args.M, chunk=args.chunk, block=args.block)
+    params = ModelParams(M=args.M, chunk=args.chunk, block=args.block, bbar=args.bbar)
     if not params.fits_total(workload.max_total):
         # the run's server held these requests: an M they do not fit in is not that server's
         raise InvalidArgument(
@@ -143,7 +146,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
             f"peak but --M is {args.M} (block {args.block}): no server with that capacity serves them; give the "
             "capacity of the server that ran the benchmark"
         )
-    rep = stability_report(workload, params, args.bbar)
+    rep = stability_report(workload, params)
     out = {
         "tool": res.tool, "path": res.path, "throughput_per_s": res.throughput_per_s, "completed": res.completed,
         "duration_s": res.duration_s, "workload": workload.describe(), "M": args.M, "bbar_s": args.bbar,

@@ -76,17 +76,16 @@ IntArray = npt.NDArray[np.int64]
 
 @dataclass(frozen=True, slots=True)
 class Replica:
-    """One replica of a fleet: its server, batch time and scheduler."""
+    """One replica of a fleet: its server (batch time b̄_i included) and scheduler."""
 
-    params: ModelParams = field(metadata={"help": "the server (M, ŝ, B, token budget, max_num_seqs)"})
-    bbar: float = field(metadata={"help": "batch time b̄_i, seconds per slot"})
+    params: ModelParams = field(metadata={"help": "the server (M, ŝ, B, token budget, max_num_seqs, b̄)"})
     scheduler: str = field(default="current-fit", metadata={"help": "registered scheduler name or module:attr"})
     name: str = field(default="", metadata={"help": "a label for reports (e.g. the GPU type)"})
 
     def __post_init__(self) -> None:
         if not isinstance(self.params, ModelParams):
             raise InvalidArgument(f"a replica's params must be ModelParams, got {self.params!r}")
-        object.__setattr__(self, "bbar", positive_float("a replica's batch time b̄", self.bbar, maximum=3600.0))
+        positive_float("a replica's batch time b̄", self.params.bbar, maximum=3600.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,17 +184,17 @@ def replica_infos(replicas: Sequence[Replica], workload: Workload) -> tuple[tupl
     infos: list[ReplicaInfo] = []
     deltas: list[float] = []
     for i, r in enumerate(replicas):
-        mu_s, eg, delta = _theory(workload, r.params, r.bbar)
-        infos.append(ReplicaInfo(i, mu_s, r.params.M, r.bbar, eg))
+        mu_s, eg, delta = _theory(workload, r.params)
+        infos.append(ReplicaInfo(i, mu_s, r.params, eg))
         deltas.append(delta)
     return tuple(infos), deltas
 
 
 @lru_cache(maxsize=256)
-def _theory(workload: Workload, params: ModelParams, bbar: float) -> tuple[float, float, float]:
+def _theory(workload: Workload, params: ModelParams) -> tuple[float, float, float]:
     """``(μ, E[g], δ)`` of one replica; a search runs the same fleet many times
     (a workload is keyed by identity: it is not hashable by value)."""
-    rep = stability_report(workload, params, bbar)
+    rep = stability_report(workload, params)
     return rep.mu_per_s, rep.E_g, rep.delta
 
 
@@ -320,8 +319,8 @@ def _static(
     for i, (rep, sched) in enumerate(zip(replicas, schedulers)):
         ids = np.flatnonzero(where == i).astype(np.int64)
         t = arrivals.time[ids]
-        slots = _slots(arrivals.horizon_s, rep.bbar)
-        plan = ArrivalPlan(np.floor(t / rep.bbar).astype(np.int64), arrivals.s[ids], arrivals.o[ids])
+        slots = _slots(arrivals.horizon_s, rep.params.bbar)
+        plan = ArrivalPlan(np.floor(t / rep.params.bbar).astype(np.int64), arrivals.s[ids], arrivals.o[ids])
         out = run(sched, rep.params, plan, slots, check=check, engine="auto", record=True)
         res = out.result
         assert res is not None  # record=True
@@ -363,7 +362,7 @@ def _event(
     n = len(arrivals)
     rng = np.random.default_rng([seed, 1])
     engines = [Engine(sch, rep.params, check=check, spec=rep.scheduler) for rep, sch in zip(replicas, schedulers)]
-    bbars = [rep.bbar for rep in replicas]
+    bbars = [rep.params.bbar for rep in replicas]
     fixed = np.asarray(router.assign(n, infos, rng), dtype=np.int64) if static_router else None
     got: list[list[int]] = [[] for _ in replicas]
     for k in range(n):
@@ -443,7 +442,7 @@ def simulate_fleet(
         outs = _event(rt, replicas, infos, arrivals, seed, schedulers, check, static_router=not dependent)
     H = arrivals.horizon_s
     edges = np.linspace(0.0, H, max(int(grid), 2 * BATCHES * 2) + 1)
-    bbars = [r.bbar for r in replicas]
+    bbars = [r.params.bbar for r in replicas]
     Ms = [r.params.M for r in replicas]
     chunks = [r.params.chunk for r in replicas]
     results: list[ReplicaResult] = []
