@@ -81,7 +81,8 @@ MAX_ARRIVAL_SLOT = 10**15
 MAX_PLANNED = 3 * 10**7
 
 
-def _check_rate(rate: float, bbar: float, slots: int) -> None:
+def _check_rate(rate: float, params: ModelParams, slots: int) -> None:
+    bbar = params.bbar
     if not (isinstance(rate, (int, float)) and np.isfinite(rate) and rate > 0):
         raise InvalidArgument(f"arrival rate λ must be > 0 requests/s, got {rate!r}")
     if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1:
@@ -100,10 +101,9 @@ def poisson_arrivals(
     """Poisson(``rate·b̄``) arrivals in each of ``slots`` slots of the server
     ``params`` (only its ``b̄`` matters here; ``ModelParams(bbar=1.0)`` makes
     ``rate`` a rate per slot), lengths i.i.d. from ``workload``."""
-    bbar = params.bbar
-    _check_rate(rate, bbar, slots)
+    _check_rate(rate, params, slots)
     rng = np.random.default_rng(seed)
-    counts = rng.poisson(rate * bbar, size=slots)
+    counts = rng.poisson(rate * params.bbar, size=slots)
     slot = np.repeat(np.arange(slots, dtype=np.int64), counts)
     s, o = workload.sample(rng, int(slot.size))
     return ArrivalPlan(slot, np.asarray(s, dtype=np.int64), np.asarray(o, dtype=np.int64))

@@ -319,7 +319,7 @@ def _static(
     for i, (rep, sched) in enumerate(zip(replicas, schedulers)):
         ids = np.flatnonzero(where == i).astype(np.int64)
         t = arrivals.time[ids]
-        slots = _slots(arrivals.horizon_s, rep.params.bbar)
+        slots = _slots(arrivals.horizon_s, rep.params)
         plan = ArrivalPlan(np.floor(t / rep.params.bbar).astype(np.int64), arrivals.s[ids], arrivals.o[ids])
         out = run(sched, rep.params, plan, slots, check=check, engine="auto", record=True)
         res = out.result
@@ -330,7 +330,9 @@ def _static(
     return outs
 
 
-def _slots(horizon: float, bbar: float) -> int:
+def _slots(horizon: float, params: ModelParams) -> int:
+    """The slots of ``params``' b̄ that cover ``horizon`` seconds."""
+    bbar = params.bbar
     k = int(math.ceil(horizon / bbar))
     if k > MAX_SLOTS:
         raise InvalidArgument(f"a horizon of {horizon:g} s is {k} slots of b̄ = {bbar:g} s, more than {MAX_SLOTS}")
@@ -380,8 +382,8 @@ def _event(
         engines[j].arrive(int(arrivals.s[k]), int(arrivals.o[k]))
         got[j].append(k)
     outs: list[_Outcome] = []
-    for eng, b, ids_list in zip(engines, bbars, got):
-        slots = _slots(arrivals.horizon_s, b)
+    for eng, rep, ids_list in zip(engines, replicas, got):
+        slots = _slots(arrivals.horizon_s, rep.params)
         _advance(eng, slots)
         ids = np.asarray(ids_list, dtype=np.int64)
         # slots skipped while idle keep no record: nothing held, nothing waiting
