@@ -35,6 +35,7 @@ __all__ = [
     "seed",
     "slots",
     "rate",
+    "bbar",
     "window",
     "decide_timeout",
     "add_run_arguments",
@@ -67,6 +68,9 @@ rate = arg_type(v.positive_float, "the arrival rate", maximum=v.MAX_RATE)
 #: the longest batch time a command line accepts, in seconds (an hour a slot is a typo, not a server)
 MAX_BBAR = 3600.0
 
+#: the batch time b̄ in seconds per slot (ModelParams.bbar's flag; also sweep's and live's --bbar)
+bbar = arg_type(v.positive_float, "the batch time b̄", maximum=MAX_BBAR)
+
 #: flag name, ModelParams field, argparse type of each server flag
 SERVER_FLAGS: dict[str, tuple[str, Callable[[str], Any] | None]] = {
     "--M": ("M", arg_type(v.positive_int, "M (KV capacity in tokens)", maximum=v.MAX_TOKENS)),
@@ -75,7 +79,7 @@ SERVER_FLAGS: dict[str, tuple[str, Callable[[str], Any] | None]] = {
     "--g": ("g", None),
     "--token-budget": ("token_budget", arg_type(v.positive_int, "the token budget", maximum=v.MAX_TOKENS)),
     "--max-num-seqs": ("max_num_seqs", arg_type(v.positive_int, "max_num_seqs", maximum=v.MAX_COUNT)),
-    "--bbar": ("bbar", arg_type(v.positive_float, "the batch time b̄", maximum=MAX_BBAR)),
+    "--bbar": ("bbar", bbar),
 }
 
 

@@ -12,15 +12,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kvstab import validation as v
-from kvstab.cli.flags import SERVER_FLAGS, arg_type, positive_float, positive_int, rate, seed
+from kvstab.cli.flags import arg_type, bbar, positive_float, positive_int, rate, seed
 from kvstab.errors import InvalidArgument
 
 __all__ = ["register"]
 
 _duration = arg_type(v.positive_float, "a duration in seconds", maximum=7 * 24 * 3600.0)
 _speedup = arg_type(v.positive_float, "the speed-up", maximum=1e6)
-#: --bbar's one type, ModelParams' field's flag (serve and bench keep their own defaults and help)
-_bbar = SERVER_FLAGS["--bbar"][1]
 _fraction = arg_type(v.fraction, "a fraction in [0, 1)")
 _count = arg_type(v.positive_int, "a number of requests", maximum=v.MAX_COUNT)
 _tokens = arg_type(v.positive_int, "a number of tokens", maximum=v.MAX_TOKENS)
@@ -340,7 +338,7 @@ def register(subparsers: Any) -> None:
     s.add_argument("--max-num-batched-tokens", type=_tokens, default=512, help="token budget = chunk ŝ (default 512)")
     s.add_argument("--max-num-seqs", type=positive_int, default=256, help="cap on running requests (default 256)")
     s.add_argument("--max-model-len", type=_tokens, default=None, help="longest s + o accepted (default: what fits)")
-    s.add_argument("--bbar", type=_bbar, default=0.0372, help="seconds per step (default 0.0372)")
+    s.add_argument("--bbar", type=bbar, default=0.0372, help="seconds per step (default 0.0372)")
     s.add_argument("--batch-time", type=_batch_time, default=None,
                    help="a,b,c,d: step = a + b·prefill + c·decode + d·kv_attended seconds (kvstab empirical's fit)")
     s.add_argument("--speedup", type=_speedup, default=1.0, help="run this many times faster than real time")
@@ -375,7 +373,7 @@ def register(subparsers: Any) -> None:
     b.add_argument("--chunk", type=_tokens, default=512, help="ŝ for μ: the server's max_num_batched_tokens (default 512)")
     b.add_argument("--block", type=_tokens, default=16, help="with --import: KV block size for μ (default 16)")
     b.add_argument("--M", type=_tokens, default=None, help="KV capacity in tokens (default: from /metrics)")
-    b.add_argument("--bbar", type=_bbar, default=None, help="batch time in s (default: measured from /metrics)")
+    b.add_argument("--bbar", type=bbar, default=None, help="batch time in s (default: measured from /metrics)")
     b.add_argument("--scrape-interval", type=_duration, default=0.5, help="seconds between scrapes (default 0.5)")
     b.add_argument("--timeout", type=_duration, default=10.0, help="connect timeout in seconds (default 10)")
     b.add_argument("--no-stream", action="store_true", help="plain responses instead of server-sent events")
