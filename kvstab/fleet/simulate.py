@@ -254,10 +254,9 @@ def _grid_series(
 
 
 def _stats(
-    outs: Sequence[_Outcome], bbars: Sequence[float], Ms: Sequence[int], chunks: Sequence[int], edges: FloatArray,
-    horizon: float, warmup: float,
+    outs: Sequence[_Outcome], servers: Sequence[ModelParams], edges: FloatArray, horizon: float, warmup: float,
 ) -> tuple[Stats, FloatArray]:
-    """Figures of the requests of ``outs`` pooled (one replica, or the fleet)."""
+    """Figures of the requests of ``outs`` pooled (one replica, or the fleet), ``servers[i]`` the server of ``outs[i]``."""
     dt = float(edges[1] - edges[0])
     comp = np.zeros(edges.size - 1)
     n_sys = np.zeros(edges.size)
@@ -267,7 +266,8 @@ def _stats(
     capacity = 0.0
     arrived = completed = pre = 0
     t0 = warmup * horizon
-    for out, b, M, chunk in zip(outs, bbars, Ms, chunks):
+    for out, server in zip(outs, servers):
+        b = server.bbar
         fin = np.where(out.finish >= 0, (out.finish + 1) * b, np.nan)
         c, q = _grid_series(out.arrival_s, fin, edges)
         comp += c
@@ -276,9 +276,9 @@ def _stats(
         k1 = int(math.ceil(horizon / b))
         mem = out.memory[k0:k1]
         used += float(mem.mean()) if mem.size else 0.0
-        capacity += M
+        capacity += server.M
         ok = (out.arrival_s >= t0) & (out.finish >= 0)
-        n_s = prefill_slots(out.s[ok], chunk)
+        n_s = prefill_slots(out.s[ok], server.chunk)
         lat_ttft.append((out.first_admit[ok] + n_s) * b - out.arrival_s[ok])
         lat_e2e.append((out.finish[ok] + 1) * b - out.arrival_s[ok])
         arrived += int(out.arrival_s.size)
@@ -444,21 +444,19 @@ def simulate_fleet(
         outs = _event(rt, replicas, infos, arrivals, seed, schedulers, check, static_router=not dependent)
     H = arrivals.horizon_s
     edges = np.linspace(0.0, H, max(int(grid), 2 * BATCHES * 2) + 1)
-    bbars = [r.params.bbar for r in replicas]
-    Ms = [r.params.M for r in replicas]
-    chunks = [r.params.chunk for r in replicas]
+    servers = [r.params for r in replicas]
     results: list[ReplicaResult] = []
     series: list[FloatArray] = []
     waiting: list[FloatArray] = []
     for i, out in enumerate(outs):
-        st, q = _stats([out], [bbars[i]], [Ms[i]], [chunks[i]], edges, H, warmup)
+        st, q = _stats([out], [servers[i]], edges, H, warmup)
         series.append(q)
         # the queue at time t is the one left by the last slot that ended by t
-        last = np.floor(edges / bbars[i]).astype(np.int64) - 1
+        last = np.floor(edges / servers[i].bbar).astype(np.int64) - 1
         waiting.append(np.where(last >= 0, out.queue[np.clip(last, 0, out.queue.size - 1)], 0).astype(np.float64))
-        fin = np.where(out.finish >= 0, (out.finish + 1) * bbars[i], np.nan)
+        fin = np.where(out.finish >= 0, (out.finish + 1) * servers[i].bbar, np.nan)
         results.append(ReplicaResult(replicas[i], infos[i], st, out.engine, out.arrival_s, fin, out.ids))
-    fleet, _ = _stats(outs, bbars, Ms, chunks, edges, H, warmup)
+    fleet, _ = _stats(outs, servers, edges, H, warmup)
     rate = len(arrivals) / H
     return FleetResult(
         router=rt.name,
