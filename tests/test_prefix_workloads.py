@@ -155,7 +155,7 @@ def test_shipped_mooncake_traces(name: str, rows: int, reuse: float | None) -> N
     tr = load_trace(name)
     assert len(tr) == rows and tr.format == "mooncake" and tr.prompts is not None and tr.arrival is not None
     assert np.array_equal(tr.prompts.lengths(), tr.s)
-    plan = trace_arrivals(tr, 0.04)
+    plan = trace_arrivals(tr, ModelParams(bbar=0.04))
     assert plan.prompts is tr.prompts
     if reuse is not None:
         # the probe's figure: 37 % of prompt tokens are a prefix seen before (infinite cache, 512-token blocks)
@@ -221,9 +221,9 @@ def test_bad_prefix_specs_are_one_line_naming_the_parameter(spec: str, says: str
 
 
 def test_prefix_law_keeps_the_plan_lengths_and_shares_its_prompt() -> None:
-    plain = poisson_arrivals(parse_workload("s=U(1100,2000),o=U(10,500)"), 20.0, 0.05, 2000, seed=3)
+    plain = poisson_arrivals(parse_workload("s=U(1100,2000),o=U(10,500)"), 20.0, ModelParams(bbar=0.05), 2000, seed=3)
     w = parse_workload("s=U(1100,2000),o=U(10,500),prefix=shared(1024)")
-    plan = poisson_arrivals(w, 20.0, 0.05, 2000, seed=3)
+    plan = poisson_arrivals(w, 20.0, ModelParams(bbar=0.05), 2000, seed=3)
     assert plain.prompts is None and plan.prompts is not None
     assert np.array_equal(plan.s, plain.s) and np.array_equal(plan.o, plain.o) and np.array_equal(plan.slot, plain.slot)
     first = plan.prompts.prompt(0).segments[0]
@@ -310,7 +310,7 @@ def test_conversations_grow_turn_by_turn() -> None:
 def test_conversation_arrivals() -> None:
     law = Conversation(Fixed(4), 2.0, Uniform(10, 80), Uniform(5, 50))
     rate, bbar, slots = 8.0, 0.05, 40_000
-    plan = conversation_arrivals(law, rate, bbar, slots, seed=5)
+    plan = conversation_arrivals(law, rate, ModelParams(bbar=bbar), slots, seed=5)
     assert isinstance(plan, ArrivalPlan) and plan.prompts is not None
     assert np.all(np.diff(plan.slot) >= 0) and plan.slot.max() < slots
     # rate requests/s on average (the horizon cuts a few late turns): within 5 sd of a Poisson count of conversations
@@ -318,7 +318,7 @@ def test_conversation_arrivals() -> None:
     assert abs(len(plan) / 4 - conv) <= 5 * math.sqrt(conv) + 4
     # the workload spec goes the same way through poisson_arrivals
     w = parse_workload("s=U(10,80),o=U(5,50),prefix=chat(4,2)")
-    again = poisson_arrivals(w, rate, bbar, slots, seed=5)
+    again = poisson_arrivals(w, rate, ModelParams(bbar=bbar), slots, seed=5)
     assert np.array_equal(again.s, plan.s) and np.array_equal(again.slot, plan.slot)
     # its (s, o) law is the request stream's, and knows the largest request exactly
     assert w.max_total == 4 * (80 + 50)

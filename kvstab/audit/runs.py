@@ -44,9 +44,8 @@ class Point:
     """One simulation to run: everything its result depends on."""
 
     scheduler: str = field(metadata={"help": "registered name or module:attr"})
-    params: ModelParams = field(metadata={"help": "the server"})
+    params: ModelParams = field(metadata={"help": "the server (its b̄ sets the slot length)"})
     workload: str = field(metadata={"help": "workload spec (kvstab.workload.parse_workload)"})
-    bbar: float = field(metadata={"help": "batch time b̄ in seconds per slot"})
     rate: float = field(metadata={"help": "Poisson arrival rate λ, requests per second"})
     slots: int = field(metadata={"help": "horizon in slots"})
     seed: int = field(metadata={"help": "seed of the arrival generator"})
@@ -135,7 +134,7 @@ def run_point(point: Point, scheduler: Scheduler | None = None) -> PointResult:
     t0 = time.perf_counter()
     sched = scheduler if scheduler is not None else _scheduler(point.scheduler)
     workload = load_workload(point.workload)
-    plan = poisson_arrivals(workload, point.rate, point.bbar, point.slots, seed=point.seed)
+    plan = poisson_arrivals(workload, point.rate, point.params, point.slots, seed=point.seed)
     if point.drop_oversize:
         plan = plan.fit_to(point.params, drop_oversize=True)
     out = run(sched, point.params, plan, point.slots, engine="auto")

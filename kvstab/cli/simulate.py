@@ -18,6 +18,7 @@ from typing import Any
 from kvstab import validation
 from kvstab.cli import flags
 from kvstab.errors import InvalidArgument
+from kvstab.model import ModelParams
 from kvstab.validation import MAX_SLOTS
 
 __all__ = ["register", "run"]
@@ -74,7 +75,7 @@ def _same_trace(spec: str, path: str) -> bool:
         return False
 
 
-def _workload_and_plan(args: argparse.Namespace, params: Any) -> tuple[Any, Any, int, str]:
+def _workload_and_plan(args: argparse.Namespace, params: ModelParams) -> tuple[Any, Any, int, str]:
     """The workload the theory uses, the arrival plan, the slots to run and a
     description of the arrivals — refused before any work if they disagree."""
     from kvstab.arrivals import trace_arrivals
@@ -96,11 +97,11 @@ def _workload_and_plan(args: argparse.Namespace, params: Any) -> tuple[Any, Any,
     trace = load_trace(path)
     workload = Workload.joint(trace.s, trace.o, name=f"trace({path})")
     scale = args.time_scale if args.time_scale is not None else 1.0
-    plan = trace_arrivals(trace, args.bbar, scale)
+    plan = trace_arrivals(trace, params, scale)
     last = int(plan.slot[-1]) if len(plan) else 0
     if args.slots is None and last + 1 > MAX_SLOTS:
         raise InvalidArgument(
-            f"trace {path} spans {last + 1} slots of b̄={args.bbar} s (more than {MAX_SLOTS}); pass --slots to "
+            f"trace {path} spans {last + 1} slots of b̄={params.bbar} s (more than {MAX_SLOTS}); pass --slots to "
             "simulate its beginning, or a smaller --time-scale"
         )
     slots = args.slots if args.slots is not None else last + 1
@@ -121,22 +122,22 @@ def run(args: argparse.Namespace) -> int:
     workload.check_fits(params, drop_oversize=args.drop_oversize)
     # the server sees only the requests that fit: with --drop-oversize the theory is of the law given fitting
     law, fit_p = workload.given_fit(params) if args.drop_oversize else (workload, 1.0)
-    theory = stability_report(law, params, args.bbar)
+    theory = stability_report(law, params)
     mu_formula = theory.mu_per_s
     delta = theory.delta  # uses the block-rounded peak, what a request really needs
     certified, certified_why = policy_guarantee(scheduler, params, law, mu_formula)
     if trace_plan is None:
         # --load is the load of what reaches the server: λ·P(fit) = load·μ
         rate = args.rate if args.rate is not None else args.load * mu_formula / fit_p
-        plan = poisson_arrivals(workload, rate, args.bbar, slots, seed=args.seed)
+        plan = poisson_arrivals(workload, rate, params, slots, seed=args.seed)
         source = f"Poisson, seed {args.seed}"
         plan = plan.fit_to(params, drop_oversize=args.drop_oversize)
         fit_rate = rate * fit_p
     else:
         # λ of what is offered inside the simulated window, not of all the trace's rows
-        rate = int((trace_plan.slot < slots).sum()) / (slots * args.bbar)
+        rate = int((trace_plan.slot < slots).sum()) / (slots * params.bbar)
         plan = trace_plan.fit_to(params, drop_oversize=args.drop_oversize)
-        fit_rate = int((plan.slot < slots).sum()) / (slots * args.bbar)
+        fit_rate = int((plan.slot < slots).sum()) / (slots * params.bbar)
     if slots - int(slots * args.warmup) < 4:
         raise InvalidArgument(
             f"--slots {slots} with --warmup {args.warmup:g} leaves {slots - int(slots * args.warmup)} slot(s) to "
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         "block": params.block,
         "token_budget": params.token_budget,
         "max_num_seqs": params.max_num_seqs,
-        "bbar_s": args.bbar,
+        "bbar_s": params.bbar,
         "slots": summ.slots,
         "window": window,
         # the compiled engine runs head-of-line built-ins, whose decisions the window never changes, and does
@@ -183,8 +184,8 @@ def run(args: argparse.Namespace) -> int:
         ) if law is not workload else None,
         "throughput_per_slot": thr.value,
         "throughput_per_slot_ci95": [thr.low, thr.high],
-        "throughput_per_s": thr.value / args.bbar,
-        "throughput_per_s_ci95": [thr.low / args.bbar, thr.high / args.bbar],
+        "throughput_per_s": thr.value / params.bbar,
+        "throughput_per_s_ci95": [thr.low / params.bbar, thr.high / params.bbar],
         "queue_growth_per_slot": slope.value,
         "queue_growth_per_slot_ci95": [slope.low, slope.high],
         "in_system_at_end": summ.arrived - completed,
@@ -195,12 +196,12 @@ def run(args: argparse.Namespace) -> int:
         "latency_slots": summ.latency,
         "E_g_tokens_slots": theory.E_g,
         "mu_formula_per_s": mu_formula,
-        "mu_formula_per_slot": mu_formula * args.bbar,
+        "mu_formula_per_slot": mu_formula * params.bbar,
         "delta": delta,
         "mu_1_minus_delta_per_s": theory.guarantee_per_s,
         "policy_certified_rate_per_s": certified,
         "policy_certified_rate_basis": certified_why,
-        "measured_over_mu": (thr.value / args.bbar) / mu_formula,
+        "measured_over_mu": (thr.value / params.bbar) / mu_formula,
         "engine": engine_used,
         "engine_reason": engine_why,
         "wall_s": wall,

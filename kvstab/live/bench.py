@@ -228,8 +228,8 @@ class RunResult:
         out["saturated"], out["saturation_warning"] = self._saturation(est_s, measured_bbar=not bbar_given)
         if M is not None and bbar is not None and bbar > 0:
             block = server.get("block_size") or 1
-            params = ModelParams(M=M, chunk=cfg.chunk, block=min(block, M))
-            rep = stability_report(workload, params, bbar)
+            params = ModelParams(M=M, chunk=cfg.chunk, block=min(block, M), bbar=bbar)
+            rep = stability_report(workload, params)
             out["E_g_tokens_slots"] = rep.E_g
             out["mu_per_s"] = rep.mu_per_s
             out["measured_over_mu"] = thr / rep.mu_per_s if thr is not None else None
