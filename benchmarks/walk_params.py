@@ -31,8 +31,8 @@ M_VALUE, CHUNK_VALUE, BLOCK_VALUE = 131_071, 997, 1021
 
 def walk(engine: str, scheduler: str) -> dict[str, Any]:
     """Run once and return the figures (see the module docstring)."""
-    from kvstab.model import ModelParams
     from kvstab.arrivals import fixed_arrivals
+    from kvstab.model import ModelParams
     from kvstab.registry import load_scheduler
 
     params = ModelParams(M=M_VALUE, chunk=CHUNK_VALUE, block=BLOCK_VALUE)
