@@ -57,19 +57,6 @@ from kvstab.engine._layout import (  # noqa: F401 - the driver and the tests rea
     BP_S1,
     BP_S2,
     BP_SIZE,
-    C_B,
-    C_BUDGET,
-    C_CHECK,
-    C_CHUNK,
-    C_COMP,
-    C_DRAIN,
-    C_DRAIN_MIN,
-    C_LIFE,
-    C_M,
-    C_MAXSEQ,
-    C_POL,
-    C_T_BASE,
-    C_T_END,
     COLUMNS,
     CURRENT_FIT,
     DRAINED,
@@ -671,624 +658,482 @@ def _la_to_table(FT: np.ndarray, R: np.ndarray, ah: int, chunk: int, B: int) -> 
         q = R[F_NXT, q]
 
 
-# ---- the phases of a slot (each inlined into the loop; the ones sglang's kernel shares first)
-@_njit(cache=True, inline="always")
-def _arrivals(
-    R: np.ndarray, qbuf: np.ndarray, pslot: np.ndarray, ps: np.ndarray, po: np.ndarray,
-    q: tuple[int, int, int], t: int, life: int,
-) -> tuple[tuple[int, int, int], int]:  # fmt: skip
-    """Slot ``t``'s arrivals join the queue's tail: the queue ``(i, qh, ql)`` after them, and
-    how many arrived."""
-    i, qh, ql = q
-    n = pslot.shape[0]
-    arrived = 0
-    while i < n and pslot[i] == t:
-        ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
-        i += 1
-        arrived += 1
-    return (i, qh, ql), arrived
-
-
-@_njit(cache=True, inline="always")
-def _stretch_rows(
-    R: np.ndarray, qbuf: np.ndarray, pslot: np.ndarray, ps: np.ndarray, po: np.ndarray, out: np.ndarray,
-    q: tuple[int, int, int], t: int, te: int, t_base: int, life: int, clock: int, na: int,
-    nL: int, DL: int, CL: int, comp: bool, B: int, ph: np.ndarray,
-) -> tuple[tuple[int, int, int], int]:  # fmt: skip
-    """The rows of a quiet stretch ``t … te − 1`` (only lazy decoders run; slot ``t + j`` is
-    their decode clock ``clock + j``): the queue after its arrivals, and what the lazy
-    decoders hold at its end."""
-    for tt in range(t, te):
-        q, arrived = _arrivals(R, qbuf, pslot, ps, po, q, tt, life)
-        post = _lazy_post(DL, nL, clock + tt - t, B, ph)
-        col = tt - t_base
-        out[0, col] = arrived
-        out[4, col] = na
-        out[5, col] = post
-        out[7, col] = nL
-        out[8, col] = q[2]
-        if comp:
-            kv = CL + nL * (tt + 1)
-            out[9, col] = nL
-            out[11, col] = nL
-            out[12, col] = kv
-            out[16, col] = kv
-        DL = post
-    return q, DL
-
-
-@_njit(cache=True, inline="always")
-def _stretch_arrivals(
-    R: np.ndarray, qbuf: np.ndarray, pslot: np.ndarray, ps: np.ndarray, po: np.ndarray,
-    q: tuple[int, int, int], te: int, life: int, binned: bool, bq: tuple[int, int, int, int, int, int, int],
-    bins2: np.ndarray,
-) -> tuple[int, int, int]:  # fmt: skip
-    """The arrivals before slot ``te`` of a quiet stretch that keeps no rows, each counted in
-    the streamed queue-slope bins; returns the queue after them."""
-    i, qh, ql = q
-    n = pslot.shape[0]
-    b2f, b2s, b2n = bq[3], bq[4], bq[5]
-    while i < n and pslot[i] < te:
-        ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
-        if binned:
-            k2 = pslot[i] - b2f
-            if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
-                bins2[k2 // b2s] += 1.0
-        i += 1
-    return (i, qh, ql)
-
-
-@_njit(cache=True, inline="always")
-def _violated(st: np.ndarray, t: int, memory: int, M: int, na: int, maxseq: int, tokens: int, budget: int) -> bool:
-    """Whether slot ``t`` broke a limit (:func:`_breach`); if so the violation is written to ``st``."""
-    vk, vv = _breach(memory, M, na, maxseq, tokens, budget)
-    if vk == 0:
-        return False
-    st[ST_VKIND] = vk
-    st[ST_VSLOT] = t
-    st[ST_VVALUE] = vv
-    st[ST_VMEM] = memory
-    return True
-
-
-@_njit(cache=True, inline="always")
-def _link_tail(R: np.ndarray, r: int, ah: int, at: int) -> tuple[int, int]:
-    """Append ``r`` to the list of actives (the newest); returns its new head and tail."""
-    R[F_PRV, r] = at
-    R[F_NXT, r] = -1
-    if at >= 0:
-        R[F_NXT, at] = r
-    else:
-        ah = r
-    return ah, r
-
-
-@_njit(cache=True, inline="always")
-def _row(
-    out: np.ndarray, col: int, arrived: int, nadmit: int, npreempt: int, done: int, running: int, memory: int,
-    wasted: int, tokens: int, ql: int,
-) -> None:  # fmt: skip
-    """A slot's row of the SimResult at column ``col`` of ``out``."""
-    out[0, col] = arrived
-    out[1, col] = nadmit
-    out[2, col] = npreempt
-    out[3, col] = done
-    out[4, col] = running
-    out[5, col] = memory
-    out[6, col] = wasted
-    out[7, col] = tokens
-    out[8, col] = ql
-
-
-@_njit(cache=True, inline="always")
-def _record(
-    out: np.ndarray, rows: bool, t: int, t_base: int, arrived: int, nadmit: int, npreempt: int, done: int,
-    running: int, memory: int, wasted: int, tokens: int, ql: int, binned: bool,
-    bq: tuple[int, int, int, int, int, int, int], bins1: np.ndarray, bins2: np.ndarray, memsum: int,
-) -> int:  # fmt: skip
-    """Slot ``t``'s row of the SimResult (``rows``), or its share of the streamed batch-means sums
-    (``binned``); returns the streamed Σ memory."""
-    if rows:
-        _row(out, t - t_base, arrived, nadmit, npreempt, done, running, memory, wasted, tokens, ql)
-    if binned:
-        b1f, b1s, b1n, b2f, b2s, b2n, mstart = bq
-        k1 = t - b1f
-        if b1s > 0 and k1 >= 0 and k1 < b1s * b1n:
-            bins1[k1 // b1s] += done
-        k2 = t - b2f
-        if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
-            bins2[k2 // b2s] += arrived - done
-        if t >= mstart:
-            memsum += memory
-    return memsum
-
-
-@_njit(cache=True, inline="always")
-def _bins_of(bp: np.ndarray) -> tuple[int, int, int, int, int, int, int]:
-    """The streamed batch-means parameters: first slot, slots a bin, bins (throughput, then queue
-    slope), and the slot from which Σ memory is streamed."""
-    return bp[BP_F1], bp[BP_S1], bp[BP_N1], bp[BP_F2], bp[BP_S2], bp[BP_N2], bp[BP_MEM]
-
-
-# ---- the built-ins' phases
-@_njit(cache=True, inline="always")
-def _quiet_until(
-    R: np.ndarray, qbuf: np.ndarray, hk: np.ndarray, ph: np.ndarray, pslot: np.ndarray, k: tuple,
-    t: int, t_end: int, q: tuple[int, int, int], na: int, lz: tuple[int, int, int, int],
-    resv: int, lah: int, law: int,
-) -> int:  # fmt: skip
-    """The first slot ``te ≥ t`` in which anything could change a decision, every running request
-    being a lazy decoder: the next completion, an arrival into an empty queue, the slot the
-    refused head could pass its rule's test, the first overflow (``t``: run slot ``t`` in full)."""
-    pol, life, M, chunk, B, budget, maxseq, check, comp, drain, drain_min = k
-    i, qh, ql = q
-    nL, CL, DL, hn = lz
-    n = pslot.shape[0]
-    te = t_end
-    if ql == 0 and i < n and pslot[i] < te:
-        te = pslot[i]  # an arrival into an empty queue may be admitted at once
-    if drain and i >= n and t < drain_min < te:
-        te = drain_min
-    if hn > 0 and hk[0] < te:
-        te = hk[0]  # a completion frees memory at the end of its slot
-    if te > t and ql > 0:
-        # the head must be refused now and in every slot before te
-        h = qbuf[qh]
-        full = maxseq >= 0 and na >= maxseq  # until a completion
-        if not full:
-            if pol == CURRENT_FIT or pol == NO_PREEMPT:
-                # post-slot memory only grows, so a refused first chunk stays refused
-                if _lazy_post(DL, nL, t, B, ph) + held(min(R[F_S, h], chunk), B) <= M:
-                    te = t
-            elif pol == VLLM_V1:
-                # memory only grows and the budget left (budget − running) stays
-                if (budget < 0 or budget - nL > 0) and _lazy_post(DL, nL, t, B, ph) + held(R[F_S, h], B) <= M:
-                    te = t
-            elif pol == RESERVE:
-                if resv + held(R[F_S, h] + R[F_O, h], B) <= M:
-                    te = t
-            elif h != lah or t >= law:  # LOOKAHEAD: not tested yet, or its wake slot came
-                te = t
-            elif law < te:
-                te = law
-    preempts = pol == CURRENT_FIT or pol == VLLM_V1
-    if te > t and (preempts or check):
-        te = _overflow(DL, nL, t, te, M, B, ph)  # a preemption (or the violation) is an event
-    if te > t and budget >= 0 and nL > budget and (pol == VLLM_V1 or check):
-        te = t  # the budget binds (vllm-v1 stalls decoders) or is broken: per-slot work
-    if te > t and check and maxseq >= 0 and na > maxseq:
-        te = t
-    return te
-
-
-@_njit(cache=True, inline="always")
-def _grants(R: np.ndarray, elist: np.ndarray, ne: int, chunk: int, B: int) -> tuple[int, int]:
-    """Every explicit request's grant (one unit: a chunk of its prompt, or a token): their sum,
-    and their post-slot memory."""
-    pexp = 0
-    gexp = 0
-    for k in range(ne):
-        r = elist[k]
-        p = R[F_PROG, r]
-        sr = R[F_S, r]
-        u = min(chunk, sr - p) if p < sr else 1
-        R[F_GRANT, r] = u
-        gexp += u
-        pexp += held(p + u, B)
-    return gexp, pexp
-
-
-@_njit(cache=True, inline="always")
-def _budget_walk(
-    R: np.ndarray, elist: np.ndarray, hk: np.ndarray, hid: np.ndarray, ph: np.ndarray, st: np.ndarray,
-    t: int, B: int, budget: int, at: int, ne: int, lz: tuple[int, int, int, int], gexp: int, pexp: int,
-) -> tuple[int, tuple[int, int, int, int], int, int]:  # fmt: skip
-    """vLLM's running-first walk under the token budget: a prefix of the admission order gets its
-    whole ask, one request the budget's rest, the newer ones nothing.  Walks back from the newest
-    while the asks before a request already spend the budget; a decoder the budget stalls is
-    stepped explicitly in this slot.  Returns ``ne``, the lazy aggregates, the grants, their memory."""
-    nL, CL, DL, hn = lz
-    total = nL + gexp
-    sfx = 0
-    stalled = 0
-    r = at
-    while r >= 0:
-        lazy = R[F_MODE, r] == M_LAZY
-        ask = 1 if lazy else R[F_GRANT, r]
-        if total - sfx <= budget:
-            break
-        g = budget - (total - sfx - ask)
-        if g < 0:
-            g = 0
-        prv = R[F_PRV, r]
-        if lazy:
-            p, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t, B, nL, CL, DL, hn)
-            R[F_MODE, r] = M_EXPL
-            elist[ne] = r
-            R[F_EPOS, r] = ne
-            ne += 1
-            pexp += held(p + g, B)
-            gexp += g
-            stalled += 1
-        else:
-            p = R[F_PROG, r]
-            pexp += held(p + g, B) - held(p + ask, B)
-            gexp += g - ask
-        R[F_GRANT, r] = g
-        sfx += ask
-        r = prv
-    if stalled > 0:
-        st[ST_BUDGET] += 1
-        st[ST_BUDREQ] += stalled
-    return ne, (nL, CL, DL, hn), gexp, pexp
-
-
-@_njit(cache=True, inline="always")
-def _preempt(
-    R: np.ndarray, qbuf: np.ndarray, elist: np.ndarray, hk: np.ndarray, hid: np.ndarray, ph: np.ndarray,
-    t: int, M: int, B: int, life: int, P: int, q: tuple[int, int, int], a: tuple[int, int, int, int],
-    lz: tuple[int, int, int, int], gexp: int, pexp: int,
-) -> tuple[int, tuple[int, int, int], tuple[int, int, int, int], tuple[int, int, int, int], int, int, int, int, int]:  # fmt: skip
-    """Recompute preemption: the newest active goes back to the queue head while post-slot memory
-    ``P`` exceeds ``M`` (the victims are a suffix of the admission order; popped newest first,
-    the oldest ends up first).  Returns ``P``, the queue, the actives, the lazy aggregates, the
-    grants and their memory, and the victims, their wasted area and their recomputed tokens."""
-    i, qh, ql = q
-    na, ah, at, ne = a
-    nL, CL, DL, hn = lz
-    cap = qbuf.shape[0]
-    npreempt = 0
-    wasted = 0
-    recomp = 0
-    while P > M:
-        r = at
-        if R[F_MODE, r] == M_LAZY:
-            p, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t, B, nL, CL, DL, hn)
-            P -= held(p + 1, B)
-        else:
-            p = R[F_PROG, r]
-            g = R[F_GRANT, r]
-            P -= held(p + g, B)
-            pexp -= held(p + g, B)
-            gexp -= g
-            ne -= 1
-            e = R[F_EPOS, r]
-            last = elist[ne]
-            elist[e] = last
-            R[F_EPOS, last] = e
-        at = R[F_PRV, r]
-        if at >= 0:
-            R[F_NXT, at] = -1
-        else:
-            ah = -1
-        na -= 1
-        if life == VLLM_LIFE:
-            R[F_RECOMP, r] += p
-            recomp += p
-            if p >= R[F_S, r]:  # vLLM keeps the outputs: they are recomputed as prompt
-                R[F_O, r] = R[F_S, r] + R[F_O, r] - p - 1
-                R[F_S, r] = p + 1
-        wasted += R[F_ATT, r]
-        R[F_WASTED, r] += R[F_ATT, r]
-        R[F_ATT, r] = 0
-        R[F_PROG, r] = 0
-        R[F_NPRE, r] += 1
-        R[F_MODE, r] = M_OUT
-        qh = (qh - 1) % cap
-        qbuf[qh] = r
-        ql += 1
-        npreempt += 1
-    return P, (i, qh, ql), (na, ah, at, ne), (nL, CL, DL, hn), gexp, pexp, npreempt, wasted, recomp
-
-
-@_njit(cache=True, inline="always")
-def _admit(
-    R: np.ndarray, qbuf: np.ndarray, elist: np.ndarray, st: np.ndarray, FT: np.ndarray, k: tuple,
-    t: int, P: int, q: tuple[int, int, int], a: tuple[int, int, int, int], nL: int, gexp: int,
-    la: tuple[int, int, int, bool, bool],
-) -> tuple[tuple[int, int, int], tuple[int, int, int, int], tuple[int, int, int, bool, bool], int]:  # fmt: skip
-    """Admission from the queue head, FCFS, while the rule's test passes (``P``: the actives'
-    post-slot memory); an admitted request is the newest active, stepped explicitly (it
-    prefills).  ``la`` is the rules' own state: reserve's total, lookahead's refused head and
-    its wake slot, whether its table is in the finish tree, and whether the tree is in use.
-    Returns the queue, the actives, ``la`` and how many were admitted."""
-    pol, life, M, chunk, B, budget, maxseq, check, comp, drain, drain_min = k
-    i, qh, ql = q
-    na, ah, at, ne = a
-    resv, lah, law, tree, ring = la
-    cap = qbuf.shape[0]
-    nadmit = 0
-    running = na
-    acc = P
-    left = budget - (nL + gexp)
-    while ql > 0:
-        r = qbuf[qh]
-        if maxseq >= 0 and running >= maxseq:
-            break
-        sr = R[F_S, r]
-        if pol == CURRENT_FIT or pol == NO_PREEMPT:
-            g = min(sr, chunk)
-            after = acc + held(g, B)
-            if after > M:
-                break
-            acc = after
-        elif pol == RESERVE:
-            after = resv + held(sr + R[F_O, r], B)
-            if after > M:
-                break
-            resv = after
-            g = min(sr, chunk)
-        elif pol == VLLM_V1:
-            if acc + held(sr, B) > M or (budget >= 0 and left <= 0):
-                break
-            g = min(sr, chunk) if budget < 0 else min(sr, chunk, left)
-            acc += held(g, B)
-            if budget >= 0:
-                left -= g
-        else:  # LOOKAHEAD: projected totals at every included finish slot stay within M
-            if r == lah and t < law:
-                break
-            st[ST_LATEST] += 1
-            if ring:  # the table moves into the tree when many run, and back when few do
-                if not tree and na >= FT[0, FT_.TREE_AT_]:
-                    _la_to_tree(FT, R, ah, chunk, B)
-                    tree = True
-                elif tree and na <= FT[0, FT_.TABLE_AT_]:
-                    _la_to_table(FT, R, ah, chunk, B)
-                    tree = False
-            if tree:
-                ok, wake, fc, own = _la_test(FT, t, sr, R[F_O, r], chunk, B, M)
-            else:
-                ok, wake, fc, own = _lookahead_test(R, ah, r, t, M, chunk, B)
-            if not ok:
-                lah = r
-                law = wake
-                break
-            if tree:
-                _la_admit(FT, t, sr, R[F_O, r], chunk, B, fc, own)
-            else:
-                x = ah
-                while x >= 0:
-                    fq = R[F_FSLOT, x]
-                    if fq <= fc:
-                        R[F_TF, x] += _proj_held(sr, R[F_O, r], t, fq, chunk, B)
-                    x = R[F_NXT, x]
-                R[F_TF, r] = own
-            R[F_FSLOT, r] = fc
-            R[F_TA, r] = t
-            g = min(sr, chunk)
-        qh = (qh + 1) % cap
-        ql -= 1
-        ah, at = _link_tail(R, r, ah, at)
-        na += 1
-        R[F_MODE, r] = M_EXPL
-        R[F_GRANT, r] = g
-        elist[ne] = r
-        R[F_EPOS, r] = ne
-        ne += 1
-        if R[F_FIRST, r] < 0:
-            R[F_FIRST, r] = t
-        running += 1
-        nadmit += 1
-    st[ST_ADMIT] += nadmit
-    return (i, qh, ql), (na, ah, at, ne), (resv, lah, law, tree, ring), nadmit
-
-
-@_njit(cache=True, inline="always")
-def _work(
-    R: np.ndarray, elist: np.ndarray, out: np.ndarray, t: int, col: int, ne: int, nL: int, CL: int, LP: int,
-    B: int, comp: bool, rows: bool,
-) -> tuple[int, int]:  # fmt: skip
-    """The slot's work: the lazy decoders in aggregate (``LP``: their post-slot memory), the
-    explicit requests one by one by their grants.  Returns the tokens processed and the memory;
-    with ``comp``, the compute counters go to the row (``rows``)."""
-    tokens = nL
-    memory = LP
-    scheduled = nL
-    pf_tok = 0
-    dc_tok = nL
-    kv_att = CL + nL * (t + 1)
-    pf_reqs = 0
-    pf_ctx = 0
-    pf_sq = 0
-    dc_ctx = kv_att
-    for k in range(ne):
-        r = elist[k]
-        p0 = R[F_PROG, r]
-        g = R[F_GRANT, r]
-        p1 = p0 + g
-        R[F_PROG, r] = p1
-        h = held(p1, B)
-        R[F_ATT, r] += h
-        R[F_SERVED, r] += h
-        tokens += g
-        memory += h
-        if comp and g > 0:
-            scheduled += 1
-            kv_att += p1
-            if p0 < R[F_S, r]:
-                pf_tok += g
-                pf_reqs += 1
-                pf_ctx += g * p0
-                pf_sq += g * g
-            else:
-                dc_tok += g
-                dc_ctx += p1
-    if comp and rows:
-        out[9, col] = scheduled
-        out[10, col] = pf_tok
-        out[11, col] = dc_tok
-        out[12, col] = kv_att
-        out[13, col] = pf_reqs
-        out[14, col] = pf_ctx
-        out[15, col] = pf_sq
-        out[16, col] = dc_ctx
-    return tokens, memory
-
-
-@_njit(cache=True, inline="always")
-def _release(
-    R: np.ndarray, elist: np.ndarray, hk: np.ndarray, hid: np.ndarray, ph: np.ndarray, FT: np.ndarray,
-    t: int, pol: int, chunk: int, B: int, a: tuple[int, int, int, int], lz: tuple[int, int, int, int],
-    resv: int, tree: bool,
-) -> tuple[tuple[int, int, int, int], tuple[int, int, int, int], int, int]:  # fmt: skip
-    """The end of slot ``t``: the finished leave (the lazy ones from the heap top, the explicit
-    ones), an explicit request done with its prompt becomes a lazy decoder.  Returns the actives,
-    the lazy aggregates, reserve's total and how many finished."""
-    na, ah, at, ne = a
-    nL, CL, DL, hn = lz
-    lazy_ok = B <= LAZY_BMAX
-    done = 0
-    while hn > 0 and hk[0] == t:
-        r = hid[0]
-        # its last slot's work is done: leaving the lazy set at slot t + 1 settles its areas
-        _, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t + 1, B, nL, CL, DL, hn)
-        R[F_MODE, r] = M_OUT
-        R[F_FIN, r] = t
-        if pol == RESERVE:
-            resv -= held(R[F_S, r] + R[F_O, r], B)
-        elif tree:
-            _la_release(FT, R[F_FSLOT, r], R[F_TA, r], R[F_S, r], R[F_O, r], chunk, B)
-        ah, at = _unlink(R, r, ah, at)
-        na -= 1
-        done += 1
-    for k in range(ne - 1, -1, -1):
-        r = elist[k]
-        p = R[F_PROG, r]
-        sr = R[F_S, r]
-        finished = p >= sr + R[F_O, r]
-        if finished or (p >= sr and lazy_ok):
-            ne -= 1
-            last = elist[ne]
-            elist[k] = last
-            R[F_EPOS, last] = k
-            if finished:
-                R[F_MODE, r] = M_OUT
-                R[F_FIN, r] = t
-                if pol == RESERVE:
-                    resv -= held(sr + R[F_O, r], B)
-                elif tree:
-                    _la_release(FT, R[F_FSLOT, r], R[F_TA, r], sr, R[F_O, r], chunk, B)
-                ah, at = _unlink(R, r, ah, at)
-                na -= 1
-                done += 1
-            else:
-                nL, CL, DL, hn = _lazy_add(R, hk, hid, ph, r, p, t + 1, B, nL, CL, DL, hn)
-    return (na, ah, at, ne), (nL, CL, DL, hn), resv, done
-
-
 @_njit(cache=True)
-def run_slots(cfg: np.ndarray, plan: tuple, tabs: tuple, st: np.ndarray, out: np.ndarray, bins: tuple) -> int:
-    """Run slots ``st[ST_T]`` … ``cfg[C_T_END] − 1`` (fewer on a drain or a violation); returns a
-    status code.  ``cfg`` holds the run's settings (``C_*``), ``plan`` is ``(pslot, ps, po)``,
-    ``tabs`` the request table and its indices ``(R, qbuf, elist, hk, hid, ph, FT)``, ``bins``
-    the streamed bins ``(bins1, bins2, bp)``.  With ``out`` of positive width, slot ``t``'s row is
-    written at ``out[:, t − t_base]``; with ``bp[BP_ON]``, the batch-means sums of a streamed
-    fixed horizon are added to ``bins1`` (completions), ``bins2`` (arrivals − completions) and
-    ``st[ST_MEMSUM]``.  ``lookahead`` keeps its finish-time table in ``R`` (O(n) a test and an
-    admission), and when ``FT`` has :data:`~kvstab.engine._finish_tree.COLS` columns moves it
-    into the finish tree (:mod:`kvstab.engine._finish_tree`, O(log W)) while many requests run.
-
-    A slot reads: a quiet stretch skipped in closed form, or in full — arrivals, grants (the
-    token budget's walk), preemption, admission, work, the limits, release, the record."""
-    pol, life, M, chunk, B = cfg[C_POL], cfg[C_LIFE], cfg[C_M], cfg[C_CHUNK], cfg[C_B]
-    budget, maxseq, check, comp = cfg[C_BUDGET], cfg[C_MAXSEQ], cfg[C_CHECK] != 0, cfg[C_COMP] != 0
-    t_end, drain, drain_min, t_base = cfg[C_T_END], cfg[C_DRAIN] != 0, cfg[C_DRAIN_MIN], cfg[C_T_BASE]
-    k = (pol, life, M, chunk, B, budget, maxseq, check, comp, drain, drain_min)
-    pslot, ps, po = plan
-    R, qbuf, elist, hk, hid, ph, FT = tabs
-    bins1, bins2, bp = bins
+def run_slots(
+    pol: int,
+    life: int,
+    M: int,
+    chunk: int,
+    B: int,
+    budget: int,
+    maxseq: int,
+    check: bool,
+    comp: bool,
+    t_end: int,
+    drain: bool,
+    drain_min: int,
+    t_base: int,
+    pslot: np.ndarray,
+    ps: np.ndarray,
+    po: np.ndarray,
+    R: np.ndarray,
+    qbuf: np.ndarray,
+    elist: np.ndarray,
+    hk: np.ndarray,
+    hid: np.ndarray,
+    ph: np.ndarray,
+    st: np.ndarray,
+    out: np.ndarray,
+    bins1: np.ndarray,
+    bins2: np.ndarray,
+    bp: np.ndarray,
+    FT: np.ndarray,
+) -> int:
+    """Run slots ``st[ST_T]`` … ``t_end − 1`` (fewer on a drain or a violation); returns a status
+    code.  With ``out`` of positive width, slot ``t``'s row is written at ``out[:, t − t_base]``;
+    with ``bp[BP_ON]``, the batch-means sums of a streamed fixed horizon are added to
+    ``bins1`` (completions), ``bins2`` (arrivals − completions) and ``st[ST_MEMSUM]``.
+    ``lookahead`` keeps its finish-time table in ``R`` (O(n) a test and an admission), and when
+    ``FT`` has :data:`~kvstab.engine._finish_tree.COLS` columns moves it into the finish tree
+    (:mod:`kvstab.engine._finish_tree`, O(log W)) while many requests run."""
     n = pslot.shape[0]
+    cap = qbuf.shape[0]
     rows = out.shape[1] > 0
+    lazy_ok = B <= LAZY_BMAX
     preempts = pol == CURRENT_FIT or pol == VLLM_V1
     ring = pol == LOOKAHEAD and FT.shape[1] == FT_.COLS  # lookahead may keep its table in the tree
+    tree = ring and FT[0, FT_.MODE] == 1  # it does now
     binned = bp[BP_ON] != 0
-    bq = _bins_of(bp)
+    b1f, b1s, b1n = bp[BP_F1], bp[BP_S1], bp[BP_N1]
+    b2f, b2s, b2n = bp[BP_F2], bp[BP_S2], bp[BP_N2]
+    mstart = bp[BP_MEM]
     t = st[ST_T]
-    q = (st[ST_I], st[ST_QH], st[ST_QL])
-    a = (st[ST_NA], st[ST_AH], st[ST_AT], st[ST_NE])
-    lz = (st[ST_NL], st[ST_CL], st[ST_DL], st[ST_HN])
-    la = (st[ST_RESV], st[ST_LAH], st[ST_LAW], ring and FT[0, FT_.MODE] == 1, ring)
+    i = st[ST_I]
+    qh = st[ST_QH]
+    ql = st[ST_QL]
+    na = st[ST_NA]
+    resv = st[ST_RESV]
+    ah = st[ST_AH]
+    at = st[ST_AT]
+    nL = st[ST_NL]
+    CL = st[ST_CL]
+    DL = st[ST_DL]
+    ne = st[ST_NE]
+    hn = st[ST_HN]
+    lah = st[ST_LAH]
+    law = st[ST_LAW]
     memsum = st[ST_MEMSUM]
     status = REACHED
     while t < t_end:
-        if drain and q[0] >= n and a[0] == 0 and q[2] == 0 and t >= drain_min:
+        if drain and i >= n and na == 0 and ql == 0 and t >= drain_min:
             status = DRAINED
             break
 
         # ================= a quiet stretch: every running request is a lazy decoder, and
         # nothing can change a decision before slot te
-        if a[3] == 0:
-            te = _quiet_until(R, qbuf, hk, ph, pslot, k, t, t_end, q, a[0], lz, la[0], la[1], la[2])
+        if ne == 0:
+            te = t_end
+            if ql == 0 and i < n and pslot[i] < te:
+                te = pslot[i]  # an arrival into an empty queue may be admitted at once
+            if drain and i >= n and t < drain_min < te:
+                te = drain_min
+            if hn > 0 and hk[0] < te:
+                te = hk[0]  # a completion frees memory at the end of its slot
+            if te > t and ql > 0:
+                # the head must be refused now and in every slot before te
+                h = qbuf[qh]
+                full = maxseq >= 0 and na >= maxseq  # until a completion
+                if not full:
+                    if pol == CURRENT_FIT or pol == NO_PREEMPT:
+                        # post-slot memory only grows, so a refused first chunk stays refused
+                        if _lazy_post(DL, nL, t, B, ph) + held(min(R[F_S, h], chunk), B) <= M:
+                            te = t
+                    elif pol == VLLM_V1:
+                        # memory only grows and the budget left (budget − running) stays
+                        if (budget < 0 or budget - nL > 0) and _lazy_post(DL, nL, t, B, ph) + held(R[F_S, h], B) <= M:
+                            te = t
+                    elif pol == RESERVE:
+                        if resv + held(R[F_S, h] + R[F_O, h], B) <= M:
+                            te = t
+                    elif h != lah or t >= law:  # LOOKAHEAD: not tested yet, or its wake slot came
+                        te = t
+                    elif law < te:
+                        te = law
+            if te > t and (preempts or check):
+                te = _overflow(DL, nL, t, te, M, B, ph)  # a preemption (or the violation) is an event
+            if te > t and budget >= 0 and nL > budget and (pol == VLLM_V1 or check):
+                te = t  # the budget binds (vllm-v1 stalls decoders) or is broken: per-slot work
+            if te > t and check and maxseq >= 0 and na > maxseq:
+                te = t
             if te > t:
-                nL, CL, DL, hn = lz
                 L = te - t
                 st[ST_STRETCH] += 1
                 st[ST_SKIP] += L
-                st[ST_RUNSUM] += a[0] * L
+                st[ST_RUNSUM] += na * L
                 if rows:
-                    q, DL = _stretch_rows(R, qbuf, pslot, ps, po, out, q, t, te, t_base, life, t, a[0], nL, DL, CL,
-                                          comp, B, ph)  # fmt: skip
+                    for tt in range(t, te):
+                        arrived = 0
+                        while i < n and pslot[i] == tt:
+                            ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
+                            i += 1
+                            arrived += 1
+                        post = _lazy_post(DL, nL, tt, B, ph)
+                        col = tt - t_base
+                        out[0, col] = arrived
+                        out[4, col] = na
+                        out[5, col] = post
+                        out[7, col] = nL
+                        out[8, col] = ql
+                        if comp:
+                            kv = CL + nL * (tt + 1)
+                            out[9, col] = nL
+                            out[11, col] = nL
+                            out[12, col] = kv
+                            out[16, col] = kv
+                        DL = post
                 else:
-                    q = _stretch_arrivals(R, qbuf, pslot, ps, po, q, te, life, binned, bq, bins2)
+                    while i < n and pslot[i] < te:
+                        ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
+                        if binned:
+                            k2 = pslot[i] - b2f
+                            if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
+                                bins2[k2 // b2s] += 1.0
+                        i += 1
                     if binned:
-                        lo = max(t, bq[6])
+                        lo = max(t, mstart)
                         if lo < te:
                             memsum += _post_sum(_dl_advance(DL, nL, t, lo - t, B, ph), nL, lo, te - lo, B, ph)
                     DL = _dl_advance(DL, nL, t, L, B, ph)
-                lz = (nL, CL, DL, hn)
                 t = te
                 continue
 
         # ================= a full slot
         st[ST_FULL] += 1
-        q, arrived = _arrivals(R, qbuf, pslot, ps, po, q, t, life)
-        # the decision: grants (one unit each unless the budget binds), then victims, then admissions
-        gexp, pexp = _grants(R, elist, a[3], chunk, B)
-        if pol == VLLM_V1 and budget >= 0 and lz[0] + gexp > budget:
-            ne, lz, gexp, pexp = _budget_walk(R, elist, hk, hid, ph, st, t, B, budget, a[2], a[3], lz, gexp, pexp)
-            a = (a[0], a[1], a[2], ne)
-        P = _lazy_post(lz[2], lz[0], t, B, ph) + pexp
+        arrived = 0
+        while i < n and pslot[i] == t:
+            ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
+            i += 1
+            arrived += 1
+
+        # --- the decision: grants (one unit each unless the budget binds), then victims
+        pexp = 0  # post-slot memory of the explicit requests
+        gexp = 0  # their grants
+        for k in range(ne):
+            r = elist[k]
+            p = R[F_PROG, r]
+            sr = R[F_S, r]
+            u = min(chunk, sr - p) if p < sr else 1
+            R[F_GRANT, r] = u
+            gexp += u
+            pexp += held(p + u, B)
+        if pol == VLLM_V1 and budget >= 0 and nL + gexp > budget:
+            # vLLM's running-first walk: a prefix of the admission order gets its whole ask,
+            # one request the budget's rest, the newer ones nothing.  Walk back from the newest
+            # while the asks before a request already spend the budget.
+            total = nL + gexp
+            sfx = 0
+            stalled = 0
+            r = at
+            while r >= 0:
+                lazy = R[F_MODE, r] == M_LAZY
+                if lazy:
+                    ask = 1
+                else:
+                    ask = R[F_GRANT, r]
+                if total - sfx <= budget:
+                    break
+                g = budget - (total - sfx - ask)
+                if g < 0:
+                    g = 0
+                prv = R[F_PRV, r]
+                if lazy:
+                    # a decoder the budget stalls is stepped explicitly in this slot
+                    p, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t, B, nL, CL, DL, hn)
+                    R[F_MODE, r] = M_EXPL
+                    elist[ne] = r
+                    R[F_EPOS, r] = ne
+                    ne += 1
+                    pexp += held(p + g, B)
+                    gexp += g
+                    stalled += 1
+                else:
+                    p = R[F_PROG, r]
+                    pexp += held(p + g, B) - held(p + ask, B)
+                    gexp += g - ask
+                R[F_GRANT, r] = g
+                sfx += ask
+                r = prv
+            if stalled > 0:
+                st[ST_BUDGET] += 1
+                st[ST_BUDREQ] += stalled
+        P = _lazy_post(DL, nL, t, B, ph) + pexp
+
+        # --- preemption: the newest while post-slot memory exceeds M (victims are a suffix)
         npreempt = 0
         step_wasted = 0
         step_recomp = 0
         if preempts and P > M:
-            P, q, a, lz, gexp, pexp, npreempt, step_wasted, step_recomp = _preempt(
-                R, qbuf, elist, hk, hid, ph, t, M, B, life, P, q, a, lz, gexp, pexp
-            )
+            while P > M:
+                r = at
+                if R[F_MODE, r] == M_LAZY:
+                    p, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t, B, nL, CL, DL, hn)
+                    P -= held(p + 1, B)
+                else:
+                    p = R[F_PROG, r]
+                    g = R[F_GRANT, r]
+                    P -= held(p + g, B)
+                    pexp -= held(p + g, B)
+                    gexp -= g
+                    ne -= 1
+                    e = R[F_EPOS, r]
+                    last = elist[ne]
+                    elist[e] = last
+                    R[F_EPOS, last] = e
+                at = R[F_PRV, r]
+                if at >= 0:
+                    R[F_NXT, at] = -1
+                else:
+                    ah = -1
+                na -= 1
+                if life == VLLM_LIFE:
+                    R[F_RECOMP, r] += p
+                    step_recomp += p
+                    if p >= R[F_S, r]:  # vLLM keeps the outputs: they are recomputed as prompt
+                        R[F_O, r] = R[F_S, r] + R[F_O, r] - p - 1
+                        R[F_S, r] = p + 1
+                step_wasted += R[F_ATT, r]
+                R[F_WASTED, r] += R[F_ATT, r]
+                R[F_ATT, r] = 0
+                R[F_PROG, r] = 0
+                R[F_NPRE, r] += 1
+                R[F_MODE, r] = M_OUT
+                # back to the queue head; popped newest first, so the oldest ends up first
+                qh = (qh - 1) % cap
+                qbuf[qh] = r
+                ql += 1
+                npreempt += 1
             st[ST_PREEMPT] += npreempt
+
+        # --- admission: head of line, FCFS; none in a slot that preempted
         nadmit = 0
-        if npreempt == 0 and q[2] > 0:  # none admitted in a slot that preempted
-            q, a, la, nadmit = _admit(R, qbuf, elist, st, FT, k, t, P, q, a, lz[0], gexp, la)
+        if npreempt == 0 and ql > 0:
+            running = na
+            acc = P  # post-slot memory of the actives
+            left = budget - (nL + gexp)
+            while ql > 0:
+                r = qbuf[qh]
+                if maxseq >= 0 and running >= maxseq:
+                    break
+                sr = R[F_S, r]
+                if pol == CURRENT_FIT or pol == NO_PREEMPT:
+                    g = min(sr, chunk)
+                    after = acc + held(g, B)
+                    if after > M:
+                        break
+                    acc = after
+                elif pol == RESERVE:
+                    after = resv + held(sr + R[F_O, r], B)
+                    if after > M:
+                        break
+                    resv = after
+                    g = min(sr, chunk)
+                elif pol == VLLM_V1:
+                    if acc + held(sr, B) > M or (budget >= 0 and left <= 0):
+                        break
+                    g = min(sr, chunk) if budget < 0 else min(sr, chunk, left)
+                    acc += held(g, B)
+                    if budget >= 0:
+                        left -= g
+                else:  # LOOKAHEAD: projected totals at every included finish slot stay within M
+                    if r == lah and t < law:
+                        break
+                    st[ST_LATEST] += 1
+                    if ring:  # the table moves into the tree when many run, and back when few do
+                        if not tree and na >= FT[0, FT_.TREE_AT_]:
+                            _la_to_tree(FT, R, ah, chunk, B)
+                            tree = True
+                        elif tree and na <= FT[0, FT_.TABLE_AT_]:
+                            _la_to_table(FT, R, ah, chunk, B)
+                            tree = False
+                    if tree:
+                        ok, wake, fc, own = _la_test(FT, t, sr, R[F_O, r], chunk, B, M)
+                    else:
+                        ok, wake, fc, own = _lookahead_test(R, ah, r, t, M, chunk, B)
+                    if not ok:
+                        lah = r
+                        law = wake
+                        break
+                    if tree:
+                        _la_admit(FT, t, sr, R[F_O, r], chunk, B, fc, own)
+                    else:
+                        q = ah
+                        while q >= 0:
+                            fq = R[F_FSLOT, q]
+                            if fq <= fc:
+                                R[F_TF, q] += _proj_held(sr, R[F_O, r], t, fq, chunk, B)
+                            q = R[F_NXT, q]
+                        R[F_TF, r] = own
+                    R[F_FSLOT, r] = fc
+                    R[F_TA, r] = t
+                    g = min(sr, chunk)
+                # admit r: queue head -> newest active, stepped explicitly (it prefills)
+                qh = (qh + 1) % cap
+                ql -= 1
+                R[F_PRV, r] = at
+                R[F_NXT, r] = -1
+                if at >= 0:
+                    R[F_NXT, at] = r
+                else:
+                    ah = r
+                at = r
+                na += 1
+                R[F_MODE, r] = M_EXPL
+                R[F_GRANT, r] = g
+                elist[ne] = r
+                R[F_EPOS, r] = ne
+                ne += 1
+                if R[F_FIRST, r] < 0:
+                    R[F_FIRST, r] = t
+                running += 1
+                nadmit += 1
+            st[ST_ADMIT] += nadmit
 
-        # the work: lazy decoders in aggregate, explicit requests one by one
-        nL, CL, DL, hn = lz
+        # --- work: lazy decoders in aggregate, explicit requests one by one
         LP = _lazy_post(DL, nL, t, B, ph)
-        tokens, memory = _work(R, elist, out, t, t - t_base, a[3], nL, CL, LP, B, comp, rows)
-        st[ST_EXPL] += a[3]
-        if check and _violated(st, t, memory, M, a[0], maxseq, tokens, budget):
-            status = VIOLATION
-            break
+        tokens = nL
+        memory = LP
+        scheduled = nL
+        pf_tok = 0
+        dc_tok = nL
+        kv_att = CL + nL * (t + 1)
+        pf_reqs = 0
+        pf_ctx = 0
+        pf_sq = 0
+        dc_ctx = kv_att
+        for k in range(ne):
+            r = elist[k]
+            p0 = R[F_PROG, r]
+            g = R[F_GRANT, r]
+            p1 = p0 + g
+            R[F_PROG, r] = p1
+            h = held(p1, B)
+            R[F_ATT, r] += h
+            R[F_SERVED, r] += h
+            tokens += g
+            memory += h
+            if comp and g > 0:
+                scheduled += 1
+                kv_att += p1
+                if p0 < R[F_S, r]:
+                    pf_tok += g
+                    pf_reqs += 1
+                    pf_ctx += g * p0
+                    pf_sq += g * g
+                else:
+                    dc_tok += g
+                    dc_ctx += p1
+        st[ST_EXPL] += ne
 
-        # the end of the slot: the finished leave, explicit decoders become lazy
-        running = a[0]
-        # the lazy set's post-slot memory is what it holds at the start of slot t + 1
-        a, lz, resv, done = _release(R, elist, hk, hid, ph, FT, t, pol, chunk, B, a, (nL, CL, LP, hn), la[0], la[3])
-        la = (resv, la[1], la[2], la[3], la[4])
-        if rows and comp:
-            out[17, t - t_base] = step_recomp
-        memsum = _record(out, rows, t, t_base, arrived, nadmit, npreempt, done, running, memory, step_wasted,
-                         tokens, q[2], binned, bq, bins1, bins2, memsum)  # fmt: skip
+        if check:
+            vk, vv = _breach(memory, M, na, maxseq, tokens, budget)
+            if vk != 0:
+                st[ST_VKIND] = vk
+                st[ST_VSLOT] = t
+                st[ST_VVALUE] = vv
+                st[ST_VMEM] = memory
+                status = VIOLATION
+                break
+
+        # --- release the finished at the end of the slot; explicit decoders become lazy
+        running_n = na
+        DL = LP  # the lazy set's post-slot memory is what it holds at the start of slot t + 1
+        done = 0
+        while hn > 0 and hk[0] == t:
+            r = hid[0]
+            # its last slot's work is done: leaving the lazy set at slot t + 1 settles its areas
+            _, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t + 1, B, nL, CL, DL, hn)
+            R[F_MODE, r] = M_OUT
+            R[F_FIN, r] = t
+            if pol == RESERVE:
+                resv -= held(R[F_S, r] + R[F_O, r], B)
+            elif tree:
+                _la_release(FT, R[F_FSLOT, r], R[F_TA, r], R[F_S, r], R[F_O, r], chunk, B)
+            ah, at = _unlink(R, r, ah, at)
+            na -= 1
+            done += 1
+        for k in range(ne - 1, -1, -1):
+            r = elist[k]
+            p = R[F_PROG, r]
+            sr = R[F_S, r]
+            finished = p >= sr + R[F_O, r]
+            if finished or (p >= sr and lazy_ok):
+                ne -= 1
+                last = elist[ne]
+                elist[k] = last
+                R[F_EPOS, last] = k
+                if finished:
+                    R[F_MODE, r] = M_OUT
+                    R[F_FIN, r] = t
+                    if pol == RESERVE:
+                        resv -= held(sr + R[F_O, r], B)
+                    elif tree:
+                        _la_release(FT, R[F_FSLOT, r], R[F_TA, r], sr, R[F_O, r], chunk, B)
+                    ah, at = _unlink(R, r, ah, at)
+                    na -= 1
+                    done += 1
+                else:
+                    nL, CL, DL, hn = _lazy_add(R, hk, hid, ph, r, p, t + 1, B, nL, CL, DL, hn)
+
+        if rows:
+            col = t - t_base
+            out[0, col] = arrived
+            out[1, col] = nadmit
+            out[2, col] = npreempt
+            out[3, col] = done
+            out[4, col] = running_n
+            out[5, col] = memory
+            out[6, col] = step_wasted
+            out[7, col] = tokens
+            out[8, col] = ql
+            if comp:
+                out[9, col] = scheduled
+                out[10, col] = pf_tok
+                out[11, col] = dc_tok
+                out[12, col] = kv_att
+                out[13, col] = pf_reqs
+                out[14, col] = pf_ctx
+                out[15, col] = pf_sq
+                out[16, col] = dc_ctx
+                out[17, col] = step_recomp
+        if binned:
+            k1 = t - b1f
+            if b1s > 0 and k1 >= 0 and k1 < b1s * b1n:
+                bins1[k1 // b1s] += done
+            k2 = t - b2f
+            if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
+                bins2[k2 // b2s] += arrived - done
+            if t >= mstart:
+                memsum += memory
         st[ST_DONE] += done
-        st[ST_RUNSUM] += running
+        st[ST_RUNSUM] += running_n
         t += 1
 
     st[ST_T] = t
-    st[ST_I], st[ST_QH], st[ST_QL] = q
-    st[ST_NA], st[ST_AH], st[ST_AT], st[ST_NE] = a
-    st[ST_NL], st[ST_CL], st[ST_DL], st[ST_HN] = lz
-    st[ST_RESV], st[ST_LAH], st[ST_LAW] = la[0], la[1], la[2]
+    st[ST_I] = i
+    st[ST_QH] = qh
+    st[ST_QL] = ql
+    st[ST_NA] = na
+    st[ST_RESV] = resv
+    st[ST_AH] = ah
+    st[ST_AT] = at
+    st[ST_NL] = nL
+    st[ST_CL] = CL
+    st[ST_DL] = DL
+    st[ST_NE] = ne
+    st[ST_HN] = hn
+    st[ST_LAH] = lah
+    st[ST_LAW] = law
     st[ST_MEMSUM] = memsum
     if ring:
-        FT[0, FT_.MODE] = 1 if la[3] else 0
+        FT[0, FT_.MODE] = 1 if tree else 0
     return status

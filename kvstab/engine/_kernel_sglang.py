@@ -49,24 +49,17 @@ import math
 import numpy as np
 
 from kvstab.engine import _layout as _L
-from kvstab.engine._kernel import (  # noqa: F401 - active_ids: the actives of either kernel's list
+from kvstab.engine._kernel import (
     _FAR,
-    _arrivals,
-    _bins_of,
+    _breach,
     _dl_advance,
     _heap_remove,
     _lazy_post,
-    _link_tail,
     _njit,
     _overflow,
     _post_sum,
-    _record,
     _sift_up,
-    _stretch_arrivals,
-    _stretch_rows,
     _unlink,
-    _violated,
-    active_ids,
     held,
 )
 from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read the layout here too
@@ -78,26 +71,9 @@ from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read
     BP_ON,
     BP_S1,
     BP_S2,
-    C_B,
-    C_BUDGET,
-    C_CHECK,
-    C_CHUNK,
-    C_CLIP,
-    C_DRAIN,
-    C_DRAIN_MIN,
-    C_LIFE,
-    C_M,
-    C_MAXSEQ,
-    C_MPT,
-    C_RDS,
     C_SHIFT,
-    C_T_BASE,
-    C_T_END,
     DRAINED,
     F_HPOS,
-    FC_DECAY,
-    FC_INIT,
-    FC_MIN,
     FS_RATIO,
     FS_SIZE,
     G_ATT,
@@ -189,6 +165,7 @@ from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read
     ST_VVALUE,
     ST_W2,
     VIOLATION,
+    VLLM_LIFE,
 )
 
 #: the text of ``_kernel.py`` this file was last compiled with (a prefix of its sha256).
@@ -197,7 +174,7 @@ from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read
 #: ``run_sglang`` would keep the old copies.  A test holds this to ``_kernel.py``'s hash
 #: (``sha256sum kvstab/engine/_kernel.py | cut -c1-16``), and changing it here changes this
 #: file's text, so the cache is rebuilt.
-KERNEL_SHA = "4495bb0688222962"
+KERNEL_SHA = "309c05d624fd35de"
 #: the same for ``_layout.py``, whose indices numba compiles into the kernel as constants
 LAYOUT_SHA = "c8be141dbecddcca"
 GUARDS = (("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA))
@@ -335,6 +312,19 @@ def sync_lazy(R: np.ndarray, st: np.ndarray, cnt: np.ndarray, B: int) -> None:
 
 
 @_njit(cache=True)
+def active_ids(R: np.ndarray, st: np.ndarray) -> np.ndarray:
+    """The active requests in batch order."""
+    ids = np.empty(st[ST_NA], dtype=np.int64)
+    r = st[ST_AH]
+    k = 0
+    while r >= 0 and k < ids.shape[0]:
+        ids[k] = r
+        k += 1
+        r = R[G_NXT, r]
+    return ids[:k]
+
+
+@_njit(cache=True)
 def _exact_offset(R: np.ndarray, ah: int, tau: int, clip: int, ratio: float, chain: np.ndarray, k: int) -> float:
     """``total_offset`` as Python computes it: ``sum`` over the running list in batch order of
     ``min(s + o − p, clip) · ratio`` (0 for a request in prefill), then the ``k`` admissions' additions."""
@@ -360,628 +350,92 @@ def _pop_order(outs: np.ndarray, prompts: np.ndarray) -> np.ndarray:
     return order[np.argsort(outs[order], kind="mergesort")]
 
 
-# ---- the phases of a slot, each inlined into the loop
-@_njit(cache=True, inline="always")
-def _quiet_until(
-    hk: np.ndarray, ph: np.ndarray, pslot: np.ndarray, k: tuple, t: int, t_end: int, q: tuple[int, int, int],
-    na: int, lz: tuple[int, int, int, int, int, int, int], tau: int, full: int,
-) -> int:  # fmt: skip
-    """The first slot ``te ≥ t`` in which anything could change: decode steps (each moving ``τ``
-    on by one) until a completion, a retraction, or an arrival walked in its slot (``t``: run
-    slot ``t`` in full)."""
-    life, M, chunk, B, budget, maxseq, mpt, clip, rds, check, drain, drain_min = k
-    i, qh, ql = q
-    nL, DL, hn, cn, nu, ru, nc = lz
-    n = pslot.shape[0]
-    te = t_end
-    idle = na == 0
-    if ql == 0 and i < n and pslot[i] < te and (idle or full == 0):
-        te = pslot[i]  # an arrival into an empty queue is walked in its slot
-    if drain and i >= n and t < drain_min < te:
-        te = drain_min
-    if not idle:
-        # slot t + j ends with τ + j + 1
-        if hn > 0 and hk[0] - tau - 1 < te - t:
-            te = t + hk[0] - tau - 1  # a completion clears the flag (the queue is walked next)
-        if te > t:
-            te = t + _overflow(DL, nL, tau, tau + te - t, M, B, ph) - tau  # a retraction
-        if check and ((budget >= 0 and nL > budget) or (maxseq >= 0 and na > maxseq)):
-            te = t
-    return te
-
-
-@_njit(cache=True, inline="always")
-def _skip(
-    cnt: np.ndarray, ph: np.ndarray, fk: tuple[float, float, float], B: int, L: int, idle: bool, nL: int,
-    DL: int, clk: tuple[int, int, int], ratio: float, full: int,
-) -> tuple[int, tuple[int, int, int], float, int]:  # fmt: skip
-    """The clock after ``L`` skipped slots: idle ones (the first resets the ratio, the rest change
-    nothing) or decode steps (``τ`` moves on, the areas' sums grow, the ratio decays one float
-    operation a step until its floor holds).  Returns ``D_L``, the clock, the ratio, the flag."""
-    r_init, r_min, r_decay = fk
-    tau, w2, call = clk
-    if idle:
-        ratio = r_init
-        full = 0
-        w2 += L * tau
-        cnt[tau % B] += L
-    else:
-        DL = _dl_advance(DL, nL, tau, L, B, ph)
-        w2 += L * tau + L * (L + 1) // 2
-        qb = L // B
-        call += qb
-        for j in range(qb * B + 1, L + 1):
-            cnt[(tau + j) % B] += 1
-        tau += L
-        for _ in range(L):
-            x = ratio - r_decay
-            nxt = r_min if r_min > x else x
-            if nxt == ratio:
-                break
-            ratio = nxt
-    return DL, (tau, w2, call), ratio, full
-
-
-@_njit(cache=True, inline="always")
-def _batch_order(R: np.ndarray, elist: np.ndarray, ne: int, DL: int, B: int) -> int:
-    """Sort the explicit (prefilling) requests into batch order; returns the memory in use."""
-    for x in range(1, ne):
-        r = elist[x]
-        b = x - 1
-        while b >= 0 and R[G_RANK, elist[b]] > R[G_RANK, r]:
-            elist[b + 1] = elist[b]
-            b -= 1
-        elist[b + 1] = r
-    used = DL
-    for x in range(ne):
-        r = elist[x]
-        R[G_EPOS, r] = x
-        used += held(R[G_PROG, r], B)
-    return used
-
-
-@_njit(cache=True, inline="always")
-def _unclip(
-    R: np.ndarray, ck: np.ndarray, cid: np.ndarray, Rc: np.ndarray, tau: int, clip: int,
-    lz: tuple[int, int, int, int, int, int, int],
-) -> tuple[int, int, int, int, int, int, int]:  # fmt: skip
-    """Decoders whose ``s + o − p`` fell to the clip move from the clip heap to the unclipped sum."""
-    nL, DL, hn, cn, nu, ru, nc = lz
-    while cn > 0 and ck[0] - tau <= clip:
-        r = cid[0]
-        cn = _heap_remove(ck, cid, Rc, r, cn)
-        R[G_CLIP, r] = 0
-        nc -= 1
-        nu += 1
-        ru += R[G_S, r] + R[G_O, r] - R[G_D, r]
-    return nL, DL, hn, cn, nu, ru, nc
-
-
-@_njit(cache=True, inline="always")
-def _offset_lt(
-    A: int, free: int, rsx: float, nL: int, off: tuple[int, float, int, int], R: np.ndarray, ah: int, tau: int,
-    clip: int, ratio: float, chain: np.ndarray, st: np.ndarray,
-) -> tuple[bool, tuple[int, float, int, int]]:  # fmt: skip
-    """``A < free − total_offset`` as the rule's float decides it.  ``off`` is ``(mode, tof, Σm,
-    k)``: ``total_offset`` is int 0 with nothing decoding (mode 0), else the exact aggregate
-    (mode 1: ``ratio·Σx`` is ``rsx``) decided within its rounding bound, or Python's float sum
-    ``tof`` (mode 2, once a test fell within the bound; ``st[ST_EXACT]`` counts them)."""
-    mode, tof, summ, k = off
-    while True:
-        if mode == 0:
-            res = A < free - summ
-            break
-        if mode == 2:
-            res = A < float(free) - tof
-            break
-        Z = float(free - summ) - rsx
-        E = _U2 * (nL + k + 8) * (abs(free) + rsx + summ + 1.0)
-        if A < Z - E:
-            res = True
-            break
-        if A > Z + E:
-            res = False
-            break
-        tof = _exact_offset(R, ah, tau, clip, ratio, chain, k)
-        mode = 2
-        st[ST_EXACT] += 1
-    return res, (mode, tof, summ, k)
-
-
-@_njit(cache=True, inline="always")
-def _limited(
-    cap: int, free: int, rsx: float, nL: int, off: tuple[int, float, int, int], R: np.ndarray, ah: int, tau: int,
-    clip: int, ratio: float, chain: np.ndarray, st: np.ndarray,
-) -> tuple[int, tuple[int, float, int, int]]:  # fmt: skip
-    """``min(cap, floor(free − total_offset))`` as the rule's float decides it (see :func:`_offset_lt`)."""
-    mode, tof, summ, k = off
-    while True:
-        if mode == 0:
-            limited = min(cap, free - summ)
-            break
-        if mode == 2:
-            limited = min(cap, int(math.floor(float(free) - tof)))
-            break
-        Z = float(free - summ) - rsx
-        E = _U2 * (nL + k + 8) * (abs(free) + rsx + summ + 1.0)
-        if Z - E >= cap:
-            limited = cap
-            break
-        f1 = int(math.floor(Z - E))
-        if f1 == int(math.floor(Z + E)):
-            limited = min(cap, f1)
-            break
-        tof = _exact_offset(R, ah, tau, clip, ratio, chain, k)
-        mode = 2
-        st[ST_EXACT] += 1
-    return limited, (mode, tof, summ, k)
-
-
-@_njit(cache=True, inline="always")
-def _offset_add(chain: np.ndarray, off: tuple[int, float, int, int], m: int) -> tuple[int, float, int, int]:
-    """One addition ``m`` to ``total_offset`` (kept for Python's order in ``chain``)."""
-    mode, tof, summ, k = off
-    chain[k] = m
-    return mode, tof + float(m), summ + m, k + 1
-
-
-@_njit(cache=True, inline="always")
-def _chunked(
-    R: np.ndarray, elist: np.ndarray, chain: np.ndarray, st: np.ndarray, ne: int, free: int, rsx: float, nL: int,
-    off: tuple[int, float, int, int], bud: tuple[int, int, int, int, int, bool, bool], ah: int, tau: int,
-    clip: int, ratio: float, B: int,
-) -> tuple[tuple[int, float, int, int], tuple[int, int, int, int, int, bool, bool]]:  # fmt: skip
-    """The chunked requests' next chunks, batch order (the rule's first loop): each gets what
-    the chunk budget, ``free − total_offset`` and the free pages allow.  ``bud`` is the step's
-    budget ``(cur_off, rem_chunk, rem_input, reserved, in_batch, continuing, fin_pf)``."""
-    cur_off, rem_chunk, rem_input, reserved, in_batch, continuing, fin_pf = bud
-    for x in range(ne):
-        r = elist[x]
-        p = R[G_PROG, r]
-        cand = R[G_S, r] - p
-        limited, off = _limited(rem_chunk, free, rsx, nL, off, R, ah, tau, clip, ratio, chain, st)
-        allow = rem_chunk if limited <= 0 else limited
-        room = held(p, B) - p + max(free - reserved, 0) // B * B
-        allow = max(0, min(allow, room))
-        new_len = min(cand, allow)
-        truncated = new_len < cand
-        mnr = 0 if truncated else min(R[G_O, r] + 1 + R[G_PRIOR, r], clip)
-        R[G_GRANT, r] = new_len
-        ext = held(new_len, B)
-        off = _offset_add(chain, off, ext + B + mnr)
-        cur_off += ext + B
-        rem_chunk -= ext
-        rem_input -= ext
-        reserved += held(p + new_len, B) - held(p, B)
-        in_batch += 1
-        continuing = continuing or truncated
-        fin_pf = fin_pf or (not truncated and R[G_O, r] == 0)
-    return off, (cur_off, rem_chunk, rem_input, reserved, in_batch, continuing, fin_pf)
-
-
-@_njit(cache=True, inline="always")
-def _walk(
-    R: np.ndarray, qbuf: np.ndarray, chain: np.ndarray, st: np.ndarray, q: tuple[int, int, int], na: int,
-    free: int, rsx: float, nL: int, off: tuple[int, float, int, int],
-    bud: tuple[int, int, int, int, int, bool, bool], ah: int, tau: int, clip: int, ratio: float, B: int,
-    maxseq: int,
-) -> tuple[tuple[int, float, int, int], tuple[int, int, int, int, int, bool, bool], int, bool]:  # fmt: skip
-    """The walk over the queue (the rule's second loop): the head is admitted while its tests of
-    ``free − total_offset`` pass and the budgets last.  Returns the offsets, the budget, how many
-    were admitted and whether the batch is now full (the flag is set)."""
-    i, qh, ql = q
-    cap = qbuf.shape[0]
-    cur_off, rem_chunk, rem_input, reserved, in_batch, continuing, fin_pf = bud
-    set_full = False
-    nadm = 0
-    empty = na == 0
-    while nadm < ql:
-        w = qbuf[(qh + nadm) % cap]
-        sw = R[G_S, w]
-        ow = R[G_O, w]
-        if rem_input <= 0 or rem_chunk <= 0:
-            # budget_state: no memory (V <= 0) comes before a spent budget
-            pos, off = _offset_lt(0, free, rsx, nL, off, R, ah, tau, clip, ratio, chain, st)
-            if pos:
-                break  # the budget is spent and memory is left: stop, the flag untouched
-        if maxseq >= 0 and maxseq <= nL + in_batch:
-            set_full = True
-            break
-        if empty and in_batch == 0:
-            fits = True  # the empty system admits its head (the rule's one deviation)
-        else:
-            fits, off = _offset_lt(sw + min(ow + 1, clip) + B, free, rsx, nL, off, R, ah, tau, clip, ratio, chain, st)
-        if not fits:
-            if in_batch > 0 or nL > 0:
-                set_full = True
-            break
-        whole = held(sw, B) <= rem_chunk
-        chunk_len = max(rem_chunk, 0) // B * B
-        if not whole and chunk_len <= 0:
-            break
-        ext_raw = sw if whole else chunk_len
-        mnr = min(ow + 1 + R[G_PRIOR, w], clip) if whole else 0
-        ext = held(ext_raw, B)
-        off = _offset_add(chain, off, ext + B + mnr)
-        cur_off += ext + B
-        rem_chunk -= ext
-        rem_input -= ext
-        reserved += ext
-        in_batch += 1
-        continuing = continuing or not whole
-        fin_pf = fin_pf or (whole and ow == 0)
-        R[G_GRANT, w] = ext_raw
-        nadm += 1
-        # after an admission: no memory left stops the walk (and sets the flag)
-        pos, off = _offset_lt(0, free, rsx, nL, off, R, ah, tau, clip, ratio, chain, st)
-        if not pos or free - cur_off <= 0:
-            set_full = True
-            break
-        if rem_input <= 0 or rem_chunk <= 0:
-            break
-    return off, (cur_off, rem_chunk, rem_input, reserved, in_batch, continuing, fin_pf), nadm, set_full
-
-
-@_njit(cache=True, inline="always")
-def _prefill(
-    R: np.ndarray, qbuf: np.ndarray, elist: np.ndarray, ev: np.ndarray, st: np.ndarray, t: int, chunk: int, B: int,
-    logging: bool, nadm: int, q: tuple[int, int, int], a: tuple[int, int, int, int], rankc: int, evp: int,
-    DL: int,
-) -> tuple[tuple[int, int, int], tuple[int, int, int, int], int, int, int, int]:  # fmt: skip
-    """A prefill step: the chunked requests' work (batch order), then the admitted, popped from
-    the queue head (the newest of the batch).  Returns the queue, the actives, the rank counter,
-    the log cursor, the tokens processed and the memory."""
-    i, qh, ql = q
-    na, ah, at, ne = a
-    cap = qbuf.shape[0]
-    tokens = 0
-    for x in range(ne):
-        r = elist[x]
-        p = R[G_PROG, r]
-        g = max(0, min(R[G_GRANT, r], chunk, R[G_S, r] - p))
-        R[G_PROG, r] = p + g
-        tokens += g
-        if logging and g > 0:
-            ev[evp] = r
-            ev[evp + 1] = g
-            evp += 2
-    for _ in range(nadm):
-        r = qbuf[qh]
-        qh = (qh + 1) % cap
-        ql -= 1
-        ah, at = _link_tail(R, r, ah, at)
-        R[G_RANK, r] = rankc
-        rankc += 1
-        na += 1
-        R[G_MODE, r] = M_EXPL
-        elist[ne] = r
-        R[G_EPOS, r] = ne
-        ne += 1
-        if R[G_FIRST, r] < 0:
-            R[G_FIRST, r] = t
-        g = max(0, min(R[G_GRANT, r], chunk, R[G_S, r]))
-        R[G_PROG, r] = g
-        tokens += g
-        if logging:
-            ev[evp] = r
-            ev[evp + 1] = g
-            evp += 2
-    st[ST_ADMIT] += nadm
-    memory = DL
-    for x in range(ne):
-        r = elist[x]
-        h = held(R[G_PROG, r], B)
-        R[G_ATT, r] += h
-        R[G_SERVED, r] += h
-        memory += h
-    st[ST_EXPL] += ne
-    return (i, qh, ql), (na, ah, at, ne), rankc, evp, tokens, memory
-
-
-@_njit(cache=True, inline="always")
-def _retract(
-    tabs: tuple, st: np.ndarray, ev: np.ndarray, k: tuple, t: int, q: tuple[int, int, int],
-    a: tuple[int, int, int, int], lz: tuple[int, int, int, int, int, int, int], clk: tuple[int, int, int],
-    logging: bool, evp: int,
-) -> tuple[tuple[int, int, int], tuple[int, int, int, int], tuple[int, int, int, int, int, int, int], float, int, int, int, int]:  # fmt: skip
-    """A decode step that does not fit (``schedule_batch.py`` ``retract_decode``): one pass over
-    the batch pops requests in SGLang's retraction order until the rest fit; the ratio is set
-    from the kept requests' view values; the victims lose their memory (and their progress, or
-    resume later: at the queue's head, oldest first, or under SGLang's lifecycle at its tail in
-    retraction order, the kept batch then re-sorted into ``chain``).  Returns the queue, the
-    actives, the lazy aggregates, the ratio, the victims, their wasted area, the log cursor and
-    how many kept requests were re-sorted (``-1``: no re-sort)."""
-    R, qbuf, elist, hk, hid, ck, cid, ph, cnt, chain = tabs
-    life, M, chunk, B, budget, maxseq, mpt, clip, rds, check, drain, drain_min = k
-    i, qh, ql = q
-    na, ah, at, ne = a
-    nL, DL, hn, cn, nu, ru, nc = lz
-    tau, w2, call = clk
-    Rc = R[C_SHIFT:]
-    cap = qbuf.shape[0]
-    st[ST_RETRACT] += 1
-    cntb = na
-    ids = np.empty(cntb, dtype=np.int64)
-    r = ah
-    for x in range(cntb):
-        ids[x] = r
-        r = R[G_NXT, r]
-    outs = np.empty(cntb, dtype=np.int64)
-    prompts = np.empty(cntb, dtype=np.int64)
-    weight = np.empty(cntb, dtype=np.int64)
-    total = 0
-    for x in range(cntb):
-        r = ids[x]
-        p = R[G_D, r] + tau
-        outs[x] = p - R[G_S, r] + 1 + R[G_PRIOR, r]
-        prompts[x] = R[G_S, r] - R[G_PRIOR, r]
-        weight[x] = held(p + 1, B)  # what it holds after a decode step: held + need
-        total += weight[x]
-    order = _pop_order(outs, prompts)
-    popped = np.zeros(cntb, dtype=np.bool_)
-    if cntb >= 2:
-        popped[order[0]] = True
-        rest = total - weight[order[0]]
-        kk = 1
-        while kk < cntb - 1 and rest > M:
-            popped[order[kk]] = True
-            rest -= weight[order[kk]]
-            kk += 1
-    # the ratio from the kept requests' view values
-    sum_out = 0
-    sum_max = 0
-    n_kept = 0
-    for x in range(cntb):
-        if not popped[x]:
-            r = ids[x]
-            n_kept += 1
-            sum_out += outs[x]
-            sum_max += R[G_O, r] + 1 + R[G_PRIOR, r]
-    est = float(sum_out + rds * n_kept) / float(sum_max + 1)
-    ratio = est if est < 1.0 else 1.0
-    # the victims, batch order: they lose their memory (and progress, or resume later)
-    npreempt = 0
-    wasted = 0
-    for x in range(cntb):
-        if not popped[x]:
-            continue
-        r = ids[x]
-        p, nL, DL, hn, cn, nu, ru, nc = _lazy_leave(
-            R, hk, hid, ck, cid, Rc, ph, cnt, r, t, tau, w2, call, B, nL, DL, hn, cn, nu, ru, nc
-        )
-        ah, at = _unlink(R, r, ah, at)
-        na -= 1
-        if life != KVSTAB_LIFE:
-            R[G_RECOMP, r] += p
-            R[G_PRIOR, r] += p - R[G_S, r] + 1
-            R[G_O, r] = R[G_S, r] + R[G_O, r] - p - 1
-            R[G_S, r] = p + 1
-        wasted += R[G_ATT, r]
-        R[G_WASTED, r] += R[G_ATT, r]
-        R[G_ATT, r] = 0
-        R[G_PROG, r] = 0
-        R[G_NPRE, r] += 1
-        R[G_MODE, r] = M_OUT
-        npreempt += 1
-    nres = -1
-    if life == SGLANG_LIFE:
-        # to the queue's tail in retraction order
-        for x in range(cntb):
-            b = order[x]
-            if popped[b]:
-                qbuf[(qh + ql) % cap] = ids[b]
-                ql += 1
-                if logging:
-                    ev[evp] = ids[b]
-                    evp += 1
-        # the kept batch is re-sorted (most outputs first, then the shorter original prompt,
-        # then batch order: the retraction order reversed) once the finished have left
-        nres = 0
-        for x in range(cntb - 1, -1, -1):
-            b = order[x]
-            if not popped[b]:
-                chain[nres] = ids[b]
-                nres += 1
-    else:
-        # to the queue's head, the oldest first
-        for x in range(cntb - 1, -1, -1):
-            if popped[x]:
-                qh = (qh - 1) % cap
-                qbuf[qh] = ids[x]
-                ql += 1
-    st[ST_PREEMPT] += npreempt
-    return (i, qh, ql), (na, ah, at, ne), (nL, DL, hn, cn, nu, ru, nc), ratio, npreempt, wasted, evp, nres
-
-
-@_njit(cache=True, inline="always")
-def _batch_dump(R: np.ndarray, chain: np.ndarray, ev: np.ndarray, ah: int, nres: int, evp: int) -> int:
-    """The batch that decodes, one token each, written to the log (after a retraction under
-    SGLang's lifecycle: the re-sorted batch); returns the log cursor."""
-    if nres >= 0:
-        for x in range(nres):
-            ev[evp] = chain[x]
-            evp += 1
-    else:
-        r = ah
-        while r >= 0:
-            ev[evp] = r
-            evp += 1
-            r = R[G_NXT, r]
-    return evp
-
-
-@_njit(cache=True, inline="always")
-def _release(
-    tabs: tuple, ev: np.ndarray, t: int, B: int, clip: int, decode: bool, logging: bool,
-    a: tuple[int, int, int, int], lz: tuple[int, int, int, int, int, int, int], clk: tuple[int, int, int],
-    evp: int,
-) -> tuple[tuple[int, int, int, int], tuple[int, int, int, int, int, int, int], int, int, int]:  # fmt: skip
-    """The end of slot ``t``: the decoders a decode step finished leave (heap top), then the
-    finished prefills; the other prefills done with their prompt join the lazy set.  The
-    finished are logged in batch order.  Returns the actives, the lazy aggregates, how many
-    finished, how many of them were decoders (they clear the batch flag) and the log cursor."""
-    R, qbuf, elist, hk, hid, ck, cid, ph, cnt, chain = tabs
-    na, ah, at, ne = a
-    nL, DL, hn, cn, nu, ru, nc = lz
-    tau, w2, call = clk
-    Rc = R[C_SHIFT:]
-    fin0 = evp
-    done = 0
-    while hn > 0 and hk[0] == tau and decode:
-        r = hid[0]
-        _, nL, DL, hn, cn, nu, ru, nc = _lazy_leave(
-            R, hk, hid, ck, cid, Rc, ph, cnt, r, t + 1, tau, w2, call, B, nL, DL, hn, cn, nu, ru, nc
-        )
-        R[G_MODE, r] = M_OUT
-        R[G_FIN, r] = t
-        ah, at = _unlink(R, r, ah, at)
-        na -= 1
-        done += 1
-        if logging:
-            ev[evp] = r
-            evp += 1
-    decoded = done
-    for x in range(ne - 1, -1, -1):
-        r = elist[x]
-        p = R[G_PROG, r]
-        sr = R[G_S, r]
-        finished = p >= sr + R[G_O, r]
-        if finished or p >= sr:
-            ne -= 1
-            last = elist[ne]
-            elist[x] = last
-            R[G_EPOS, last] = x
-            if finished:
-                R[G_MODE, r] = M_OUT
-                R[G_FIN, r] = t
-                ah, at = _unlink(R, r, ah, at)
-                na -= 1
-                done += 1
-                if logging:
-                    ev[evp] = r
-                    evp += 1
-            else:
-                nL, DL, hn, cn, nu, ru, nc = _lazy_join(
-                    R, hk, hid, ck, cid, Rc, ph, cnt, r, p, t + 1, tau, w2, call, B, clip, nL, DL, hn, cn, nu, ru, nc
-                )  # fmt: skip
-    if logging and done > 1:
-        # finished in batch order (their ranks are still the step's)
-        for x in range(fin0 + 1, evp):
-            r = ev[x]
-            b = x - 1
-            while b >= fin0 and R[G_RANK, ev[b]] > R[G_RANK, r]:
-                ev[b + 1] = ev[b]
-                b -= 1
-            ev[b + 1] = r
-    return (na, ah, at, ne), (nL, DL, hn, cn, nu, ru, nc), done, decoded, evp
-
-
-@_njit(cache=True, inline="always")
-def _resort(R: np.ndarray, chain: np.ndarray, nres: int) -> tuple[int, int, int]:
-    """Relink the kept batch in its re-sorted order (``chain``), the finished left out; returns the
-    list's head and tail and the rank counter."""
-    ah = -1
-    at = -1
-    rankc = 0
-    for x in range(nres):
-        r = chain[x]
-        if R[G_MODE, r] == M_OUT:
-            continue  # finished in this step
-        ah, at = _link_tail(R, r, ah, at)
-        R[G_RANK, r] = rankc
-        rankc += 1
-    return ah, at, rankc
-
-
-@_njit(cache=True, inline="always")
-def _log_row(
-    R: np.ndarray, elist: np.ndarray, lg: np.ndarray, lr: np.ndarray, col: int, B: int, DL: int, ne: int,
-    kind: int, nadm: int, npreempt: int, done: int, tokens: int, dump: tuple[int, int], evs: int, tok_end: int,
-    ret0: int, fin0: int, pf_tok: int, dc_tok: int, full: int, ql: int, ratio: float,
-) -> None:  # fmt: skip
-    """The step's row of SGLang's step log."""
-    kv = DL
-    for x in range(ne):
-        kv += held(R[G_PROG, elist[x]], B)
-    lg[L_KIND, col] = kind if tokens > 0 else K_IDLE
-    lg[L_NADM, col] = nadm
-    lg[L_NRET, col] = npreempt
-    lg[L_NFIN, col] = done
-    if kind == K_DECODE:
-        lg[L_NTOK, col] = -dump[1] - 1  # a batch dump at L_TOKOFF, one token each
-        lg[L_TOKOFF, col] = dump[0]
-    else:
-        lg[L_NTOK, col] = (tok_end - evs) // 2  # (request, tokens) pairs; the admitted last
-        lg[L_TOKOFF, col] = evs
-    lg[L_RET, col] = ret0
-    lg[L_FIN, col] = fin0
-    lg[L_PF, col] = pf_tok
-    lg[L_DC, col] = dc_tok
-    lg[L_KV, col] = kv
-    lg[L_FULL, col] = full
-    lg[L_QUEUE, col] = ql
-    lr[col] = ratio
-
-
 @_njit(cache=True)
 def run_sglang(
-    cfg: np.ndarray, fcfg: np.ndarray, plan: tuple, tabs: tuple, st: np.ndarray, fs: np.ndarray, out: np.ndarray,
-    bins: tuple, log: tuple,
-) -> int:  # fmt: skip
-    """Run slots ``st[ST_T]`` … ``cfg[C_T_END] − 1`` of the ``sglang`` rule (fewer on a drain, a
-    violation, or a full log buffer); returns a status code.  ``cfg`` holds the run's settings
-    (``C_*``), ``fcfg`` the ratio's knobs (``FC_*``), ``plan`` is ``(pslot, ps, po)``, ``tabs``
-    the request table and its indices ``(R, qbuf, elist, hk, hid, ck, cid, ph, cnt, chain)``,
-    ``fs`` the float state.  ``out`` of positive width receives the ``SimResult`` rows at column
-    ``t − t_base``; ``bins`` = ``(bins1, bins2, bp)`` with ``bp[BP_ON]`` the streamed batch-means
-    sums; ``log`` = ``(lg, lr, ev)`` with ``lg`` of positive width the step log (every slot is
-    then run one by one).
-
-    A slot reads: a quiet stretch skipped in closed form, or in full — arrivals, the decision
-    (batch order, the chunked requests' chunks, the walk over the queue), then a prefill step, a
-    decode step (retracting if it does not fit) or an idle one, the limits, release, the record."""
-    life, M, chunk, B = cfg[C_LIFE], cfg[C_M], cfg[C_CHUNK], cfg[C_B]
-    budget, maxseq, mpt, clip, rds = cfg[C_BUDGET], cfg[C_MAXSEQ], cfg[C_MPT], cfg[C_CLIP], cfg[C_RDS]
-    check, t_end, drain, drain_min, t_base = (
-        cfg[C_CHECK] != 0,
-        cfg[C_T_END],
-        cfg[C_DRAIN] != 0,
-        cfg[C_DRAIN_MIN],
-        cfg[C_T_BASE],
-    )
-    k = (life, M, chunk, B, budget, maxseq, mpt, clip, rds, check, drain, drain_min)
-    fk = (fcfg[FC_INIT], fcfg[FC_MIN], fcfg[FC_DECAY])
-    r_init, r_min, r_decay = fk
-    pslot, ps, po = plan
-    R, qbuf, elist, hk, hid, ck, cid, ph, cnt, chain = tabs
-    bins1, bins2, bp = bins
-    lg, lr, ev = log
+    life: int,
+    M: int,
+    chunk: int,
+    B: int,
+    budget: int,
+    maxseq: int,
+    mpt: int,
+    clip: int,
+    rds: int,
+    r_init: float,
+    r_min: float,
+    r_decay: float,
+    check: bool,
+    t_end: int,
+    drain: bool,
+    drain_min: int,
+    t_base: int,
+    pslot: np.ndarray,
+    ps: np.ndarray,
+    po: np.ndarray,
+    R: np.ndarray,
+    qbuf: np.ndarray,
+    elist: np.ndarray,
+    hk: np.ndarray,
+    hid: np.ndarray,
+    ck: np.ndarray,
+    cid: np.ndarray,
+    ph: np.ndarray,
+    cnt: np.ndarray,
+    chain: np.ndarray,
+    st: np.ndarray,
+    fs: np.ndarray,
+    out: np.ndarray,
+    bins1: np.ndarray,
+    bins2: np.ndarray,
+    bp: np.ndarray,
+    lg: np.ndarray,
+    lr: np.ndarray,
+    ev: np.ndarray,
+) -> int:
+    """Run slots ``st[ST_T]`` … ``t_end − 1`` of the ``sglang`` rule (fewer on a drain, a violation,
+    or a full log buffer); returns a status code.  ``out`` of positive width receives the
+    ``SimResult`` rows at column ``t − t_base``; ``bp[BP_ON]`` the streamed batch-means sums;
+    ``lg`` of positive width the step log (every slot is then run one by one)."""
     n = pslot.shape[0]
+    cap = qbuf.shape[0]
     rows = out.shape[1] > 0
     logging = lg.shape[1] > 0
+    resume = life != KVSTAB_LIFE
     binned = bp[BP_ON] != 0
-    bq = _bins_of(bp)
+    b1f, b1s, b1n = bp[BP_F1], bp[BP_S1], bp[BP_N1]
+    b2f, b2s, b2n = bp[BP_F2], bp[BP_S2], bp[BP_N2]
+    mstart = bp[BP_MEM]
     Rc = R[C_SHIFT:]  # the clip heap's positions (row G_CPOS) at the heap functions' F_HPOS
     pchunk = held(chunk, B)  # SGLang's chunk budget is whole pages
     t = st[ST_T]
-    q = (st[ST_I], st[ST_QH], st[ST_QL])
-    a = (st[ST_NA], st[ST_AH], st[ST_AT], st[ST_NE])
-    lz = (st[ST_NL], st[ST_DL], st[ST_HN], st[ST_CN], st[ST_NU], st[ST_RU], st[ST_NC])
-    clk = (st[ST_TAU], st[ST_W2], st[ST_CALL])
+    i = st[ST_I]
+    qh = st[ST_QH]
+    ql = st[ST_QL]
+    na = st[ST_NA]
+    ah = st[ST_AH]
+    at = st[ST_AT]
+    nL = st[ST_NL]
+    DL = st[ST_DL]
+    ne = st[ST_NE]
+    hn = st[ST_HN]
+    cn = st[ST_CN]
+    nu = st[ST_NU]
+    ru = st[ST_RU]
+    nc = st[ST_NC]
+    tau = st[ST_TAU]
+    w2 = st[ST_W2]
+    call = st[ST_CALL]
     full = st[ST_BATCH_FULL]
     rankc = st[ST_RANKC]
     memsum = st[ST_MEMSUM]
     evp = st[ST_EVP]
     bver = st[ST_BVER]
     dumpv = st[ST_DUMPV]
-    dump = (st[ST_DUMPO], st[ST_DUMPL])
+    dumpo = st[ST_DUMPO]
+    dumpl = st[ST_DUMPL]
     ratio = fs[FS_RATIO]
     status = REACHED
     while t < t_end:
-        i, qh, ql = q
-        na, ah, at, ne = a
-        nL = lz[0]
-        tau = clk[0]
         if drain and i >= n and na == 0 and ql == 0 and t >= drain_min:
             status = DRAINED
             break
@@ -994,142 +448,659 @@ def run_sglang(
 
         # ================= a quiet stretch (not while logging: the log has a row per step)
         if ne == 0 and not logging and (ql == 0 or (nL > 0 and full == 1)):
-            te = _quiet_until(hk, ph, pslot, k, t, t_end, q, na, lz, tau, full)
+            te = t_end
+            idle = na == 0
+            if ql == 0 and i < n and pslot[i] < te and (idle or full == 0):
+                te = pslot[i]  # an arrival into an empty queue is walked in its slot
+            if drain and i >= n and t < drain_min < te:
+                te = drain_min
+            if not idle:
+                # decode steps, each moving τ on by one: slot t + j ends with τ + j + 1
+                if hn > 0 and hk[0] - tau - 1 < te - t:
+                    te = t + hk[0] - tau - 1  # a completion clears the flag (the queue is walked next)
+                if te > t:
+                    te = t + _overflow(DL, nL, tau, tau + te - t, M, B, ph) - tau  # a retraction
+                if check and ((budget >= 0 and nL > budget) or (maxseq >= 0 and na > maxseq)):
+                    te = t
             if te > t:
                 L = te - t
-                idle = na == 0
-                DL = lz[1]
                 st[ST_STRETCH] += 1
                 st[ST_SKIP] += L
                 st[ST_RUNSUM] += na * L
                 if rows:
-                    q, _ = _stretch_rows(R, qbuf, pslot, ps, po, out, q, t, te, t_base, KVSTAB_LIFE, tau, na, nL,
-                                         DL, 0, False, B, ph)  # fmt: skip
+                    d = DL
+                    for tt in range(t, te):
+                        arrived = 0
+                        while i < n and pslot[i] == tt:
+                            R[G_S, i] = ps[i]
+                            R[G_O, i] = po[i]
+                            qbuf[(qh + ql) % cap] = i
+                            ql += 1
+                            i += 1
+                            arrived += 1
+                        post = _lazy_post(d, nL, tau + tt - t, B, ph)
+                        col = tt - t_base
+                        out[0, col] = arrived
+                        out[4, col] = na
+                        out[5, col] = post
+                        out[7, col] = nL
+                        out[8, col] = ql
+                        d = post
                 else:
-                    q = _stretch_arrivals(R, qbuf, pslot, ps, po, q, te, KVSTAB_LIFE, binned, bq, bins2)
+                    while i < n and pslot[i] < te:
+                        R[G_S, i] = ps[i]
+                        R[G_O, i] = po[i]
+                        qbuf[(qh + ql) % cap] = i
+                        ql += 1
+                        if binned:
+                            k2 = pslot[i] - b2f
+                            if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
+                                bins2[k2 // b2s] += 1.0
+                        i += 1
                     if binned and not idle:
-                        lo = max(t, bq[6])
+                        lo = max(t, mstart)
                         if lo < te:
                             memsum += _post_sum(
                                 _dl_advance(DL, nL, tau, lo - t, B, ph), nL, lo - t + tau, te - lo, B, ph
                             )
-                DL, clk, ratio, full = _skip(cnt, ph, fk, B, L, idle, nL, DL, clk, ratio, full)
-                lz = (nL, DL, lz[2], lz[3], lz[4], lz[5], lz[6])
+                if idle:
+                    # nothing runs or waits: the first idle step resets the ratio, the rest change nothing
+                    ratio = r_init
+                    full = 0
+                    w2 += L * tau
+                    cnt[tau % B] += L
+                else:
+                    DL = _dl_advance(DL, nL, tau, L, B, ph)
+                    w2 += L * tau + L * (L + 1) // 2
+                    q = L // B
+                    call += q
+                    for j in range(q * B + 1, L + 1):
+                        cnt[(tau + j) % B] += 1
+                    tau += L
+                    for _ in range(L):  # the decay, one float operation a step, until its floor holds
+                        x = ratio - r_decay
+                        nxt = r_min if r_min > x else x
+                        if nxt == ratio:
+                            break
+                        ratio = nxt
                 t = te
                 continue
 
         # ================= a full slot
         st[ST_FULL] += 1
-        q, arrived = _arrivals(R, qbuf, pslot, ps, po, q, t, KVSTAB_LIFE)
+        arrived = 0
+        while i < n and pslot[i] == t:
+            R[G_S, i] = ps[i]
+            R[G_O, i] = po[i]
+            qbuf[(qh + ql) % cap] = i
+            ql += 1
+            i += 1
+            arrived += 1
         evs = evp
+        lcol = t - t_base
 
         # ---- the decision, as the rule computes it from the step's view
         if nL == 0:
             full = 0  # the flag is cleared when the running batch is empty
-        free = M - _batch_order(R, elist, ne, lz[1], B)
-        lz = _unclip(R, ck, cid, Rc, tau, clip, lz)
-        nL, DL, hn, cn, nu, ru, nc = lz
-        off = (0 if nL == 0 else 1, 0.0, 0, 0)  # total_offset: see _offset_lt
+        # explicit requests (prefilling) in batch order
+        for a in range(1, ne):
+            r = elist[a]
+            b = a - 1
+            while b >= 0 and R[G_RANK, elist[b]] > R[G_RANK, r]:
+                elist[b + 1] = elist[b]
+                b -= 1
+            elist[b + 1] = r
+        used = DL
+        for a in range(ne):
+            r = elist[a]
+            R[G_EPOS, r] = a
+            used += held(R[G_PROG, r], B)
+        free = M - used
+        # total_offset: int 0 with nothing decoding (mode 0), else the aggregate (mode 1) or
+        # Python's float sum (mode 2, once a test fell within the rounding bound)
+        while cn > 0 and ck[0] - tau <= clip:
+            r = cid[0]
+            cn = _heap_remove(ck, cid, Rc, r, cn)
+            R[G_CLIP, r] = 0
+            nc -= 1
+            nu += 1
+            ru += R[G_S, r] + R[G_O, r] - R[G_D, r]
+        mode = 0 if nL == 0 else 1
         rsx = ratio * float(ru - nu * tau + clip * nc) if nL > 0 else 0.0
-        bud = (0, pchunk, mpt, 0, 0, False, False)
-        off, bud = _chunked(R, elist, chain, st, ne, free, rsx, nL, off, bud, ah, tau, clip, ratio, B)
+        tof = 0.0
+        summ = 0  # Σ of this step's integer additions to total_offset
+        k = 0
+        cur_off = 0
+        rem_chunk = pchunk
+        rem_input = mpt
+        reserved = 0
+        continuing = False
+        in_batch = 0
+        fin_pf = False
+        for a in range(ne):
+            r = elist[a]
+            p = R[G_PROG, r]
+            cand = R[G_S, r] - p
+            # limited = min(rem_chunk, floor(free − total_offset))
+            while True:
+                if mode == 0:
+                    limited = min(rem_chunk, free - summ)
+                    break
+                if mode == 2:
+                    limited = min(rem_chunk, int(math.floor(float(free) - tof)))
+                    break
+                Z = float(free - summ) - rsx
+                E = _U2 * (nL + k + 8) * (abs(free) + rsx + summ + 1.0)
+                if Z - E >= rem_chunk:
+                    limited = rem_chunk
+                    break
+                f1 = int(math.floor(Z - E))
+                if f1 == int(math.floor(Z + E)):
+                    limited = min(rem_chunk, f1)
+                    break
+                tof = _exact_offset(R, ah, tau, clip, ratio, chain, k)
+                mode = 2
+                st[ST_EXACT] += 1
+            allow = rem_chunk if limited <= 0 else limited
+            room = held(p, B) - p + max(free - reserved, 0) // B * B
+            allow = max(0, min(allow, room))
+            new_len = min(cand, allow)
+            truncated = new_len < cand
+            mnr = 0 if truncated else min(R[G_O, r] + 1 + R[G_PRIOR, r], clip)
+            R[G_GRANT, r] = new_len
+            ext = held(new_len, B)
+            m = ext + B + mnr
+            chain[k] = m
+            k += 1
+            summ += m
+            tof = tof + float(m)
+            cur_off += ext + B
+            rem_chunk -= ext
+            rem_input -= ext
+            reserved += held(p + new_len, B) - held(p, B)
+            in_batch += 1
+            continuing = continuing or truncated
+            fin_pf = fin_pf or (not truncated and R[G_O, r] == 0)
+        # the walk over the queue: while a chunk is in flight, or the flag is clear
         set_full = False
         nadm = 0
-        if ne > 0 or full == 0:  # the walk over the queue: while a chunk is in flight, or the flag is clear
-            off, bud, nadm, set_full = _walk(R, qbuf, chain, st, q, na, free, rsx, nL, off, bud, ah, tau, clip,
-                                             ratio, B, maxseq)  # fmt: skip
-        continuing, fin_pf = bud[5], bud[6]
+        if ne > 0 or full == 0:
+            empty = na == 0
+            while nadm < ql:
+                w = qbuf[(qh + nadm) % cap]
+                sw = R[G_S, w]
+                ow = R[G_O, w]
+                # four tests of free − total_offset (V) against integers: lt(A) is A < V
+                spent = rem_input <= 0 or rem_chunk <= 0
+                if spent:
+                    # budget_state: no memory (V <= 0) comes before a spent budget
+                    A = 0
+                    while True:
+                        if mode == 0:
+                            pos = A < free - summ
+                            break
+                        if mode == 2:
+                            pos = A < float(free) - tof
+                            break
+                        Z = float(free - summ) - rsx
+                        E = _U2 * (nL + k + 8) * (abs(free) + rsx + summ + 1.0)
+                        if A < Z - E:
+                            pos = True
+                            break
+                        if A > Z + E:
+                            pos = False
+                            break
+                        tof = _exact_offset(R, ah, tau, clip, ratio, chain, k)
+                        mode = 2
+                        st[ST_EXACT] += 1
+                    if pos:
+                        break  # the budget is spent and memory is left: stop, the flag untouched
+                if maxseq >= 0 and maxseq <= nL + in_batch:
+                    set_full = True
+                    break
+                A = sw + min(ow + 1, clip) + B
+                if empty and in_batch == 0:
+                    fits = True  # the empty system admits its head (the rule's one deviation)
+                else:
+                    while True:
+                        if mode == 0:
+                            fits = A < free - summ
+                            break
+                        if mode == 2:
+                            fits = A < float(free) - tof
+                            break
+                        Z = float(free - summ) - rsx
+                        E = _U2 * (nL + k + 8) * (abs(free) + rsx + summ + 1.0)
+                        if A < Z - E:
+                            fits = True
+                            break
+                        if A > Z + E:
+                            fits = False
+                            break
+                        tof = _exact_offset(R, ah, tau, clip, ratio, chain, k)
+                        mode = 2
+                        st[ST_EXACT] += 1
+                if not fits:
+                    if in_batch > 0 or nL > 0:
+                        set_full = True
+                    break
+                whole = held(sw, B) <= rem_chunk
+                chunk_len = max(rem_chunk, 0) // B * B
+                if not whole and chunk_len <= 0:
+                    break
+                ext_raw = sw if whole else chunk_len
+                mnr = min(ow + 1 + R[G_PRIOR, w], clip) if whole else 0
+                ext = held(ext_raw, B)
+                m = ext + B + mnr
+                chain[k] = m
+                k += 1
+                summ += m
+                tof = tof + float(m)
+                cur_off += ext + B
+                rem_chunk -= ext
+                rem_input -= ext
+                reserved += ext
+                in_batch += 1
+                continuing = continuing or not whole
+                fin_pf = fin_pf or (whole and ow == 0)
+                R[G_GRANT, w] = ext_raw
+                nadm += 1
+                # after an admission: no memory left stops the walk (and sets the flag)
+                A = 0
+                while True:
+                    if mode == 0:
+                        pos = A < free - summ
+                        break
+                    if mode == 2:
+                        pos = A < float(free) - tof
+                        break
+                    Z = float(free - summ) - rsx
+                    E = _U2 * (nL + k + 8) * (abs(free) + rsx + summ + 1.0)
+                    if A < Z - E:
+                        pos = True
+                        break
+                    if A > Z + E:
+                        pos = False
+                        break
+                    tof = _exact_offset(R, ah, tau, clip, ratio, chain, k)
+                    mode = 2
+                    st[ST_EXACT] += 1
+                if not pos or free - cur_off <= 0:
+                    set_full = True
+                    break
+                if rem_input <= 0 or rem_chunk <= 0:
+                    break
 
         # ---- apply the decision: a prefill step, a decode step (with retraction), or idle
+        prefill = in_batch > 0
         npreempt = 0
         step_wasted = 0
+        done = 0
         leaves = False
         tokens = 0
         memory = 0
         pf_tok = 0
         dc_tok = 0
-        nres = -1
+        resort = False
+        nres = 0
         ret0 = evp
         tok_end = evp
-        if bud[4] > 0:
+        if prefill:
             kind = K_PREFILL
             leaves = continuing or fin_pf or nL == 0
-            q, a, rankc, evp, tokens, memory = _prefill(R, qbuf, elist, ev, st, t, chunk, B, logging, nadm, q, a,
-                                                        rankc, evp, DL)  # fmt: skip
+            # the chunked requests' work (batch order), then the admitted, popped from the queue head
+            for a in range(ne):
+                r = elist[a]
+                p = R[G_PROG, r]
+                g = max(0, min(R[G_GRANT, r], chunk, R[G_S, r] - p))
+                R[G_PROG, r] = p + g
+                tokens += g
+                if logging and g > 0:
+                    ev[evp] = r
+                    ev[evp + 1] = g
+                    evp += 2
+            for _ in range(nadm):
+                r = qbuf[qh]
+                qh = (qh + 1) % cap
+                ql -= 1
+                R[G_PRV, r] = at
+                R[G_NXT, r] = -1
+                if at >= 0:
+                    R[G_NXT, at] = r
+                else:
+                    ah = r
+                at = r
+                R[G_RANK, r] = rankc
+                rankc += 1
+                na += 1
+                R[G_MODE, r] = M_EXPL
+                elist[ne] = r
+                R[G_EPOS, r] = ne
+                ne += 1
+                if R[G_FIRST, r] < 0:
+                    R[G_FIRST, r] = t
+                g = max(0, min(R[G_GRANT, r], chunk, R[G_S, r]))
+                R[G_PROG, r] = g
+                tokens += g
+                if logging:
+                    ev[evp] = r
+                    ev[evp + 1] = g
+                    evp += 2
             tok_end = evp
             if nadm > 0:
                 bver += 1
+            st[ST_ADMIT] += nadm
             pf_tok = tokens
-            running = a[0]
+            memory = DL
+            for a in range(ne):
+                r = elist[a]
+                h = held(R[G_PROG, r], B)
+                R[G_ATT, r] += h
+                R[G_SERVED, r] += h
+                memory += h
+            st[ST_EXPL] += ne
+            running_n = na
         elif nL > 0:
             kind = K_DECODE
             post = _lazy_post(DL, nL, tau, B, ph)
             if post > M:
-                q, a, lz, ratio, npreempt, step_wasted, evp, nres = _retract(tabs, st, ev, k, t, q, a, lz, clk,
-                                                                            logging, evp)  # fmt: skip
+                # ---- retraction (schedule_batch.py retract_decode): a pass over the batch
+                st[ST_RETRACT] += 1
+                cntb = na
+                ids = np.empty(cntb, dtype=np.int64)
+                r = ah
+                for a in range(cntb):
+                    ids[a] = r
+                    r = R[G_NXT, r]
+                outs = np.empty(cntb, dtype=np.int64)
+                prompts = np.empty(cntb, dtype=np.int64)
+                weight = np.empty(cntb, dtype=np.int64)
+                total = 0
+                for a in range(cntb):
+                    r = ids[a]
+                    p = R[G_D, r] + tau
+                    outs[a] = p - R[G_S, r] + 1 + R[G_PRIOR, r]
+                    prompts[a] = R[G_S, r] - R[G_PRIOR, r]
+                    weight[a] = held(p + 1, B)  # what it holds after a decode step: held + need
+                    total += weight[a]
+                order = _pop_order(outs, prompts)
+                popped = np.zeros(cntb, dtype=np.bool_)
+                if cntb >= 2:
+                    popped[order[0]] = True
+                    rest = total - weight[order[0]]
+                    kk = 1
+                    while kk < cntb - 1 and rest > M:
+                        popped[order[kk]] = True
+                        rest -= weight[order[kk]]
+                        kk += 1
+                # the ratio from the kept requests' view values
+                sum_out = 0
+                sum_max = 0
+                n_kept = 0
+                for a in range(cntb):
+                    if not popped[a]:
+                        r = ids[a]
+                        n_kept += 1
+                        sum_out += outs[a]
+                        sum_max += R[G_O, r] + 1 + R[G_PRIOR, r]
+                est = float(sum_out + rds * n_kept) / float(sum_max + 1)
+                ratio = est if est < 1.0 else 1.0
+                # the victims, batch order: they lose their memory (and progress, or resume later)
+                for a in range(cntb):
+                    if not popped[a]:
+                        continue
+                    r = ids[a]
+                    p, nL, DL, hn, cn, nu, ru, nc = _lazy_leave(
+                        R, hk, hid, ck, cid, Rc, ph, cnt, r, t, tau, w2, call, B, nL, DL, hn, cn, nu, ru, nc
+                    )
+                    ah, at = _unlink(R, r, ah, at)
+                    na -= 1
+                    if resume:
+                        R[G_RECOMP, r] += p
+                        R[G_PRIOR, r] += p - R[G_S, r] + 1
+                        R[G_O, r] = R[G_S, r] + R[G_O, r] - p - 1
+                        R[G_S, r] = p + 1
+                    step_wasted += R[G_ATT, r]
+                    R[G_WASTED, r] += R[G_ATT, r]
+                    R[G_ATT, r] = 0
+                    R[G_PROG, r] = 0
+                    R[G_NPRE, r] += 1
+                    R[G_MODE, r] = M_OUT
+                    npreempt += 1
+                if life == SGLANG_LIFE:
+                    # to the queue's tail in retraction order
+                    for a in range(cntb):
+                        b = order[a]
+                        if popped[b]:
+                            qbuf[(qh + ql) % cap] = ids[b]
+                            ql += 1
+                            if logging:
+                                ev[evp] = ids[b]
+                                evp += 1
+                    # the kept batch is re-sorted (most outputs first, then the shorter original prompt,
+                    # then batch order: the retraction order reversed) once the finished have left
+                    for a in range(cntb - 1, -1, -1):
+                        b = order[a]
+                        if not popped[b]:
+                            chain[nres] = ids[b]
+                            nres += 1
+                    resort = True
+                else:
+                    # to the queue's head, the oldest first
+                    for a in range(cntb - 1, -1, -1):
+                        if popped[a]:
+                            qh = (qh - 1) % cap
+                            qbuf[qh] = ids[a]
+                            ql += 1
+                st[ST_PREEMPT] += npreempt
                 leaves = True
                 bver += 1
-                nL, DL = lz[0], lz[1]
                 post = _lazy_post(DL, nL, tau, B, ph)
             else:
                 x = ratio - r_decay
                 ratio = r_min if r_min > x else x
-            if logging and (nres >= 0 or bver != dumpv):
+            if logging and (resort or bver != dumpv):
+                # the batch that decodes (after a retraction, in its new order): one token each
                 dumpo = evp
-                evp = _batch_dump(R, chain, ev, a[1], nres, evp)
-                dump = (dumpo, evp - dumpo)
+                if resort:
+                    for a in range(nres):
+                        ev[evp] = chain[a]
+                        evp += 1
+                else:
+                    r = ah
+                    while r >= 0:
+                        ev[evp] = r
+                        evp += 1
+                        r = R[G_NXT, r]
+                dumpl = evp - dumpo
                 dumpv = bver
             tokens = nL
             dc_tok = nL
             memory = post
-            lz = (nL, post, lz[2], lz[3], lz[4], lz[5], lz[6])
-            clk = (tau + 1, clk[1], clk[2])
-            running = a[0]
+            DL = post
+            tau += 1
+            running_n = na
         else:
             kind = K_IDLE
-            running = 0
-            if q[2] == 0:
+            running_n = 0
+            if ql == 0:
                 ratio = r_init  # an idle step resets the ratio (on_idle)
 
-        if check and _violated(st, t, memory, M, a[0], maxseq, tokens, budget):
-            status = VIOLATION
-            break
+        if check:
+            vk, vv = _breach(memory, M, na, maxseq, tokens, budget)
+            if vk != 0:
+                st[ST_VKIND] = vk
+                st[ST_VSLOT] = t
+                st[ST_VVALUE] = vv
+                st[ST_VMEM] = memory
+                status = VIOLATION
+                break
 
         # ---- the slot ends: its τ is counted, the finished leave, finished prefills join the lazy set
-        tau = clk[0]
-        clk = (tau, clk[1] + tau, clk[2])
+        w2 += tau
         cnt[tau % B] += 1
         fin0 = evp
-        a, lz, done, decoded, evp = _release(tabs, ev, t, B, clip, kind == K_DECODE, logging, a, lz, clk, evp)
-        leaves = leaves or decoded > 0
+        while hn > 0 and hk[0] == tau and kind == K_DECODE:
+            r = hid[0]
+            _, nL, DL, hn, cn, nu, ru, nc = _lazy_leave(
+                R, hk, hid, ck, cid, Rc, ph, cnt, r, t + 1, tau, w2, call, B, nL, DL, hn, cn, nu, ru, nc
+            )
+            R[G_MODE, r] = M_OUT
+            R[G_FIN, r] = t
+            ah, at = _unlink(R, r, ah, at)
+            na -= 1
+            done += 1
+            leaves = True
+            if logging:
+                ev[evp] = r
+                evp += 1
+        for a in range(ne - 1, -1, -1):
+            r = elist[a]
+            p = R[G_PROG, r]
+            sr = R[G_S, r]
+            finished = p >= sr + R[G_O, r]
+            if finished or p >= sr:
+                ne -= 1
+                last = elist[ne]
+                elist[a] = last
+                R[G_EPOS, last] = a
+                if finished:
+                    R[G_MODE, r] = M_OUT
+                    R[G_FIN, r] = t
+                    ah, at = _unlink(R, r, ah, at)
+                    na -= 1
+                    done += 1
+                    if logging:
+                        ev[evp] = r
+                        evp += 1
+                else:
+                    nL, DL, hn, cn, nu, ru, nc = _lazy_join(
+                        R,
+                        hk,
+                        hid,
+                        ck,
+                        cid,
+                        Rc,
+                        ph,
+                        cnt,
+                        r,
+                        p,
+                        t + 1,
+                        tau,
+                        w2,
+                        call,
+                        B,
+                        clip,
+                        nL,
+                        DL,
+                        hn,
+                        cn,
+                        nu,
+                        ru,
+                        nc,
+                    )
+        if logging and done > 1:
+            # finished in batch order (their ranks are still the step's)
+            for a in range(fin0 + 1, evp):
+                r = ev[a]
+                b = a - 1
+                while b >= fin0 and R[G_RANK, ev[b]] > R[G_RANK, r]:
+                    ev[b + 1] = ev[b]
+                    b -= 1
+                ev[b + 1] = r
         if done > 0:
             bver += 1
-        if nres >= 0:
-            ah, at, rankc = _resort(R, chain, nres)
-            a = (a[0], ah, at, a[3])
+        if resort:
+            ah = -1
+            at = -1
+            rankc = 0
+            for a in range(nres):
+                r = chain[a]
+                if R[G_MODE, r] == M_OUT:
+                    continue  # finished in this step
+                R[G_PRV, r] = at
+                R[G_NXT, r] = -1
+                if at >= 0:
+                    R[G_NXT, at] = r
+                else:
+                    ah = r
+                at = r
+                R[G_RANK, r] = rankc
+                rankc += 1
         full = 0 if leaves else (1 if set_full else full)
 
-        memsum = _record(out, rows, t, t_base, arrived, nadm, npreempt, done, running, memory, step_wasted, tokens,
-                         q[2], binned, bq, bins1, bins2, memsum)  # fmt: skip
+        if rows:
+            col = t - t_base
+            out[0, col] = arrived
+            out[1, col] = nadm
+            out[2, col] = npreempt
+            out[3, col] = done
+            out[4, col] = running_n
+            out[5, col] = memory
+            out[6, col] = step_wasted
+            out[7, col] = tokens
+            out[8, col] = ql
         if logging:
-            _log_row(R, elist, lg, lr, t - t_base, B, lz[1], a[3], kind, nadm, npreempt, done, tokens, dump, evs,
-                     tok_end, ret0, fin0, pf_tok, dc_tok, full, q[2], ratio)  # fmt: skip
+            kv = DL
+            for a in range(ne):
+                kv += held(R[G_PROG, elist[a]], B)
+            lg[L_KIND, lcol] = kind if tokens > 0 else K_IDLE
+            lg[L_NADM, lcol] = nadm
+            lg[L_NRET, lcol] = npreempt
+            lg[L_NFIN, lcol] = done
+            if kind == K_DECODE:
+                lg[L_NTOK, lcol] = -dumpl - 1  # a batch dump at L_TOKOFF, one token each
+                lg[L_TOKOFF, lcol] = dumpo
+            else:
+                lg[L_NTOK, lcol] = (tok_end - evs) // 2  # (request, tokens) pairs; the admitted last
+                lg[L_TOKOFF, lcol] = evs
+            lg[L_RET, lcol] = ret0
+            lg[L_FIN, lcol] = fin0
+            lg[L_PF, lcol] = pf_tok
+            lg[L_DC, lcol] = dc_tok
+            lg[L_KV, lcol] = kv
+            lg[L_FULL, lcol] = full
+            lg[L_QUEUE, lcol] = ql
+            lr[lcol] = ratio
+        if binned:
+            k1 = t - b1f
+            if b1s > 0 and k1 >= 0 and k1 < b1s * b1n:
+                bins1[k1 // b1s] += done
+            k2 = t - b2f
+            if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
+                bins2[k2 // b2s] += arrived - done
+            if t >= mstart:
+                memsum += memory
         st[ST_DONE] += done
-        st[ST_RUNSUM] += running
+        st[ST_RUNSUM] += running_n
         t += 1
 
     st[ST_T] = t
-    st[ST_I], st[ST_QH], st[ST_QL] = q
-    st[ST_NA], st[ST_AH], st[ST_AT], st[ST_NE] = a
-    st[ST_NL], st[ST_DL], st[ST_HN], st[ST_CN], st[ST_NU], st[ST_RU], st[ST_NC] = lz
-    st[ST_TAU], st[ST_W2], st[ST_CALL] = clk
+    st[ST_I] = i
+    st[ST_QH] = qh
+    st[ST_QL] = ql
+    st[ST_NA] = na
+    st[ST_AH] = ah
+    st[ST_AT] = at
+    st[ST_NL] = nL
+    st[ST_DL] = DL
+    st[ST_NE] = ne
+    st[ST_HN] = hn
+    st[ST_CN] = cn
+    st[ST_NU] = nu
+    st[ST_RU] = ru
+    st[ST_NC] = nc
+    st[ST_TAU] = tau
+    st[ST_W2] = w2
+    st[ST_CALL] = call
     st[ST_BATCH_FULL] = full
     st[ST_RANKC] = rankc
     st[ST_MEMSUM] = memsum
     st[ST_EVP] = evp
     st[ST_BVER] = bver
     st[ST_DUMPV] = dumpv
-    st[ST_DUMPO], st[ST_DUMPL] = dump
+    st[ST_DUMPO] = dumpo
+    st[ST_DUMPL] = dumpl
     fs[FS_RATIO] = ratio
     return status
 

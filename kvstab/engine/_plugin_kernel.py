@@ -29,20 +29,9 @@ import math
 import numpy as np
 
 from kvstab.engine import _layout as _L
-from kvstab.engine._kernel import _njit, _row, held
+from kvstab.engine._kernel import _njit, held
 from kvstab.engine._layout import (
     BAIL,
-    C_B,
-    C_BUDGET,
-    C_CHECK,
-    C_CHUNK,
-    C_DRAIN,
-    C_DRAIN_MIN,
-    C_M,
-    C_MAXSEQ,
-    C_T_BASE,
-    C_T_END,
-    C_WINDOW,
     DRAINED,
     NEED_TAPE,
     REACHED,
@@ -62,7 +51,7 @@ from kvstab.engine._opcodes import EXACT, LIMIT, OP
 
 #: the texts this loop inlines or compiles in besides its own (``held``, the layout's indices, the
 #: opcodes): see :func:`kvstab.engine._layout.stale`
-KERNEL_SHA = "4495bb0688222962"
+KERNEL_SHA = "309c05d624fd35de"
 LAYOUT_SHA = "c8be141dbecddcca"
 OPCODES_SHA = "03ad94b8d67bcc01"
 GUARDS = (("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA), ("_opcodes.py", OPCODES_SHA))
@@ -351,22 +340,52 @@ def eval_tape(
 
 @_njit(cache=True)
 def _decide(
-    na: int, Q: int, t: int, act: np.ndarray, qbuf: np.ndarray, qh: int, ql: int, plan: tuple, prog: np.ndarray,
-    svs: tuple, tapes: tuple, nonce: int, once: tuple, regs: tuple,
-) -> int:  # fmt: skip
+    na: int,
+    Q: int,
+    nst: int,
+    t: int,
+    act: np.ndarray,
+    qbuf: np.ndarray,
+    qh: int,
+    ql: int,
+    ps: np.ndarray,
+    po: np.ndarray,
+    prog: np.ndarray,
+    sv: np.ndarray,
+    svf: np.ndarray,
+    svtag: np.ndarray,
+    code: np.ndarray,
+    codef: np.ndarray,
+    tstart: np.ndarray,
+    tlen: np.ndarray,
+    ostart: np.ndarray,
+    outs: np.ndarray,
+    okind: np.ndarray,
+    tflags: np.ndarray,
+    tid: np.ndarray,
+    tused: np.ndarray,
+    tcount: np.ndarray,
+    nonce: int,
+    once_k: np.ndarray,
+    once_q: np.ndarray,
+    once_off: np.ndarray,
+    once_flags: np.ndarray,
+    ans: np.ndarray,
+    ansf: np.ndarray,
+    anst: np.ndarray,
+    R: np.ndarray,
+    F: np.ndarray,
+    T: np.ndarray,
+    dec: np.ndarray,
+    decf: np.ndarray,
+    dect: np.ndarray,
+) -> int:
     """The decision for a view of ``na`` active and ``Q`` shown waiting entries, written to
     ``dec`` (admit ``Q``, preempt ``na``, grants ``na + Q`` if any, then the integer next state)
     and ``decf``/``dect`` (a real next state, and whether it is a float): from this slot's answer
     of the rule itself (``once_*``) or from the shape's tape.  Returns the decision's flags
     (1: grants, 2: state), ``-1`` (no tape for the shape), ``-2`` (the tape stopped: the reference
-    engine must run) or ``-3`` (an ``ASK`` row: ask the rule itself for this slot).  The records
-    are as :func:`run_plugin_slots` takes them."""
-    pslot, ps, po = plan
-    sv, svf, svtag, svreal, svlo, svhi, svflo, svfhi = svs
-    code, codef, tstart, tlen, ostart, outs, okind, tflags, tid, tused, tcount = tapes
-    once_k, once_q, once_off, once_flags, ans, ansf, anst = once
-    R, F, T, dec, decf, dect = regs
-    nst = sv.shape[0]
+    engine must run) or ``-3`` (an ``ASK`` row: ask the rule itself for this slot)."""
     cap = qbuf.shape[0]
     for x in range(nonce):
         if once_k[x] == na and once_q[x] == Q:
@@ -431,228 +450,79 @@ def _decide(
     return flags
 
 
-@_njit(cache=True, inline="always")
-def _choose(
-    t: int, window: int, na: int, q: tuple[int, int, int], act: np.ndarray, qbuf: np.ndarray, plan: tuple,
-    prog: np.ndarray, svs: tuple, tapes: tuple, nonce: int, once: tuple, regs: tuple, st: np.ndarray,
-) -> tuple[int, int, int]:  # fmt: skip
-    """The slot's decision, widening the window while the rule admits all it sees, each answer
-    checked as the reference checks it (grants are integers ≥ 0, a next state within its bounds).
-    Returns a status (``REACHED``, or ``NEED_TAPE`` with the shape in ``st``, or ``BAIL``), the
-    window shown and the decision's flags."""
-    i, qh, ql = q
-    sv, svf, svtag, svreal, svlo, svhi, svflo, svfhi = svs
-    R, F, T, dec, decf, dect = regs
-    nst = sv.shape[0]
-    status = REACHED
-    w = window
-    Q = 0
-    flags = 0
-    while True:
-        Q = min(w, ql)
-        flags = _decide(na, Q, t, act, qbuf, qh, ql, plan, prog, svs, tapes, nonce, once, regs)
-        if flags == -1 or flags == -3:  # no tape for this shape, or its tape leaves the slot to the rule
-            st[ST_NEEDK] = na
-            st[ST_NEEDQ] = Q
-            st[ST_ASK] = 1 if flags == -3 else 0
-            status = NEED_TAPE
-            break
-        if flags == -2:
-            status = BAIL
-            break
-        og = Q + na
-        if flags & 1:
-            for x in range(na + Q):
-                if dec[og + x] < 0:
-                    status = BAIL
-            og += na + Q
-        if flags & 2:
-            for m in range(nst):
-                if svreal[m] == 0:
-                    v = dec[og + m]
-                    if dect[m] == 1 or v < svlo[m] or v > svhi[m]:
-                        status = BAIL
-                elif dect[m] == 1:  # check_next_state: finite and within the bounds
-                    fv = decf[m]
-                    if not (math.isfinite(fv) and svflo[m] <= fv and fv <= svfhi[m]):
-                        status = BAIL
-                else:  # an int for a real variable: compared with float bounds, exactly up to 2⁵³
-                    v = dec[og + m]
-                    if abs(v) > _EXACT or not (svflo[m] <= float(v) and float(v) <= svfhi[m]):
-                        status = BAIL
-        if status == BAIL:
-            break
-        all_admit = True
-        for j in range(Q):
-            if dec[j] == 0:
-                all_admit = False
-        if Q < ql and Q > 0 and all_admit:
-            w *= 2
-            continue
-        break
-    return status, Q, flags
-
-
-@_njit(cache=True, inline="always")
-def _apply(
-    t: int, Q: int, flags: int, na: int, q: tuple[int, int, int], reqs: tuple, lists: tuple, dec: np.ndarray,
-) -> tuple[tuple[int, int, int], int, int, int, int]:  # fmt: skip
-    """Preemption (memory and progress lost, the attempt area wasted), then admission from the
-    window (the admitted leave it, the others keep their order at the head), then the victims
-    to the head of the queue, oldest admission first (``Engine.requeue``); the grants are
-    noted by request (``tmp``) before the active list changes.  Returns the queue, the number
-    running, the victims, their wasted area and the admitted."""
-    i, qh, ql = q
-    prog, att, served, wasted, npre, first, fin = reqs
-    qbuf, act, tmp, scr, prev = lists
-    cap = qbuf.shape[0]
-    nv = 0
-    step_wasted = 0
-    for k in range(na):
-        r = act[k]
-        prev[k] = r  # the active list as the rule saw it (the admission below rewrites act)
-        if dec[Q + k] != 0:
-            step_wasted += att[r]
-            wasted[r] += att[r]
-            att[r] = 0
-            prog[r] = 0
-            npre[r] += 1
-            nv += 1
-    if flags & 1:
-        og = Q + na
-        for k in range(na):
-            tmp[act[k]] = dec[og + k]
-        for j in range(Q):
-            tmp[qbuf[(qh + j) % cap]] = dec[og + na + j]
-    nadmit = 0
-    for j in range(Q):
-        if dec[j] != 0:
-            nadmit += 1
-    kept = 0
-    for k in range(na):
-        if dec[Q + k] == 0:
-            act[kept] = act[k]
-            kept += 1
-    if nadmit > 0:
-        # running = kept + admitted (queue order); the window's refused go back to the head
-        x = kept
-        nrefused = 0
-        for j in range(Q):
-            r = qbuf[(qh + j) % cap]
-            if dec[j] != 0:
-                act[x] = r
-                x += 1
-                if first[r] < 0:
-                    first[r] = t
-            else:
-                scr[nrefused] = r
-                nrefused += 1
-        qh = (qh + Q) % cap
-        ql -= Q
-        for y in range(nrefused - 1, -1, -1):
-            qh = (qh - 1) % cap
-            qbuf[qh] = scr[y]
-            ql += 1
-    if nv > 0:
-        for k in range(na - 1, -1, -1):
-            if dec[Q + k] != 0:
-                qh = (qh - 1) % cap
-                qbuf[qh] = prev[k]
-                ql += 1
-    return (i, qh, ql), kept + nadmit, nv, step_wasted, nadmit
-
-
-@_njit(cache=True, inline="always")
-def _advance(
-    na: int, flags: int, chunk: int, B: int, ps: np.ndarray, reqs: tuple, act: np.ndarray, tmp: np.ndarray
-) -> tuple[int, int]:  # fmt: skip
-    """The work: every running request advances by its grant (clamped to one unit); returns the
-    tokens processed and the memory held."""
-    prog, att, served, wasted, npre, first, fin = reqs
-    tokens = 0
-    memory = 0
-    for k in range(na):
-        r = act[k]
-        p0 = prog[r]
-        sr = ps[r]
-        u = min(chunk, sr - p0) if p0 < sr else 1
-        if flags & 1:
-            g = tmp[r]
-            if g < u:
-                u = g
-            if u < 0:
-                u = 0
-        p1 = p0 + u
-        prog[r] = p1
-        tokens += u
-        h = held(p1, B)
-        att[r] += h
-        served[r] += h
-        memory += h
-    return tokens, memory
-
-
-@_njit(cache=True, inline="always")
-def _finish(
-    t: int, na: int, ps: np.ndarray, po: np.ndarray, prog: np.ndarray, fin: np.ndarray, act: np.ndarray
-) -> tuple[int, int]:  # fmt: skip
-    """Release the finished at the end of slot ``t`` (admission order kept); returns the number
-    running and the finished."""
-    done = 0
-    x = 0
-    for k in range(na):
-        r = act[k]
-        if prog[r] >= ps[r] + po[r]:
-            fin[r] = t
-            done += 1
-        else:
-            act[x] = r
-            x += 1
-    return x, done
-
-
-@_njit(cache=True, inline="always")
-def _next_state(Q: int, na: int, flags: int, svs: tuple, regs: tuple) -> None:
-    """The scheduler's next state, applied with the slot (``na``: the actives the rule saw)."""
-    sv, svf, svtag, svreal, svlo, svhi, svflo, svfhi = svs
-    R, F, T, dec, decf, dect = regs
-    og = Q + na + ((na + Q) if flags & 1 else 0)
-    for m in range(sv.shape[0]):
-        svtag[m] = dect[m]
-        if dect[m] == 1:
-            svf[m] = decf[m]
-        else:
-            sv[m] = dec[og + m]
-
-
 @_njit(cache=True)
 def run_plugin_slots(
-    cfg: np.ndarray, plan: tuple, reqs: tuple, lists: tuple, st: np.ndarray, svs: tuple, tapes: tuple,
-    once: tuple, regs: tuple, out: np.ndarray,
-) -> int:  # fmt: skip
-    """Run slots ``st[ST_T]`` … ``cfg[C_T_END] - 1`` (see the module docstring), writing slot
-    ``t``'s row at ``out[:, t - cfg[C_T_BASE]]``; returns a status code.  The records:
-    ``cfg`` the run's settings (``C_*``); ``plan`` = ``(pslot, ps, po)``; ``reqs`` = ``(prog,
-    att, served, wasted, npre, first, fin)`` by request; ``lists`` = ``(qbuf, act, tmp, scr,
-    prev)``; ``svs`` = ``(sv, svf, svtag, svreal, svlo, svhi, svflo, svfhi)``: state variable
-    ``m`` is ``sv[m]`` (an int) or ``svf[m]`` (a float) as ``svtag[m]`` says, a real one
-    (``svreal``) checked against ``svflo``/``svfhi``, an integer one against ``svlo``/``svhi``;
-    ``tapes`` = ``(code, codef, tstart, tlen, ostart, outs, okind, tflags, tid, tused,
-    tcount)``: ``tused[tape]`` is set to the slot in which a tape last ran, ``tcount[2 tape]``
-    counts its runs and ``tcount[2 tape + 1]`` the slots its ``ASK`` rows left to the rule;
-    ``once`` = ``(once_k, once_q, once_off, once_flags, ans, ansf, anst)`` this slot's answers
-    of the rule itself; ``regs`` = ``(R, F, T, dec, decf, dect)`` the registers and the decision.
-
-    A slot reads: arrivals, the decision (the window widened), preemption and admission, work,
-    the limits, release and the next state, the record."""
-    M, chunk, B, budget, maxseq = cfg[C_M], cfg[C_CHUNK], cfg[C_B], cfg[C_BUDGET], cfg[C_MAXSEQ]
-    check, window, t_end = cfg[C_CHECK] != 0, cfg[C_WINDOW], cfg[C_T_END]
-    drain, drain_min, t_base = cfg[C_DRAIN] != 0, cfg[C_DRAIN_MIN], cfg[C_T_BASE]
-    pslot, ps, po = plan
-    prog, att, served, wasted, npre, first, fin = reqs
-    qbuf, act, tmp, scr, prev = lists
+    M: int,
+    chunk: int,
+    B: int,
+    budget: int,
+    maxseq: int,
+    check: bool,
+    window: int,
+    t_end: int,
+    drain: bool,
+    drain_min: int,
+    t_base: int,
+    pslot: np.ndarray,
+    ps: np.ndarray,
+    po: np.ndarray,
+    prog: np.ndarray,
+    att: np.ndarray,
+    served: np.ndarray,
+    wasted: np.ndarray,
+    npre: np.ndarray,
+    first: np.ndarray,
+    fin: np.ndarray,
+    qbuf: np.ndarray,
+    act: np.ndarray,
+    st: np.ndarray,
+    sv: np.ndarray,
+    svf: np.ndarray,
+    svtag: np.ndarray,
+    svreal: np.ndarray,
+    svlo: np.ndarray,
+    svhi: np.ndarray,
+    svflo: np.ndarray,
+    svfhi: np.ndarray,
+    code: np.ndarray,
+    codef: np.ndarray,
+    tstart: np.ndarray,
+    tlen: np.ndarray,
+    ostart: np.ndarray,
+    outs: np.ndarray,
+    okind: np.ndarray,
+    tflags: np.ndarray,
+    tid: np.ndarray,
+    tused: np.ndarray,
+    tcount: np.ndarray,
+    once_k: np.ndarray,
+    once_q: np.ndarray,
+    once_off: np.ndarray,
+    once_flags: np.ndarray,
+    ans: np.ndarray,
+    ansf: np.ndarray,
+    anst: np.ndarray,
+    R: np.ndarray,
+    F: np.ndarray,
+    T: np.ndarray,
+    dec: np.ndarray,
+    decf: np.ndarray,
+    dect: np.ndarray,
+    tmp: np.ndarray,
+    scr: np.ndarray,
+    prev: np.ndarray,
+    out: np.ndarray,
+) -> int:
+    """Run slots ``st[ST_T]`` … ``t_end - 1`` (see the module docstring), writing slot
+    ``t``'s row at ``out[:, t - t_base]``; returns a status code.  State variable ``m``
+    is ``sv[m]`` (an int) or ``svf[m]`` (a float) as ``svtag[m]`` says; a real one
+    (``svreal``) is checked against ``svflo``/``svfhi``, an integer one against
+    ``svlo``/``svhi``.  ``tused[tape]`` is set to the slot in which a tape last ran,
+    ``tcount[2 tape]`` counts its runs and ``tcount[2 tape + 1]`` the slots its ``ASK`` rows
+    left to the rule."""
     n = pslot.shape[0]
     cap = qbuf.shape[0]
+    nst = sv.shape[0]
     t = st[ST_T]
     i = st[ST_I]
     qh = st[ST_QH]
@@ -675,23 +545,181 @@ def run_plugin_slots(
                 ql += 1
                 i += 1
                 pend += 1
-        status, Q, flags = _choose(t, window, na, (i, qh, ql), act, qbuf, plan, prog, svs, tapes, nonce, once, regs, st)
+
+        # --- the decision, widening the window while the rule admits all it sees
+        w = window
+        Q = 0
+        flags = 0
+        while True:
+            Q = min(w, ql)
+            flags = _decide(
+                na, Q, nst, t, act, qbuf, qh, ql, ps, po, prog, sv, svf, svtag, code, codef, tstart, tlen,
+                ostart, outs, okind, tflags, tid, tused, tcount, nonce, once_k, once_q, once_off, once_flags, ans, ansf,
+                anst, R, F, T, dec, decf, dect,
+            )  # fmt: skip
+            if flags == -1 or flags == -3:  # no tape for this shape, or its tape leaves the slot to the rule
+                st[ST_NEEDK] = na
+                st[ST_NEEDQ] = Q
+                st[ST_ASK] = 1 if flags == -3 else 0
+                status = NEED_TAPE
+                break
+            if flags == -2:
+                status = BAIL
+                break
+            # the reference checks every answer: grants are integers >= 0, a next state within its bounds
+            og = Q + na
+            if flags & 1:
+                for x in range(na + Q):
+                    if dec[og + x] < 0:
+                        status = BAIL
+                og += na + Q
+            if flags & 2:
+                for m in range(nst):
+                    if svreal[m] == 0:
+                        v = dec[og + m]
+                        if dect[m] == 1 or v < svlo[m] or v > svhi[m]:
+                            status = BAIL
+                    elif dect[m] == 1:  # check_next_state: finite and within the bounds
+                        fv = decf[m]
+                        if not (math.isfinite(fv) and svflo[m] <= fv and fv <= svfhi[m]):
+                            status = BAIL
+                    else:  # an int for a real variable: compared with float bounds, exactly up to 2⁵³
+                        v = dec[og + m]
+                        if abs(v) > _EXACT or not (svflo[m] <= float(v) and float(v) <= svfhi[m]):
+                            status = BAIL
+            if status == BAIL:
+                break
+            all_admit = True
+            for j in range(Q):
+                if dec[j] == 0:
+                    all_admit = False
+            if Q < ql and Q > 0 and all_admit:
+                w *= 2
+                continue
+            break
         if status != REACHED:
             break
         hidden = ql - Q
-        (i, qh, ql), running, nv, step_wasted, nadmit = _apply(t, Q, flags, na, (i, qh, ql), reqs, lists, regs[3])
+        row = t - t_base
+
+        # --- preemption: memory and progress lost, attempt area wasted
+        nv = 0
+        step_wasted = 0
+        for k in range(na):
+            r = act[k]
+            prev[k] = r  # the active list as the rule saw it (the admission below rewrites act)
+            if dec[Q + k] != 0:
+                step_wasted += att[r]
+                wasted[r] += att[r]
+                att[r] = 0
+                prog[r] = 0
+                npre[r] += 1
+                nv += 1
+        # grants by position (actives, then the window), read before the active list changes
+        if flags & 1:
+            og = Q + na
+            for k in range(na):
+                tmp[act[k]] = dec[og + k]
+            for j in range(Q):
+                tmp[qbuf[(qh + j) % cap]] = dec[og + na + j]
+        # --- admission from the window: admitted leave, the others keep their order at the head
+        nadmit = 0
+        for j in range(Q):
+            if dec[j] != 0:
+                nadmit += 1
+        kept = 0
+        for k in range(na):
+            if dec[Q + k] == 0:
+                act[kept] = act[k]
+                kept += 1
+        if nadmit > 0:
+            # running = kept + admitted (queue order); the window's refused go back to the head
+            x = kept
+            nrefused = 0
+            for j in range(Q):
+                r = qbuf[(qh + j) % cap]
+                if dec[j] != 0:
+                    act[x] = r
+                    x += 1
+                    if first[r] < 0:
+                        first[r] = t
+                else:
+                    scr[nrefused] = r
+                    nrefused += 1
+            qh = (qh + Q) % cap
+            ql -= Q
+            for y in range(nrefused - 1, -1, -1):
+                qh = (qh - 1) % cap
+                qbuf[qh] = scr[y]
+                ql += 1
+        running = kept + nadmit
+        # victims to the head of the queue, oldest admission first (Engine.requeue)
+        if nv > 0:
+            for k in range(na - 1, -1, -1):
+                if dec[Q + k] != 0:
+                    qh = (qh - 1) % cap
+                    qbuf[qh] = prev[k]
+                    ql += 1
         na_before = na
         na = running
-        tokens, memory = _advance(na, flags, chunk, B, ps, reqs, act, tmp)
+
+        # --- work: every running request advances by its grant (clamped to one unit)
+        tokens = 0
+        memory = 0
+        for k in range(na):
+            r = act[k]
+            p0 = prog[r]
+            sr = ps[r]
+            u = min(chunk, sr - p0) if p0 < sr else 1
+            if flags & 1:
+                g = tmp[r]
+                if g < u:
+                    u = g
+                if u < 0:
+                    u = 0
+            p1 = p0 + u
+            prog[r] = p1
+            tokens += u
+            h = held(p1, B)
+            att[r] += h
+            served[r] += h
+            memory += h
         if check and (memory > M or (maxseq >= 0 and na > maxseq) or (budget >= 0 and tokens > budget)):
             status = BAIL
             break
-        na, done = _finish(t, na, ps, po, prog, fin, act)
+
+        # --- release the finished at the end of the slot (admission order kept)
+        done = 0
+        x = 0
+        for k in range(na):
+            r = act[k]
+            if prog[r] >= ps[r] + po[r]:
+                fin[r] = t
+                done += 1
+            else:
+                act[x] = r
+                x += 1
+        na = x
         if flags & 2:
-            _next_state(Q, na_before, flags, svs, regs)
+            og = Q + na_before + ((na_before + Q) if flags & 1 else 0)
+            for m in range(nst):
+                svtag[m] = dect[m]
+                if dect[m] == 1:
+                    svf[m] = decf[m]
+                else:
+                    sv[m] = dec[og + m]
         if hidden > 0:
             hid += 1
-        _row(out, t - t_base, pend, nadmit, nv, done, running, memory, step_wasted, tokens, ql)
+
+        out[0, row] = pend
+        out[1, row] = nadmit
+        out[2, row] = nv
+        out[3, row] = done
+        out[4, row] = running
+        out[5, row] = memory
+        out[6, row] = step_wasted
+        out[7, row] = tokens
+        out[8, row] = ql
         pend = -1
         nonce = 0  # the rule's answers expire with their slot
         t += 1

@@ -95,7 +95,6 @@ class _State(KernelState):
         self.pslot = np.ascontiguousarray(plan.slot, dtype=np.int64)
         self.ps = np.ascontiguousarray(plan.s, dtype=np.int64)
         self.po = np.ascontiguousarray(plan.o, dtype=np.int64)
-        self.plan = (self.pslot, self.ps, self.po)
         self.R = np.zeros((L.NF, n), dtype=np.int64)
         for f in (L.F_FIRST, L.F_FIN, L.F_NXT, L.F_PRV):
             self.R[f] = -1
@@ -148,15 +147,17 @@ class _State(KernelState):
             if W:
                 mean_o = float(self.po.mean()) if self.po.size else 0.0
                 self.ft = _finish_tree.new(W, *_finish_tree.thresholds(params.block, mean_o))
-        cfg = np.zeros(L.C_SIZE, dtype=np.int64)
-        cfg[[L.C_POL, L.C_LIFE, L.C_M, L.C_CHUNK, L.C_B]] = pol, life, params.M, params.chunk, B
-        cfg[L.C_BUDGET] = -1 if params.token_budget is None else params.token_budget
-        cfg[L.C_MAXSEQ] = -1 if params.max_num_seqs is None else params.max_num_seqs
-        cfg[[L.C_CHECK, L.C_COMP, L.C_T_END, L.C_DRAIN, L.C_DRAIN_MIN, L.C_T_BASE]] = (
-            check, comp, t_end, drain, drain_min, self.t
+        b1, b2, bp = self.no_bins if bins is None else bins
+        return int(
+            K.run_slots(
+                pol, life, params.M, params.chunk, B,
+                -1 if params.token_budget is None else params.token_budget,
+                -1 if params.max_num_seqs is None else params.max_num_seqs,
+                check, comp, t_end, drain, drain_min, self.t,
+                self.pslot, self.ps, self.po, self.R, self.qbuf, self.elist, self.hk, self.hid, self.ph,
+                self.st, out, b1, b2, bp, self.ft,
+            )
         )  # fmt: skip
-        tabs = (self.R, self.qbuf, self.elist, self.hk, self.hid, self.ph, self.ft)
-        return int(K.run_slots(cfg, self.plan, tabs, self.st, out, self.no_bins if bins is None else bins))
 
 
 def _violation(state: _State, scheduler: str, params: ModelParams) -> InvariantViolation:

@@ -511,27 +511,19 @@ class PluginPath:
         stats = StreamStats(params.M, horizon if fixed else None, warmup, batches, keep_all=record)
         budget = -1 if params.token_budget is None else params.token_budget
         maxseq = -1 if params.max_num_seqs is None else params.max_num_seqs
-        # the records the loop reads (see run_plugin_slots)
-        cfg = np.zeros(L.C_SIZE, dtype=np.int64)
-        cfg[[L.C_M, L.C_CHUNK, L.C_B, L.C_BUDGET, L.C_MAXSEQ]] = params.M, params.chunk, params.block, budget, maxseq
-        cfg[[L.C_CHECK, L.C_WINDOW, L.C_DRAIN, L.C_DRAIN_MIN]] = check, window, drain, drain_min
-        plan_ = (pslot, ps, po)
-        reqs = (prog, att, served, wasted, npre, first, fin)
-        lists = (qbuf, act, tmp, scr, prev)
-        svs = (sv, svf, svtag, svreal, svlo, svhi, svflo, svfhi)
 
         def step(t_end: int, out: np.ndarray, bins: object) -> int:
             """Run the loop to ``t_end``, taping or asking the rule for each shape it needs."""
             t0 = int(st[L.ST_T])
             while True:
-                cfg[L.C_T_END], cfg[L.C_T_BASE] = t_end, t0
-                # the bank's and the asker's arrays grow between calls: their records are made anew
-                tapes = (bank.code, bank.code.view(np.float64), bank.tstart, bank.tlen, bank.ostart, bank.outs,
-                         bank.okind, bank.tflags, bank.tid, bank.tused, bank.tcount)  # fmt: skip
-                once = (asker.once_k, asker.once_q, asker.once_off, asker.once_flags, asker.ans, asker.ansf,
-                        asker.anst)  # fmt: skip
-                regs = (bank.R, bank.F, bank.T, dec, decf, dect)
-                status = PK.run_plugin_slots(cfg, plan_, reqs, lists, st, svs, tapes, once, regs, out)
+                status = PK.run_plugin_slots(
+                    params.M, params.chunk, params.block, budget, maxseq, check, window, t_end, drain, drain_min,
+                    t0, pslot, ps, po, prog, att, served, wasted, npre, first, fin, qbuf, act, st, sv, svf, svtag,
+                    svreal, svlo, svhi, svflo, svfhi, bank.code, bank.code.view(np.float64), bank.tstart,
+                    bank.tlen, bank.ostart, bank.outs, bank.okind, bank.tflags, bank.tid, bank.tused, bank.tcount,
+                    asker.once_k, asker.once_q, asker.once_off, asker.once_flags, asker.ans, asker.ansf, asker.anst,
+                    bank.R, bank.F, bank.T, dec, decf, dect, tmp, scr, prev, out,
+                )  # fmt: skip
                 if status != L.NEED_TAPE:
                     break
                 shape = (int(st[L.ST_NEEDK]), int(st[L.ST_NEEDQ]))

@@ -121,22 +121,6 @@ class _State(KernelState):
         self.fs = np.array([rule.ratio_init], dtype=np.float64)
         self.no_bins = (np.zeros(1), np.zeros(1), np.zeros(L.BP_SIZE, dtype=np.int64))
         self.no_log = (np.zeros((L.NLOG, 0), dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64))
-        # the records the kernel reads: the settings, the ratio's knobs, the plan, the tables
-        self.cfg = np.zeros(L.C_SIZE, dtype=np.int64)
-        self.cfg[[L.C_M, L.C_CHUNK, L.C_B, L.C_BUDGET, L.C_MAXSEQ]] = (
-            params.M, params.chunk, params.block,
-            -1 if params.token_budget is None else params.token_budget,
-            -1 if params.max_num_seqs is None else params.max_num_seqs,
-        )  # fmt: skip
-        self.cfg[[L.C_MPT, L.C_CLIP, L.C_RDS]] = (
-            rule.max_prefill_tokens,
-            rule.clip_max_new_tokens,
-            rule.retract_decode_steps,
-        )
-        self.fcfg = np.zeros(L.FC_SIZE, dtype=np.float64)
-        self.fcfg[[L.FC_INIT, L.FC_MIN, L.FC_DECAY]] = rule.ratio_init, rule.ratio_min, rule.ratio_decay
-        self.plan = (self.pslot, self.ps, self.po)
-        self.tabs = (self.R, self.qbuf, self.elist, self.hk, self.hid, self.ck, self.cid, self.ph, self.cnt, self.chain)
 
     def load(
         self,
@@ -189,13 +173,20 @@ class _State(KernelState):
         log: tuple[IntArray, npt.NDArray[np.float64], IntArray] | None = None,
     ) -> int:
         """Run the compiled engine towards ``t_end``; returns its status code."""
-        cfg = self.cfg
-        cfg[[L.C_LIFE, L.C_CHECK, L.C_T_END, L.C_DRAIN, L.C_DRAIN_MIN, L.C_T_BASE]] = (
-            life, check, t_end, drain, drain_min, self.t
-        )  # fmt: skip
+        p, rule = self.params, self.rule
+        b1, b2, bp = self.no_bins if bins is None else bins
+        lg, lr, ev = self.no_log if log is None else log
         return int(
-            KS.run_sglang(cfg, self.fcfg, self.plan, self.tabs, self.st, self.fs, out,
-                          self.no_bins if bins is None else bins, self.no_log if log is None else log)
+            KS.run_sglang(
+                life, p.M, p.chunk, p.block,
+                -1 if p.token_budget is None else p.token_budget,
+                -1 if p.max_num_seqs is None else p.max_num_seqs,
+                rule.max_prefill_tokens, rule.clip_max_new_tokens, rule.retract_decode_steps,
+                rule.ratio_init, rule.ratio_min, rule.ratio_decay,
+                check, t_end, drain, drain_min, self.t,
+                self.pslot, self.ps, self.po, self.R, self.qbuf, self.elist, self.hk, self.hid, self.ck, self.cid,
+                self.ph, self.cnt, self.chain, self.st, self.fs, out, b1, b2, bp, lg, lr, ev,
+            )
         )  # fmt: skip
 
 
