@@ -36,8 +36,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvstab.engine import _layout as _L
 from kvstab.engine._kernel import _njit
-from kvstab.engine.tape import OP
+from kvstab.engine._opcodes import OP
+
+#: the opcodes' text this module's compiled functions were built with (numba compiles them in as
+#: constants; see :func:`kvstab.engine._layout.stale`)
+OPCODES_SHA = "03ad94b8d67bcc01"
+GUARDS = (("_opcodes.py", OPCODES_SHA),)
+_L.warn_if_stale(__name__, GUARDS)
 
 #: how many registers of a register operand each opcode reads (columns a, b, c); CONST/FCONST
 #: carry a value in a, and JZ is emitted only here

@@ -46,12 +46,100 @@ from typing import Any
 import numpy as np
 
 from kvstab.engine import _finish_tree as FT_
+from kvstab.engine import _layout as _L
+from kvstab.engine._layout import (  # noqa: F401 - the driver and the tests read BP_SIZE … ST_SIZE here too
+    BP_F1,
+    BP_F2,
+    BP_MEM,
+    BP_N1,
+    BP_N2,
+    BP_ON,
+    BP_S1,
+    BP_S2,
+    BP_SIZE,
+    COLUMNS,
+    CURRENT_FIT,
+    DRAINED,
+    F_ATT,
+    F_EPOS,
+    F_FIN,
+    F_FIRST,
+    F_FSLOT,
+    F_GRANT,
+    F_HPOS,
+    F_MODE,
+    F_NPRE,
+    F_NXT,
+    F_O,
+    F_PROG,
+    F_PRV,
+    F_RECOMP,
+    F_S,
+    F_SERVED,
+    F_TA,
+    F_TB,
+    F_TF,
+    F_WASTED,
+    KVSTAB_LIFE,
+    LOOKAHEAD,
+    M_EXPL,
+    M_LAZY,
+    M_OUT,
+    NCOLS,
+    NF,
+    NO_PREEMPT,
+    REACHED,
+    RESERVE,
+    ST_ADMIT,
+    ST_AH,
+    ST_AT,
+    ST_BUDGET,
+    ST_BUDREQ,
+    ST_CL,
+    ST_DL,
+    ST_DONE,
+    ST_EXPL,
+    ST_FULL,
+    ST_HN,
+    ST_I,
+    ST_LAH,
+    ST_LATEST,
+    ST_LAW,
+    ST_MEMSUM,
+    ST_NA,
+    ST_NE,
+    ST_NL,
+    ST_PREEMPT,
+    ST_QH,
+    ST_QL,
+    ST_RESV,
+    ST_RUNSUM,
+    ST_SIZE,
+    ST_SKIP,
+    ST_STRETCH,
+    ST_T,
+    ST_VKIND,
+    ST_VMEM,
+    ST_VSLOT,
+    ST_VVALUE,
+    V_BUDGET,
+    V_MEMORY,
+    V_SEQS,
+    VIOLATION,
+    VLLM_LIFE,
+    VLLM_V1,
+)
 
 #: the text of ``_finish_tree.py`` this file was last compiled with (a prefix of its sha256).
 #: numba keys a cached function by the text of its own file only, so ``run_slots`` would keep
 #: an old copy of the finish tree's functions after they change; a test holds this to the
 #: file's hash, and changing it here changes this file's text: the cache is rebuilt.
 FINISH_TREE_SHA = "0e4bea723d7ccfbd"
+#: the same for ``_layout.py``, whose indices numba compiles into the kernel as constants
+LAYOUT_SHA = "c8be141dbecddcca"
+#: every file whose text the kernels of this module depend on besides their own
+GUARDS = (("_finish_tree.py", FINISH_TREE_SHA), ("_layout.py", LAYOUT_SHA))
+_L.warn_if_stale(__name__, GUARDS)
 
 try:  # numba is a declared dependency; the fallback keeps the engine correct (slow) without it
     import numba
@@ -68,45 +156,6 @@ def _njit(**kwargs: Any) -> Any:
     return lambda f: f
 
 
-# rule codes (``pol``)
-CURRENT_FIT = 0
-NO_PREEMPT = 1
-RESERVE = 2
-LOOKAHEAD = 3
-VLLM_V1 = 4
-
-# lifecycle codes (``life``)
-KVSTAB_LIFE = 0
-VLLM_LIFE = 1
-
-# columns of the per-slot output block
-COLUMNS = (
-    "arrived admitted preempted completed running memory wasted tokens queue "
-    "scheduled prefill_tokens decode_tokens kv_attended prefill_reqs prefill_ctx prefill_sq decode_ctx recomputed"
-).split()
-NCOLS = len(COLUMNS)
-
-# rows of the request table ``R`` (one column per request, arrival order)
-F_S, F_O, F_PROG, F_TB, F_ATT, F_SERVED, F_WASTED, F_NPRE, F_FIRST, F_FIN = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
-F_RECOMP, F_MODE, F_NXT, F_PRV, F_HPOS, F_EPOS, F_GRANT, F_TA, F_FSLOT, F_TF = 10, 11, 12, 13, 14, 15, 16, 17, 18, 19
-NF = 20
-
-# request modes (``R[F_MODE]``): not running, a lazy decoder, stepped explicitly
-M_OUT, M_LAZY, M_EXPL = 0, 1, 2
-
-# indices into the scalar state array ``st``
-ST_T, ST_I, ST_QH, ST_QL, ST_NA, ST_RESV = 0, 1, 2, 3, 4, 5
-ST_VKIND, ST_VSLOT, ST_VVALUE, ST_VMEM = 6, 7, 8, 9
-ST_AH, ST_AT = 10, 11  # head (oldest) and tail (newest) of the admission-order list of actives
-ST_NL, ST_CL, ST_DL = 12, 13, 14  # lazy decoders: number, Σ d, memory held at the start of slot ST_T
-ST_NE, ST_HN = 15, 16  # explicit requests, heap size
-ST_LAH, ST_LAW = 17, 18  # lookahead: the refused head and the first slot it can pass its test
-ST_DONE, ST_MEMSUM = 19, 20  # completions so far; streamed Σ memory from the steady window's start
-# work counters (what the run cost, for benchmarks/bench_engine.py)
-ST_FULL, ST_SKIP, ST_STRETCH, ST_EXPL, ST_ADMIT, ST_PREEMPT, ST_BUDGET, ST_BUDREQ, ST_LATEST = range(21, 30)
-ST_RUNSUM = 30  # Σ over slots of the requests running: what a slot-by-slot loop steps
-ST_SIZE = 31
-
 #: the work counters a run reports (name, index into ``st``)
 WORK = (
     ("full_slots", ST_FULL),
@@ -121,15 +170,6 @@ WORK = (
     ("lookahead_tests", ST_LATEST),
     ("request_slots", ST_RUNSUM),
 )
-
-# streamed batch-means parameters (``bp``): throughput bins, queue-slope bins, Σ memory from MEM_START
-BP_ON, BP_F1, BP_S1, BP_N1, BP_F2, BP_S2, BP_N2, BP_MEM = 0, 1, 2, 3, 4, 5, 6, 7
-BP_SIZE = 8
-
-# return codes
-REACHED, VIOLATION, DRAINED = 0, 1, 2
-# violation kinds
-V_MEMORY, V_SEQS, V_BUDGET = 1, 2, 3
 
 #: the largest block size with a lazy decode path (its phase histogram has B entries);
 #: above it every running request is stepped explicitly, slot by slot

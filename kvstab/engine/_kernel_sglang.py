@@ -48,26 +48,9 @@ import math
 
 import numpy as np
 
+from kvstab.engine import _layout as _L
 from kvstab.engine._kernel import (
     _FAR,
-    BP_F1,
-    BP_F2,
-    BP_MEM,
-    BP_N1,
-    BP_N2,
-    BP_ON,
-    BP_S1,
-    BP_S2,
-    DRAINED,
-    F_HPOS,
-    F_NXT,
-    F_PRV,
-    REACHED,
-    ST_VKIND,
-    ST_VMEM,
-    ST_VSLOT,
-    ST_VVALUE,
-    VIOLATION,
     _breach,
     _dl_advance,
     _heap_remove,
@@ -79,6 +62,111 @@ from kvstab.engine._kernel import (
     _unlink,
     held,
 )
+from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read the layout here too
+    BP_F1,
+    BP_F2,
+    BP_MEM,
+    BP_N1,
+    BP_N2,
+    BP_ON,
+    BP_S1,
+    BP_S2,
+    C_SHIFT,
+    DRAINED,
+    F_HPOS,
+    FS_RATIO,
+    FS_SIZE,
+    G_ATT,
+    G_CLIP,
+    G_CPOS,
+    G_D,
+    G_EPOS,
+    G_FIN,
+    G_FIRST,
+    G_GRANT,
+    G_MODE,
+    G_NPRE,
+    G_NXT,
+    G_O,
+    G_PRIOR,
+    G_PROG,
+    G_PRV,
+    G_PS,
+    G_RANK,
+    G_RECOMP,
+    G_S,
+    G_SERVED,
+    G_TB,
+    G_W2S,
+    G_WASTED,
+    K_DECODE,
+    K_IDLE,
+    K_PREFILL,
+    KVSTAB_LIFE,
+    L_DC,
+    L_FIN,
+    L_FULL,
+    L_KIND,
+    L_KV,
+    L_NADM,
+    L_NFIN,
+    L_NRET,
+    L_NTOK,
+    L_PF,
+    L_QUEUE,
+    L_RET,
+    L_TOKOFF,
+    M_EXPL,
+    M_LAZY,
+    M_OUT,
+    NG,
+    NLOG,
+    REACHED,
+    SGLANG_LIFE,
+    ST_ADMIT,
+    ST_AH,
+    ST_AT,
+    ST_BATCH_FULL,
+    ST_BVER,
+    ST_CALL,
+    ST_CN,
+    ST_DL,
+    ST_DONE,
+    ST_DUMPL,
+    ST_DUMPO,
+    ST_DUMPV,
+    ST_EVP,
+    ST_EXACT,
+    ST_EXPL,
+    ST_FULL,
+    ST_HN,
+    ST_I,
+    ST_MEMSUM,
+    ST_NA,
+    ST_NC,
+    ST_NE,
+    ST_NL,
+    ST_NU,
+    ST_PREEMPT,
+    ST_QH,
+    ST_QL,
+    ST_RANKC,
+    ST_RETRACT,
+    ST_RU,
+    ST_RUNSUM,
+    ST_SIZE,
+    ST_SKIP,
+    ST_STRETCH,
+    ST_T,
+    ST_TAU,
+    ST_VKIND,
+    ST_VMEM,
+    ST_VSLOT,
+    ST_VVALUE,
+    ST_W2,
+    VIOLATION,
+    VLLM_LIFE,
+)
 
 #: the text of ``_kernel.py`` this file was last compiled with (a prefix of its sha256).
 #: numba keys a cached function by the text of its own file only, and this kernel inlines
@@ -86,32 +174,11 @@ from kvstab.engine._kernel import (
 #: ``run_sglang`` would keep the old copies.  A test holds this to ``_kernel.py``'s hash
 #: (``sha256sum kvstab/engine/_kernel.py | cut -c1-16``), and changing it here changes this
 #: file's text, so the cache is rebuilt.
-KERNEL_SHA = "8ed54cc72b1c886b"
-
-# lifecycle codes
-KVSTAB_LIFE, VLLM_LIFE, SGLANG_LIFE = 0, 1, 2
-
-# rows of the request table ``R`` (one column per request, arrival order)
-G_S, G_O, G_PROG, G_D, G_ATT, G_SERVED, G_WASTED, G_NPRE, G_FIRST, G_FIN = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
-G_RECOMP, G_MODE, G_NXT, G_PRV, G_HPOS, G_PRIOR, G_RANK, G_TB, G_W2S, G_PS = 10, 11, 12, 13, 14, 15, 16, 17, 18, 19
-G_CPOS, G_GRANT, G_EPOS, G_CLIP = 20, 21, 22, 23
-NG = 24
-# the finish heap keeps positions in row F_HPOS (``_kernel``'s heap); the clip heap runs the same
-# functions on the view ``R[C_SHIFT:]``, whose row F_HPOS is G_CPOS
-C_SHIFT = G_CPOS - F_HPOS
-assert G_HPOS == F_HPOS and C_SHIFT > 0 and (G_NXT, G_PRV) == (F_NXT, F_PRV)  # _kernel's list and heap
-
-# request modes
-M_OUT, M_LAZY, M_EXPL = 0, 1, 2
-
-# the scalar state ``st`` (the violation fields at _kernel's indices, so the driver reads them alike)
-S_T, S_I, S_QH, S_QL, S_NA, S_AH = 0, 1, 2, 3, 4, 5
-assert (ST_VKIND, ST_VSLOT, ST_VVALUE, ST_VMEM) == (6, 7, 8, 9)
-S_AT, S_NL, S_DL, S_NE, S_HN, S_CN, S_NU, S_RU, S_NC, S_TAU = 10, 11, 12, 13, 14, 15, 16, 17, 18, 19
-S_W2, S_CALL, S_FULL, S_RANKC, S_DONE, S_MEMSUM, S_EVP, S_BVER, S_DUMPV, S_DUMPO, S_DUMPL = range(20, 31)
-# work counters
-ST_FULL, ST_SKIP, ST_STRETCH, ST_EXPL, ST_ADMIT, ST_PREEMPT, ST_RETRACT, ST_EXACT, ST_RUNSUM = range(31, 40)
-S_SIZE = 40
+KERNEL_SHA = "309c05d624fd35de"
+#: the same for ``_layout.py``, whose indices numba compiles into the kernel as constants
+LAYOUT_SHA = "c8be141dbecddcca"
+GUARDS = (("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA))
+_L.warn_if_stale(__name__, GUARDS)
 
 #: the work counters a run reports (name, index into ``st``)
 WORK = (
@@ -122,21 +189,13 @@ WORK = (
     ("admissions", ST_ADMIT),
     ("preemptions", ST_PREEMPT),
     ("retraction_steps", ST_RETRACT),
-    ("completions", S_DONE),
+    ("completions", ST_DONE),
     ("exact_sums", ST_EXACT),
     ("request_slots", ST_RUNSUM),
 )
 
-# the float state ``fs``
-FS_RATIO = 0
-FS_SIZE = 1
-
-# the per-step log (SGLang's lifecycle, ``lg`` rows; the ratio in ``lr``): the ids of a step's
-# admitted, retracted and finished requests and its (request, tokens) pairs lie in ``ev`` from
-# L_EV; a decode step's pairs are a batch dump (every request one token), shared between steps
-L_KIND, L_NADM, L_NRET, L_NFIN, L_NTOK, L_TOKOFF, L_PF, L_DC, L_KV, L_FULL, L_QUEUE, L_RET, L_FIN = range(13)
-NLOG = 13
-K_IDLE, K_PREFILL, K_DECODE = 0, 1, 2
+#: the batch-full flag under its old name (tests read it)
+S_FULL = ST_BATCH_FULL
 
 _U2 = 2.0**-52  # twice the unit roundoff of a double
 
@@ -236,27 +295,27 @@ def load_lazy(
 ) -> None:  # fmt: skip
     """Request ``r`` joins the lazy set at the current slot (a loaded state; tests)."""
     nL, DL, hn, cn, nu, ru, nc = _lazy_join(
-        R, hk, hid, ck, cid, R[C_SHIFT:], ph, cnt, r, p, st[S_T], st[S_TAU], st[S_W2], st[S_CALL], B, clip,
-        st[S_NL], st[S_DL], st[S_HN], st[S_CN], st[S_NU], st[S_RU], st[S_NC],
+        R, hk, hid, ck, cid, R[C_SHIFT:], ph, cnt, r, p, st[ST_T], st[ST_TAU], st[ST_W2], st[ST_CALL], B, clip,
+        st[ST_NL], st[ST_DL], st[ST_HN], st[ST_CN], st[ST_NU], st[ST_RU], st[ST_NC],
     )  # fmt: skip
-    st[S_NL], st[S_DL], st[S_HN], st[S_CN], st[S_NU], st[S_RU], st[S_NC] = nL, DL, hn, cn, nu, ru, nc
+    st[ST_NL], st[ST_DL], st[ST_HN], st[ST_CN], st[ST_NU], st[ST_RU], st[ST_NC] = nL, DL, hn, cn, nu, ru, nc
 
 
 @_njit(cache=True)
 def sync_lazy(R: np.ndarray, st: np.ndarray, cnt: np.ndarray, B: int) -> None:
-    """Bring every lazy decoder's progress and areas up to the start of slot ``st[S_T]``."""
-    r = st[S_AH]
+    """Bring every lazy decoder's progress and areas up to the start of slot ``st[ST_T]``."""
+    r = st[ST_AH]
     while r >= 0:
         if R[G_MODE, r] == M_LAZY:
-            _touch(R, r, st[S_T], st[S_TAU], st[S_W2], cnt, st[S_CALL], B)
+            _touch(R, r, st[ST_T], st[ST_TAU], st[ST_W2], cnt, st[ST_CALL], B)
         r = R[G_NXT, r]
 
 
 @_njit(cache=True)
 def active_ids(R: np.ndarray, st: np.ndarray) -> np.ndarray:
     """The active requests in batch order."""
-    ids = np.empty(st[S_NA], dtype=np.int64)
-    r = st[S_AH]
+    ids = np.empty(st[ST_NA], dtype=np.int64)
+    r = st[ST_AH]
     k = 0
     while r >= 0 and k < ids.shape[0]:
         ids[k] = r
@@ -333,7 +392,7 @@ def run_sglang(
     lr: np.ndarray,
     ev: np.ndarray,
 ) -> int:
-    """Run slots ``st[S_T]`` … ``t_end − 1`` of the ``sglang`` rule (fewer on a drain, a violation,
+    """Run slots ``st[ST_T]`` … ``t_end − 1`` of the ``sglang`` rule (fewer on a drain, a violation,
     or a full log buffer); returns a status code.  ``out`` of positive width receives the
     ``SimResult`` rows at column ``t − t_base``; ``bp[BP_ON]`` the streamed batch-means sums;
     ``lg`` of positive width the step log (every slot is then run one by one)."""
@@ -348,32 +407,32 @@ def run_sglang(
     mstart = bp[BP_MEM]
     Rc = R[C_SHIFT:]  # the clip heap's positions (row G_CPOS) at the heap functions' F_HPOS
     pchunk = held(chunk, B)  # SGLang's chunk budget is whole pages
-    t = st[S_T]
-    i = st[S_I]
-    qh = st[S_QH]
-    ql = st[S_QL]
-    na = st[S_NA]
-    ah = st[S_AH]
-    at = st[S_AT]
-    nL = st[S_NL]
-    DL = st[S_DL]
-    ne = st[S_NE]
-    hn = st[S_HN]
-    cn = st[S_CN]
-    nu = st[S_NU]
-    ru = st[S_RU]
-    nc = st[S_NC]
-    tau = st[S_TAU]
-    w2 = st[S_W2]
-    call = st[S_CALL]
-    full = st[S_FULL]
-    rankc = st[S_RANKC]
-    memsum = st[S_MEMSUM]
-    evp = st[S_EVP]
-    bver = st[S_BVER]
-    dumpv = st[S_DUMPV]
-    dumpo = st[S_DUMPO]
-    dumpl = st[S_DUMPL]
+    t = st[ST_T]
+    i = st[ST_I]
+    qh = st[ST_QH]
+    ql = st[ST_QL]
+    na = st[ST_NA]
+    ah = st[ST_AH]
+    at = st[ST_AT]
+    nL = st[ST_NL]
+    DL = st[ST_DL]
+    ne = st[ST_NE]
+    hn = st[ST_HN]
+    cn = st[ST_CN]
+    nu = st[ST_NU]
+    ru = st[ST_RU]
+    nc = st[ST_NC]
+    tau = st[ST_TAU]
+    w2 = st[ST_W2]
+    call = st[ST_CALL]
+    full = st[ST_BATCH_FULL]
+    rankc = st[ST_RANKC]
+    memsum = st[ST_MEMSUM]
+    evp = st[ST_EVP]
+    bver = st[ST_BVER]
+    dumpv = st[ST_DUMPV]
+    dumpo = st[ST_DUMPO]
+    dumpl = st[ST_DUMPL]
     ratio = fs[FS_RATIO]
     status = REACHED
     while t < t_end:
@@ -1012,38 +1071,38 @@ def run_sglang(
                 bins2[k2 // b2s] += arrived - done
             if t >= mstart:
                 memsum += memory
-        st[S_DONE] += done
+        st[ST_DONE] += done
         st[ST_RUNSUM] += running_n
         t += 1
 
-    st[S_T] = t
-    st[S_I] = i
-    st[S_QH] = qh
-    st[S_QL] = ql
-    st[S_NA] = na
-    st[S_AH] = ah
-    st[S_AT] = at
-    st[S_NL] = nL
-    st[S_DL] = DL
-    st[S_NE] = ne
-    st[S_HN] = hn
-    st[S_CN] = cn
-    st[S_NU] = nu
-    st[S_RU] = ru
-    st[S_NC] = nc
-    st[S_TAU] = tau
-    st[S_W2] = w2
-    st[S_CALL] = call
-    st[S_FULL] = full
-    st[S_RANKC] = rankc
-    st[S_MEMSUM] = memsum
-    st[S_EVP] = evp
-    st[S_BVER] = bver
-    st[S_DUMPV] = dumpv
-    st[S_DUMPO] = dumpo
-    st[S_DUMPL] = dumpl
+    st[ST_T] = t
+    st[ST_I] = i
+    st[ST_QH] = qh
+    st[ST_QL] = ql
+    st[ST_NA] = na
+    st[ST_AH] = ah
+    st[ST_AT] = at
+    st[ST_NL] = nL
+    st[ST_DL] = DL
+    st[ST_NE] = ne
+    st[ST_HN] = hn
+    st[ST_CN] = cn
+    st[ST_NU] = nu
+    st[ST_RU] = ru
+    st[ST_NC] = nc
+    st[ST_TAU] = tau
+    st[ST_W2] = w2
+    st[ST_CALL] = call
+    st[ST_BATCH_FULL] = full
+    st[ST_RANKC] = rankc
+    st[ST_MEMSUM] = memsum
+    st[ST_EVP] = evp
+    st[ST_BVER] = bver
+    st[ST_DUMPV] = dumpv
+    st[ST_DUMPO] = dumpo
+    st[ST_DUMPL] = dumpl
     fs[FS_RATIO] = ratio
     return status
 
 
-__all__ = ["run_sglang", "sync_lazy", "active_ids", "WORK", "NG", "S_SIZE", "NLOG", "_FAR"]
+__all__ = ["run_sglang", "sync_lazy", "active_ids", "WORK", "NG", "ST_SIZE", "NLOG", "_FAR"]

@@ -28,16 +28,34 @@ import math
 
 import numpy as np
 
+from kvstab.engine import _layout as _L
 from kvstab.engine._kernel import _njit, held
-from kvstab.engine.tape import EXACT, LIMIT, OP
+from kvstab.engine._layout import (
+    BAIL,
+    DRAINED,
+    NEED_TAPE,
+    REACHED,
+    ST_ASK,
+    ST_HID,
+    ST_I,
+    ST_NA,
+    ST_NEEDK,
+    ST_NEEDQ,
+    ST_NONCE,
+    ST_PEND,
+    ST_QH,
+    ST_QL,
+    ST_T,
+)
+from kvstab.engine._opcodes import EXACT, LIMIT, OP
 
-# indices into the scalar state array ``st``
-ST_T, ST_I, ST_QH, ST_QL, ST_NA, ST_PEND, ST_NEEDK, ST_NEEDQ, ST_HID, ST_NONCE = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
-ST_ASK = 10  # 1: the NEED_TAPE is an ASK row's (answer this slot by asking the rule itself)
-ST_SIZE = 11
-
-# return codes
-REACHED, DRAINED, NEED_TAPE, BAIL = 0, 2, 3, 4
+#: the texts this loop inlines or compiles in besides its own (``held``, the layout's indices, the
+#: opcodes): see :func:`kvstab.engine._layout.stale`
+KERNEL_SHA = "309c05d624fd35de"
+LAYOUT_SHA = "c8be141dbecddcca"
+OPCODES_SHA = "03ad94b8d67bcc01"
+GUARDS = (("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA), ("_opcodes.py", OPCODES_SHA))
+_L.warn_if_stale(__name__, GUARDS)
 
 _CONST, _ADD, _SUB, _MUL, _FDIV, _MOD, _NEG = (
     OP["CONST"],

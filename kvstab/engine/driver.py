@@ -24,6 +24,9 @@ from kvstab.arrivals import ArrivalPlan
 from kvstab.contract import Scheduler
 from kvstab.engine import _finish_tree
 from kvstab.engine import _kernel as K
+from kvstab.engine import _layout as L
+from kvstab.engine import sglang as sgl
+from kvstab.engine._drive import BATCH, Bins, KernelState, Requests, check_plan, drive, finish, violation
 from kvstab.engine.stream import StreamStats, Summary
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.lifecycles.vllm import VllmEngine
@@ -39,20 +42,16 @@ IntArray = npt.NDArray[np.int64]
 Lifecycle = Literal["kvstab", "vllm", "sglang"]  # "sglang": SGLang's own, for the sglang rule only
 EngineChoice = Literal["auto", "fast", "reference"]
 
-#: slots per call of the compiled loop: small enough for a responsive progress
-#: bar and little memory when streaming, large enough that the call overhead vanishes
-BATCH = 1 << 16
-
 #: the shortest run on which ``engine="auto"`` takes the plug-in path (measured in
 #: benchmarks/bench_engine.py: taping the shapes a paper-scale run meets costs about a second)
 PLUGIN_MIN_SLOTS = 20_000
 
 _RULES: dict[type, int] = {
-    CurrentFit: K.CURRENT_FIT,
-    CurrentFitNoPreempt: K.NO_PREEMPT,
-    Reserve: K.RESERVE,
-    Lookahead: K.LOOKAHEAD,
-    VllmV1: K.VLLM_V1,
+    CurrentFit: L.CURRENT_FIT,
+    CurrentFitNoPreempt: L.NO_PREEMPT,
+    Reserve: L.RESERVE,
+    Lookahead: L.LOOKAHEAD,
+    VllmV1: L.VLLM_V1,
 }
 
 
@@ -66,8 +65,6 @@ def fast_rule(scheduler: object) -> int | None:
 def has_fast_path(scheduler: object) -> bool:
     """Whether ``scheduler`` has a compiled engine: a rule code of the shared kernel
     (:func:`fast_rule`), or ``sglang``'s own kernel (:mod:`kvstab.engine.sglang`)."""
-    from kvstab.engine import sglang as sgl
-
     return fast_rule(scheduler) is not None or sgl.is_fast(scheduler)
 
 
@@ -83,7 +80,7 @@ class Run:
     reason: str = field(default="", metadata={"help": "why this engine was chosen"})
 
 
-class _State:
+class _State(KernelState):
     """The flat arrays the compiled engine works on (one run).
 
     ``R`` is the request table (:data:`_kernel.NF` rows, one column per request);
@@ -92,18 +89,20 @@ class _State:
     their progress and areas as of the slot they were last touched: read them after
     :meth:`active` or :meth:`sync`, which bring them up to the current slot."""
 
+    WORK = K.WORK
+
     def __init__(self, plan: ArrivalPlan) -> None:
         n = len(plan)
         self.pslot = np.ascontiguousarray(plan.slot, dtype=np.int64)
         self.ps = np.ascontiguousarray(plan.s, dtype=np.int64)
         self.po = np.ascontiguousarray(plan.o, dtype=np.int64)
-        self.R = np.zeros((K.NF, n), dtype=np.int64)
-        for f in (K.F_FIRST, K.F_FIN, K.F_NXT, K.F_PRV):
+        self.R = np.zeros((L.NF, n), dtype=np.int64)
+        for f in (L.F_FIRST, L.F_FIN, L.F_NXT, L.F_PRV):
             self.R[f] = -1
-        self.s, self.o, self.prog = self.R[K.F_S], self.R[K.F_O], self.R[K.F_PROG]
-        self.att, self.served, self.wasted = self.R[K.F_ATT], self.R[K.F_SERVED], self.R[K.F_WASTED]
+        self.s, self.o, self.prog = self.R[L.F_S], self.R[L.F_O], self.R[L.F_PROG]
+        self.att, self.served, self.wasted = self.R[L.F_ATT], self.R[L.F_SERVED], self.R[L.F_WASTED]
         self.npre, self.first, self.fin, self.recomp = (
-            self.R[K.F_NPRE], self.R[K.F_FIRST], self.R[K.F_FIN], self.R[K.F_RECOMP]
+            self.R[L.F_NPRE], self.R[L.F_FIRST], self.R[L.F_FIN], self.R[L.F_RECOMP]
         )  # fmt: skip
         self.qbuf = np.zeros(n + 1, dtype=np.int64)
         self.elist = np.zeros(n + 1, dtype=np.int64)
@@ -111,33 +110,16 @@ class _State:
         self.hid = np.zeros(n + 1, dtype=np.int64)
         self.ph = np.zeros(1, dtype=np.int64)  # sized for the block size at the first step
         self.B = 1
-        self.st = np.zeros(K.ST_SIZE, dtype=np.int64)
-        for f in (K.ST_AH, K.ST_AT, K.ST_LAH):
+        self.st = np.zeros(L.ST_SIZE, dtype=np.int64)
+        for f in (L.ST_AH, L.ST_AT, L.ST_LAH):
             self.st[f] = -1
-        self.no_bins = (np.zeros(1), np.zeros(1), np.zeros(K.BP_SIZE, dtype=np.int64))
+        self.no_bins = (np.zeros(1), np.zeros(1), np.zeros(L.BP_SIZE, dtype=np.int64))
         self.ft = np.zeros((2, 1), dtype=np.int64)  # lookahead's finish tree, made at its first step
         self.ft_made = False
-
-    @property
-    def t(self) -> int:
-        return int(self.st[K.ST_T])
-
-    @property
-    def arrived(self) -> int:
-        return int(self.st[K.ST_I])
 
     def sync(self) -> None:
         """Bring the lazy decoders' progress and areas up to the current slot."""
         K.sync_lazy(self.R, self.st, self.B)
-
-    def active(self) -> IntArray:
-        """Ids of the active requests, admission order (their areas brought up to date)."""
-        self.sync()
-        return np.asarray(K.active_ids(self.R, self.st))
-
-    def work(self) -> dict[str, int]:
-        """What the run cost so far: slots run one by one and skipped, events, stalls."""
-        return {name: int(self.st[k]) for name, k in K.WORK}
 
     def step(
         self,
@@ -158,7 +140,7 @@ class _State:
         if self.ph.shape[0] != B and B <= K.LAZY_BMAX:
             self.ph = np.zeros(B, dtype=np.int64)  # the first step: nothing is lazy yet
         self.B = B
-        if pol == K.LOOKAHEAD and not self.ft_made:
+        if pol == L.LOOKAHEAD and not self.ft_made:
             self.ft_made = True
             # a ring that holds every request's whole life (prefill chunks, then decode units)
             longest = int((-(-self.ps // params.chunk) + self.po).max(initial=0))
@@ -181,37 +163,10 @@ class _State:
 
 def _violation(state: _State, scheduler: str, params: ModelParams) -> InvariantViolation:
     """The reference engine's exception for the violation the compiled loop stopped at."""
-    kind, t, value = (int(state.st[k]) for k in (K.ST_VKIND, K.ST_VSLOT, K.ST_VVALUE))
-    running = tuple(int(r) for r in state.active())
-    ids = ", ".join(str(r) for r in running[:12])
-    shown = f"[{ids}{', …' if len(running) > 12 else ''}] ({len(running)} in all)"
-    if kind == K.V_MEMORY:
-        msg = f"slot {t}: scheduler {scheduler!r} uses {value} tokens of KV memory, M={params.M} (active requests {shown})"
-    elif kind == K.V_SEQS:
-        msg = f"slot {t}: scheduler {scheduler!r} runs {value} requests, more than max_num_seqs={params.max_num_seqs}"
-    else:
-        msg = (
-            f"slot {t}: scheduler {scheduler!r} processes {value} tokens, more than the token budget "
-            f"{params.token_budget} (a rule that ignores the budget breaks it)"
-        )
-    memory = int(state.st[K.ST_VMEM])  # the slot's memory, whatever was broken (as the reference reports it)
-    return InvariantViolation(msg, slot=t, memory=memory, capacity=params.M, requests=running)
+    return violation(state, scheduler, params)
 
 
-def _check_plan(plan: ArrivalPlan, params: ModelParams, lifecycle: Lifecycle) -> ArrivalPlan:
-    """The reference engine's admission checks on arrival, for the whole plan at once."""
-    if lifecycle == "kvstab":
-        return plan.fit_to(params)
-    # vLLM's lifecycle: (s, o) is the kvstab request (s, o - 1), peak s + o - 1
-    peak = -(-(plan.s + plan.o - 1) // params.block) * params.block
-    bad = np.flatnonzero(peak > params.M)
-    if bad.size:
-        i = int(bad[0])
-        raise InvalidArgument(
-            f"request {i} (s={int(plan.s[i])}, o={int(plan.o[i])}) needs {int(peak[i])} tokens of KV at its peak "
-            f"but M={params.M}: vLLM could never finish it"
-        )
-    return plan
+_check_plan = check_plan  # vllm.py and sglang's path check a plan as the reference engine does
 
 
 def run(
@@ -263,8 +218,6 @@ def run(
 
     pol = fast_rule(scheduler)
     start = time.perf_counter()
-    from kvstab.engine import sglang as sgl
-
     if lifecycle == "sglang" and not isinstance(scheduler, Sglang):
         raise InvalidArgument(
             f"lifecycle must be 'kvstab' or 'vllm' for {scheduler.name!r} ('sglang' is SGLang's own lifecycle, "
@@ -380,68 +333,23 @@ def _run_fast(
 ) -> tuple[Summary, SimResult | None]:
     """The compiled engine's run (``work``, if given, receives :meth:`_State.work`)."""
     plan = _check_plan(plan, params, lifecycle)
-    life = K.VLLM_LIFE if lifecycle == "vllm" else K.KVSTAB_LIFE
+    life = L.VLLM_LIFE if lifecycle == "vllm" else L.KVSTAB_LIFE
     state = _State(plan)
     fixed = slots is not None and not drain
     horizon = int(slots) if fixed else max_slots  # type: ignore[arg-type]
     drain_min = 0 if slots is None else int(slots)
     stats = StreamStats(params.M, horizon if fixed else None, warmup, batches, keep_all=record)
-    # a streamed fixed horizon keeps no rows: the engine adds the batch-means sums itself
-    bins = stats.kernel_bins()
-    width = 0 if bins is not None else min(BATCH, max(horizon, 1))
-    out = np.zeros((K.NCOLS, width), dtype=np.int64)
-    while True:
-        t0 = state.t
-        t_end = min(t0 + BATCH, horizon)
-        if width:
-            out[:] = 0
-        status = state.step(pol, life, params, check, False, t_end, drain, drain_min, out, bins)
-        if status == K.VIOLATION:
-            raise _violation(state, name, params)
-        if width:
-            stats.add(out[:, : state.t - t0])
-        if progress is not None:
-            progress(state.t, horizon if fixed else None)
-        if status == K.DRAINED or (fixed and state.t >= horizon):
-            break
-        if state.t >= max_slots:
-            raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
-    if bins is not None:
-        stats.add_streamed(state.t, state.arrived, int(state.st[K.ST_DONE]), int(state.st[K.ST_MEMSUM]))
+
+    def step(t_end: int, out: IntArray, bins: Bins | None) -> int:
+        return state.step(pol, life, params, check, False, t_end, drain, drain_min, out, bins)
+
+    drive(step, state.st, stats, rows=L.NCOLS, horizon=horizon, fixed=fixed, max_slots=max_slots,
+          progress=progress, on_violation=lambda: _violation(state, name, params))  # fmt: skip
     state.sync()
     if work is not None:
         work.update(state.work())
-    n = state.arrived
-    arrival = state.pslot[:n].copy()
-    finish = state.fin[:n].copy()
-    summary = stats.summary(arrival, finish, state.wasted[:n], state.served[:n], state.npre[:n], state.t)
-    if not record:
-        return summary, None
-    cols = stats.columns()
-    result = SimResult(
-        scheduler=name,
-        params=params,
-        slots=state.t,
-        arrived=cols["arrived"],
-        admitted=cols["admitted"],
-        preempted=cols["preempted"],
-        completed=cols["completed"],
-        running=cols["running"],
-        memory=cols["memory"],
-        wasted=cols["wasted"],
-        tokens=cols["tokens"],
-        queue=cols["queue"],
-        s=state.s[:n].copy(),
-        o=state.o[:n].copy(),
-        arrival=arrival,
-        first_admit=state.first[:n].copy(),
-        finish=finish,
-        preemptions=state.npre[:n].copy(),
-        served=state.served[:n].copy(),
-        request_wasted=state.wasted[:n].copy(),
-        dropped=plan.dropped,
-    )
-    return summary, result
+    req = Requests(state.s, state.o, state.pslot, state.first, state.fin, state.npre, state.served, state.wasted)
+    return finish(stats, name, params, state.t, state.arrived, req, plan.dropped, record)
 
 
 def simulate(

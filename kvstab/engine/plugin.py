@@ -55,8 +55,9 @@ from kvstab.contract import (
     state_vars_of,
     traits_of,
 )
-from kvstab.engine import _kernel as K
+from kvstab.engine import _layout as L
 from kvstab.engine import _plugin_kernel as PK
+from kvstab.engine._drive import Requests, drive, finish
 from kvstab.engine.stream import StreamStats, Summary
 from kvstab.engine.tape import LIMIT, Tape, Untraceable, active_entry, trace_tape, waiting_entry
 from kvstab.errors import InvalidArgument, InvalidScheduler
@@ -65,9 +66,6 @@ from kvstab.ops import CONCRETE
 from kvstab.simulator import SimResult
 
 __all__ = ["plugin_path", "PluginPath", "Untraceable", "trace_rule", "Bail"]
-
-#: slots per call of the compiled loop (as the built-in fast path)
-BATCH = 1 << 16
 
 
 class Bail(Exception):
@@ -371,7 +369,7 @@ class _Asker:
     ) -> View:  # fmt: skip
         """The view the kernel's current slot shows the rule (as :meth:`Engine.view` builds it)."""
         K, Q = shape
-        qh, ql, cap = int(st[PK.ST_QH]), int(st[PK.ST_QL]), qbuf.shape[0]
+        qh, ql, cap = int(st[L.ST_QH]), int(st[L.ST_QL]), qbuf.shape[0]
         a = act[:K]
         rids = a.tolist()
         if self.seen:
@@ -419,7 +417,7 @@ class _Asker:
         if decision.grants is not None:
             ints += [int(g) for g in decision.grants]
         nst = 0 if decision.state is None else len(decision.state)
-        x = int(st[PK.ST_NONCE])
+        x = int(st[L.ST_NONCE])
         off = self.ends[x - 1] if x > 0 else 0
         n = len(ints) + nst
         if off + n > self.ans.shape[0]:
@@ -444,7 +442,7 @@ class _Asker:
         self.once_k[x], self.once_q[x], self.once_off[x] = len(view.active), len(view.waiting), off
         self.once_flags[x] = (1 if decision.grants is not None else 0) | (2 if decision.state is not None else 0)
         self.ends[x] = off + n
-        st[PK.ST_NONCE] = x + 1
+        st[L.ST_NONCE] = x + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -488,8 +486,8 @@ class PluginPath:
         act = np.zeros(n + 1, dtype=np.int64)
         tmp = np.zeros(n + 1, dtype=np.int64)
         scr = np.zeros(n + 1, dtype=np.int64)
-        st = np.zeros(PK.ST_SIZE, dtype=np.int64)
-        st[PK.ST_PEND] = -1
+        st = np.zeros(L.ST_SIZE, dtype=np.int64)
+        st[L.ST_PEND] = -1
         # the state as the engine carries it: each value an int (sv) or a float (svf), as svtag says
         svtag = np.array([isinstance(v.initial, float) for v in svars], dtype=np.int64)
         sv = np.array([0 if isinstance(v.initial, float) else int(v.initial) for v in svars], dtype=np.int64)
@@ -511,13 +509,12 @@ class PluginPath:
         horizon = min(int(slots), max_slots) if fixed else max_slots  # type: ignore[arg-type]
         drain_min = 0 if slots is None else int(slots)
         stats = StreamStats(params.M, horizon if fixed else None, warmup, batches, keep_all=record)
-        out = np.zeros((K.NCOLS, min(BATCH, max(horizon, 1))), dtype=np.int64)
         budget = -1 if params.token_budget is None else params.token_budget
         maxseq = -1 if params.max_num_seqs is None else params.max_num_seqs
-        while True:
-            t0 = int(st[PK.ST_T])
-            t_end = min(t0 + out.shape[1], horizon)
-            out[:] = 0
+
+        def step(t_end: int, out: np.ndarray, bins: object) -> int:
+            """Run the loop to ``t_end``, taping or asking the rule for each shape it needs."""
+            t0 = int(st[L.ST_T])
             while True:
                 status = PK.run_plugin_slots(
                     params.M, params.chunk, params.block, budget, maxseq, check, window, t_end, drain, drain_min,
@@ -527,74 +524,41 @@ class PluginPath:
                     asker.once_k, asker.once_q, asker.once_off, asker.once_flags, asker.ans, asker.ansf, asker.anst,
                     bank.R, bank.F, bank.T, dec, decf, dect, tmp, scr, prev, out,
                 )  # fmt: skip
-                if status != PK.NEED_TAPE:
+                if status != L.NEED_TAPE:
                     break
-                shape = (int(st[PK.ST_NEEDK]), int(st[PK.ST_NEEDQ]))
-                ask = bool(st[PK.ST_ASK])  # the shape's tape left this slot to the rule (an ASK row)
+                shape = (int(st[L.ST_NEEDK]), int(st[L.ST_NEEDQ]))
+                ask = bool(st[L.ST_ASK])  # the shape's tape left this slot to the rule (an ASK row)
                 if ask and bank.asks_often(shape):  # tape it again, keeping the rows it asks for
                     bank.no_ask.add(shape)
                     bank.drop(shape)
                     ask = False
-                    st[PK.ST_ASK] = 0
-                    bank.add(trace_rule(self.scheduler, params, *shape, ask=False), int(st[PK.ST_T]))
-                    _within_budget(bank, int(st[PK.ST_T]))
+                    st[L.ST_ASK] = 0
+                    bank.add(trace_rule(self.scheduler, params, *shape, ask=False), int(st[L.ST_T]))
+                    _within_budget(bank, int(st[L.ST_T]))
                 elif not ask and bank.rental.tape_now(shape):
                     c0 = time.process_time()
                     tape = trace_rule(self.scheduler, params, *shape, ask=shape not in bank.no_ask)
                     bank.rental.taped(shape, shape[0] + shape[1] + 1, time.process_time() - c0)
-                    bank.add(tape, int(st[PK.ST_T]))
-                    _within_budget(bank, int(st[PK.ST_T]))
+                    bank.add(tape, int(st[L.ST_T]))
+                    _within_budget(bank, int(st[L.ST_T]))
                 else:  # ski rental: ask the rule itself until the shape has cost what taping it would
                     c0 = time.process_time()
                     view = asker.view(shape, st, act, qbuf, ps, po, prog, sv, svf, svtag)
                     asker.answer(view, st)
                     if not ask:
                         bank.rental.asked(shape, time.process_time() - c0)
-            if status == PK.BAIL:
-                raise Bail(f"slot {int(st[PK.ST_T])}")
-            t = int(st[PK.ST_T])
-            stats.add(out[:, : t - t0])
-            if progress is not None:
-                progress(t, horizon if fixed else None)
-            if status == PK.DRAINED or (fixed and t >= horizon):
-                break
-            if t >= max_slots:
-                raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
+            if status == L.BAIL:
+                raise Bail(f"slot {int(st[L.ST_T])}")
+            return status
+
+        drive(step, st, stats, rows=L.NCOLS, horizon=horizon, fixed=fixed, max_slots=max_slots,
+              progress=progress, on_violation=lambda: Bail("a violation"), streamed=False)  # fmt: skip
+        t = int(st[L.ST_T])
         if fixed and t < int(slots):  # type: ignore[arg-type]
             raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
-        arrived = int(st[PK.ST_I])
-        arrival = pslot[:arrived].copy()
-        finish = fin[:arrived].copy()
-        summary = stats.summary(arrival, finish, wasted[:arrived], served[:arrived], npre[:arrived], t)
-        if not record:
-            return summary, None
-        cols = stats.columns()
-        result = SimResult(
-            scheduler=self.scheduler.name,
-            params=params,
-            slots=t,
-            arrived=cols["arrived"],
-            admitted=cols["admitted"],
-            preempted=cols["preempted"],
-            completed=cols["completed"],
-            running=cols["running"],
-            memory=cols["memory"],
-            wasted=cols["wasted"],
-            tokens=cols["tokens"],
-            queue=cols["queue"],
-            s=ps[:arrived].copy(),
-            o=po[:arrived].copy(),
-            arrival=arrival,
-            first_admit=first[:arrived].copy(),
-            finish=finish,
-            preemptions=npre[:arrived].copy(),
-            served=served[:arrived].copy(),
-            request_wasted=wasted[:arrived].copy(),
-            dropped=plan.dropped,
-            window=window,
-            window_hid_slots=int(st[PK.ST_HID]),
-        )
-        return summary, result
+        req = Requests(ps, po, pslot, first, fin, npre, served, wasted)
+        return finish(stats, self.scheduler.name, params, t, int(st[L.ST_I]), req, plan.dropped, record,
+                      window=window, window_hid_slots=int(st[L.ST_HID]))  # fmt: skip
 
 
 def plugin_path(scheduler: Scheduler, lifecycle: str) -> tuple[PluginPath | None, str]:

@@ -26,8 +26,9 @@ import numpy as np
 import numpy.typing as npt
 
 from kvstab.arrivals import ArrivalPlan
-from kvstab.engine import _kernel as K
 from kvstab.engine import _kernel_sglang as KS
+from kvstab.engine import _layout as L
+from kvstab.engine._drive import Bins, KernelState, Requests, check_plan, drive, finish, violation
 from kvstab.engine.stream import StreamStats, Summary
 from kvstab.errors import InvalidArgument
 from kvstab.lifecycles.sglang import SglangEngine, clip_max_new, replay_reference
@@ -39,10 +40,8 @@ __all__ = ["is_fast", "no_fast_path", "run_fast", "replay_steps", "RawStep", "sg
 
 IntArray = npt.NDArray[np.int64]
 SglangLife = Literal["kvstab", "vllm", "sglang"]
-_LIFE = {"kvstab": KS.KVSTAB_LIFE, "vllm": KS.VLLM_LIFE, "sglang": KS.SGLANG_LIFE}
+_LIFE = {"kvstab": L.KVSTAB_LIFE, "vllm": L.VLLM_LIFE, "sglang": L.SGLANG_LIFE}
 
-#: slots per call of the compiled loop (as :data:`kvstab.engine.driver.BATCH`)
-BATCH = 1 << 16
 #: steps per call when the step log is kept (its buffers are emptied between calls)
 LOG_BATCH = 1 << 12
 
@@ -89,9 +88,11 @@ def sglang_lengths(rule: Sglang, plan: ArrivalPlan, fed: int) -> IntArray:
     return (max_new - 1).astype(np.int64)
 
 
-class _State:
+class _State(KernelState):
     """The flat arrays of one run of the compiled ``sglang`` engine (the request table
     ``R`` has :data:`_kernel_sglang.NG` rows, one column per request)."""
+
+    WORK = KS.WORK
 
     def __init__(self, rule: Sglang, params: ModelParams, plan: ArrivalPlan, po: IntArray) -> None:
         n = len(plan)
@@ -100,8 +101,8 @@ class _State:
         self.pslot = np.ascontiguousarray(plan.slot, dtype=np.int64)
         self.ps = np.ascontiguousarray(plan.s, dtype=np.int64)
         self.po = np.ascontiguousarray(po, dtype=np.int64)
-        self.R = np.zeros((KS.NG, n), dtype=np.int64)
-        for f in (KS.G_FIRST, KS.G_FIN, KS.G_NXT, KS.G_PRV):
+        self.R = np.zeros((L.NG, n), dtype=np.int64)
+        for f in (L.G_FIRST, L.G_FIN, L.G_NXT, L.G_PRV):
             self.R[f] = -1
         self.qbuf = np.zeros(n + 1, dtype=np.int64)
         self.elist = np.zeros(n + 1, dtype=np.int64)
@@ -113,12 +114,12 @@ class _State:
         B = params.block
         self.ph = np.zeros(B, dtype=np.int64)
         self.cnt = np.zeros(B, dtype=np.int64)
-        self.st = np.zeros(KS.S_SIZE, dtype=np.int64)
-        for f in (KS.S_AH, KS.S_AT, KS.S_DUMPV):
+        self.st = np.zeros(L.ST_SIZE, dtype=np.int64)
+        for f in (L.ST_AH, L.ST_AT, L.ST_DUMPV):
             self.st[f] = -1
         self.fs = np.array([rule.ratio_init], dtype=np.float64)
-        self.no_bins = (np.zeros(1), np.zeros(1), np.zeros(K.BP_SIZE, dtype=np.int64))
-        self.no_log = (np.zeros((KS.NLOG, 0), dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64))
+        self.no_bins = (np.zeros(1), np.zeros(1), np.zeros(L.BP_SIZE, dtype=np.int64))
+        self.no_log = (np.zeros((L.NLOG, 0), dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64))
 
     def load(
         self,
@@ -132,49 +133,32 @@ class _State:
         R, st, B = self.R, self.st, self.params.block
         prev = -1
         for r, (s, o, p) in enumerate(active):
-            R[KS.G_S, r], R[KS.G_O, r], R[KS.G_PRV, r], R[KS.G_RANK, r] = s, o, prev, r
+            R[L.G_S, r], R[L.G_O, r], R[L.G_PRV, r], R[L.G_RANK, r] = s, o, prev, r
             if prev >= 0:
-                R[KS.G_NXT, prev] = r
+                R[L.G_NXT, prev] = r
             else:
-                st[KS.S_AH] = r
+                st[L.ST_AH] = r
             prev = r
             if p >= s:
                 KS.load_lazy(R, self.hk, self.hid, self.ck, self.cid, self.ph, self.cnt, st, r, p, B,
                              self.rule.clip_max_new_tokens)  # fmt: skip
             else:
-                R[KS.G_MODE, r], R[KS.G_PROG, r] = KS.M_EXPL, p
-                self.elist[st[KS.S_NE]] = r
-                st[KS.S_NE] += 1
-        st[KS.S_AT], st[KS.S_NA], st[KS.S_RANKC] = prev, len(active), len(active)
+                R[L.G_MODE, r], R[L.G_PROG, r] = L.M_EXPL, p
+                self.elist[st[L.ST_NE]] = r
+                st[L.ST_NE] += 1
+        st[L.ST_AT], st[L.ST_NA], st[L.ST_RANKC] = prev, len(active), len(active)
         for k in range(len(waiting)):
             r = len(active) + k
-            R[KS.G_S, r], R[KS.G_O, r] = waiting[k]
+            R[L.G_S, r], R[L.G_O, r] = waiting[k]
             self.qbuf[k] = r
-        st[KS.S_QL] = len(waiting)
-        st[KS.S_I] = len(active) + len(waiting)
+        st[L.ST_QL] = len(waiting)
+        st[L.ST_I] = len(active) + len(waiting)
         if sched_state is not None:
-            self.fs[KS.FS_RATIO], st[KS.S_FULL] = float(sched_state[0]), int(sched_state[1])
-
-    @property
-    def t(self) -> int:
-        return int(self.st[KS.S_T])
-
-    @property
-    def arrived(self) -> int:
-        return int(self.st[KS.S_I])
+            self.fs[L.FS_RATIO], st[L.ST_BATCH_FULL] = float(sched_state[0]), int(sched_state[1])
 
     def sync(self) -> None:
         """Bring the lazy decoders' progress and areas up to the current slot."""
         KS.sync_lazy(self.R, self.st, self.cnt, self.params.block)
-
-    def active(self) -> IntArray:
-        """Ids of the active requests in batch order (their areas brought up to date)."""
-        self.sync()
-        return np.asarray(KS.active_ids(self.R, self.st))
-
-    def work(self) -> dict[str, int]:
-        """What the run cost so far: slots run one by one and skipped, events, exact float sums."""
-        return {name: int(self.st[k]) for name, k in KS.WORK}
 
     def step(
         self,
@@ -213,9 +197,7 @@ def _lengths(
         if params != rule.params():
             raise InvalidArgument(f"SGLang's lifecycle runs on the rule's own server ({rule.params()}), got {params}")
         return plan, sglang_lengths(rule, plan, fed)
-    from kvstab.engine.driver import _check_plan
-
-    plan = _check_plan(plan, params, lifecycle)
+    plan = check_plan(plan, params, lifecycle)
     return plan, plan.o - 1 if lifecycle == "vllm" else plan.o
 
 
@@ -236,8 +218,6 @@ def run_fast(
 ) -> tuple[Summary, SimResult | None]:
     """The compiled engine's run, as :func:`kvstab.engine.driver._run_fast` runs the other
     built-ins (``work``, if given, receives :meth:`_State.work`)."""
-    from kvstab.engine.driver import _violation
-
     fixed = slots is not None and not drain
     horizon = int(slots) if fixed else max_slots  # type: ignore[arg-type]
     fed = int(np.searchsorted(plan.slot, horizon, side="left"))
@@ -246,62 +226,19 @@ def run_fast(
     life = _LIFE[lifecycle]
     drain_min = 0 if slots is None else int(slots)
     stats = StreamStats(params.M, horizon if fixed else None, warmup, batches, keep_all=record)
-    bins = stats.kernel_bins()
-    width = 0 if bins is not None else min(BATCH, max(horizon, 1))
-    out = np.zeros((9, width), dtype=np.int64)
-    while True:
-        t0 = state.t
-        t_end = min(t0 + BATCH, horizon)
-        if width:
-            out[:] = 0
-        status = state.step(life, check, t_end, drain, drain_min, out, bins)
-        if status == K.VIOLATION:
-            raise _violation(state, rule.name, params)  # type: ignore[arg-type]
-        if width:
-            stats.add(out[:, : state.t - t0])
-        if progress is not None:
-            progress(state.t, horizon if fixed else None)
-        if status == K.DRAINED or (fixed and state.t >= horizon):
-            break
-        if state.t >= max_slots:
-            raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
-    if bins is not None:
-        stats.add_streamed(state.t, state.arrived, int(state.st[KS.S_DONE]), int(state.st[KS.S_MEMSUM]))
+
+    def step(t_end: int, out: IntArray, bins: Bins | None) -> int:
+        return state.step(life, check, t_end, drain, drain_min, out, bins)
+
+    drive(step, state.st, stats, rows=L.NSIM, horizon=horizon, fixed=fixed, max_slots=max_slots,
+          progress=progress, on_violation=lambda: violation(state, rule.name, params))  # fmt: skip
     state.sync()
     if work is not None:
         work.update(state.work())
-    n = state.arrived
     R = state.R
-    arrival = state.pslot[:n].copy()
-    finish = R[KS.G_FIN, :n].copy()
-    summary = stats.summary(arrival, finish, R[KS.G_WASTED, :n], R[KS.G_SERVED, :n], R[KS.G_NPRE, :n], state.t)
-    if not record:
-        return summary, None
-    cols = stats.columns()
-    result = SimResult(
-        scheduler=rule.name,
-        params=params,
-        slots=state.t,
-        arrived=cols["arrived"],
-        admitted=cols["admitted"],
-        preempted=cols["preempted"],
-        completed=cols["completed"],
-        running=cols["running"],
-        memory=cols["memory"],
-        wasted=cols["wasted"],
-        tokens=cols["tokens"],
-        queue=cols["queue"],
-        s=R[KS.G_S, :n].copy(),
-        o=R[KS.G_O, :n].copy(),
-        arrival=arrival,
-        first_admit=R[KS.G_FIRST, :n].copy(),
-        finish=finish,
-        preemptions=R[KS.G_NPRE, :n].copy(),
-        served=R[KS.G_SERVED, :n].copy(),
-        request_wasted=R[KS.G_WASTED, :n].copy(),
-        dropped=plan.dropped,
-    )
-    return summary, result
+    req = Requests(R[L.G_S], R[L.G_O], state.pslot, R[L.G_FIRST], R[L.G_FIN], R[L.G_NPRE], R[L.G_SERVED],
+                   R[L.G_WASTED])  # fmt: skip
+    return finish(stats, rule.name, params, state.t, state.arrived, req, plan.dropped, record)
 
 
 def run_reference(
@@ -366,22 +303,22 @@ def replay_steps(
     params = rule.params()
     state = _State(rule, params, plan, po)
     width = LOG_BATCH
-    lg = np.zeros((KS.NLOG, width), dtype=np.int64)
+    lg = np.zeros((L.NLOG, width), dtype=np.int64)
     lr = np.zeros(width, dtype=np.float64)
     ev = np.zeros(4 * len(plan) + 16 * width + 64, dtype=np.int64)
-    out = np.zeros((9, 0), dtype=np.int64)
+    out = np.zeros((L.NSIM, 0), dtype=np.int64)
     while True:
         t0 = state.t
         t_end = min(t0 + width, horizon)
-        state.st[KS.S_EVP] = 0
-        state.st[KS.S_DUMPV] = -1  # the buffer is emptied: the batch is dumped again when it decodes
-        status = state.step(KS.SGLANG_LIFE, True, t_end, steps is None, 0, out, None, (lg, lr, ev))
-        if status == K.VIOLATION:
+        state.st[L.ST_EVP] = 0
+        state.st[L.ST_DUMPV] = -1  # the buffer is emptied: the batch is dumped again when it decodes
+        status = state.step(L.SGLANG_LIFE, True, t_end, steps is None, 0, out, None, (lg, lr, ev))
+        if status == L.VIOLATION:
             # the reference engine raises it, with every detail of the slot
             replay_reference(plan, rule, steps, max_steps=max_steps)
             raise AssertionError("the compiled sglang engine stopped at a violation the reference did not raise")
         yield from _decode_log(lg, lr, ev, state.t - t0)
-        if status == K.DRAINED or (steps is not None and state.t >= steps):
+        if status == L.DRAINED or (steps is not None and state.t >= steps):
             break
         if state.t >= max_steps:
             raise InvalidArgument(f"the SGLang model did not drain within {max_steps} steps")
@@ -391,10 +328,10 @@ def replay_steps(
         LogEnd(
             arrived=n,
             max_new=po[:n] + 1,
-            first_admit=R[KS.G_FIRST, :n].copy(),
-            finish=R[KS.G_FIN, :n].copy(),
-            retractions=R[KS.G_NPRE, :n].copy(),
-            recomputed=R[KS.G_RECOMP, :n].copy(),
+            first_admit=R[L.G_FIRST, :n].copy(),
+            finish=R[L.G_FIN, :n].copy(),
+            retractions=R[L.G_NPRE, :n].copy(),
+            recomputed=R[L.G_RECOMP, :n].copy(),
         )
     )
 
@@ -406,8 +343,8 @@ def _decode_log(lg: IntArray, lr: npt.NDArray[np.float64], ev: IntArray, width: 
     evl = ev.tolist() if width else []
     dumps: dict[int, tuple[tuple[int, int], ...]] = {}
     for c, row in enumerate(cols):
-        ntok, off = row[KS.L_NTOK], row[KS.L_TOKOFF]
-        nadm = row[KS.L_NADM]
+        ntok, off = row[L.L_NTOK], row[L.L_TOKOFF]
+        nadm = row[L.L_NADM]
         if ntok < 0:
             tokens = dumps.get(off)
             if tokens is None:
@@ -417,17 +354,17 @@ def _decode_log(lg: IntArray, lr: npt.NDArray[np.float64], ev: IntArray, width: 
             flat = evl[off : off + 2 * ntok]
             tokens = tuple(zip(flat[0::2], flat[1::2]))
             admitted = tuple(flat[2 * (ntok - nadm) :: 2]) if nadm else ()
-        ret, fin = row[KS.L_RET], row[KS.L_FIN]
+        ret, fin = row[L.L_RET], row[L.L_FIN]
         yield RawStep(
-            kind=_KINDS[row[KS.L_KIND]],
+            kind=_KINDS[row[L.L_KIND]],
             admitted=admitted,
-            retracted=tuple(evl[ret : ret + row[KS.L_NRET]]),
-            finished=tuple(evl[fin : fin + row[KS.L_NFIN]]),
+            retracted=tuple(evl[ret : ret + row[L.L_NRET]]),
+            finished=tuple(evl[fin : fin + row[L.L_NFIN]]),
             tokens=tokens,
-            prefill_tokens=row[KS.L_PF],
-            decode_tokens=row[KS.L_DC],
-            kv_used=row[KS.L_KV],
+            prefill_tokens=row[L.L_PF],
+            decode_tokens=row[L.L_DC],
+            kv_used=row[L.L_KV],
             new_token_ratio=ratios[c],
-            batch_is_full=row[KS.L_FULL],
-            queue=row[KS.L_QUEUE],
+            batch_is_full=row[L.L_FULL],
+            queue=row[L.L_QUEUE],
         )

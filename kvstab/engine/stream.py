@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats
 
-from kvstab.engine import _kernel as K
+from kvstab.engine import _layout as L
 from kvstab.errors import InvalidArgument
 from kvstab.metrics import Estimate, batch_means
 from kvstab.simulator import SimResult
@@ -158,11 +158,11 @@ class StreamStats:
         if self.bins is None:
             return None
         thr, slope = self.bins
-        bp = np.zeros(K.BP_SIZE, dtype=np.int64)
-        bp[K.BP_ON] = 1
-        bp[K.BP_F1], bp[K.BP_S1], bp[K.BP_N1] = thr.first, thr.size, thr.batches
-        bp[K.BP_F2], bp[K.BP_S2], bp[K.BP_N2] = slope.first, slope.size, slope.batches
-        bp[K.BP_MEM] = self.start
+        bp = np.zeros(L.BP_SIZE, dtype=np.int64)
+        bp[L.BP_ON] = 1
+        bp[L.BP_F1], bp[L.BP_S1], bp[L.BP_N1] = thr.first, thr.size, thr.batches
+        bp[L.BP_F2], bp[L.BP_S2], bp[L.BP_N2] = slope.first, slope.size, slope.batches
+        bp[L.BP_MEM] = self.start
         return thr.sums, slope.sums, bp
 
     def add_streamed(self, slots: int, arrived: int, completed: int, mem_sum: int) -> None:
@@ -174,7 +174,7 @@ class StreamStats:
 
     def columns(self) -> dict[str, IntArray]:
         """The recorded per-slot series (``keep_all`` only)."""
-        names = K.COLUMNS[:9]
+        names = L.COLUMNS[:9]
         if not self.blocks:
             return {n: np.zeros(0, dtype=np.int64) for n in names}
         whole = np.concatenate(self.blocks, axis=1)

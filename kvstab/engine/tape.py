@@ -62,6 +62,9 @@ from kvstab.contract import (
     state_vars_of,
     traits_of,
 )
+from kvstab.engine import _guards
+from kvstab.engine._guards import with_guards
+from kvstab.engine._opcodes import EXACT, LIMIT, OP, OPS
 from kvstab.errors import InvalidScheduler
 from kvstab.model import ModelParams
 from kvstab.validation import MAX_TOKENS
@@ -72,21 +75,6 @@ __all__ = ["Tape", "TapeOps", "Untraceable", "trace_tape", "OPS", "LIMIT", "EXAC
 class Untraceable(Exception):
     """The rule did something with a value that a fixed expression cannot record."""
 
-
-#: opcodes of a tape row ``(op, dst, a, b, c)``; the kernel's ``_eval`` mirrors this list
-OPS = (
-    "CONST ADD SUB MUL FDIV MOD NEG LT LE GT GE EQ NE ITE MIN MAX AND OR NOT TRUTH ADDC SUBC MULC "
-    # float and mixed int/float operations (the operands' storage in the row's 6th field, see ``kinds``)
-    "FCONST XADD XSUB XMUL XFDIV XMOD XNEG XLT XLE XGT XGE XEQ XNE XITE XMIN XMAX XTRUTH XTDIV XFLOOR "
-    # skip the next b rows when register a is 0 (rows only a true a needs: see kvstab.engine._guards)
-    "JZ "
-    # ask the rule itself for this slot when register a is true (a long run of rows only a true a needs)
-    "ASK"
-).split()
-OP = {name: i for i, name in enumerate(OPS)}
-
-#: registers hold values within ±LIMIT; a value that could leave it is computed by a checked operation
-LIMIT = 1 << 61
 
 #: bounds of the view's values (request ids and queue lengths: far beyond any plan)
 _LEN = (1, MAX_TOKENS)
@@ -100,9 +88,6 @@ _INTS = (BOOL, INT, EITHER)
 #: where a register's value lives in the kernel: the int64 file ``R``, the float64 file ``F``,
 #: or either, as the tag file ``T`` says at run time (0: ``R``, 1: ``F``)
 STORE = {BOOL: 0, INT: 0, EITHER: 0, FLOAT: 1, NUM: 2}
-
-#: integers of at most this magnitude convert to float64 exactly (beyond, mixed arithmetic stops the run)
-EXACT = 1 << 53
 
 #: Python's ``sum`` adds floats one by one before 3.12 (3.12 compensates: Neumaier), so a float sum is
 #: a chain of additions only there
@@ -705,9 +690,6 @@ def trace_tape(scheduler: Scheduler, params: ModelParams, K: int, Q: int, ask: b
         if not isinstance(decision.state, tuple) or len(decision.state) != len(svars):
             raise Untraceable("decision.state does not hold one value per state variable")  # the reference says why
         regs += outs(decision.state, [NUM if v.real else INT for v in svars], "state")
-    from kvstab.engine import _guards  # numba-compiled; imports this module
-    from kvstab.engine._guards import with_guards
-
     outputs = np.array(regs, dtype=np.int64)
     return Tape(
         K=K,
