@@ -390,3 +390,16 @@ def test_the_kernel_is_rebuilt_when_the_finish_tree_changes() -> None:
 
     text = Path(FT.__file__).read_bytes()
     assert hashlib.sha256(text).hexdigest()[:16] == K.FINISH_TREE_SHA
+
+
+def test_every_kernel_guard_hash_is_current() -> None:
+    """Each compiled module's GUARDS name the files whose helpers it inlines, with their hashes:
+    a stale one means numba's cache would keep code compiled from an older helper."""
+    from kvstab.engine import _guards as G
+    from kvstab.engine import _kernel_sglang as KS
+    from kvstab.engine import _layout as L
+    from kvstab.engine import _plugin_kernel as PK
+
+    guards = K.GUARDS + KS.GUARDS + PK.GUARDS + G.GUARDS
+    assert {name for name, _ in guards} >= {"_finish_tree.py", "_layout.py", "_kernel.py", "_opcodes.py"}
+    assert not L.stale(guards), L.stale(guards)

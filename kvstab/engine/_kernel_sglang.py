@@ -5,7 +5,7 @@
 under three request lifecycles — kvstab's (a victim restarts at the queue head),
 vLLM's (it resumes as ``(p + 1, s + o − p − 1)`` at the head) and SGLang's
 (it resumes so at the queue *tail*, in retraction order, the kept batch re-sorted;
-:mod:`kvstab.empirical.sglang_semantics`) — and writes what the reference engine
+:mod:`kvstab.lifecycles.sglang`) — and writes what the reference engine
 records: the ``SimResult`` rows, the streamed batch-means sums, or SGLang's step
 log.  ``tests/test_engine_sglang.py`` and ``tests/test_engine_differential.py``
 hold it to identical outputs.

@@ -194,9 +194,9 @@ def run(
     reference engine), ``"fast"`` (refuse if there is no fast path) or
     ``"reference"``.  ``lifecycle="vllm"`` applies vLLM's request lifecycle
     (requests in vLLM's terms, ``o = max_tokens``; see
-    :mod:`kvstab.empirical.semantics`); ``lifecycle="sglang"`` SGLang's, for the
+    :mod:`kvstab.lifecycles.vllm`); ``lifecycle="sglang"`` SGLang's, for the
     ``sglang`` rule on its own server (``params == rule.params()``; requests in
-    SGLang's terms, ``o = max_new_tokens``; :mod:`kvstab.empirical.sglang_semantics`).
+    SGLang's terms, ``o = max_new_tokens``; :mod:`kvstab.lifecycles.sglang`).
     ``record=False`` keeps no per-slot
     arrays: the :class:`Summary` is computed while the run streams (a fixed
     horizon then keeps O(batches) numbers; a drained run keeps three compact

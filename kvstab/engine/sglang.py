@@ -5,7 +5,7 @@
 ``lifecycle="sglang"``) and returns what the reference engine would: the
 :class:`~kvstab.simulator.SimResult` (or the streamed :class:`Summary`), or the
 same :class:`~kvstab.errors.InvariantViolation`.  :func:`replay_steps` yields
-SGLang's step log for :func:`kvstab.empirical.sglang_semantics.replay_sglang_model`.
+SGLang's step log for :func:`kvstab.empirical.sglang_replay.replay_sglang_model`.
 
 Only the class :class:`~kvstab.schedulers.sglang.Sglang` itself takes this path
 (a subclass may override ``decide``); every knob of the instance is carried:
@@ -69,8 +69,8 @@ def is_fast(scheduler: object) -> bool:
 
 def sglang_lengths(rule: Sglang, plan: ArrivalPlan, fed: int) -> IntArray:
     """kvstab's ``o`` of each request under SGLang's lifecycle (``max_new − 1`` after SGLang's
-    arrival clip, :func:`kvstab.empirical.sglang_semantics.clip_max_new`); the first of the
-    ``fed`` rows that :class:`~kvstab.empirical.sglang_semantics.SglangEngine` would refuse
+    arrival clip, :func:`kvstab.lifecycles.sglang.clip_max_new`); the first of the
+    ``fed`` rows that :class:`~kvstab.lifecycles.sglang.SglangEngine` would refuse
     raises its :class:`InvalidArgument`."""
     B = rule.block
     s = plan.s.astype(np.int64)

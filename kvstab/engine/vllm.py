@@ -1,8 +1,8 @@
 """The vLLM-matched model on the fast engine: a drop-in for
 :func:`kvstab.empirical.replay.replay_model`.
 
-Same plan, same :class:`~kvstab.empirical.replay.ReplayConfig`, same
-:class:`~kvstab.empirical.replay.StepLog` — every per-step column (the batch
+Same plan, same :class:`~kvstab.steplog.ReplayConfig`, same
+:class:`~kvstab.steplog.StepLog` — every per-step column (the batch
 composition included) and every per-request column — computed by the compiled
 loop with the ``vllm-v1`` rule and vLLM's request lifecycle instead of the
 reference engine.  ``benchmarks/bench_engine.py`` compares it, step for step,
@@ -19,14 +19,12 @@ import numpy as np
 from kvstab.arrivals import ArrivalPlan
 from kvstab.engine import _kernel as K
 from kvstab.engine.driver import BATCH, _State, _violation
-from kvstab.steplog import ReplayConfig, StepLog, check_plan
-from kvstab.steplog import StepRecorder as _Recorder
-from kvstab.steplog import replay_horizon as _horizon
+from kvstab.steplog import ReplayConfig, StepLog, StepRecorder, check_plan, replay_horizon
 
 __all__ = ["replay_model"]
 
 # the StepLog's per-step columns, by their index in the kernel's output block
-_STEP_COLUMNS = {name: K.COLUMNS.index(name) for name in _Recorder.STEP}
+_STEP_COLUMNS = {name: K.COLUMNS.index(name) for name in StepRecorder.STEP}
 
 
 def replay_model(
@@ -42,10 +40,10 @@ def replay_model(
     lifecycle on the fast engine; the arguments and the result are those of
     :func:`kvstab.empirical.replay.replay_model` (``on_step`` is called for
     every step, after the batch that ran it)."""
-    n_steps = _horizon(plan, steps)
+    n_steps = replay_horizon(plan, steps)
     check_plan(plan, config)
     params = config.params()
-    rec = _Recorder(plan, n_steps // 4 if checkpoint is None else checkpoint)
+    rec = StepRecorder(plan, n_steps // 4 if checkpoint is None else checkpoint)
     state = _State(plan)
     start = time.perf_counter()
     blocks = []
@@ -69,7 +67,7 @@ def replay_model(
                 on_step(t)
     whole = np.concatenate(blocks, axis=1) if blocks else np.zeros((K.NCOLS, 0), dtype=np.int64)
     for name, k in _STEP_COLUMNS.items():
-        rec.cols[name] = whole[k]  # type: ignore[assignment]  # _Recorder.log turns each column into an array
+        rec.cols[name] = whole[k]  # type: ignore[assignment]  # StepRecorder.log turns each column into an array
     n = state.arrived
     rec.arrival[:n] = state.pslot[:n]
     rec.first_admit[:] = state.first
