@@ -92,6 +92,14 @@ def _verdict_json(v: Verdict) -> dict[str, Any]:
     return verdict_json(v)
 
 
+def _with_verdict(record: InvariantResult | MarginResult | ClaimResult, first: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A record that carries a proof verdict, as JSON: the fields named in ``first``, the
+    verdict's own fields (``verdict``, then its method, detail or reason), then the rest."""
+    rest = record_json(record)
+    head = {k: rest.pop(k) for k in first}
+    return {**head, **_verdict_json(record.verdict), **rest}
+
+
 def _verdict_word(v: Verdict) -> str:
     """``Proved``, ``Refuted`` or ``Unknown``: the ``verdict`` field of the JSON form."""
     return type(v).__name__
@@ -145,7 +153,7 @@ class InvariantResult(JsonRecord):
 
     def to_json(self) -> dict[str, Any]:
         """The verdict's fields, then the record's, then ``scope``."""
-        return {**_verdict_json(self.verdict), **record_json(self), "scope": self.scope}
+        return {**_with_verdict(self), "scope": self.scope}
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +176,7 @@ class MarginResult(JsonRecord):
 
     def to_json(self) -> dict[str, Any]:
         """The verdict's fields, then the record's."""
-        return {**_verdict_json(self.verdict), **record_json(self)}
+        return _with_verdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,8 +192,7 @@ class ClaimResult(JsonRecord):
 
     def to_json(self) -> dict[str, Any]:
         """``claim``, the verdict's fields, then the rest."""
-        rest = record_json(self)
-        return {"claim": rest.pop("claim"), **_verdict_json(self.verdict), **rest}
+        return _with_verdict(self, ("claim",))
 
 
 @dataclass(frozen=True, slots=True)
