@@ -85,19 +85,15 @@ class Check(JsonRecord):
     detail: str
 
 
-def _verdict_json(v: Verdict) -> dict[str, Any]:
-    """A proof verdict's own JSON fields (``kvstab prove --json`` writes the same)."""
-    from kvstab.proofs.verdicts import verdict_json
-
-    return verdict_json(v)
-
-
 def _with_verdict(record: InvariantResult | MarginResult | ClaimResult, first: tuple[str, ...] = ()) -> dict[str, Any]:
     """A record that carries a proof verdict, as JSON: the fields named in ``first``, the
-    verdict's own fields (``verdict``, then its method, detail or reason), then the rest."""
+    verdict's own fields (``verdict``, then its method, detail or reason: the form ``kvstab prove --json``
+    writes too), then the rest."""
+    from kvstab.proofs.verdicts import verdict_json
+
     rest = record_json(record)
     head = {k: rest.pop(k) for k in first}
-    return {**head, **_verdict_json(record.verdict), **rest}
+    return {**head, **verdict_json(record.verdict), **rest}
 
 
 def _verdict_word(v: Verdict) -> str:
@@ -165,7 +161,7 @@ class MarginResult(JsonRecord):
     Q: int = field(metadata={"help": "queued requests bounded"})
     delta: int | None = field(metadata={"help": "the proved margin Δ, tokens"})
     declared: int | None = field(metadata={"help": "the margin the scheduler declares"})
-    M: int = field(metadata={"help": "the small server's memory"})
+    M: int | None = field(metadata={"help": "the small server's memory"})
     chunk: int = field(metadata={"help": "the small server's chunk"})
     block: int = field(metadata={"help": "the small server's block"})
     max_s: int = field(metadata={"help": "longest prompt searched"})
