@@ -45,11 +45,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Point", "PointResult", "run_point", "derive_seed", "load_workload", "BATCHES", "SERIES_POINTS",
     "poisson_plan", "trace_plan", "ModelRun", "run_model", "SimulationSetup", "SimulationReport",
-    "prepare_simulation", "simulate_prepared", "DEFAULT_SLOTS",
+    "prepare_simulation", "simulate_prepared",
 ]
-
-#: slots ``kvstab simulate`` runs when neither ``--slots`` nor a trace says otherwise
-DEFAULT_SLOTS = 20_000
 
 Engine = Literal["auto", "fast", "reference"]
 
@@ -348,15 +345,18 @@ def prepare_simulation(
     drop_oversize: bool = False,
 ) -> SimulationSetup:
     """The arrivals (Poisson at ``rate``, or ``load``·μ, of ``workload``; or ``trace``'s own)
-    and the theory of what reaches the server, refused before any work if they disagree."""
+    over ``slots`` slots (with a trace, ``None`` is its span) and the theory of what reaches
+    the server, refused before any work if they disagree."""
     from kvstab.theory import stability_report
     from kvstab.theory.certified import policy_guarantee
 
     if trace is None:
         if time_scale is not None:
             raise InvalidArgument("--time-scale scales a trace's arrival times; it needs --trace-arrivals PATH")
+        if slots is None:
+            raise InvalidArgument("Poisson arrivals need a number of slots (only a trace has a span of its own)")
         w = parse_workload(workload if workload is not None else "paper-1:1")
-        offered, n, source = None, slots if slots is not None else DEFAULT_SLOTS, ""
+        offered, n, source = None, slots, ""
     else:
         w, offered, n = trace_plan(trace, bbar, time_scale, slots, workload)
         source = f"trace {trace} (time x{time_scale if time_scale is not None else 1.0:g})"

@@ -15,13 +15,15 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kvstab import validation
-from kvstab.audit.runs import DEFAULT_SLOTS
 from kvstab.cli import flags
 
 if TYPE_CHECKING:
     from kvstab.audit.runs import SimulationReport
 
 __all__ = ["register", "run"]
+
+#: slots simulated when neither --slots nor a trace says otherwise
+DEFAULT_SLOTS = 20_000
 
 
 class _ProgressBar:
@@ -69,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     scheduler = load_scheduler(args.scheduler)
     setup = prepare_simulation(
         scheduler, params, args.bbar, workload=args.workload, trace=args.trace_arrivals, time_scale=args.time_scale,
-        rate=args.rate, load=args.load, slots=args.slots, seed=args.seed, warmup=args.warmup,
+        rate=args.rate, load=args.load, seed=args.seed,
+        slots=args.slots if args.slots is not None or args.trace_arrivals is not None else DEFAULT_SLOTS, warmup=args.warmup,
         drop_oversize=args.drop_oversize,
     )
     bar = _ProgressBar(setup.slots, enabled=not args.json and not args.no_progress)
