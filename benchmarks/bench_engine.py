@@ -95,9 +95,9 @@ def header(title: str) -> None:
 
 def plan_for(w: Workload, params: ModelParams, requests: int, load_factor: float = 1.2, seed: int = 0) -> ArrivalPlan:
     """Poisson arrivals at ``load_factor``·μ for about ``requests`` requests."""
-    rate = load_factor * mu(w, params, PAPER_BBAR)
+    rate = load_factor * mu(w, params)
     slots = max(1, int(round(requests / (rate * PAPER_BBAR))))
-    return poisson_arrivals(w, rate, PAPER_BBAR, slots, seed=seed).fit_to(params, drop_oversize=True)
+    return poisson_arrivals(w, rate, ModelParams(), slots, seed=seed).fit_to(params, drop_oversize=True)
 
 
 def horizon(plan: ArrivalPlan) -> int:
@@ -313,7 +313,7 @@ def section_vllm(steps: int) -> None:
     w = parse_workload("paper-1:1")
     cfg = ReplayConfig.for_capacity(131_000, 16, max_num_batched_tokens=512, max_num_seqs=256)
     rate = cfg.M / expected_g(w, ModelParams(M=cfg.M, chunk=512, g="continuous"))
-    plan = poisson_arrivals(w, 1.3 * rate, 1.0, steps, seed=0)
+    plan = poisson_arrivals(w, 1.3 * rate, ModelParams(bbar=1.0), steps, seed=0)
     fast_model(plan, cfg, 10)  # compile / load the cache
     fast = fast_model(plan, cfg, steps)
     print(f"fast model       {fast.wall_s:8.3f} s  {steps / fast.wall_s:12.0f} steps/s", flush=True)
@@ -573,8 +573,8 @@ def section_check(slots: int, M: int, rules: list[str] | None = None, only: list
     for wname, w in sources.items():
         if only is not None and wname not in only:
             continue
-        rate = 1.2 * mu(w, params, PAPER_BBAR)
-        plan = poisson_arrivals(w, rate, PAPER_BBAR, slots, seed=1).fit_to(params, drop_oversize=True)
+        rate = 1.2 * mu(w, params)
+        plan = poisson_arrivals(w, rate, ModelParams(), slots, seed=1).fit_to(params, drop_oversize=True)
         cases: list[tuple[str, Lifecycle]] = [(n, "kvstab") for n in builtin_names(include_negative=True)]
         cases.append(("vllm-v1", "vllm"))
         for rule, life in cases:
@@ -646,10 +646,10 @@ def section_python(slots: int) -> None:
     header(f"python: the compiled loop vs the same loop as plain Python ({slots} slots, current-fit, M = 131000)")
     code = (
         "import time;from kvstab.engine import run;from kvstab.registry import load_scheduler;"
-        "from kvstab.model import ModelParams, PAPER_BBAR;from kvstab.arrivals import poisson_arrivals;"
+        "from kvstab.model import ModelParams;from kvstab.arrivals import poisson_arrivals;"
         "from kvstab.workload import PAPER_WORKLOADS;from kvstab.theory import mu;"
         "w=PAPER_WORKLOADS['paper-1:1'];p=ModelParams();"
-        f"pl=poisson_arrivals(w,1.2*mu(w,p,PAPER_BBAR),PAPER_BBAR,{slots},seed=0);"
+        f"pl=poisson_arrivals(w,1.2*mu(w,p),p,{slots},seed=0);"
         "run(load_scheduler('current-fit'),p,pl,10);t=time.perf_counter();"
         f"run(load_scheduler('current-fit'),p,pl,{slots});print(time.perf_counter()-t)"
     )

@@ -60,15 +60,15 @@ def main() -> None:
     w = Workload.joint(trace.s[: args.rows], trace.o[: args.rows], name=os.path.basename(path))
     params = ModelParams(block=args.block)
     t0 = time.perf_counter()
-    first = mu(w, params, 0.0372)
+    first = mu(w, params)
     t_first = time.perf_counter() - t0
     mu_times, report_times = [], []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
-        value = mu(w, params, 0.0372)
+        value = mu(w, params)
         mu_times.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        stability_report(w, params, 0.0372, lam=50.0)
+        stability_report(w, params, lam=50.0)
         report_times.append(time.perf_counter() - t0)
     assert value == first
     print(f"trace            {path} ({w.joint_s.size if w.joint_s is not None else 0} rows, B = {args.block})")

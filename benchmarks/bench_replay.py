@@ -40,7 +40,7 @@ def main() -> None:
     w = parse_workload(args.workload)
     cfg = ReplayConfig.for_capacity(args.M, 16, max_num_batched_tokens=512, max_num_seqs=256)
     mu = cfg.M / expected_g(w, ModelParams(M=cfg.M, chunk=512, g="continuous"))
-    plan = poisson_arrivals(w, args.load * mu, 1.0, args.steps, seed=args.seed)
+    plan = poisson_arrivals(w, args.load * mu, ModelParams(bbar=1.0), args.steps, seed=args.seed)
     print(f"{args.workload}, M={cfg.M}, B=16, budget 512, {args.steps} steps, {len(plan)} requests, load {args.load}")
 
     rows = []

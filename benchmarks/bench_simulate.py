@@ -12,7 +12,7 @@ import time
 
 from kvstab.arrivals import poisson_arrivals
 from kvstab.errors import InvariantViolation
-from kvstab.model import PAPER_BBAR, ModelParams
+from kvstab.model import ModelParams
 from kvstab.registry import builtin_names, load_scheduler
 from kvstab.simulator import simulate
 from kvstab.theory import mu
@@ -26,8 +26,8 @@ def main() -> None:
     args = ap.parse_args()
     w = PAPER_WORKLOADS["paper-1:1"]
     params = ModelParams()
-    rate = args.load * mu(w, params, PAPER_BBAR)
-    plan = poisson_arrivals(w, rate, PAPER_BBAR, args.slots, seed=0)
+    rate = args.load * mu(w, params)
+    plan = poisson_arrivals(w, rate, ModelParams(), args.slots, seed=0)
     print(f"paper-1:1, M={params.M}, ŝ={params.chunk}, λ={args.load}·μ, {args.slots} slots")
     print(f"{'scheduler':<24}{'wall s':>8}{'slots/s':>10}  completed")
     for name in builtin_names(include_negative=True):

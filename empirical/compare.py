@@ -88,11 +88,12 @@ class Case:
 
     def plan(self, steps: int, rate: float, seed: int) -> ArrivalPlan:
         """Poisson(``rate``) arrivals per step for ``steps`` steps."""
+        per_step = ModelParams(M=self.M, bbar=1.0)  # the server with the step as its time unit
         if self.second is None:
-            return poisson_arrivals(self.first, rate, 1.0, steps, seed=seed)
+            return poisson_arrivals(self.first, rate, per_step, steps, seed=seed)
         half = steps // 2
-        a = poisson_arrivals(self.first, rate, 1.0, half, seed=seed)
-        b = poisson_arrivals(self.second, rate, 1.0, steps - half, seed=seed + 1)
+        a = poisson_arrivals(self.first, rate, per_step, half, seed=seed)
+        b = poisson_arrivals(self.second, rate, per_step, steps - half, seed=seed + 1)
         return ArrivalPlan(np.concatenate([a.slot, b.slot + half]), np.concatenate([a.s, b.s]), np.concatenate([a.o, b.o]))
 
 

@@ -77,6 +77,38 @@ class ReplayConfig:
         """Usable KV capacity in tokens: ``(num_blocks − 1)·B``."""
         return (self.num_blocks - 1) * self.block_size
 
+    @classmethod
+    def from_params(cls, params: ModelParams, *, max_model_len: int | None = None) -> ReplayConfig:
+        """vLLM's configuration of the server ``params``: ``num_blocks = M/B + 1``
+        (vLLM's reserved null block), ``block_size = B``,
+        ``max_num_batched_tokens = ŝ`` and ``max_num_seqs``.
+
+        The inverse of :meth:`params` (``from_params(c.params()) == c`` for a
+        config ``c`` without ``max_model_len``).  Refused, naming the field, for
+        a server vLLM cannot be: ``M`` not a whole number of blocks, a token
+        budget other than the chunk (vLLM's one budget is both), or no cap on
+        running requests.  ``b̄`` and the ``g`` convention are not vLLM's
+        settings: :meth:`params` gives ModelParams' defaults back for them.
+        """
+        if params.M % params.block:
+            raise InvalidArgument(
+                f"vLLM's pool is whole blocks: M={params.M} is not a multiple of the block size B={params.block}"
+            )
+        if params.token_budget != params.chunk:
+            raise InvalidArgument(
+                f"vLLM's max_num_batched_tokens is both the token budget and the prefill chunk: need "
+                f"token_budget == chunk, got token_budget={params.token_budget}, chunk={params.chunk}"
+            )
+        if params.max_num_seqs is None:
+            raise InvalidArgument("vLLM always caps the running requests: give the server a max_num_seqs")
+        return cls(
+            num_blocks=params.M // params.block + 1,
+            block_size=params.block,
+            max_num_batched_tokens=params.chunk,
+            max_num_seqs=params.max_num_seqs,
+            max_model_len=max_model_len,
+        )
+
     def params(self) -> ModelParams:
         """The kvstab parameters of the same server (chunk = token budget, as vLLM has no other cap)."""
         return ModelParams(

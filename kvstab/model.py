@@ -19,7 +19,7 @@ from typing import Literal
 
 from kvstab.errors import InvalidArgument
 from kvstab.ops import CONCRETE, BoolLike, IntLike, Ops
-from kvstab.validation import MAX_TOKENS, positive_int
+from kvstab.validation import MAX_TOKENS, positive_float, positive_int
 
 __all__ = [
     "Request",
@@ -71,7 +71,14 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class ModelParams:
-    """The server: capacity, chunk, block size and the conventions in force."""
+    """The server: capacity, chunk, block size, batch time and the conventions in force.
+
+    The one server object: every function that needs the server takes it whole
+    (as vLLM passes its config objects), so ``b̄`` travels with ``M`` instead of
+    beside it.  The rules of the simulator read only ``M``, ``chunk``,
+    ``block``, ``token_budget`` and ``max_num_seqs``; ``bbar`` converts slots
+    to seconds for the theory, the arrival plans and the reports.
+    """
 
     M: int = field(default=PAPER_M, metadata={"help": "KV capacity of one worker, in tokens"})
     chunk: int = field(default=PAPER_CHUNK, metadata={"help": "chunked-prefill size ŝ, in tokens"})
@@ -87,6 +94,7 @@ class ModelParams:
     max_num_seqs: int | None = field(
         default=None, metadata={"help": "cap on running requests (vLLM max_num_seqs); None = no cap"}
     )
+    bbar: float = field(default=PAPER_BBAR, metadata={"help": "batch time b̄ in seconds per slot"})
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "M", check_positive_int("M (KV capacity)", self.M))
@@ -98,6 +106,7 @@ class ModelParams:
             object.__setattr__(self, "token_budget", check_positive_int("token budget", self.token_budget))
         if self.max_num_seqs is not None:
             object.__setattr__(self, "max_num_seqs", check_positive_int("max_num_seqs", self.max_num_seqs))
+        object.__setattr__(self, "bbar", positive_float("batch time b̄ (seconds per slot)", self.bbar))
         if self.block > self.M:
             raise InvalidArgument(f"block size B={self.block} exceeds M={self.M}; need 1 <= B <= M")
 

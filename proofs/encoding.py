@@ -90,6 +90,20 @@ class Setting:
             max_num_seqs=self.max_num_seqs,
         )
 
+    @classmethod
+    def from_params(cls, params: ModelParams, *, symbolic_M: bool = False) -> Setting:
+        """The encoding's view of the server ``params``: ``M`` left symbolic
+        (``symbolic_M``, the proof then holds for every ``M ≥ B``) or fixed to
+        ``params.M``; ``ŝ``, ``B``, the token budget and ``max_num_seqs`` as
+        given.  ``b̄`` and the ``g`` convention do not enter a slot's step."""
+        return cls(
+            M=None if symbolic_M else params.M,
+            chunk=params.chunk,
+            block=params.block,
+            token_budget=params.token_budget,
+            max_num_seqs=params.max_num_seqs,
+        )
+
     @property
     def M_term(self) -> z3.ArithRef:
         """``M`` as a z3 term: the constant ``M`` (shared by every frame) or its value."""
@@ -100,7 +114,8 @@ class Setting:
         return [self.M_term >= max(1, self.block)]
 
     def params(self, M: int) -> ModelParams:
-        """The concrete :class:`ModelParams` for ``M`` (to replay a model in the simulator)."""
+        """The concrete :class:`ModelParams` for ``M`` (to replay a model in the simulator);
+        ``Setting.from_params(s.params(M))`` is ``s`` with ``M`` fixed."""
         return ModelParams(
             M=M, chunk=self.chunk, block=self.block, token_budget=self.token_budget, max_num_seqs=self.max_num_seqs
         )

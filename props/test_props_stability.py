@@ -86,7 +86,7 @@ def simulate(target: AuditTarget, p: ModelParams, plan: ArrivalPlan, slots: int)
 
 
 def run_at(target: AuditTarget, p: ModelParams, rate: float, slots: int, seed: int) -> SimResult:
-    plan = poisson_arrivals(WORKLOAD, rate, 1.0, slots, seed=seed)  # b̄ = 1: rates are per slot
+    plan = poisson_arrivals(WORKLOAD, rate, ModelParams(bbar=1.0), slots, seed=seed)  # b̄ = 1: rates are per slot
     return simulate(target, p, plan, slots)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -110,7 +111,7 @@ def test_drop_oversize_takes_mu_from_the_law_given_fitting(capsys: pytest.Captur
     d = json.loads(out)
     params = ModelParams(M=250, chunk=64)
     law, p = parse_workload("s=U(1,400),o=U(1,400)").given_fit(params)
-    rep = stability_report(law, params, d["bbar_s"])
+    rep = stability_report(law, replace(params, bbar=d["bbar_s"]))
     assert d["fit_probability"] == pytest.approx(p) and 0.15 < p < 0.25
     assert d["mu_formula_per_s"] == pytest.approx(rep.mu_per_s) and d["E_g_tokens_slots"] == pytest.approx(rep.E_g)
     assert d["delta"] == pytest.approx(rep.delta) and d["delta"] <= 1
@@ -216,7 +217,7 @@ def test_trace_arrivals_take_the_workload_from_the_trace(tmp_path: Path, capsys:
     assert rc == 0, err
     d = json.loads(out)
     law = Workload.joint([r[1] for r in rows], [r[2] for r in rows])
-    mu = stability_report(law, ModelParams(M=2000, chunk=32), 0.0372).mu_per_s
+    mu = stability_report(law, ModelParams(M=2000, chunk=32, bbar=0.0372)).mu_per_s
     assert d["workload"] == f"trace({f})" and d["mu_formula_per_s"] == pytest.approx(mu)
     assert d["offered_load_lambda_over_mu"] == pytest.approx(d["arrival_rate_per_s"] / mu)
     # the same with the trace named as the workload; a different workload is refused

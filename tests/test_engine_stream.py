@@ -33,7 +33,7 @@ def test_kernel_memory_accounting_is_tokens_held() -> None:
 @pytest.mark.parametrize("rule", ["current-fit", "lookahead", "vllm-v1"])
 def test_batch_boundaries_change_nothing(rule: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Cutting the run into batches of 37 slots gives the reference engine's result."""
-    plan = poisson_arrivals(WORKLOAD, 0.4, 1.0, 400, seed=3)
+    plan = poisson_arrivals(WORKLOAD, 0.4, ModelParams(bbar=1.0), 400, seed=3)
     ref = reference_simulate(load_scheduler(rule), PARAMS, plan, 400)
     monkeypatch.setattr(engine_driver, "BATCH", 37)
     fast = simulate(load_scheduler(rule), PARAMS, plan, 400)
@@ -44,7 +44,7 @@ def test_batch_boundaries_change_nothing(rule: str, monkeypatch: pytest.MonkeyPa
 def test_streamed_summary_is_the_metrics_of_the_recorded_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """record=False keeps no per-slot series, yet its summary is kvstab.metrics' on the recorded run."""
     monkeypatch.setattr(engine_driver, "BATCH", 1000)  # many batches, boundaries inside the batch-means batches
-    plan = poisson_arrivals(WORKLOAD, 0.6, 1.0, 20_000, seed=5)
+    plan = poisson_arrivals(WORKLOAD, 0.6, ModelParams(bbar=1.0), 20_000, seed=5)
     sched = load_scheduler("current-fit")
     seen: list[tuple[int, int | None]] = []
     streamed = run(sched, PARAMS, plan, 20_000, record=False, progress=lambda t, n: seen.append((t, n)))
@@ -65,7 +65,7 @@ def test_streamed_summary_is_the_metrics_of_the_recorded_run(monkeypatch: pytest
 
 
 def test_drained_stream_matches_recorded() -> None:
-    plan = poisson_arrivals(WORKLOAD, 0.3, 1.0, 3000, seed=2)
+    plan = poisson_arrivals(WORKLOAD, 0.3, ModelParams(bbar=1.0), 3000, seed=2)
     sched = load_scheduler("reserve")
     a = run(sched, PARAMS, plan, drain=True, record=False)
     b = run(sched, PARAMS, plan, drain=True)
@@ -77,7 +77,7 @@ def test_drained_stream_matches_recorded() -> None:
 def test_vllm_replay_matches_the_reference_model(checkpoint: int | None) -> None:
     """The vLLM-matched model on the fast engine: every StepLog column of the reference model."""
     cfg = ReplayConfig.for_capacity(320, 16, max_num_batched_tokens=32, max_num_seqs=4)
-    plan = poisson_arrivals(parse_workload("s=U(1,90),o=U(1,60)"), 0.3, 1.0, 400, seed=7)
+    plan = poisson_arrivals(parse_workload("s=U(1,90),o=U(1,60)"), 0.3, ModelParams(bbar=1.0), 400, seed=7)
     ref = reference_replay(plan, cfg, 400, checkpoint=checkpoint)
     fast = replay_model(plan, cfg, 400, checkpoint=checkpoint)
     assert ref.first_difference(fast) is None

@@ -143,9 +143,9 @@ def test_current_fit_preempts_newest_and_requeues_at_head() -> None:
 
 def test_same_seed_same_trace_byte_for_byte() -> None:
     w = Workload(s=Uniform(10, 400), o=Uniform(10, 300))
-    a = poisson_arrivals(w, 5.0, 0.0372, 500, seed=3)
-    b = poisson_arrivals(w, 5.0, 0.0372, 500, seed=3)
-    c = poisson_arrivals(w, 5.0, 0.0372, 500, seed=4)
+    a = poisson_arrivals(w, 5.0, ModelParams(), 500, seed=3)
+    b = poisson_arrivals(w, 5.0, ModelParams(), 500, seed=3)
+    c = poisson_arrivals(w, 5.0, ModelParams(), 500, seed=4)
     assert a.slot.tobytes() == b.slot.tobytes() and a.s.tobytes() == b.s.tobytes() and a.o.tobytes() == b.o.tobytes()
     assert a.s.tobytes() != c.s.tobytes()
     params = ModelParams(M=4000, chunk=64)
@@ -190,7 +190,7 @@ def test_area_served_per_slot_never_exceeds_M(name: str) -> None:
     run, checked on the records (the engine's own check is off here)."""
     params = ModelParams(M=3000, chunk=64)
     w = Workload(s=Uniform(1, 300), o=Uniform(1, 200))
-    res = simulate(load_scheduler(name), params, poisson_arrivals(w, 40.0, 0.0372, 1500, seed=1), 1500, check=False)
+    res = simulate(load_scheduler(name), params, poisson_arrivals(w, 40.0, ModelParams(), 1500, seed=1), 1500, check=False)
     assert res.memory.max() <= params.M
     assert res.completed.sum() > 0
 

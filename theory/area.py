@@ -325,8 +325,6 @@ def mu_per_slot(workload: Workload, params: ModelParams) -> float:
     return params.M / expected_g(workload, params)
 
 
-def mu(workload: Workload, params: ModelParams, bbar: float) -> float:
-    """``μ = M / (b̄·E[g])`` in requests per second."""
-    if not (isinstance(bbar, (int, float)) and bbar > 0 and np.isfinite(bbar)):
-        raise InvalidArgument(f"batch time b̄ must be a finite number > 0 seconds, got {bbar!r}")
-    return mu_per_slot(workload, params) / bbar
+def mu(workload: Workload, params: ModelParams) -> float:
+    """``μ = M / (b̄·E[g])`` in requests per second, ``b̄`` being the server's ``params.bbar``."""
+    return mu_per_slot(workload, params) / params.bbar

@@ -105,12 +105,12 @@ def _fmt(v: float | int | None, digits: int = 6) -> str:
 
 
 def _numbers(inst: Instance) -> str:
-    rep: StabilityReport = stability_report(inst.workload, inst.params, inst.bbar, inst.lam, inst.rho)
+    rep: StabilityReport = stability_report(inst.workload, inst.params, inst.lam, inst.rho)
     m = rep.moments
     # the moment formula of the document, evaluated on this workload's moments
     vals = {Es: m.Es, Es2: m.Es2, Eo: m.Eo, Eo2: m.Eo2, Eso: m.Eso, En: m.En, En2: m.En2, shat: inst.params.chunk}
     formula_eg = float(Mo.eg_moments(inst.params.g).subs(vals)) if inst.params.block == 1 else None
-    formula_mu = float(St.mu_expr().subs({M: inst.params.M, bbar: inst.bbar, Eg: rep.E_g}))
+    formula_mu = float(St.mu_expr().subs({M: inst.params.M, bbar: inst.params.bbar, Eg: rep.E_g}))
     # the paper's continuous form, for comparison (defined for B = 1 only)
     cont_eg = expected_g(inst.workload, replace(inst.params, g="continuous")) if inst.params.block == 1 else None
     # the U(a, b) closed form, when the workload is two independent uniforms

@@ -23,6 +23,7 @@ import math
 import sympy as sp
 
 from kvstab.errors import InvalidArgument
+from kvstab.model import ModelParams
 from kvstab.theory.claims import Claim
 from kvstab.theory.stability import mu_expr
 from kvstab.theory.symbols import M, S, bbar, lam, rho
@@ -142,10 +143,11 @@ def tp_capacity(hbm_bytes: float, weight_bytes: float, kv_bytes_per_token: float
     return int(cap)
 
 
-def mixture_mu(weights: list[float], expected_gs: list[float], M_: float, bbar_: float) -> float:
-    """``μ_mix = M/(b̄·Σ w_k E_k[g])`` for request fractions ``w_k`` (summing to 1)."""
+def mixture_mu(weights: list[float], expected_gs: list[float], params: ModelParams) -> float:
+    """``μ_mix = M/(b̄·Σ w_k E_k[g])`` for request fractions ``w_k`` (summing to 1),
+    on the server ``params`` (its ``M`` and ``b̄``)."""
     if len(weights) != len(expected_gs) or not weights:
         raise InvalidArgument("a mixture needs one E[g] per phase weight, and at least one phase")
     if any(w < 0 for w in weights) or abs(sum(weights) - 1) > 1e-9:
         raise InvalidArgument(f"mixture weights must be >= 0 and sum to 1, got {weights!r}")
-    return M_ / (bbar_ * sum(w * e for w, e in zip(weights, expected_gs)))
+    return params.M / (params.bbar * sum(w * e for w, e in zip(weights, expected_gs)))

@@ -76,14 +76,12 @@ class StabilityReport:
 def stability_report(
     workload: Workload,
     params: ModelParams,
-    bbar: float,
     lam: float | None = None,
     rho: float = 1.0,
 ) -> StabilityReport:
-    """Compute :class:`StabilityReport`; raises :class:`InvalidArgument` for
-    ``b̄ ≤ 0``, ``ρ ∉ (0, 1]`` or ``λ ≤ 0``."""
-    if not (isinstance(bbar, (int, float)) and math.isfinite(bbar) and bbar > 0):
-        raise InvalidArgument(f"batch time b̄ must be a finite number > 0 seconds, got {bbar!r}")
+    """Compute :class:`StabilityReport` for the server ``params`` (its ``b̄``
+    included); raises :class:`InvalidArgument` for ``ρ ∉ (0, 1]`` or ``λ ≤ 0``."""
+    bbar = params.bbar
     if not (isinstance(rho, (int, float)) and 0 < rho <= 1):
         raise InvalidArgument(f"target utilisation ρ must be in (0, 1], got {rho!r}")
     if lam is not None and not (isinstance(lam, (int, float)) and math.isfinite(lam) and lam > 0):
@@ -131,6 +129,5 @@ class Instance:
 
     workload: Workload
     params: ModelParams
-    bbar: float
     lam: float | None = None
     rho: float = 1.0

@@ -59,9 +59,8 @@ class AuditConfig:
     """What to audit and how much to spend."""
 
     scheduler: str = field(metadata={"help": "registered name or module:attr of the variant"})
-    params: ModelParams = field(metadata={"help": "the server"})
+    params: ModelParams = field(metadata={"help": "the server (its batch time b̄ included)"})
     workload: str = field(metadata={"help": "workload spec (lengths); arrivals are Poisson at each rate"})
-    bbar: float = field(metadata={"help": "batch time b̄, seconds per slot"})
     baselines: tuple[str, ...] = field(default=("current-fit", "vllm-v1"), metadata={"help": "schedulers compared"})
     profile: AuditProfile | None = field(default=None, metadata={"help": "cost profile (dev/ci/thorough)"})
     skip: tuple[str, ...] = field(default=(), metadata={"help": "sections not run (never counted as passed)"})
@@ -251,7 +250,7 @@ class AuditResult:
             "scheduler": c.scheduler,
             "baselines": list(c.baselines),
             "server": {"M": c.params.M, "chunk": c.params.chunk, "block": c.params.block, "g": c.params.g,
-                       "token_budget": c.params.token_budget, "max_num_seqs": c.params.max_num_seqs, "bbar_s": c.bbar},
+                       "token_budget": c.params.token_budget, "max_num_seqs": c.params.max_num_seqs, "bbar_s": c.params.bbar},
             "workload": c.workload,
             "profile": c.profile.name if c.profile else None,
             "seed": c.seed,
@@ -269,7 +268,7 @@ class AuditResult:
         }
 
 
-def theory_section(scheduler: Scheduler, params: ModelParams, workload: str, bbar: float,
+def theory_section(scheduler: Scheduler, params: ModelParams, workload: str,
                    baselines: Sequence[tuple[str, Scheduler]] = ()) -> TheorySection:
     """``E[g]``, ``μ``, ``δ``, ``μ(1−δ)`` and the rate certified for this policy and each baseline."""
     from kvstab.audit.runs import load_workload
@@ -277,7 +276,7 @@ def theory_section(scheduler: Scheduler, params: ModelParams, workload: str, bba
     from kvstab.theory.certified import policy_guarantee
 
     w = load_workload(workload)
-    rep = stability_report(w, params, bbar)
+    rep = stability_report(w, params)
     certified, why = policy_guarantee(scheduler, params, w, rep.mu_per_s)
     return TheorySection(
         workload=w.describe(),
@@ -323,8 +322,7 @@ def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile
     if smt2_dir is not None:
         budget = dataclasses.replace(budget, smt2_dir=smt2_dir)
     budget = budget.started()
-    setting = Setting(M=None, chunk=params.chunk, block=params.block, token_budget=params.token_budget,
-                      max_num_seqs=params.max_num_seqs)
+    setting = Setting.from_params(params, symbolic_M=True)
     # the declared claims are one-slot queries (seconds): the invariant and the margin leave them their
     # share of the budget, so that a long bounded flow cannot leave every claim Unknown
     first = budget.keeping(min(CLAIMS_RESERVE_S, total / 4))
@@ -477,7 +475,7 @@ def run_audit(
                               f"M={config.params.M}; raise --M to at least {peak}")
     res = AuditResult(config)
     t = time.perf_counter()
-    th = res.theory = theory_section(sched, config.params, config.workload, config.bbar, baselines)
+    th = res.theory = theory_section(sched, config.params, config.workload, baselines)
     res.seconds["theory"] = time.perf_counter() - t
     md = th.mu_1_minus_delta_per_s
     res.checks.append(Check("theory", "info", f"μ = {th.mu_per_s:.5g}/s, δ = {th.delta:.4f}, μ(1−δ) = "
@@ -526,7 +524,7 @@ def run_audit(
         log(f"stability: {name}")
         try:
             region = find_critical_rate(
-                name, config.params, config.workload, config.bbar, mu, profile,
+                name, config.params, config.workload, mu, profile,
                 scheduler_object=obj if obj is scheduler_object else None, seed=config.seed, executor=executor,
                 log=log,
             )

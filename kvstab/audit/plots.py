@@ -57,7 +57,7 @@ def queue_plot(region: StabilityRegion, path: Path) -> Path:
         if ev is None:
             continue
         run = ev.runs[0]
-        xs = [i * run.series_step * region.bbar for i in range(len(run.queue_series))]
+        xs = [i * run.series_step * region.params.bbar for i in range(len(run.queue_series))]
         ax.plot(xs, run.queue_series, style, lw=1,
                 label=f"λ = {ev.rate:.4g}/s ({ev.rate / region.critical_rate:.2f}·λ*)")
     ax.set_xlabel("time (s)")

@@ -67,9 +67,8 @@ class Point:
     """One simulation to run: everything its result depends on."""
 
     scheduler: str = field(metadata={"help": "registered name or module:attr"})
-    params: ModelParams = field(metadata={"help": "the server"})
+    params: ModelParams = field(metadata={"help": "the server (its b̄ sets the slot length)"})
     workload: str = field(metadata={"help": "workload spec (kvstab.workload.parse_workload)"})
-    bbar: float = field(metadata={"help": "batch time b̄ in seconds per slot"})
     rate: float = field(metadata={"help": "Poisson arrival rate λ, requests per second"})
     slots: int = field(metadata={"help": "horizon in slots"})
     seed: int = field(metadata={"help": "seed of the arrival generator"})
@@ -155,7 +154,7 @@ def run_point(point: Point, scheduler: Scheduler | None = None) -> PointResult:
     t0 = time.perf_counter()
     sched = scheduler if scheduler is not None else _scheduler(point.scheduler)
     workload = load_workload(point.workload)
-    plan = poisson_plan(workload, point.params, point.rate, point.bbar, point.slots, point.seed,
+    plan = poisson_plan(workload, point.params, point.rate, point.slots, point.seed,
                         drop_oversize=point.drop_oversize)
     res = run_model(sched, point.params, plan, point.slots).result
     assert res is not None  # record=True keeps the per-slot arrays this summary reads
@@ -201,15 +200,15 @@ def run_point(point: Point, scheduler: Scheduler | None = None) -> PointResult:
     )
 
 
-def poisson_plan(workload: Workload, params: ModelParams, rate: float, bbar: float, slots: int, seed: int, *,
+def poisson_plan(workload: Workload, params: ModelParams, rate: float, slots: int, seed: int, *,
                  drop_oversize: bool = False) -> ArrivalPlan:
-    """Poisson arrivals at ``rate`` req/s of ``workload``'s requests over ``slots`` slots of ``bbar``
-    seconds; with ``drop_oversize`` those that can never fit in ``M`` are dropped (and counted).
+    """Poisson arrivals at ``rate`` req/s of ``workload``'s requests over ``slots`` slots of the
+    server's ``b̄`` seconds; with ``drop_oversize`` those that can never fit in ``M`` are dropped (and counted).
     Without it every request must fit: the callers check the law first
     (:meth:`~kvstab.workload.Workload.check_fits`), so the plan is not checked again."""
     from kvstab.arrivals import poisson_arrivals
 
-    plan = poisson_arrivals(workload, rate, bbar, slots, seed=seed)
+    plan = poisson_arrivals(workload, rate, params, slots, seed=seed)
     return plan.fit_to(params, drop_oversize=True) if drop_oversize else plan
 
 
@@ -225,7 +224,7 @@ def _same_trace(spec: str, path: str) -> bool:
         return False
 
 
-def trace_plan(path: str, bbar: float, time_scale: float | None, slots: int | None,
+def trace_plan(path: str, params: ModelParams, time_scale: float | None, slots: int | None,
                workload: str | None = None) -> tuple[Workload, ArrivalPlan, int]:
     """A trace's own arrivals (times multiplied by ``time_scale``), the law of its requests
     and the slots to run (``slots``, or the trace's span) — refused before any work where
@@ -241,11 +240,11 @@ def trace_plan(path: str, bbar: float, time_scale: float | None, slots: int | No
         )
     trace = load_trace(path)
     law = Workload.joint(trace.s, trace.o, name=f"trace({path})")
-    plan = trace_arrivals(trace, bbar, time_scale if time_scale is not None else 1.0)
+    plan = trace_arrivals(trace, params, time_scale if time_scale is not None else 1.0)
     last = int(plan.slot[-1]) if len(plan) else 0
     if slots is None and last + 1 > MAX_SLOTS:
         raise InvalidArgument(
-            f"trace {path} spans {last + 1} slots of b̄={bbar} s (more than {MAX_SLOTS}); pass --slots to "
+            f"trace {path} spans {last + 1} slots of b̄={params.bbar} s (more than {MAX_SLOTS}); pass --slots to "
             "simulate its beginning, or a smaller --time-scale"
         )
     return law, plan, slots if slots is not None else last + 1
@@ -332,7 +331,6 @@ class SimulationSetup:
 def prepare_simulation(
     scheduler: Scheduler,
     params: ModelParams,
-    bbar: float,
     *,
     workload: str | None = None,
     trace: str | None = None,
@@ -358,24 +356,24 @@ def prepare_simulation(
         w = parse_workload(workload if workload is not None else "paper-1:1")
         offered, n, source = None, slots, ""
     else:
-        w, offered, n = trace_plan(trace, bbar, time_scale, slots, workload)
+        w, offered, n = trace_plan(trace, params, time_scale, slots, workload)
         source = f"trace {trace} (time x{time_scale if time_scale is not None else 1.0:g})"
     w.check_fits(params, drop_oversize=drop_oversize)
     # the server sees only the requests that fit: with drop_oversize the theory is of the law given fitting
     law, fit_p = w.given_fit(params) if drop_oversize else (w, 1.0)
-    theory = stability_report(law, params, bbar)
+    theory = stability_report(law, params)
     certified, why = policy_guarantee(scheduler, params, law, theory.mu_per_s)
     if offered is None:
         # the load is the load of what reaches the server: λ·P(fit) = load·μ
         lam = rate if rate is not None else load * theory.mu_per_s / fit_p
-        plan = poisson_plan(w, params, lam, bbar, n, seed, drop_oversize=drop_oversize)
+        plan = poisson_plan(w, params, lam, n, seed, drop_oversize=drop_oversize)
         source = f"Poisson, seed {seed}"
         fit_rate = lam * fit_p
     else:
         # λ of what is offered inside the simulated window, not of all the trace's rows
-        lam = int((offered.slot < n).sum()) / (n * bbar)
+        lam = int((offered.slot < n).sum()) / (n * params.bbar)
         plan = offered.fit_to(params, drop_oversize=drop_oversize)
-        fit_rate = int((plan.slot < n).sum()) / (n * bbar)
+        fit_rate = int((plan.slot < n).sum()) / (n * params.bbar)
     if n - int(n * warmup) < 4:
         raise InvalidArgument(
             f"--slots {n} with --warmup {warmup:g} leaves {n - int(n * warmup)} slot(s) to "
@@ -443,7 +441,6 @@ def simulate_prepared(
     spec: str,
     scheduler: Scheduler,
     params: ModelParams,
-    bbar: float,
     setup: SimulationSetup,
     *,
     engine: Engine = "auto",
@@ -464,7 +461,7 @@ def simulate_prepared(
     thr, slope = summ.throughput, summ.queue_slope
     assert thr is not None and slope is not None  # at least 4 steady slots, checked by prepare_simulation
     completed = summ.completed
-    mu = th.mu_per_s
+    mu, bbar = th.mu_per_s, params.bbar
     return SimulationReport(
         scheduler=spec,
         workload=setup.workload.describe(),

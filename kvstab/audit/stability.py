@@ -125,8 +125,8 @@ class StabilityRegion(JsonRecord):
     """``λ*`` and everything measured on the way, for one scheduler."""
 
     scheduler: str
+    params: ModelParams  # the server searched (its b̄ turns slots into seconds)
     mu: float  # requests per second
-    bbar: float
     tolerance: float
     threshold: float  # h, requests per second
     critical_rate: float  # λ*, requests per second
@@ -164,9 +164,9 @@ class StabilityRegion(JsonRecord):
             "growth_threshold_per_s": self.threshold,
             "saturated_throughput_per_s": _interval(self.saturated.throughput),
             "saturated_at_rate_per_s": self.saturated.rate,
-            "search": [e.to_json(self.mu, self.bbar) for e in self.evaluations],
-            "grid": [e.to_json(self.mu, self.bbar) for e in self.grid],
-            "overload": self.saturated.to_json(self.mu, self.bbar),
+            "search": [e.to_json(self.mu, self.params.bbar) for e in self.evaluations],
+            "grid": [e.to_json(self.mu, self.params.bbar) for e in self.grid],
+            "overload": self.saturated.to_json(self.mu, self.params.bbar),
             "notes": list(self.notes),
         }
 
@@ -214,7 +214,6 @@ class _Search:
     scheduler: Scheduler | None
     params: ModelParams
     workload: str
-    bbar: float
     slots: int
     profile: AuditProfile
     seed: int
@@ -224,7 +223,7 @@ class _Search:
 
     def points(self, rate: float, reps: range, series: bool = False) -> list[Point]:
         return [
-            Point(self.spec, self.params, self.workload, self.bbar, rate, self.slots,
+            Point(self.spec, self.params, self.workload, rate, self.slots,
                   # common random numbers: the same streams at every rate and for every scheduler
                   derive_seed("audit", self.seed, self.workload, rep), series=series and rep == 0)
             for rep in reps
@@ -245,7 +244,7 @@ class _Search:
         runs = run_points(self.points(rate, range(self.profile.seeds), series), self.executor, self.scheduler)
         while True:
             slope = _pooled(b for r in runs for b in r.slope_batches)
-            thr = _pooled(b for r in runs for b in r.throughput_batches).scaled(1 / self.bbar)
+            thr = _pooled(b for r in runs for b in r.throughput_batches).scaled(1 / self.params.bbar)
             separated = slope.low > self.h_slot or slope.high < self.h_slot
             enough = separated if classify else (until is None or until(slope, thr))
             if enough or len(runs) >= self.profile.max_seeds:
@@ -269,7 +268,6 @@ def find_critical_rate(
     scheduler: str,
     params: ModelParams,
     workload: str,
-    bbar: float,
     mu: float,
     profile: AuditProfile,
     *,
@@ -282,11 +280,12 @@ def find_critical_rate(
     """Find ``λ*`` for ``scheduler`` (a spec; ``scheduler_object`` if no spec loads it)
     to within ``profile.tolerance · μ``; see the module docstring for the method
     (``bisection``: skip the saturated-rate confirmation and bisect)."""
+    bbar = params.bbar
     mu_slot = mu * bbar
     tol = profile.tolerance * mu
     h = THRESHOLD * tol
     slots = horizon(workload, params, mu_slot, profile)
-    search = _Search(scheduler, scheduler_object, params, workload, bbar, slots, profile, seed, h * bbar, executor, log)
+    search = _Search(scheduler, scheduler_object, params, workload, slots, profile, seed, h * bbar, executor, log)
     log(f"{scheduler}: {slots} slots × {profile.seeds} seeds per rate; target ±{tol:.4g}/s (±{profile.tolerance:.1%} of μ)")
     # 1. the saturated rate: throughput under overload, replicated until its
     #    interval is within the tolerance
@@ -324,8 +323,8 @@ def find_critical_rate(
     above = min(upper, key=lambda e: e.rate) if upper else None
     return StabilityRegion(
         scheduler=scheduler,
+        params=params,
         mu=mu,
-        bbar=bbar,
         tolerance=profile.tolerance,
         threshold=h,
         critical_rate=critical,

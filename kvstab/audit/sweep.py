@@ -71,7 +71,7 @@ class SweepGrid:
 
 def point_key(p: Point, replicate: int) -> str:
     """The identity of a point in the checkpoint (its seed is derived from it)."""
-    key: list[Any] = [p.scheduler, p.workload, p.params.M, p.params.chunk, p.params.block, p.bbar, repr(p.rate),
+    key: list[Any] = [p.scheduler, p.workload, p.params.M, p.params.chunk, p.params.block, p.params.bbar, repr(p.rate),
                       p.slots, replicate]
     if p.drop_oversize:  # named only when set, so checkpoints written before the flag keep their keys
         key.append("drop-oversize")
@@ -100,14 +100,14 @@ def grid_points(grid: SweepGrid) -> list[_Cell]:
 
     cells: list[_Cell] = []
     for wl, M, chunk, bbar in itertools.product(grid.workloads, grid.M, grid.chunk, grid.bbar):
-        params = ModelParams(M=M, chunk=chunk, block=grid.block)
+        params = ModelParams(M=M, chunk=chunk, block=grid.block, bbar=bbar)
         law, fit_p = load_workload(wl).given_fit(params) if grid.drop_oversize else (load_workload(wl), 1.0)
-        mu = stability_report(law, params, bbar).mu_per_s
+        mu = stability_report(law, params).mu_per_s
         rates = [*grid.rates, *(x * mu / fit_p for x in grid.loads)]
         for sched, rate, rep in itertools.product(grid.schedulers, rates, range(grid.replicates)):
             # the seed ignores the scheduler: every scheduler meets the same arrivals
             seed = derive_seed("sweep", grid.seed, wl, M, chunk, grid.block, bbar, repr(rate), grid.slots, rep)
-            point = Point(sched, params, wl, bbar, rate, grid.slots, seed, drop_oversize=grid.drop_oversize)
+            point = Point(sched, params, wl, rate, grid.slots, seed, drop_oversize=grid.drop_oversize)
             cells.append(_Cell(point, rep, mu, fit_p))
     return cells
 
@@ -116,9 +116,9 @@ def _row(cell: _Cell, r: PointResult) -> dict[str, Any]:
     p = cell.point
     return {
         "scheduler": p.scheduler, "workload": p.workload, "M": p.params.M, "chunk": p.params.chunk,
-        "block": p.params.block, "bbar_s": p.bbar, "rate_per_s": p.rate, "load_over_mu": p.rate * cell.fit_p / cell.mu,
+        "block": p.params.block, "bbar_s": p.params.bbar, "rate_per_s": p.rate, "load_over_mu": p.rate * cell.fit_p / cell.mu,
         "mu_per_s": cell.mu, "replicate": cell.replicate, "seed": p.seed, "slots": p.slots, "arrived": r.arrived,
-        "completed": r.completed, "throughput_per_s": r.throughput / p.bbar, "growth_per_slot": r.slope,
+        "completed": r.completed, "throughput_per_s": r.throughput / p.params.bbar, "growth_per_slot": r.slope,
         "in_system_end": r.in_system_end, "memory_utilisation": r.utilisation, "waste_fraction": r.waste,
         "preemptions": r.preemptions,
         **{f"ttft_p{q}_slots": v for q, v in zip((50, 90, 99), r.ttft)},

@@ -84,7 +84,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     for b in baselines:
         load_scheduler(b)
     config = AuditConfig(
-        scheduler=args.scheduler, params=params, workload=spec, bbar=args.bbar, baselines=baselines,
+        scheduler=args.scheduler, params=params, workload=spec, baselines=baselines,
         profile=get_profile(args.profile), skip=tuple(args.skip), strict=args.strict,
         require_rate=args.require_rate, max_waste=args.max_waste, seed=args.seed,
     )
@@ -270,8 +270,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--trace", action="append", default=None, help="trace file or name (repeat the flag for several)")
     s.add_argument("--M", type=_list_of(_flag_type("--M")), default=[131_000], help="KV capacities (comma list)")
     s.add_argument("--chunk", type=_list_of(_flag_type("--chunk")), default=[512], help="chunks ŝ (comma list)")
-    s.add_argument("--bbar", type=_list_of(arg_type(v.positive_float, "the batch time b̄", maximum=3600.0)),
-                   default=[0.0372], help="batch times b̄ in s (comma list)")
+    s.add_argument("--bbar", type=_list_of(_flag_type("--bbar")), default=[0.0372],
+                   help="batch times b̄ in s (comma list)")
     s.add_argument("--block", type=_flag_type("--block"), default=1, help="KV block size B (default 1)")
     s.add_argument("--rates", type=_list_of(rate), default=None, help="arrival rates λ in req/s (comma list)")
     s.add_argument("--loads", type=_list_of(arg_type(v.positive_float, "a load λ/μ", maximum=100.0)), default=None,

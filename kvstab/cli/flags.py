@@ -19,10 +19,11 @@ from typing import Any
 
 from kvstab import validation as v
 from kvstab.errors import InvalidArgument
-from kvstab.model import PAPER_BBAR, ModelParams
+from kvstab.model import ModelParams
 
 __all__ = [
     "SERVER_FLAGS",
+    "MAX_BBAR",
     "arg_type",
     "add_server_arguments",
     "server_params",
@@ -34,6 +35,7 @@ __all__ = [
     "seed",
     "slots",
     "rate",
+    "bbar",
     "window",
     "decide_timeout",
     "add_run_arguments",
@@ -63,6 +65,12 @@ seed = arg_type(v.nonneg_int, "the seed", maximum=v.MAX_SEED)
 slots = arg_type(v.positive_int, "the number of slots", maximum=v.MAX_SLOTS)
 rate = arg_type(v.positive_float, "the arrival rate", maximum=v.MAX_RATE)
 
+#: the longest batch time a command line accepts, in seconds (an hour a slot is a typo, not a server)
+MAX_BBAR = 3600.0
+
+#: the batch time b̄ in seconds per slot (ModelParams.bbar's flag; also sweep's and live's --bbar)
+bbar = arg_type(v.positive_float, "the batch time b̄", maximum=MAX_BBAR)
+
 #: flag name, ModelParams field, argparse type of each server flag
 SERVER_FLAGS: dict[str, tuple[str, Callable[[str], Any] | None]] = {
     "--M": ("M", arg_type(v.positive_int, "M (KV capacity in tokens)", maximum=v.MAX_TOKENS)),
@@ -71,6 +79,7 @@ SERVER_FLAGS: dict[str, tuple[str, Callable[[str], Any] | None]] = {
     "--g": ("g", None),
     "--token-budget": ("token_budget", arg_type(v.positive_int, "the token budget", maximum=v.MAX_TOKENS)),
     "--max-num-seqs": ("max_num_seqs", arg_type(v.positive_int, "max_num_seqs", maximum=v.MAX_COUNT)),
+    "--bbar": ("bbar", bbar),
 }
 
 
@@ -80,10 +89,9 @@ def add_server_arguments(
     defaults: Mapping[str, Any] | None = None,
     required: Iterable[str] = (),
     omit: Iterable[str] = (),
-    bbar: bool = True,
 ) -> None:
     """Add the server flags (``--M --chunk --block --g --token-budget
-    --max-num-seqs``, and ``--bbar`` unless ``bbar=False``) to ``p``.
+    --max-num-seqs --bbar``, one per :class:`ModelParams` field) to ``p``.
 
     ``defaults`` overrides a field's default by field name (e.g. ``{"M": None}``
     for a symbolic ``M``); ``required`` names fields that must be given;
@@ -110,14 +118,6 @@ def add_server_arguments(
             kwargs["default"] = default
             kwargs["help"] = f"{help_text} (default {default})"
         p.add_argument(flag, **kwargs)
-    if bbar:
-        default_bbar = overrides.get("bbar", PAPER_BBAR)
-        p.add_argument(
-            "--bbar",
-            type=arg_type(v.positive_float, "the batch time b̄", maximum=3600.0),
-            default=default_bbar,
-            help=f"batch time b̄ in seconds per slot (default {default_bbar})",
-        )
 
 
 def server_params(args: argparse.Namespace, **override: Any) -> ModelParams:

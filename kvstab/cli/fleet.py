@@ -60,12 +60,13 @@ def parse_replica(text: str) -> list[Any]:
             block=kv.get("block", 1),  # type: ignore[arg-type]
             token_budget=kv.get("token_budget"),  # type: ignore[arg-type]
             max_num_seqs=kv.get("max_num_seqs"),  # type: ignore[arg-type]
+            # checked here under the key's own name and the command line's bound, as every --bbar is
+            bbar=v.positive_float("bbar", kv.get("bbar", PAPER_BBAR), maximum=flags.MAX_BBAR),
         )
-        bbar = v.positive_float("bbar", kv.get("bbar", PAPER_BBAR), maximum=3600.0)
     except InvalidArgument as exc:
         raise InvalidArgument(f"--replica {text!r}: {exc}") from None
     sched = kv.get("scheduler", "current-fit")
-    return [Replica(params, bbar, sched, kv.get("name", "")) for _ in range(count)]
+    return [Replica(params, sched, kv.get("name", "")) for _ in range(count)]
 
 
 def _replicas(args: argparse.Namespace) -> list[Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -11,7 +12,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kvstab import validation as v
-from kvstab.cli.flags import arg_type, positive_float, positive_int, rate, seed
+from kvstab.cli.flags import arg_type, bbar, positive_float, positive_int, rate, seed
 from kvstab.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -21,7 +22,6 @@ __all__ = ["register"]
 
 _duration = arg_type(v.positive_float, "a duration in seconds", maximum=7 * 24 * 3600.0)
 _speedup = arg_type(v.positive_float, "the speed-up", maximum=1e6)
-_bbar = arg_type(v.positive_float, "the batch time b̄", maximum=3600.0)
 _fraction = arg_type(v.fraction, "a fraction in [0, 1)")
 _count = arg_type(v.positive_int, "a number of requests", maximum=v.MAX_COUNT)
 _tokens = arg_type(v.positive_int, "a number of tokens", maximum=v.MAX_TOKENS)
@@ -96,7 +96,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             print(f"kvstab serve: {exc}; batching with kvstab's vllm-v1 model instead", file=sys.stderr)
             scheduler = "model"
     cfg = EmulatorConfig(
-        vllm=vllm, bbar=args.bbar, batch_time=args.batch_time, speedup=args.speedup, model=args.model,
+        server=dataclasses.replace(vllm.params(), bbar=args.bbar), max_model_len=vllm.max_model_len,
+        batch_time=args.batch_time, speedup=args.speedup, model=args.model,
         honour_min_tokens=not args.ignore_min_tokens, eos_after=args.eos_after, scheduler=scheduler,
     )
     print(
@@ -138,7 +139,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         raise InvalidArgument(f"{res.path} records no per-request lengths; give --workload or --trace for E[g]")
     if args.M is None or args.bbar is None:
         raise InvalidArgument("comparing an imported result with μ needs the server's --M (tokens) and --bbar (s)")
-    params = ModelParams(M=args.M, chunk=args.chunk, block=args.block)
+    params = ModelParams(M=args.M, chunk=args.chunk, block=args.block, bbar=args.bbar)
     if not params.fits_total(workload.max_total):
         # the run's server held these requests: an M they do not fit in is not that server's
         raise InvalidArgument(
@@ -146,7 +147,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
             f"peak but --M is {args.M} (block {args.block}): no server with that capacity serves them; give the "
             "capacity of the server that ran the benchmark"
         )
-    rep = stability_report(workload, params, args.bbar)
+    rep = stability_report(workload, params)
     out = {
         "tool": res.tool, "path": res.path, "throughput_per_s": res.throughput_per_s, "completed": res.completed,
         "duration_s": res.duration_s, "workload": workload.describe(), "M": args.M, "bbar_s": args.bbar,
@@ -342,7 +343,7 @@ def register(subparsers: Any) -> None:
     s.add_argument("--max-num-batched-tokens", type=_tokens, default=512, help="token budget = chunk ŝ (default 512)")
     s.add_argument("--max-num-seqs", type=positive_int, default=256, help="cap on running requests (default 256)")
     s.add_argument("--max-model-len", type=_tokens, default=None, help="longest s + o accepted (default: what fits)")
-    s.add_argument("--bbar", type=_bbar, default=0.0372, help="seconds per step (default 0.0372)")
+    s.add_argument("--bbar", type=bbar, default=0.0372, help="seconds per step (default 0.0372)")
     s.add_argument("--batch-time", type=_batch_time, default=None,
                    help="a,b,c,d: step = a + b·prefill + c·decode + d·kv_attended seconds (kvstab empirical's fit)")
     s.add_argument("--speedup", type=_speedup, default=1.0, help="run this many times faster than real time")
@@ -377,7 +378,7 @@ def register(subparsers: Any) -> None:
     b.add_argument("--chunk", type=_tokens, default=512, help="ŝ for μ: the server's max_num_batched_tokens (default 512)")
     b.add_argument("--block", type=_tokens, default=16, help="with --import: KV block size for μ (default 16)")
     b.add_argument("--M", type=_tokens, default=None, help="KV capacity in tokens (default: from /metrics)")
-    b.add_argument("--bbar", type=_bbar, default=None, help="batch time in s (default: measured from /metrics)")
+    b.add_argument("--bbar", type=bbar, default=None, help="batch time in s (default: measured from /metrics)")
     b.add_argument("--scrape-interval", type=_duration, default=0.5, help="seconds between scrapes (default 0.5)")
     b.add_argument("--timeout", type=_duration, default=10.0, help="connect timeout in seconds (default 10)")
     b.add_argument("--no-stream", action="store_true", help="plain responses instead of server-sent events")

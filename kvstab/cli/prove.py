@@ -91,6 +91,7 @@ def _to_stderr(line: str) -> None:
 
 def _run(args: argparse.Namespace) -> _Outcome:
     """Orchestration: validate, prove, and establish the margin."""
+    from kvstab.cli.flags import server_params
     from kvstab.proofs.encoding import Setting
     from kvstab.proofs.invariants import MENU, load_conjunct
     from kvstab.proofs.margins import work_conservation_margin
@@ -98,9 +99,9 @@ def _run(args: argparse.Namespace) -> _Outcome:
     from kvstab.proofs.solver import Budget, progress_after
 
     smt2_dir = _check_smt2_dir(args.smt2_dir) if args.smt2_dir else None
-    setting = Setting(
-        M=args.M, chunk=args.chunk, block=args.block, token_budget=args.token_budget, max_num_seqs=args.max_num_seqs
-    )
+    # M left out is a symbolic M: the server's other fields fix the setting, M stands in at B
+    server = server_params(args, M=args.M if args.M is not None else args.block)
+    setting = Setting.from_params(server, symbolic_M=args.M is None)
     budget = Budget(
         rlimit=args.rlimit,
         seed=args.seed,
@@ -378,7 +379,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--Q", type=bound, default=4, help="queued-request slots the rule sees (default 4)")
     p.add_argument("--bmc", type=bound, default=12, help="bounded-model-checking depth in slots (default 12)")
     p.add_argument("--arrivals", type=bound, default=2, help="arrivals per slot in BMC (default 2)")
-    add_server_arguments(p, defaults={"M": None}, omit=("g",), bbar=False)
+    add_server_arguments(p, defaults={"M": None}, omit=("g", "bbar"))
     p.add_argument(
         "--strengthen",
         action="append",

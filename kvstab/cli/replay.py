@@ -28,7 +28,7 @@ def add_workload_arguments(p: argparse.ArgumentParser, *, timeout: bool = True) 
     """The flags that name a concrete run (scheduler, server, window, arrivals),
     shared by ``kvstab replay`` and ``kvstab check`` so their commands are interchangeable."""
     flags.add_run_arguments(p, timeout=timeout)
-    flags.add_server_arguments(p, required=("M", "chunk"), omit=("g",), bbar=False)
+    flags.add_server_arguments(p, required=("M", "chunk"), omit=("g", "bbar"))
     p.add_argument("--requests", default="", help="arrivals as SLOT:S:O,SLOT:S:O,…")
 
 

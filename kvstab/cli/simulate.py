@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     params = flags.server_params(args)
     scheduler = load_scheduler(args.scheduler)
     setup = prepare_simulation(
-        scheduler, params, args.bbar, workload=args.workload, trace=args.trace_arrivals, time_scale=args.time_scale,
+        scheduler, params, workload=args.workload, trace=args.trace_arrivals, time_scale=args.time_scale,
         rate=args.rate, load=args.load, seed=args.seed,
         slots=args.slots if args.slots is not None or args.trace_arrivals is not None else DEFAULT_SLOTS, warmup=args.warmup,
         drop_oversize=args.drop_oversize,
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     bar = _ProgressBar(setup.slots, enabled=not args.json and not args.no_progress)
     try:
         report = simulate_prepared(
-            args.scheduler, scheduler, params, args.bbar, setup, engine=args.engine, window=args.window,
+            args.scheduler, scheduler, params, setup, engine=args.engine, window=args.window,
             decide_timeout=args.decide_timeout, progress=bar,
         )
     finally:

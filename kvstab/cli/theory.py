@@ -136,7 +136,7 @@ def _cmd_mu(args: argparse.Namespace) -> int:
     params = _params(args)
     t_load = time.perf_counter() - t0
     t1 = time.perf_counter()
-    rep = stability_report(workload, params, args.bbar, lam=args.lam, rho=args.rho)
+    rep = stability_report(workload, params, lam=args.lam, rho=args.rho)
     fleet = _fleet(args, rep)
     t_mu = time.perf_counter() - t1
     if args.json:
@@ -236,12 +236,12 @@ def _cmd_derive(args: argparse.Namespace) -> int:
         for f, val in defaults.items():
             if getattr(args, f) is None:
                 setattr(args, f, val)
-        instance = Instance(_workload(args), _params(args), args.bbar, args.lam, args.rho)
+        instance = Instance(_workload(args), _params(args), args.lam, args.rho)
         # the numbers section's values, computed now so that a refusal (a replica count
         # beyond any fleet, an unsupported block period) comes before the document's seconds
         from kvstab.theory.report import stability_report
 
-        rep = stability_report(instance.workload, instance.params, instance.bbar, instance.lam, instance.rho)
+        rep = stability_report(instance.workload, instance.params, instance.lam, instance.rho)
         fleet = _fleet(args, rep)
     # the document imports sympy (about a second): only once every input is known good
     from kvstab.theory.document import compile_pdf, derivation_tex

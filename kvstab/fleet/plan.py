@@ -67,8 +67,8 @@ class GpuType:
     scheduler: str = field(default="current-fit", metadata={"help": "the scheduler each replica runs"})
 
     def params(self) -> ModelParams:
-        """The server of one replica of this type."""
-        return ModelParams(M=self.M, chunk=self.chunk, block=self.block)
+        """The server of one replica of this type (the menu's flat keys, as the one server object)."""
+        return ModelParams(M=self.M, chunk=self.chunk, block=self.block, bbar=self.bbar)
 
 
 def _entry(raw: Any, where: str) -> GpuType:
@@ -205,7 +205,7 @@ def _rates(types: Sequence[GpuType], workload: Workload) -> tuple[list[float], l
                 f"{params.peak(workload.max_total)} tokens at their peak, and the fleet may route any request to any "
                 "replica; raise its M in the menu, remove it from the menu, or plan for a workload that fits"
             )
-        rep = stability_report(workload, params, t.bbar)
+        rep = stability_report(workload, params)
         mus.append(rep.mu_per_s)
         deltas.append(rep.delta)
     return mus, deltas
@@ -362,7 +362,7 @@ def plan_replicas(plan: Plan) -> list[Any]:
 
     out = []
     for t, n in zip(plan.types, plan.counts):
-        out += [Replica(t.params(), t.bbar, t.scheduler, t.name) for _ in range(n)]
+        out += [Replica(t.params(), t.scheduler, t.name) for _ in range(n)]
     return out
 
 

@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvstab.errors import InvalidArgument
+from kvstab.model import ModelParams
 from kvstab.validation import positive_float, positive_int
 
 __all__ = [
@@ -69,9 +70,18 @@ class ReplicaInfo:
 
     index: int = field(metadata={"help": "position of the replica in the fleet"})
     mu: float = field(metadata={"help": "μ_i = M_i/(b̄_i·E_i[g]), requests per second"})
-    M: int = field(metadata={"help": "KV capacity, tokens"})
-    bbar: float = field(metadata={"help": "batch time b̄_i, seconds per slot"})
+    params: ModelParams = field(metadata={"help": "the replica's server (M_i, ŝ_i, B_i, b̄_i, …)"})
     expected_g: float = field(metadata={"help": "E_i[g], token·slots of one request on this replica"})
+
+    @property
+    def M(self) -> int:
+        """KV capacity of the replica, tokens (its server's ``M``)."""
+        return self.params.M
+
+    @property
+    def bbar(self) -> float:
+        """Batch time b̄_i of the replica, seconds per slot (its server's ``bbar``)."""
+        return self.params.bbar
 
 
 @dataclass(frozen=True, slots=True)

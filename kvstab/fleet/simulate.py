@@ -76,17 +76,16 @@ IntArray = npt.NDArray[np.int64]
 
 @dataclass(frozen=True, slots=True)
 class Replica:
-    """One replica of a fleet: its server, batch time and scheduler."""
+    """One replica of a fleet: its server (batch time b̄_i included) and scheduler."""
 
-    params: ModelParams = field(metadata={"help": "the server (M, ŝ, B, token budget, max_num_seqs)"})
-    bbar: float = field(metadata={"help": "batch time b̄_i, seconds per slot"})
+    params: ModelParams = field(metadata={"help": "the server (M, ŝ, B, token budget, max_num_seqs, b̄)"})
     scheduler: str = field(default="current-fit", metadata={"help": "registered scheduler name or module:attr"})
     name: str = field(default="", metadata={"help": "a label for reports (e.g. the GPU type)"})
 
     def __post_init__(self) -> None:
         if not isinstance(self.params, ModelParams):
             raise InvalidArgument(f"a replica's params must be ModelParams, got {self.params!r}")
-        object.__setattr__(self, "bbar", positive_float("a replica's batch time b̄", self.bbar, maximum=3600.0))
+        positive_float("a replica's batch time b̄", self.params.bbar, maximum=3600.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,17 +184,17 @@ def replica_infos(replicas: Sequence[Replica], workload: Workload) -> tuple[tupl
     infos: list[ReplicaInfo] = []
     deltas: list[float] = []
     for i, r in enumerate(replicas):
-        mu_s, eg, delta = _theory(workload, r.params, r.bbar)
-        infos.append(ReplicaInfo(i, mu_s, r.params.M, r.bbar, eg))
+        mu_s, eg, delta = _theory(workload, r.params)
+        infos.append(ReplicaInfo(i, mu_s, r.params, eg))
         deltas.append(delta)
     return tuple(infos), deltas
 
 
 @lru_cache(maxsize=256)
-def _theory(workload: Workload, params: ModelParams, bbar: float) -> tuple[float, float, float]:
+def _theory(workload: Workload, params: ModelParams) -> tuple[float, float, float]:
     """``(μ, E[g], δ)`` of one replica; a search runs the same fleet many times
     (a workload is keyed by identity: it is not hashable by value)."""
-    rep = stability_report(workload, params, bbar)
+    rep = stability_report(workload, params)
     return rep.mu_per_s, rep.E_g, rep.delta
 
 
@@ -255,10 +254,9 @@ def _grid_series(
 
 
 def _stats(
-    outs: Sequence[_Outcome], bbars: Sequence[float], Ms: Sequence[int], chunks: Sequence[int], edges: FloatArray,
-    horizon: float, warmup: float,
+    outs: Sequence[_Outcome], servers: Sequence[ModelParams], edges: FloatArray, horizon: float, warmup: float,
 ) -> tuple[Stats, FloatArray]:
-    """Figures of the requests of ``outs`` pooled (one replica, or the fleet)."""
+    """Figures of the requests of ``outs`` pooled (one replica, or the fleet), ``servers[i]`` the server of ``outs[i]``."""
     dt = float(edges[1] - edges[0])
     comp = np.zeros(edges.size - 1)
     n_sys = np.zeros(edges.size)
@@ -268,7 +266,8 @@ def _stats(
     capacity = 0.0
     arrived = completed = pre = 0
     t0 = warmup * horizon
-    for out, b, M, chunk in zip(outs, bbars, Ms, chunks):
+    for out, server in zip(outs, servers):
+        b = server.bbar
         fin = np.where(out.finish >= 0, (out.finish + 1) * b, np.nan)
         c, q = _grid_series(out.arrival_s, fin, edges)
         comp += c
@@ -277,9 +276,9 @@ def _stats(
         k1 = int(math.ceil(horizon / b))
         mem = out.memory[k0:k1]
         used += float(mem.mean()) if mem.size else 0.0
-        capacity += M
+        capacity += server.M
         ok = (out.arrival_s >= t0) & (out.finish >= 0)
-        n_s = prefill_slots(out.s[ok], chunk)
+        n_s = prefill_slots(out.s[ok], server.chunk)
         lat_ttft.append((out.first_admit[ok] + n_s) * b - out.arrival_s[ok])
         lat_e2e.append((out.finish[ok] + 1) * b - out.arrival_s[ok])
         arrived += int(out.arrival_s.size)
@@ -320,8 +319,8 @@ def _static(
     for i, (rep, sched) in enumerate(zip(replicas, schedulers)):
         ids = np.flatnonzero(where == i).astype(np.int64)
         t = arrivals.time[ids]
-        slots = _slots(arrivals.horizon_s, rep.bbar)
-        plan = ArrivalPlan(np.floor(t / rep.bbar).astype(np.int64), arrivals.s[ids], arrivals.o[ids])
+        slots = _slots(arrivals.horizon_s, rep.params)
+        plan = ArrivalPlan(np.floor(t / rep.params.bbar).astype(np.int64), arrivals.s[ids], arrivals.o[ids])
         out = run(sched, rep.params, plan, slots, check=check, engine="auto", record=True)
         res = out.result
         assert res is not None  # record=True
@@ -331,7 +330,9 @@ def _static(
     return outs
 
 
-def _slots(horizon: float, bbar: float) -> int:
+def _slots(horizon: float, params: ModelParams) -> int:
+    """The slots of ``params``' b̄ that cover ``horizon`` seconds."""
+    bbar = params.bbar
     k = int(math.ceil(horizon / bbar))
     if k > MAX_SLOTS:
         raise InvalidArgument(f"a horizon of {horizon:g} s is {k} slots of b̄ = {bbar:g} s, more than {MAX_SLOTS}")
@@ -363,7 +364,7 @@ def _event(
     n = len(arrivals)
     rng = np.random.default_rng([seed, 1])
     engines = [Engine(sch, rep.params, check=check, spec=rep.scheduler) for rep, sch in zip(replicas, schedulers)]
-    bbars = [rep.bbar for rep in replicas]
+    bbars = [rep.params.bbar for rep in replicas]
     fixed = np.asarray(router.assign(n, infos, rng), dtype=np.int64) if static_router else None
     got: list[list[int]] = [[] for _ in replicas]
     for k in range(n):
@@ -381,8 +382,8 @@ def _event(
         engines[j].arrive(int(arrivals.s[k]), int(arrivals.o[k]))
         got[j].append(k)
     outs: list[_Outcome] = []
-    for eng, b, ids_list in zip(engines, bbars, got):
-        slots = _slots(arrivals.horizon_s, b)
+    for eng, rep, ids_list in zip(engines, replicas, got):
+        slots = _slots(arrivals.horizon_s, rep.params)
         _advance(eng, slots)
         ids = np.asarray(ids_list, dtype=np.int64)
         # slots skipped while idle keep no record: nothing held, nothing waiting
@@ -443,21 +444,19 @@ def simulate_fleet(
         outs = _event(rt, replicas, infos, arrivals, seed, schedulers, check, static_router=not dependent)
     H = arrivals.horizon_s
     edges = np.linspace(0.0, H, max(int(grid), 2 * BATCHES * 2) + 1)
-    bbars = [r.bbar for r in replicas]
-    Ms = [r.params.M for r in replicas]
-    chunks = [r.params.chunk for r in replicas]
+    servers = [r.params for r in replicas]
     results: list[ReplicaResult] = []
     series: list[FloatArray] = []
     waiting: list[FloatArray] = []
     for i, out in enumerate(outs):
-        st, q = _stats([out], [bbars[i]], [Ms[i]], [chunks[i]], edges, H, warmup)
+        st, q = _stats([out], [servers[i]], edges, H, warmup)
         series.append(q)
         # the queue at time t is the one left by the last slot that ended by t
-        last = np.floor(edges / bbars[i]).astype(np.int64) - 1
+        last = np.floor(edges / servers[i].bbar).astype(np.int64) - 1
         waiting.append(np.where(last >= 0, out.queue[np.clip(last, 0, out.queue.size - 1)], 0).astype(np.float64))
-        fin = np.where(out.finish >= 0, (out.finish + 1) * bbars[i], np.nan)
+        fin = np.where(out.finish >= 0, (out.finish + 1) * servers[i].bbar, np.nan)
         results.append(ReplicaResult(replicas[i], infos[i], st, out.engine, out.arrival_s, fin, out.ids))
-    fleet, _ = _stats(outs, bbars, Ms, chunks, edges, H, warmup)
+    fleet, _ = _stats(outs, servers, edges, H, warmup)
     rate = len(arrivals) / H
     return FleetResult(
         router=rt.name,

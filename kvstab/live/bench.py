@@ -248,8 +248,8 @@ class RunResult:
         e_g = mu = missing = None
         if M is not None and bbar is not None and bbar > 0:
             block = (est_s.block_size if est_s is not None else None) or 1
-            params = ModelParams(M=M, chunk=cfg.chunk, block=min(block, M))
-            rep = stability_report(workload, params, bbar)
+            params = ModelParams(M=M, chunk=cfg.chunk, block=min(block, M), bbar=bbar)
+            rep = stability_report(workload, params)
             e_g, mu = rep.E_g, rep.mu_per_s
         else:
             missing = "μ needs M and b̄: /metrics did not give them; pass --M and --bbar"

@@ -30,7 +30,7 @@ from kvstab.empirical.batchtime import BatchTimeModel
 from kvstab.empirical.replay import ReplayConfig, composition
 from kvstab.empirical.semantics import VllmEngine
 from kvstab.errors import InvalidArgument
-from kvstab.model import PAPER_BBAR, tokens_held
+from kvstab.model import ModelParams, tokens_held
 from kvstab.schedulers.vllm_v1 import SCHEDULER
 from kvstab.validation import positive_float
 
@@ -43,10 +43,20 @@ _ITER_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 @dataclass(frozen=True, slots=True)
 class EmulatorConfig:
-    """The emulated server: vLLM's pool and scheduler limits, and its clock."""
+    """The emulated server: vLLM's pool and scheduler limits, and its clock.
 
-    vllm: ReplayConfig = field(metadata={"help": "vLLM's pool and limits (M = (num_blocks - 1)·B)"})
-    bbar: float = field(default=PAPER_BBAR, metadata={"help": "seconds per step when no batch-time model is given"})
+    The server is one :class:`~kvstab.model.ModelParams` (its ``b̄`` is the
+    seconds per step when no batch-time model is given); vLLM's own
+    configuration of it, :attr:`vllm`, is derived from it, so that no limit is
+    stated twice.
+    """
+
+    server: ModelParams = field(
+        metadata={"help": "the server: M (a whole number of blocks), ŝ = token budget, B, max_num_seqs, b̄"}
+    )
+    max_model_len: int | None = field(
+        default=None, metadata={"help": "longest s + o accepted; None = what the pool can hold"}
+    )
     batch_time: BatchTimeModel | None = field(default=None, metadata={"help": "step time from the fitted model"})
     speedup: float = field(default=1.0, metadata={"help": "time runs this many times faster (steps last b/speedup)"})
     model: str = field(default="kvstab-emulator", metadata={"help": "the model name served"})
@@ -58,8 +68,13 @@ class EmulatorConfig:
         default="model", metadata={"help": "'model': kvstab's vllm-v1 rule; 'vllm': vLLM's own scheduler (vLLM extra)"}
     )
 
+    vllm: ReplayConfig = field(init=False, repr=False, compare=False, metadata={"help": "vLLM's configuration of the server"})
+
     def __post_init__(self) -> None:
-        object.__setattr__(self, "bbar", positive_float("b̄", self.bbar, maximum=3600.0))
+        if not isinstance(self.server, ModelParams):
+            raise InvalidArgument(f"the emulated server must be ModelParams, got {self.server!r}")
+        positive_float("b̄", self.server.bbar, maximum=3600.0)
+        object.__setattr__(self, "vllm", ReplayConfig.from_params(self.server, max_model_len=self.max_model_len))
         object.__setattr__(self, "speedup", positive_float("speedup", self.speedup, maximum=1e6))
         if self.scheduler not in ("model", "vllm"):
             raise InvalidArgument(f"scheduler must be 'model' or 'vllm', got {self.scheduler!r}")
@@ -67,9 +82,9 @@ class EmulatorConfig:
             raise InvalidArgument(f"eos_after must be >= 1, got {self.eos_after}")
 
     @property
-    def max_model_len(self) -> int:
+    def model_len(self) -> int:
         """The longest ``s + o`` accepted: the configured one, else what the pool can hold."""
-        return self.vllm.max_model_len if self.vllm.max_model_len is not None else self.vllm.M + 1
+        return self.max_model_len if self.max_model_len is not None else self.vllm.M + 1
 
 
 @dataclass(eq=False)
@@ -203,7 +218,7 @@ class Emulator:
         if backend is None and config.scheduler == "vllm":
             from kvstab.live.vllm_backend import VllmBackend
 
-            backend = VllmBackend(config.vllm, config.max_model_len)
+            backend = VllmBackend(config.vllm, config.model_len)
         self.backend: Backend = backend if backend is not None else ModelBackend(config.vllm)
         self.live: dict[int, LiveRequest] = {}
         self.truth = GroundTruth(M=config.vllm.M, block_size=config.vllm.block_size, num_blocks=config.vllm.num_blocks)
@@ -247,9 +262,9 @@ class Emulator:
     # --- requests
     def submit(self, s: int, o: int) -> LiveRequest:
         """A request with prompt ``s`` and ``max_tokens = o`` arrives now (``InvalidArgument`` if it never fits)."""
-        if s + o > self.config.max_model_len:
+        if s + o > self.config.model_len:
             raise InvalidArgument(
-                f"this model's maximum context length is {self.config.max_model_len} tokens; the request has "
+                f"this model's maximum context length is {self.config.model_len} tokens; the request has "
                 f"{s} prompt tokens and max_tokens={o}"
             )
         rid = self.backend.arrive(s, o)
@@ -269,7 +284,7 @@ class Emulator:
         """Emulated duration of a step of this composition (before ``speedup``)."""
         m = self.config.batch_time
         if m is None:
-            return self.config.bbar
+            return self.config.server.bbar
         # BatchTimeModel's formula, on one step's composition
         return m.a + m.b * work["prefill_tokens"] + m.c * work["decode_tokens"] + m.d * work["kv_attended"]
 

@@ -164,7 +164,7 @@ async def _models(request: web.Request) -> web.Response:
     emu = request.app[EMULATOR_KEY]
     return web.json_response(
         {"object": "list", "data": [{"id": emu.config.model, "object": "model", "owned_by": "kvstab",
-                                     "max_model_len": emu.config.max_model_len}]}
+                                     "max_model_len": emu.config.model_len}]}
     )
 
 
@@ -183,7 +183,7 @@ async def _tokenize(request: web.Request) -> web.Response:
         return _error(400, f"cannot tokenize: {exc}")
     # token ids: a stable small hash of each word, so equal words get equal ids
     tokens = [sum(w.encode()) % 32000 + 1 for w in words]
-    return web.json_response({"count": len(tokens), "max_model_len": emu.config.max_model_len, "tokens": tokens})
+    return web.json_response({"count": len(tokens), "max_model_len": emu.config.model_len, "tokens": tokens})
 
 
 async def _metrics(request: web.Request) -> web.Response:

@@ -53,7 +53,7 @@ def test_html_report_is_self_contained(small_audit: tuple[int, Path, dict[str, A
 
 
 def _result(checks: list[Check], strict: bool = False, complete: bool = True) -> AuditResult:
-    cfg = AuditConfig("current-fit", ModelParams(M=64, chunk=8), "s=U(1,8),o=U(1,8)", 1.0, strict=strict)
+    cfg = AuditConfig("current-fit", ModelParams(M=64, chunk=8, bbar=1.0), "s=U(1,8),o=U(1,8)", strict=strict)
     return AuditResult(cfg, checks=checks, complete=complete)
 
 

@@ -22,11 +22,11 @@ from kvstab.model import ModelParams
 from kvstab.theory import stability_report
 
 PAPER_SHAPE = "s=U(1,50),o=U(1,50)"
-SERVER = ModelParams(M=2000, chunk=16)
+SERVER = ModelParams(M=2000, chunk=16, bbar=1.0)  # b̄ = 1: rates are per slot
 
 
 def _mu(workload: str, params: ModelParams) -> float:
-    return stability_report(load_workload(workload), params, 1.0).mu_per_s
+    return stability_report(load_workload(workload), params).mu_per_s
 
 
 def _within_tolerance(r: StabilityRegion) -> None:
@@ -36,9 +36,9 @@ def _within_tolerance(r: StabilityRegion) -> None:
 
 @pytest.mark.parametrize("bisection", [False, True], ids=["saturated", "bisection"])
 def test_deterministic_workload_exact_saturated_rate(bisection: bool) -> None:
-    params = ModelParams(M=40, chunk=4)
+    params = ModelParams(M=40, chunk=4, bbar=1.0)
     wl = "s=const(4),o=const(4)"
-    r = find_critical_rate("reserve", params, wl, 1.0, _mu(wl, params), LEAN, bisection=bisection)
+    r = find_critical_rate("reserve", params, wl, _mu(wl, params), LEAN, bisection=bisection)
     _within_tolerance(r)
     assert r.method == ("bisection" if bisection else "saturated")
     assert r.low <= 1.0 <= r.high, (r.low, r.high)
@@ -48,7 +48,7 @@ def test_deterministic_workload_exact_saturated_rate(bisection: bool) -> None:
 
 def test_current_fit_on_the_paper_shape_saturates_near_mu() -> None:
     mu = _mu(PAPER_SHAPE, SERVER)
-    r = find_critical_rate("current-fit", SERVER, PAPER_SHAPE, 1.0, mu, LEAN)
+    r = find_critical_rate("current-fit", SERVER, PAPER_SHAPE, mu, LEAN)
     _within_tolerance(r)
     assert r.method == "saturated", r.notes  # an FCFS policy: throughput is flat above λ*
     # no policy beats μ; current fit with δ = 0.05 comes within a few per cent of it
@@ -59,7 +59,7 @@ def test_current_fit_on_the_paper_shape_saturates_near_mu() -> None:
 
 def test_policy_idling_at_three_quarters_comes_out_near_three_quarters_of_mu() -> None:
     mu = _mu(PAPER_SHAPE, SERVER)
-    r = find_critical_rate("idles-at-three-quarters", SERVER, PAPER_SHAPE, 1.0, mu, LEAN,
+    r = find_critical_rate("idles-at-three-quarters", SERVER, PAPER_SHAPE, mu, LEAN,
                            scheduler_object=IdlesAtThreeQuarters())
     _within_tolerance(r)
     assert r.low <= 0.75 * mu, r.low / mu  # μ(3M/4) = 0.75 μ bounds it

@@ -127,7 +127,7 @@ def test_drop_oversize_runs_the_requests_that_fit_against_their_own_mu(
     (row,) = json.loads(capsys.readouterr().out)
     params = ModelParams(M=250, chunk=64)
     law, p = parse_workload(spec).given_fit(params)
-    mu = stability_report(law, params, 0.0372).mu_per_s
+    mu = stability_report(law, params).mu_per_s
     assert row["mu_per_s"] == pytest.approx(mu) and row["fit_probability"] == pytest.approx(p)
     assert row["load_over_mu"] == pytest.approx(1.2) and row["rate_per_s"] == pytest.approx(1.2 * mu / p)
     assert row["dropped_oversize"] > row["arrived"]  # most arrivals could not fit

@@ -12,6 +12,7 @@ from kvstab.arrivals import poisson_arrivals
 from kvstab.empirical.batchtime import BatchTimeModel, fit_batch_time, load_profile
 from kvstab.empirical.replay import ReplayConfig, StepLog, replay_model
 from kvstab.errors import InvalidArgument
+from kvstab.model import ModelParams
 from kvstab.workload import parse_workload
 
 
@@ -24,7 +25,7 @@ def profile(data_dir: Path):  # noqa: ANN201 - an A100Profile
 def log() -> StepLog:
     w = parse_workload("s=U(10,1200),o=U(10,400)")
     cfg = ReplayConfig.for_capacity(32_768, 16, max_num_batched_tokens=512, max_num_seqs=256)
-    return replay_model(poisson_arrivals(w, 0.3, 1.0, 1200, seed=1), cfg, 1200)
+    return replay_model(poisson_arrivals(w, 0.3, ModelParams(bbar=1.0), 1200, seed=1), cfg, 1200)
 
 
 def _only(log: StepLog, **cols: int) -> StepLog:

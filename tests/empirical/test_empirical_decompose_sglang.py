@@ -24,7 +24,7 @@ from kvstab.workload import parse_workload
 def _run(workload: str, rule: Sglang, load: float, steps: int, seed: int = 3):  # noqa: ANN202
     w = parse_workload(workload)
     Eg = expected_g(w, ModelParams(M=rule.M, chunk=rule.chunk, g="continuous"))
-    plan = poisson_arrivals(w, load * rule.M / Eg, 1.0, steps, seed=seed)
+    plan = poisson_arrivals(w, load * rule.M / Eg, ModelParams(bbar=1.0), steps, seed=seed)
     return replay_sglang_model(plan, rule, steps), Eg
 
 

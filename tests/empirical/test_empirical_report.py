@@ -26,7 +26,7 @@ def _run(workload: str, load: float, steps: int, M: int = 4096, block: int = 16,
     w = parse_workload(workload)
     cfg = ReplayConfig.for_capacity(M, block, max_num_batched_tokens=512, max_num_seqs=256)
     Eg = expected_g(w, ModelParams(M=M, chunk=512, g="continuous"))
-    return replay_model(poisson_arrivals(w, load * M / Eg, 1.0, steps, seed=seed), cfg, steps), Eg
+    return replay_model(poisson_arrivals(w, load * M / Eg, ModelParams(bbar=1.0), steps, seed=seed), cfg, steps), Eg
 
 
 def test_queue_grows_above_mu_and_not_below() -> None:

@@ -96,7 +96,7 @@ def test_paper_workloads_match(name: str, M: int) -> None:
     rule = Sglang(M=M, chunk=512, max_num_seqs=256)
     mu = mu_per_slot(w, ModelParams(M=M, chunk=512))
     steps = 1200 if M == 16_384 else 500
-    plan = poisson_arrivals(w, 1.3 * mu, 1.0, steps, seed=3)
+    plan = poisson_arrivals(w, 1.3 * mu, ModelParams(bbar=1.0), steps, seed=3)
     real, model = assert_same(plan, rule, steps)
     assert sum(st.decode_tokens for st in real.steps) > 0 and sum(st.prefill_tokens for st in real.steps) > 0
     # the same plan in SGLang's ignore_eos regime, against the model (it has the ratio path only:
@@ -142,7 +142,7 @@ def test_the_model_departs_from_sglangs_ignore_eos_path_at_large_m() -> None:
     # reservation decides differently from the ratio path within 300 steps
     w = PAPER_WORKLOADS["paper-2:1"]
     rule = Sglang(M=131_000, chunk=512, max_num_seqs=256)
-    plan = poisson_arrivals(w, 2.0 * mu_per_slot(w, ModelParams(M=131_000, chunk=512)), 1.0, 300, seed=3)
+    plan = poisson_arrivals(w, 2.0 * mu_per_slot(w, ModelParams(M=131_000, chunk=512)), ModelParams(bbar=1.0), 300, seed=3)
     assert_ignore_eos_cross_check(plan, rule, 300)
 
 
@@ -178,7 +178,7 @@ def test_real_traces_match(trace: str) -> None:
     tr = load_trace(str(trace_path(trace)))
     w = Workload.joint(tr.s, tr.o, name=trace)
     rule = Sglang(M=131_000, chunk=512, max_num_seqs=256)
-    plan = poisson_arrivals(w, 0.3, 1.0, 500, seed=5)
+    plan = poisson_arrivals(w, 0.3, ModelParams(bbar=1.0), 500, seed=5)
     keep = plan.s < rule.M - 8  # SGLang refuses a prompt of max_req_len - 5 tokens or more
     plan = ArrivalPlan(plan.slot[keep], plan.s[keep], plan.o[keep])
     assert_same(plan, rule, 500)

@@ -86,7 +86,7 @@ def test_paper_workloads_small_M_match(workload: str) -> None:
     w = parse_workload(workload)
     cfg = ReplayConfig.for_capacity(16_384, 16, max_num_batched_tokens=512, max_num_seqs=256)
     mu = mu_per_slot(w, ModelParams(M=cfg.M, chunk=512))
-    plan = poisson_arrivals(w, 1.5 * mu, 1.0, 1500, seed=2)
+    plan = poisson_arrivals(w, 1.5 * mu, ModelParams(bbar=1.0), 1500, seed=2)
     real, _ = assert_same(plan, cfg, 1500)
     assert real.preempted.sum() > 0
     # vLLM's block pool (memory) and its per-request blocks (areas) account for each other exactly
@@ -97,14 +97,14 @@ def test_paper_workloads_small_M_match(workload: str) -> None:
 def test_paper_1_1_large_M_matches() -> None:
     w = parse_workload("paper-1:1")
     cfg = ReplayConfig.for_capacity(131_000, 16, max_num_batched_tokens=512, max_num_seqs=256)
-    assert_same(poisson_arrivals(w, 0.2, 1.0, 700, seed=4), cfg, 700)
+    assert_same(poisson_arrivals(w, 0.2, ModelParams(bbar=1.0), 700, seed=4), cfg, 700)
 
 
 def test_trace_rows_match(data_dir: Path) -> None:
     tr = load_trace(str(data_dir / "traces" / "AzureLLMInferenceTrace_conv.csv"))
     w = Workload.joint(tr.s, tr.o, name="azure-conv")
     cfg = ReplayConfig.for_capacity(16_384, 16, max_num_batched_tokens=512, max_num_seqs=256)
-    plan = poisson_arrivals(w, 0.5, 1.0, 800, seed=5).fit_to(cfg.params(), drop_oversize=True)
+    plan = poisson_arrivals(w, 0.5, ModelParams(bbar=1.0), 800, seed=5).fit_to(cfg.params(), drop_oversize=True)
     assert_same(plan, cfg, 800)
 
 

@@ -4,6 +4,8 @@ exactly (``E[g]`` does not depend on ``b̄``)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kvstab.fleet import Replica
 from kvstab.model import ModelParams
 from kvstab.workload import parse_workload
@@ -15,4 +17,7 @@ FAST, SLOW = 0.01, 0.02
 
 def two_speed_fleet(scheduler: str = "current-fit") -> list[Replica]:
     """``μ_0 = 2μ_1``."""
-    return [Replica(PARAMS, FAST, scheduler, "fast"), Replica(PARAMS, SLOW, scheduler, "slow")]
+    return [
+        Replica(replace(PARAMS, bbar=FAST), scheduler, "fast"),
+        Replica(replace(PARAMS, bbar=SLOW), scheduler, "slow"),
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +29,8 @@ def test_static_and_event_paths_agree_request_by_request(router: str) -> None:
     """The fast engine per replica and the event loop over reference engines give
     the same finish time to every request (heterogeneous M, b̄ and schedulers)."""
     fleet = [
-        Replica(ModelParams(M=150, chunk=4), 0.01, "current-fit"),
-        Replica(ModelParams(M=220, chunk=3, block=2), 0.017, "vllm-v1"),
+        Replica(ModelParams(M=150, chunk=4, bbar=0.01), "current-fit"),
+        Replica(ModelParams(M=220, chunk=3, block=2, bbar=0.017), "vllm-v1"),
     ]
     arr = poisson_times(WORKLOAD, 500.0, 8.0, seed=3)
     a = simulate_fleet(fleet, router, WORKLOAD, arr, seed=5)
@@ -47,7 +48,7 @@ def test_static_and_event_paths_agree_request_by_request(router: str) -> None:
 
 def test_one_replica_is_the_single_server_model() -> None:
     """A fleet of one replica is the reference simulator on the arrivals mapped to slots."""
-    rep = Replica(PARAMS, 0.02, "current-fit")
+    rep = Replica(replace(PARAMS, bbar=0.02), "current-fit")
     arr = poisson_times(WORKLOAD, 150.0, 6.0, seed=1)
     res = simulate_fleet([rep], "jsq", WORKLOAD, arr)
     slots = int(np.ceil(6.0 / 0.02))
@@ -71,7 +72,7 @@ def test_routers_split_as_documented() -> None:
         N = int(rng.integers(2, 7))
         w = rng.uniform(0.05, 1.0, N)
         p = w / w.sum()
-        many = [ReplicaInfo(i, 1.0, 10, 0.1, 1.0) for i in range(N)]
+        many = [ReplicaInfo(i, 1.0, ModelParams(M=10, chunk=4, bbar=0.1), 1.0) for i in range(N)]
         got = load_router("weighted-rr:" + ",".join(repr(float(x)) for x in w)).assign(3000, many, rng)
         k = np.arange(1, 3001)
         for i in range(N):
@@ -105,12 +106,12 @@ def test_bad_routers_and_fleets_are_one_line_errors(tmp_path: Path, monkeypatch:
     with pytest.raises(InvalidArgument, match="takes no argument"):
         load_router("jsq:3")
     with pytest.raises(InvalidArgument, match="2 shares for 1 replicas|shares for"):
-        load_router("random:1,1").assign(5, [ReplicaInfo(0, 1.0, 10, 0.1, 5.0)], np.random.default_rng(0))
+        load_router("random:1,1").assign(5, [ReplicaInfo(0, 1.0, ModelParams(M=10, chunk=4, bbar=0.1), 5.0)], np.random.default_rng(0))
     with pytest.raises(InvalidArgument, match="already registered"):
         register_router("jsq", lambda arg: None)
     with pytest.raises(InvalidArgument, match="at least one replica"):
         simulate_fleet([], "round-robin", WORKLOAD, poisson_times(WORKLOAD, 1.0, 1.0))
-    big = Replica(ModelParams(M=10, chunk=4), 0.01)
+    big = Replica(ModelParams(M=10, chunk=4, bbar=0.01))
     with pytest.raises(InvalidArgument, match="replica 0"):
         simulate_fleet([big], "round-robin", WORKLOAD, poisson_times(WORKLOAD, 1.0, 1.0))
     # a plug-in router by module:attr, and one of the wrong shape
@@ -140,7 +141,7 @@ def test_arrivals_on_slot_boundaries_map_alike_on_both_paths() -> None:
 
     times = np.asarray([0.3, 0.7, 1.0, 1.0, 2.3, 2.9], dtype=np.float64)
     arr = FleetArrivals(times, np.full(6, 3, dtype=np.int64), np.full(6, 2, dtype=np.int64), 4.0)
-    fleet = [Replica(ModelParams(M=20, chunk=4), 0.1)]
+    fleet = [Replica(ModelParams(M=20, chunk=4, bbar=0.1))]
     a = simulate_fleet(fleet, "round-robin", WORKLOAD, arr)
     b = simulate_fleet(fleet, "round-robin", WORKLOAD, arr, path="event")
     assert np.array_equal(a.replicas[0].finish_s, b.replicas[0].finish_s)
@@ -196,10 +197,11 @@ def test_both_paths_agree_on_random_fleets(data: st.DataObject, n: int, router: 
     for _ in range(n):
         M = data.draw(st.integers(16, 200), label="M")
         block = data.draw(st.sampled_from([1, 2, 4]), label="block")
-        params = ModelParams(M=max(M, 16 + block), chunk=data.draw(st.integers(1, 8), label="chunk"), block=block)
+        chunk = data.draw(st.integers(1, 8), label="chunk")
         bbar = data.draw(st.sampled_from([0.005, 0.01, 0.013, 0.02, 0.1]), label="bbar")
+        params = ModelParams(M=max(M, 16 + block), chunk=chunk, block=block, bbar=bbar)
         sched = data.draw(st.sampled_from(["current-fit", "vllm-v1", "reserve", "lookahead"]), label="scheduler")
-        fleet.append(Replica(params, bbar, sched))
+        fleet.append(Replica(params, sched))
     arr = poisson_times(WORKLOAD, rate, 2.0, seed=seed)
     a = simulate_fleet(fleet, router, WORKLOAD, arr, seed=seed)
     b = simulate_fleet(fleet, router, WORKLOAD, arr, seed=seed, path="event")

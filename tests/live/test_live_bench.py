@@ -26,6 +26,7 @@ import asyncio
 import json
 import socket
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,7 @@ def _config(**kw: object) -> EmulatorConfig:
     # M = 1024 tokens: about ten requests of WORKLOAD fit, so a few seconds hold hundreds of steps
     vllm = ReplayConfig.for_capacity(1024, 16, max_num_batched_tokens=256)
     kw.setdefault("scheduler", "model")
-    return EmulatorConfig(vllm=vllm, bbar=0.0372, speedup=10.0, **kw)  # type: ignore[arg-type]
+    return EmulatorConfig(server=replace(vllm.params(), bbar=0.0372), speedup=10.0, **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture()
@@ -255,7 +256,7 @@ def test_drop_oversize_sends_only_what_fits_and_takes_mu_of_it(
     assert run["dropped_oversize"] > 0 and run["sent"] + run["dropped_oversize"] == 40 and run["failed"] == 0
     law, p = parse_workload(spec).conditioned(1025)
     assert doc["fit_probability"] == pytest.approx(p) and doc["max_model_len"] == 1025
-    rep = stability_report(law, ModelParams(M=run["M"], chunk=256, block=16), run["bbar_s"])
+    rep = stability_report(law, ModelParams(M=run["M"], chunk=256, block=16, bbar=run["bbar_s"]))
     assert run["mu_per_s"] == pytest.approx(rep.mu_per_s)
     assert f"left out {run['dropped_oversize']} request(s)" in err
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,7 @@ def test_vllm_bench_serve_result_uses_its_own_lengths(tmp_path: Path, capsys: py
     assert main(["bench", "--import", str(f), "--M", "4096", "--bbar", "0.03", "--chunk", "512", "--block", "16",
                  "--out", str(out)]) == 0
     got = json.loads(out.read_text())
-    mu = stability_report(Workload.joint([10, 20, 30], [20, 20, 20]), ModelParams(M=4096, chunk=512, block=16), 0.03)
+    mu = stability_report(Workload.joint([10, 20, 30], [20, 20, 20]), ModelParams(M=4096, chunk=512, block=16, bbar=0.03))
     assert got["mu_per_s"] == pytest.approx(mu.mu_per_s) and got["measured_over_mu"] == pytest.approx(5.0 / mu.mu_per_s)
     assert "measured/μ" in capsys.readouterr().out
 
@@ -54,7 +55,7 @@ def test_aiperf_summary_needs_the_workload(tmp_path: Path, nested: bool, capsys:
     assert "records no per-request lengths" in capsys.readouterr().err
     assert main(["bench", "--import", str(f), "--M", "4096", "--bbar", "0.03", "--workload", "s=U(10,30),o=const(100)",
                  "--out", ""]) == 0
-    mu = stability_report(parse_workload("s=U(10,30),o=const(100)"), ModelParams(M=4096, chunk=512, block=16), 0.03)
+    mu = stability_report(parse_workload("s=U(10,30),o=const(100)"), ModelParams(M=4096, chunk=512, block=16, bbar=0.03))
     assert f"{mu.mu_per_s:.4f}" in capsys.readouterr().out
 
 
@@ -135,10 +136,11 @@ def test_emulated_step_time_follows_the_batch_time_model() -> None:
     from kvstab.live.emulator import Emulator, EmulatorConfig
 
     model = BatchTimeModel(a=0.005, b=1e-5, c=2e-5, d=1e-8)
-    emu = Emulator(EmulatorConfig(vllm=ReplayConfig.for_capacity(1024, 16), batch_time=model))
+    server = ReplayConfig.for_capacity(1024, 16).params()
+    emu = Emulator(EmulatorConfig(server=server, batch_time=model))
     work = {"prefill_tokens": 100, "decode_tokens": 10, "kv_attended": 1000}
     assert emu.step_seconds(work) == pytest.approx(0.005 + 100e-5 + 10 * 2e-5 + 1000e-8)
-    assert Emulator(EmulatorConfig(vllm=ReplayConfig.for_capacity(1024, 16), bbar=0.02)).step_seconds(work) == 0.02
+    assert Emulator(EmulatorConfig(server=replace(server, bbar=0.02))).step_seconds(work) == 0.02
 
 
 @pytest.mark.parametrize("value", ["1,2,3", "0,0,0,0", "0.01,nan,0,0", "a,b,c,d"])

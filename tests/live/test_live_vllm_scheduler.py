@@ -8,6 +8,7 @@ where it is not, asking for it is one clear line naming the install script.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -35,7 +36,7 @@ def test_vllm_scheduler_behind_the_emulator(capsys: pytest.CaptureFixture[str]) 
         assert "install-vllm.sh" in err and len(err.strip().splitlines()) == 1
         return
     vllm = ReplayConfig.for_capacity(1024, 16, max_num_batched_tokens=256)
-    h = start_in_thread(EmulatorConfig(vllm=vllm, bbar=0.0372, speedup=10.0, scheduler="vllm"))
+    h = start_in_thread(EmulatorConfig(server=replace(vllm.params(), bbar=0.0372), speedup=10.0, scheduler="vllm"))
     try:
         assert h.emulator is not None and h.emulator.backend.name == "vLLM scheduler"
         w = parse_workload("s=U(32,128),o=U(32,128)")

@@ -29,7 +29,7 @@ def test_mu_paper_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "mu", "--json", "--lambda", "40", "--rho", "0.9")
     assert code == 0 and err == ""
     d = json.loads(out)
-    want = mu(PAPER_WORKLOADS["paper-1:1"], ModelParams(), 0.0372)
+    want = mu(PAPER_WORKLOADS["paper-1:1"], ModelParams(bbar=0.0372))
     assert d["mu_per_s"] == pytest.approx(want)
     assert d["replicas"] == -(-40 // (0.9 * want))
     assert d["guarantee_empty"] is False and d["guarantee_per_s"] < d["mu_per_s"]
@@ -121,7 +121,7 @@ def test_document_matches_code(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert code == 0
     text = (tmp_path / "d.tex").read_text(encoding="ascii")
     assert "NOT proved" not in text and "\\end{document}" in text
-    want = mu(PAPER_WORKLOADS["paper-1:1"], ModelParams(), 0.0372)
+    want = mu(PAPER_WORKLOADS["paper-1:1"], ModelParams(bbar=0.0372))
     row = re.search(r"mu = M/\(\\bar\{b\}\\,\\mathbb\{E\}\[g\]\)\$ \(requests/s\) & ([0-9.e+-]+)", text)
     sym = re.search(r"from the symbolic formula & ([0-9.e+-]+)", text)
     assert row and sym
@@ -154,7 +154,7 @@ def test_document_compiles_or_pdf_is_refused_up_front(tmp_path: Path, capsys: py
 
 
 def test_instance_with_empty_guarantee() -> None:
-    text = derivation_tex(Instance(PAPER_WORKLOADS["paper-1:1"], ModelParams(M=3000), 0.03))
+    text = derivation_tex(Instance(PAPER_WORKLOADS["paper-1:1"], ModelParams(M=3000, bbar=0.03)))
     assert "guarantee is empty" in text and "& none" in text
 
 

@@ -30,7 +30,7 @@ def test_numeric_path_does_not_import_sympy() -> None:
 
     code = (
         "import sys, kvstab.theory.area as a; from kvstab.workload import PAPER_WORKLOADS as W; "
-        "from kvstab.model import ModelParams as P; a.mu(W['paper-1:1'], P(), 0.03); print('sympy' in sys.modules)"
+        "from kvstab.model import ModelParams as P; a.mu(W['paper-1:1'], P(bbar=0.03)); print('sympy' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -55,49 +55,49 @@ lens = st.integers(1, 3000)
 
 @given(lens, lens, st.integers(1, 500), st.integers(1, 1024), st.sampled_from([1, 16]))
 def test_mu_monotone(s_: int, o_: int, ds: int, chunk: int, block: int) -> None:
-    base = ModelParams(M=200_000, chunk=chunk, block=block)
+    base = ModelParams(M=200_000, chunk=chunk, block=block, bbar=0.03)
     w = Workload(s=Fixed(s_), o=Fixed(o_))
-    m0 = mu(w, base, 0.03)
+    m0 = mu(w, base)
     # μ falls with s and with o (with B > 1 a longer request may round to the
     # same blocks, so only "does not rise" holds there)
-    longer_s = mu(Workload(s=Fixed(s_ + ds), o=Fixed(o_)), base, 0.03)
-    longer_o = mu(Workload(s=Fixed(s_), o=Fixed(o_ + ds)), base, 0.03)
+    longer_s = mu(Workload(s=Fixed(s_ + ds), o=Fixed(o_)), base)
+    longer_o = mu(Workload(s=Fixed(s_), o=Fixed(o_ + ds)), base)
     if block == 1:
         assert longer_s < m0 and longer_o < m0
     else:
         assert longer_s <= m0 and longer_o <= m0
-        assert mu(Workload(s=Fixed(s_ + ds * block), o=Fixed(o_)), base, 0.03) < m0
+        assert mu(Workload(s=Fixed(s_ + ds * block), o=Fixed(o_)), base) < m0
     # ... rises with M ...
-    assert mu(w, ModelParams(M=200_000 + ds, chunk=chunk, block=block), 0.03) > m0
+    assert mu(w, ModelParams(M=200_000 + ds, chunk=chunk, block=block, bbar=0.03)) > m0
     # ... and with ŝ.  For the exact g only along multiples: the holdings under
     # k·ŝ are a subsequence of those under ŝ (s = 4: ŝ = 2 holds 2, 4 but
     # ŝ = 3 holds 3, 4, more area); the paper's continuous g rises with any ŝ.
     k = 1 + ds % 4
-    multiple = mu(w, ModelParams(M=200_000, chunk=chunk * k, block=block), 0.03)
+    multiple = mu(w, ModelParams(M=200_000, chunk=chunk * k, block=block, bbar=0.03))
     assert multiple >= m0
     if s_ > chunk and k > 1 and block == 1:
         assert multiple > m0
-    cont = ModelParams(M=200_000, chunk=chunk, g="continuous")
-    assert mu(w, ModelParams(M=200_000, chunk=chunk + ds, g="continuous"), 0.03) > mu(w, cont, 0.03)
+    cont = ModelParams(M=200_000, chunk=chunk, g="continuous", bbar=0.03)
+    assert mu(w, ModelParams(M=200_000, chunk=chunk + ds, g="continuous", bbar=0.03)) > mu(w, cont)
 
 
 def test_exact_mu_is_not_monotone_in_any_chunk_increase() -> None:
     # the counterexample behind the "multiples only" statement above
     w = Workload(s=Fixed(4), o=Fixed(1))
-    assert mu(w, ModelParams(M=100, chunk=3), 1.0) < mu(w, ModelParams(M=100, chunk=2), 1.0)
+    assert mu(w, ModelParams(M=100, chunk=3, bbar=1.0)) < mu(w, ModelParams(M=100, chunk=2, bbar=1.0))
 
 
 def test_mu_falls_with_correlation() -> None:
     # same marginals, comonotone versus antitone pairing
     v = list(range(1, 401))
-    params = ModelParams(chunk=128)
+    params = ModelParams(chunk=128, bbar=0.03)
     up = Workload.joint(v, v)
     down = Workload.joint(v, v[::-1])
-    assert mu(up, params, 0.03) < mu(down, params, 0.03)
+    assert mu(up, params) < mu(down, params)
 
 
 def test_report_paper_setting() -> None:
-    rep = stability_report(PAPER_WORKLOADS["paper-1:1"], ModelParams(), 0.0372, lam=50.0, rho=0.8)
+    rep = stability_report(PAPER_WORKLOADS["paper-1:1"], ModelParams(bbar=0.0372), lam=50.0, rho=0.8)
     assert rep.mu_per_s == pytest.approx(131_000 / (0.0372 * expected_g(PAPER_WORKLOADS["paper-1:1"], ModelParams())))
     assert rep.delta == pytest.approx(3200 / 131_000)
     assert rep.guarantee_per_s == pytest.approx(rep.mu_per_s * (1 - rep.delta))
@@ -108,17 +108,17 @@ def test_report_paper_setting() -> None:
 
 
 def test_empty_guarantee_is_not_a_negative_rate() -> None:
-    rep = stability_report(Workload(s=Uniform(10, 1600), o=Uniform(10, 1600)), ModelParams(M=3000), 0.03, lam=1.0)
+    rep = stability_report(Workload(s=Uniform(10, 1600), o=Uniform(10, 1600)), ModelParams(M=3000, bbar=0.03), lam=1.0)
     assert rep.delta > 1 and rep.guarantee_empty
     assert rep.guarantee_per_s is None and rep.guarantee_replicas is None
     d = rep.as_dict()
     assert d["guarantee_empty"] is True and "empty" in d["guarantee_note"]
     # δ = 1 exactly is empty too
-    assert stability_report(Workload(s=Fixed(10), o=Fixed(10)), ModelParams(M=20), 1.0).guarantee_per_s is None
+    assert stability_report(Workload(s=Fixed(10), o=Fixed(10)), ModelParams(M=20, bbar=1.0)).guarantee_per_s is None
 
 
 def test_block_rounding_enters_delta() -> None:
-    rep = stability_report(Workload(s=Fixed(10), o=Fixed(7)), ModelParams(M=1000, block=16), 1.0)
+    rep = stability_report(Workload(s=Fixed(10), o=Fixed(7)), ModelParams(M=1000, block=16, bbar=1.0))
     assert rep.ess_sup_total == 32
 
 
@@ -137,7 +137,7 @@ def test_block_rounding_enters_delta() -> None:
 def test_bad_input(kwargs: dict[str, float], match: str) -> None:
     args = {"bbar": 0.03, "rho": 1.0, "lam": 1.0} | kwargs
     with pytest.raises(InvalidArgument, match=match):
-        stability_report(PAPER_WORKLOADS["paper-1:1"], ModelParams(), args["bbar"], lam=args["lam"], rho=args["rho"])
+        stability_report(PAPER_WORKLOADS["paper-1:1"], ModelParams(bbar=args["bbar"]), lam=args["lam"], rho=args["rho"])
 
 
 def test_provisioning_numbers() -> None:
@@ -157,8 +157,8 @@ def test_mixture_is_harmonic_mean_of_phases() -> None:
     params = ModelParams()
     e1 = expected_g(PAPER_WORKLOADS["paper-2:1"], params)
     e2 = expected_g(PAPER_WORKLOADS["paper-1:2"], params)
-    mix = P.mixture_mu([0.5, 0.5], [e1, e2], params.M, 0.0372)
+    mix = P.mixture_mu([0.5, 0.5], [e1, e2], params)
     m1, m2 = params.M / (0.0372 * e1), params.M / (0.0372 * e2)
     assert mix == pytest.approx(1 / (0.5 / m1 + 0.5 / m2))
     with pytest.raises(InvalidArgument, match="sum to 1"):
-        P.mixture_mu([0.5, 0.6], [e1, e2], params.M, 0.0372)
+        P.mixture_mu([0.5, 0.6], [e1, e2], params)
