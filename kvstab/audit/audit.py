@@ -27,15 +27,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvstab.audit.profiles import AuditProfile
-from kvstab.audit.stability import StabilityRegion, find_critical_rate, region_summary
+from kvstab.audit.properties import PropertiesSection
+from kvstab.audit.stability import StabilityRegion, find_critical_rate
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument, InvalidScheduler, InvariantViolation
+from kvstab.jsonform import JsonRecord, record_json, to_json
 from kvstab.model import ModelParams
 
 if TYPE_CHECKING:
+    from kvstab.proofs.encoding import Setting
     from kvstab.proofs.solver import Budget
+    from kvstab.proofs.verdicts import Verdict
 
-__all__ = ["AuditConfig", "AuditResult", "Check", "run_audit", "SECTIONS", "SKIPPABLE", "EXIT", "SCHEMA_VERSION"]
+__all__ = [
+    "AuditConfig", "AuditResult", "Check", "run_audit", "SECTIONS", "SKIPPABLE", "EXIT", "SCHEMA_VERSION",
+    "TheorySection", "Certificate", "ProofsSection", "InvariantResult", "MarginResult", "ClaimsResult", "ClaimResult",
+]
 
 #: the version of ``report.json``'s schema (docs/audit.md, "report.json")
 SCHEMA_VERSION = "kvstab.audit/1"
@@ -69,7 +76,7 @@ class AuditConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class Check:
+class Check(JsonRecord):
     """One line of the verdict: a section's outcome."""
 
     name: str
@@ -77,14 +84,138 @@ class Check:
     detail: str
 
 
+def _with_verdict(record: InvariantResult | MarginResult | ClaimResult, first: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A record that carries a proof verdict, as JSON: the fields named in ``first``, the
+    verdict's own fields (``verdict``, then its method, detail or reason: the form ``kvstab prove --json``
+    writes too), then the rest."""
+    from kvstab.proofs.verdicts import verdict_json
+
+    rest = record_json(record)
+    head = {k: rest.pop(k) for k in first}
+    return {**head, **verdict_json(record.verdict), **rest}
+
+
+def _verdict_word(v: Verdict) -> str:
+    """``Proved``, ``Refuted`` or ``Unknown``: the ``verdict`` field of the JSON form."""
+    return type(v).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class Certificate(JsonRecord):
+    """The rate certified for one policy, and on what grounds."""
+
+    certified_rate_per_s: float | None = field(metadata={"help": "stable below this rate (req/s); None: none certified"})
+    certified_basis: str = field(metadata={"help": "why (the theorem and the premise it used), or why none"})
+
+
+@dataclass(frozen=True, slots=True)
+class TheorySection(JsonRecord):
+    """The theory section: ``E[g]``, ``μ``, ``δ``, ``μ(1−δ)`` and the certified rates."""
+
+    workload: str = field(metadata={"help": "the workload's description"})
+    E_g: float = field(metadata={"help": "E[g], token-slots a request holds"})
+    mu_per_s: float = field(metadata={"help": "μ, requests per second"})
+    mu_per_slot: float = field(metadata={"help": "μ·b̄, requests per slot"})
+    delta: float = field(metadata={"help": "δ, the memory lost to fragmentation at the boundary"})
+    mu_1_minus_delta_per_s: float | None = field(metadata={"help": "the paper's μ(1−δ), None where δ ≥ 1"})
+    certified_rate_per_s: float | None = field(metadata={"help": "the rate certified for the audited policy"})
+    certified_basis: str = field(metadata={"help": "why it is certified (or why not)"})
+    max_s: int = field(metadata={"help": "the workload's longest prompt"})
+    max_o: int = field(metadata={"help": "the workload's longest output"})
+    baselines: dict[str, Certificate] = field(default_factory=dict, metadata={"help": "each baseline's certificate"})
+
+
+@dataclass(frozen=True, slots=True)
+class InvariantResult(JsonRecord):
+    """The memory invariant's verdict, its scope and what it took."""
+
+    verdict: Verdict = field(metadata={"help": "Proved / Refuted / Unknown", "json": False})
+    K: int = field(metadata={"help": "active requests bounded (where not unbounded)"})
+    Q: int = field(metadata={"help": "queued requests bounded (where not unbounded)"})
+    unbounded: bool = field(metadata={"help": "proved for any number of requests"})
+    strengthening: tuple[str, ...] = field(metadata={"help": "the conjuncts that made it inductive"})
+    notes: tuple[str, ...] = field(metadata={"help": "what the prover noted"})
+    total_budget_s: float = field(metadata={"help": "the proofs section's wall-clock budget"})
+    seconds: float = field(metadata={"help": "wall-clock seconds spent"})
+    assumptions: tuple[str, ...] = field(metadata={"help": "what a Proved verdict assumes"})
+
+    @property
+    def scope(self) -> str:
+        """What the verdict covers: any number of requests (the unbounded theorem) or its bounds."""
+        if self.unbounded:
+            return "any number of requests"
+        return f"at most {self.K} active and {self.Q} queued requests"
+
+    def to_json(self) -> dict[str, Any]:
+        """The verdict's fields, then the record's, then ``scope``."""
+        return {**_with_verdict(self), "scope": self.scope}
+
+
+@dataclass(frozen=True, slots=True)
+class MarginResult(JsonRecord):
+    """The work-conservation margin ``Δ`` at the profile's proof scale."""
+
+    verdict: Verdict = field(metadata={"help": "Proved / Refuted / Unknown", "json": False})
+    K: int = field(metadata={"help": "active requests bounded"})
+    Q: int = field(metadata={"help": "queued requests bounded"})
+    delta: int | None = field(metadata={"help": "the proved margin Δ, tokens"})
+    declared: int | None = field(metadata={"help": "the margin the scheduler declares"})
+    M: int | None = field(metadata={"help": "the small server's memory"})
+    chunk: int = field(metadata={"help": "the small server's chunk"})
+    block: int = field(metadata={"help": "the small server's block"})
+    max_s: int = field(metadata={"help": "longest prompt searched"})
+    max_o: int = field(metadata={"help": "longest output searched"})
+    paper_delta_times_M: float | None = field(metadata={"help": "the paper's δ·M, tokens"})
+    declared_holds: bool | None = field(metadata={"help": "Δ ≤ the declared margin (None: either unknown)"})
+    spec: str = field(metadata={"help": "the scheduler's spec"})
+
+    def to_json(self) -> dict[str, Any]:
+        """The verdict's fields, then the record's."""
+        return _with_verdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult(JsonRecord):
+    """One declared claim's verdict and how to see a refutation again."""
+
+    claim: str = field(metadata={"help": "the claim's name"})
+    verdict: Verdict = field(metadata={"help": "Proved / Refuted / Unknown", "json": False})
+    scope: str = field(metadata={"help": "what the verdict covers"})
+    note: str = field(metadata={"help": "the prover's note"})
+    witness: str = field(metadata={"help": "a refutation's witness, as text"})
+    replay_commands: tuple[str, ...] = field(metadata={"help": "kvstab replay lines that show a refutation"})
+
+    def to_json(self) -> dict[str, Any]:
+        """``claim``, the verdict's fields, then the rest."""
+        return _with_verdict(self, ("claim",))
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimsResult(JsonRecord):
+    """The declared claims, proved at ``K``/``Q`` (or for any number of requests)."""
+
+    K: int = field(metadata={"help": "active requests bounded"})
+    Q: int = field(metadata={"help": "queued requests bounded"})
+    claims: tuple[ClaimResult, ...] = field(metadata={"help": "one per declared claim"})
+
+
+@dataclass(frozen=True, slots=True)
+class ProofsSection(JsonRecord):
+    """The proofs section: the memory invariant, the margin ``Δ`` and the declared claims."""
+
+    invariant: InvariantResult = field(metadata={"help": "the memory invariant"})
+    margin: MarginResult | None = field(default=None, metadata={"help": "Δ (None: the invariant is not proved)"})
+    claims: ClaimsResult | None = field(default=None, metadata={"help": "the declared claims"})
+
+
 @dataclass
 class AuditResult:
     """Everything the audit found; :meth:`to_json` is ``report.json``."""
 
     config: AuditConfig
-    theory: dict[str, Any] = field(default_factory=dict)
-    proofs: dict[str, Any] | None = None
-    properties: dict[str, Any] | None = None
+    theory: TheorySection | None = None
+    proofs: ProofsSection | None = None
+    properties: PropertiesSection | None = None
     regions: dict[str, StabilityRegion] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -124,11 +255,12 @@ class AuditResult:
             "profile": c.profile.name if c.profile else None,
             "seed": c.seed,
             "gates": {"require_rate_per_s": c.require_rate, "max_waste": c.max_waste, "strict": c.strict},
-            "theory": self.theory,
-            "proofs": self.proofs,
-            "properties": self.properties,
-            "stability": {name: region_summary(r) for name, r in self.regions.items()},
-            "checks": [{"name": k.name, "status": k.status, "detail": k.detail} for k in self.checks],
+            # a report cut short before the theory section (never in practice: it runs first) keeps its old `{}`
+            "theory": {} if self.theory is None else self.theory.to_json(),
+            "proofs": to_json(self.proofs),
+            "properties": to_json(self.properties),
+            "stability": to_json(self.regions),
+            "checks": to_json(self.checks),
             "complete": self.complete,
             "verdict": self.verdict,
             "exit_status": self.exit_status,
@@ -136,8 +268,9 @@ class AuditResult:
         }
 
 
-def theory_section(scheduler: Scheduler, params: ModelParams, workload: str) -> dict[str, Any]:
-    """``E[g]``, ``μ``, ``δ``, ``μ(1−δ)`` and this policy's certified rate."""
+def theory_section(scheduler: Scheduler, params: ModelParams, workload: str,
+                   baselines: Sequence[tuple[str, Scheduler]] = ()) -> TheorySection:
+    """``E[g]``, ``μ``, ``δ``, ``μ(1−δ)`` and the rate certified for this policy and each baseline."""
     from kvstab.audit.runs import load_workload
     from kvstab.theory import stability_report
     from kvstab.theory.certified import policy_guarantee
@@ -145,18 +278,19 @@ def theory_section(scheduler: Scheduler, params: ModelParams, workload: str) -> 
     w = load_workload(workload)
     rep = stability_report(w, params)
     certified, why = policy_guarantee(scheduler, params, w, rep.mu_per_s)
-    return {
-        "workload": w.describe(),
-        "E_g": rep.E_g,
-        "mu_per_s": rep.mu_per_s,
-        "mu_per_slot": rep.mu_per_slot,
-        "delta": rep.delta,
-        "mu_1_minus_delta_per_s": rep.guarantee_per_s,
-        "certified_rate_per_s": certified,
-        "certified_basis": why,
-        "max_s": w.max_s,
-        "max_o": w.max_o,
-    }
+    return TheorySection(
+        workload=w.describe(),
+        E_g=rep.E_g,
+        mu_per_s=rep.mu_per_s,
+        mu_per_slot=rep.mu_per_slot,
+        delta=rep.delta,
+        mu_1_minus_delta_per_s=rep.guarantee_per_s,
+        certified_rate_per_s=certified,
+        certified_basis=why,
+        max_s=w.max_s,
+        max_o=w.max_o,
+        baselines={name: Certificate(*policy_guarantee(b, params, w, rep.mu_per_s)) for name, b in baselines},
+    )
 
 
 #: the wall-clock budget of the proofs section, seconds, by profile (invariant and margin together):
@@ -167,15 +301,8 @@ PROOF_TOTAL_S = {"dev": 60.0, "ci": 180.0, "thorough": 600.0}
 CLAIMS_RESERVE_S = 20.0
 
 
-def proof_scope(inv: dict[str, Any]) -> str:
-    """What a memory-invariant verdict covers: any number of requests (the unbounded theorem) or its bounds."""
-    if inv.get("unbounded"):
-        return "any number of requests"
-    return f"at most {inv['K']} active and {inv['Q']} queued requests"
-
-
 def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile: AuditProfile,
-                   smt2_dir: Path | None, log: Callable[[str], None] = lambda _line: None) -> dict[str, Any]:
+                   smt2_dir: Path | None, log: Callable[[str], None] = lambda _line: None) -> ProofsSection:
     """The memory invariant (any ``M``, this server's ``ŝ``, ``B``, caps), the margin ``Δ``
     at the profile's proof scale with the scheduler's declared margin beside it, and
     the claims the scheduler declares (FCFS, non-clairvoyance, the progress premises).
@@ -188,7 +315,6 @@ def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile
     from kvstab.proofs.encoding import Setting
     from kvstab.proofs.prove import prove
     from kvstab.proofs.solver import Budget, progress_after
-    from kvstab.proofs.verdicts import verdict_json
 
     total = PROOF_TOTAL_S.get(profile.name, PROOF_TOTAL_S["ci"])
     budget = Budget(rlimit=profile.proof_rlimit, seed=0, total_s=total,
@@ -201,25 +327,21 @@ def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile
     # share of the budget, so that a long bounded flow cannot leave every claim Unknown
     first = budget.keeping(min(CLAIMS_RESERVE_S, total / 4))
     rep = prove(scheduler, K=profile.proof_K, Q=profile.proof_Q, setting=setting, budget=first, unbounded=True)
-    inv: dict[str, Any] = {**verdict_json(rep.verdict), "K": rep.K, "Q": rep.Q, "unbounded": rep.unbounded,
-                           "strengthening": list(rep.strengthening), "notes": list(rep.notes),
-                           "total_budget_s": total,
-                           "seconds": rep.seconds, "assumptions": list(getattr(rep.verdict, "assumptions", ()))}
-    inv["scope"] = proof_scope(inv)
-    out: dict[str, Any] = {"invariant": inv, "margin": None, "claims": None}
-    if type(rep.verdict).__name__ == "Proved":
-        out["margin"] = _margin(scheduler, spec, params, profile, rep.strengthening, first)
-    out["claims"] = _claims(scheduler, spec, setting, profile, budget)
-    return out
+    inv = InvariantResult(rep.verdict, K=rep.K, Q=rep.Q, unbounded=rep.unbounded,
+                          strengthening=tuple(rep.strengthening), notes=tuple(rep.notes), total_budget_s=total,
+                          seconds=rep.seconds, assumptions=tuple(getattr(rep.verdict, "assumptions", ())))
+    margin = None
+    if _verdict_word(rep.verdict) == "Proved":
+        margin = _margin(scheduler, spec, params, profile, rep.strengthening, first)
+    return ProofsSection(inv, margin, _claims(scheduler, spec, setting, profile, budget))
 
 
 def _margin(scheduler: Scheduler, spec: str, params: ModelParams, profile: AuditProfile,
-            strengthening: Sequence[str], budget: Budget) -> dict[str, Any]:
+            strengthening: Sequence[str], budget: Budget) -> MarginResult:
     """The margin ``Δ`` over the states of the invariant just proved."""
     from kvstab.proofs.encoding import Setting
     from kvstab.proofs.invariants import MENU
     from kvstab.proofs.margins import work_conservation_margin
-    from kvstab.proofs.verdicts import verdict_json
 
     # the margin is a search over Δ token by token: it runs on a small server
     # with this one's chunk and block (capped so a prompt spans a few chunks)
@@ -238,90 +360,87 @@ def _margin(scheduler: Scheduler, spec: str, params: ModelParams, profile: Audit
         K, Q = max(2, K // 2), max(1, Q // 2)
         m = work_conservation_margin(scheduler, small, K, Q, profile.margin_max_s, profile.margin_max_o,
                                      conjuncts=used, budget=budget)
-    return {
-        **verdict_json(m.verdict),
-        "K": K,
-        "Q": Q,
-        "delta": m.delta,
-        "declared": m.declared,
-        "M": m.M,
-        "chunk": small.chunk,
-        "block": small.block,
-        "max_s": m.max_s,
-        "max_o": m.max_o,
-        "paper_delta_times_M": m.paper_delta_tokens,
-        "declared_holds": None if m.delta is None or m.declared is None else m.delta <= m.declared,
-        "spec": spec,
-    }
+    return MarginResult(
+        m.verdict,
+        K=K,
+        Q=Q,
+        delta=m.delta,
+        declared=m.declared,
+        M=m.M,
+        chunk=small.chunk,
+        block=small.block,
+        max_s=m.max_s,
+        max_o=m.max_o,
+        paper_delta_times_M=m.paper_delta_tokens,
+        declared_holds=None if m.delta is None or m.declared is None else m.delta <= m.declared,
+        spec=spec,
+    )
 
 
-def _claims(scheduler: Scheduler, spec: str, setting: Any, profile: AuditProfile, budget: Budget) -> dict[str, Any]:
+def _claims(scheduler: Scheduler, spec: str, setting: Setting, profile: AuditProfile, budget: Budget) -> ClaimsResult:
     """What the scheduler declares (FCFS, non-clairvoyance, the progress premises), each for any
     number of requests where its rule is made of folds, else at the profile's bounds (capped at
     :data:`kvstab.proofs.claims.CLAIMS_MAX`, as ``kvstab prove --claims`` caps them)."""
     from kvstab.proofs.claims import CLAIMS_MAX, prove_claims
     from kvstab.proofs.claims_folds import SCOPE
-    from kvstab.proofs.verdicts import verdict_json
 
     K, Q = min(profile.proof_K, CLAIMS_MAX), min(profile.proof_Q, CLAIMS_MAX)
     budget.group("declared claims")
     res = prove_claims(scheduler, setting, K=K, Q=Q, spec=spec, budget=budget)
-    return {
-        "K": K,
-        "Q": Q,
-        "claims": [
-            {
-                "claim": c.name,
-                **verdict_json(c.verdict),
-                "scope": c.scope if c.scope == SCOPE else f"at most {K} active and {Q} queued requests",
-                "note": c.note,
-                "witness": c.witness,
-                "replay_commands": [] if c.pair is None else list(c.pair.commands),
-            }
-            for c in res.claims
-        ],
-    }
+    return ClaimsResult(K, Q, tuple(
+        ClaimResult(
+            claim=c.name,
+            verdict=c.verdict,
+            scope=c.scope if c.scope == SCOPE else f"at most {K} active and {Q} queued requests",
+            note=c.note,
+            witness=c.witness,
+            replay_commands=() if c.pair is None else tuple(c.pair.commands),
+        )
+        for c in res.claims
+    ))
 
 
-def _check_claims(p: dict[str, Any]) -> list[Check]:
+_STATUS = {"Proved": "pass", "Refuted": "fail"}
+
+
+def _check_claims(p: ProofsSection) -> list[Check]:
     """One check per declared claim: a refutation fails the audit (its witness in the detail)."""
     out = []
-    for c in (p.get("claims") or {}).get("claims", []):
-        v = c["verdict"]
-        status = {"Proved": "pass", "Refuted": "fail"}.get(v, "unknown")
-        detail = f"{v} for {c['scope']}"
-        if v == "Refuted" and c["witness"]:
+    for c in () if p.claims is None else p.claims.claims:
+        v = _verdict_word(c.verdict)
+        detail = f"{v} for {c.scope}"
+        if v == "Refuted" and c.witness:
             # the witness's first line says what differs; the replay lines show it (the whole witness is in the JSON)
-            detail += ": " + c["witness"].splitlines()[0].strip().rstrip(":")
-            if c["replay_commands"]:
-                detail += "; replay: " + "  vs  ".join(c["replay_commands"])
+            detail += ": " + c.witness.splitlines()[0].strip().rstrip(":")
+            if c.replay_commands:
+                detail += "; replay: " + "  vs  ".join(c.replay_commands)
         elif v == "Unknown":
-            detail += f" ({c.get('reason', '')})"
-        out.append(Check(f"claim: {c['claim']}", status, detail))
+            detail += f" ({getattr(c.verdict, 'reason', '')})"
+        out.append(Check(f"claim: {c.claim}", _STATUS.get(v, "unknown"), detail))
     return out
 
 
-def _check_proofs(p: dict[str, Any]) -> list[Check]:
-    inv = p["invariant"]
-    v = inv["verdict"]
-    scope = f" for {proof_scope(inv)}"
-    checks = [Check("memory invariant", {"Proved": "pass", "Refuted": "fail"}.get(v, "unknown"),
+def _check_proofs(p: ProofsSection) -> list[Check]:
+    inv = p.invariant
+    v = _verdict_word(inv.verdict)
+    scope = f" for {inv.scope}"
+    checks = [Check("memory invariant", _STATUS.get(v, "unknown"),
                     f"{v}" + (scope if v == "Proved" else "")
-                    + (f" ({inv.get('reason')})" if v == "Unknown" else "")
-                    + (f": {inv.get('detail')}" if v == "Refuted" else ""))]
-    m = p.get("margin")
+                    + (f" ({getattr(inv.verdict, 'reason', None)})" if v == "Unknown" else "")
+                    + (f": {getattr(inv.verdict, 'detail', None)}" if v == "Refuted" else ""))]
+    m = p.margin
     if m is None:
         checks.append(Check("margin Δ", "unknown", "not established (the invariant is not proved)"))
-    elif m["verdict"] != "Proved" or m["delta"] is None:
-        checks.append(Check("margin Δ", "unknown", f"{m['verdict']}: {m.get('reason', '')}"))
-    elif m["declared_holds"] is False:
-        checks.append(Check("margin Δ", "fail", f"proved Δ = {m['delta']} exceeds the declared Δ = {m['declared']} "
-                            f"(M = {m['M']}, at most {m['K']} active and {m['Q']} queued requests): the declared margin certifies a "
+    elif _verdict_word(m.verdict) != "Proved" or m.delta is None:
+        checks.append(Check("margin Δ", "unknown", f"{_verdict_word(m.verdict)}: {getattr(m.verdict, 'reason', '')}"))
+    elif m.declared_holds is False:
+        checks.append(Check("margin Δ", "fail", f"proved Δ = {m.delta} exceeds the declared Δ = {m.declared} "
+                            f"(M = {m.M}, at most {m.K} active and {m.Q} queued requests): the declared margin certifies a "
                             "rate the policy does not keep"))
     else:
-        declared = "none declared" if m["declared"] is None else f"declared {m['declared']}"
-        checks.append(Check("margin Δ", "pass", f"Δ = {m['delta']} tokens at M = {m['M']}, at most {m['K']} active "
-                            f"and {m['Q']} queued requests ({declared})"))
+        declared = "none declared" if m.declared is None else f"declared {m.declared}"
+        checks.append(Check("margin Δ", "pass", f"Δ = {m.delta} tokens at M = {m.M}, at most {m.K} active "
+                            f"and {m.Q} queued requests ({declared})"))
     return checks + _check_claims(p)
 
 
@@ -356,18 +475,11 @@ def run_audit(
                               f"M={config.params.M}; raise --M to at least {peak}")
     res = AuditResult(config)
     t = time.perf_counter()
-    res.theory = theory_section(sched, config.params, config.workload)
-    res.theory["baselines"] = {}
-    from kvstab.theory.certified import policy_guarantee
-
-    for name, b in baselines:
-        rate, why = policy_guarantee(b, config.params, w, res.theory["mu_per_s"])
-        res.theory["baselines"][name] = {"certified_rate_per_s": rate, "certified_basis": why}
+    th = res.theory = theory_section(sched, config.params, config.workload, baselines)
     res.seconds["theory"] = time.perf_counter() - t
-    th = res.theory
-    md = th["mu_1_minus_delta_per_s"]
-    res.checks.append(Check("theory", "info", f"μ = {th['mu_per_s']:.5g}/s, δ = {th['delta']:.4f}, μ(1−δ) = "
-                            + (f"{md:.5g}/s" if md is not None else "none (δ ≥ 1)") + f"; certified: {th['certified_basis']}"))
+    md = th.mu_1_minus_delta_per_s
+    res.checks.append(Check("theory", "info", f"μ = {th.mu_per_s:.5g}/s, δ = {th.delta:.4f}, μ(1−δ) = "
+                            + (f"{md:.5g}/s" if md is not None else "none (δ ≥ 1)") + f"; certified: {th.certified_basis}"))
     log(f"theory: {res.checks[-1].detail}")
 
     if "proofs" in config.skip:
@@ -392,14 +504,14 @@ def run_audit(
         log(f"properties: the Hypothesis suite at profile {profile.name} …")
         pr = run_properties(config.scheduler if scheduler_object is None else None, profile.name)
         res.properties = pr
-        status = "pass" if pr["status"] == "passed" else "fail" if pr["status"] == "failed" else "unknown"
-        res.checks.append(Check("properties", status, pr["summary"]))
+        status = "pass" if pr.status == "passed" else "fail" if pr.status == "failed" else "unknown"
+        res.checks.append(Check("properties", status, pr.summary))
         res.seconds["properties"] = time.perf_counter() - t
-        log(f"properties: {pr['summary']}")
-        for f in pr.get("findings", []):
-            log(f"  {short_name(f['test'])}: {f['message']}")
-            if f["audit"] or f["replay"]:
-                log(f"    reproduce: {f['audit'] or f['replay']}")
+        log(f"properties: {pr.summary}")
+        for f in pr.findings or ():
+            log(f"  {short_name(f.test)}: {f.message}")
+            if f.audit or f.replay:
+                log(f"    reproduce: {f.audit or f.replay}")
         on_progress(res)
 
     if "stability" in config.skip:
@@ -407,7 +519,7 @@ def run_audit(
         res.complete = True
         return res
     t = time.perf_counter()
-    mu = th["mu_per_s"]
+    mu = th.mu_per_s
     for name, obj in [(config.scheduler, sched), *baselines]:
         log(f"stability: {name}")
         try:
@@ -453,7 +565,7 @@ def _check_stability(res: AuditResult, r: StabilityRegion) -> list[Check]:
         out.append(Check("gate --max-waste", "pass" if ok else "fail",
                          f"waste {ev.waste:.4f} of served area at λ = {ev.rate:.5g}/s (just below λ*) "
                          f"{'≤' if ok else '>'} {c.max_waste:.4f}"))
-    cert = res.theory.get("certified_rate_per_s")
+    cert = None if res.theory is None else res.theory.certified_rate_per_s
     if cert is not None and r.high < cert * (1 - r.tolerance):
         out.append(Check("certified rate", "fail", f"λ* ≤ {r.high:.5g}/s lies below the certified rate {cert:.5g}/s: "
                          "the certificate's premise (the margin Δ) does not hold for this policy"))

@@ -15,10 +15,44 @@ import io
 import os
 import re
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_properties", "props_dir", "finding", "short_name"]
+from kvstab.jsonform import JsonRecord
+
+__all__ = ["run_properties", "props_dir", "finding", "short_name", "Finding", "PropertiesSection"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding(JsonRecord):
+    """What one failed property test found, and the lines that show it again (empty where its report has none)."""
+
+    test: str = field(metadata={"help": "the test's pytest node id"})
+    error: str = field(default="", metadata={"help": "the exception's class name"})
+    message: str = field(default="", metadata={"help": "the exception's one-line message"})
+    workload: str = field(default="", metadata={"help": "the workload that breaks the property"})
+    replay: str = field(default="", metadata={"help": "the kvstab replay line that reproduces it"})
+    audit: str = field(default="", metadata={"help": "the kvstab check line that reproduces it"})
+
+
+@dataclass(frozen=True, slots=True)
+class PropertiesSection(JsonRecord):
+    """The properties section: the suite's outcome for one scheduler.  A suite that could not
+    run (``unavailable``) has no findings, counts, exit code nor profile; its JSON leaves them out."""
+
+    status: str = field(metadata={"help": "passed, failed, error or unavailable (only passed passes)"})
+    summary: str = field(metadata={"help": "one line for the verdict table"})
+    passed: int = field(default=0, metadata={"help": "property tests passed"})
+    failed: tuple[str, ...] = field(default=(), metadata={"help": "node ids of the failed tests"})
+    findings: tuple[Finding, ...] | None = field(default=None, metadata={"json": "optional", "help": "one per failure"})
+    skipped: int | None = field(default=None, metadata={"json": "optional", "help": "tests skipped"})
+    details: tuple[str, ...] | None = field(
+        default=None, metadata={"json": "optional", "help": "the first failures' reports (their last 2000 characters)"}
+    )
+    exit_code: int | None = field(default=None, metadata={"json": "optional", "help": "pytest's exit status"})
+    seconds: float = field(default=0.0, metadata={"help": "wall-clock seconds"})
+    profile: str | None = field(default=None, metadata={"json": "optional", "help": "the profile it ran at"})
 
 
 def props_dir() -> Path | None:
@@ -36,7 +70,7 @@ _VIOLATION = re.compile(r"^E\s+(?:[\w.]+\.)?(PropertyViolation|InvariantViolatio
 _CONTEXT = re.compile(r"^E\s+(workload|replay|audit):\s+(.*)$")
 
 
-def finding(nodeid: str, longrepr: str) -> dict[str, str]:
+def finding(nodeid: str, longrepr: str) -> Finding:
     """What one failed property test found, from its report: the test, the
     exception's one-line message, and the workload and the ``kvstab replay`` /
     ``kvstab check`` lines that reproduce it (empty where the report has none)."""
@@ -49,7 +83,7 @@ def finding(nodeid: str, longrepr: str) -> dict[str, str]:
     if not out["message"]:  # not one of kvstab's findings: the last 'E' line says what went wrong
         errs = [ln[1:].strip() for ln in longrepr.splitlines() if ln.startswith("E ") and ln[1:].strip()]
         out["message"] = errs[-1] if errs else "(no message)"
-    return out
+    return Finding(**out)
 
 
 def short_name(nodeid: str) -> str:
@@ -73,7 +107,7 @@ class _Collector:
         self.failed: list[str] = []
         self.skipped = 0
         self.details: list[str] = []
-        self.findings: list[dict[str, str]] = []
+        self.findings: list[Finding] = []
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.when == "call" and report.passed:
@@ -88,7 +122,7 @@ class _Collector:
             self.skipped += 1
 
 
-def run_properties(spec: str | None, profile: str, select: str | None = None) -> dict[str, Any]:
+def run_properties(spec: str | None, profile: str, select: str | None = None) -> PropertiesSection:
     """Run the suite for scheduler ``spec`` at Hypothesis profile ``profile``
     (``select``: a pytest ``-k`` expression, for a subset).  Hypothesis is
     seeded (``--hypothesis-seed=0``) so a run is reproducible."""
@@ -97,11 +131,9 @@ def run_properties(spec: str | None, profile: str, select: str | None = None) ->
     t0 = time.perf_counter()
     folder = props_dir()
     if spec is None:
-        return {"status": "unavailable", "summary": "not run: no spec loads this scheduler (pass module:attr)",
-                "passed": 0, "failed": [], "seconds": 0.0}
+        return PropertiesSection("unavailable", "not run: no spec loads this scheduler (pass module:attr)")
     if folder is None:
-        return {"status": "unavailable", "summary": "the property suite (kvstab.props) is not installed here",
-                "passed": 0, "failed": [], "seconds": 0.0}
+        return PropertiesSection("unavailable", "the property suite (kvstab.props) is not installed here")
     args = ["--pyargs", "kvstab.props", "--scheduler", spec, "-q", "-p", "no:cacheprovider",
             "--hypothesis-seed=0"]
     if select:
@@ -129,6 +161,6 @@ def run_properties(spec: str | None, profile: str, select: str | None = None) ->
     else:
         status = "error"
         summary = f"the suite did not run cleanly (pytest exit {int(code)}): {out.getvalue().strip().splitlines()[-1:]}"
-    return {"status": status, "summary": summary, "passed": col.passed, "failed": col.failed,
-            "findings": col.findings, "skipped": col.skipped, "details": col.details, "exit_code": int(code),
-            "seconds": secs, "profile": profile}
+    return PropertiesSection(status, summary, passed=col.passed, failed=tuple(col.failed), findings=tuple(col.findings),
+                             skipped=col.skipped, details=tuple(col.details), exit_code=int(code), seconds=secs,
+                             profile=profile)

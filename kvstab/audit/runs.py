@@ -1,4 +1,10 @@
-"""One simulation point: the only place the audit and the sweep run a simulation.
+"""One simulation run: the only place the audit, the sweep and ``kvstab simulate`` run one.
+
+The pipeline is written once: the arrivals (:func:`poisson_plan` from a
+workload and a rate, :func:`trace_plan` from a trace's own times), the engine
+(:func:`run_model`) and, for ``kvstab simulate``, the summary beside the theory
+(:func:`prepare_simulation` then :func:`simulate_prepared`, a
+:class:`SimulationReport`).
 
 Every rate the stability search evaluates and every row of a sweep goes
 through :func:`run_point`, so switching the whole audit to another engine
@@ -13,19 +19,36 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument
+from kvstab.jsonform import JsonRecord
 from kvstab.model import ModelParams, prefill_slots
+from kvstab.validation import MAX_SLOTS
 from kvstab.workload import Workload, parse_workload
 
-__all__ = ["Point", "PointResult", "run_point", "derive_seed", "load_workload", "BATCHES", "SERIES_POINTS"]
+if TYPE_CHECKING:
+    from kvstab.arrivals import ArrivalPlan
+    from kvstab.engine.stream import Summary
+    from kvstab.simulator import SimResult
+    from kvstab.theory.report import StabilityReport
+
+__all__ = [
+    "Point", "PointResult", "run_point", "derive_seed", "load_workload", "BATCHES", "SERIES_POINTS",
+    "poisson_plan", "trace_plan", "ModelRun", "run_model", "SimulationSetup", "SimulationReport",
+    "prepare_simulation", "simulate_prepared",
+]
+
+Engine = Literal["auto", "fast", "reference"]
 
 #: batches per replication for the batch-means intervals
 BATCHES = 10
@@ -128,17 +151,12 @@ def run_point(point: Point, scheduler: Scheduler | None = None) -> PointResult:
     results are identical to the reference simulator's, on the compiled path
     for built-ins and the plug-in path or the reference engine otherwise.
     """
-    from kvstab.arrivals import poisson_arrivals
-    from kvstab.engine import run
-
     t0 = time.perf_counter()
     sched = scheduler if scheduler is not None else _scheduler(point.scheduler)
     workload = load_workload(point.workload)
-    plan = poisson_arrivals(workload, point.rate, point.params, point.slots, seed=point.seed)
-    if point.drop_oversize:
-        plan = plan.fit_to(point.params, drop_oversize=True)
-    out = run(sched, point.params, plan, point.slots, engine="auto")
-    res = out.result
+    plan = poisson_plan(workload, point.params, point.rate, point.slots, point.seed,
+                        drop_oversize=point.drop_oversize)
+    res = run_model(sched, point.params, plan, point.slots).result
     assert res is not None  # record=True keeps the per-slot arrays this summary reads
     start = int(point.slots * WARMUP)
     n = res.in_system.astype(np.float64)
@@ -179,4 +197,319 @@ def run_point(point: Point, scheduler: Scheduler | None = None) -> PointResult:
         series_step=step,
         wall_s=time.perf_counter() - t0,
         dropped=plan.dropped,
+    )
+
+
+def poisson_plan(workload: Workload, params: ModelParams, rate: float, slots: int, seed: int, *,
+                 drop_oversize: bool = False) -> ArrivalPlan:
+    """Poisson arrivals at ``rate`` req/s of ``workload``'s requests over ``slots`` slots of the
+    server's ``b̄`` seconds; with ``drop_oversize`` those that can never fit in ``M`` are dropped (and counted).
+    Without it every request must fit: the callers check the law first
+    (:meth:`~kvstab.workload.Workload.check_fits`), so the plan is not checked again."""
+    from kvstab.arrivals import poisson_arrivals
+
+    plan = poisson_arrivals(workload, rate, params, slots, seed=seed)
+    return plan.fit_to(params, drop_oversize=True) if drop_oversize else plan
+
+
+def _same_trace(spec: str, path: str) -> bool:
+    """Whether workload ``spec`` is the joint law of the trace at ``path``."""
+    text = spec.strip()
+    if not (text.startswith("trace(") and text.endswith(")")):
+        return False
+    inner = text[len("trace(") : -1].strip()
+    try:
+        return os.path.samefile(inner, path)
+    except OSError:
+        return False
+
+
+def trace_plan(path: str, params: ModelParams, time_scale: float | None, slots: int | None,
+               workload: str | None = None) -> tuple[Workload, ArrivalPlan, int]:
+    """A trace's own arrivals (times multiplied by ``time_scale``), the law of its requests
+    and the slots to run (``slots``, or the trace's span) — refused before any work where
+    ``workload`` is given and is not the trace's own law, or the span is too long."""
+    from kvstab.arrivals import trace_arrivals
+    from kvstab.traces import load_trace
+
+    if workload is not None and not _same_trace(workload, path):
+        raise InvalidArgument(
+            f"--workload {workload!r} is not the law of the trace's own requests, which --trace-arrivals "
+            f"replays: μ, δ and λ/μ would describe other requests; drop --workload (the trace's law is used) "
+            f"or pass --workload 'trace({path})'"
+        )
+    trace = load_trace(path)
+    law = Workload.joint(trace.s, trace.o, name=f"trace({path})")
+    plan = trace_arrivals(trace, params, time_scale if time_scale is not None else 1.0)
+    last = int(plan.slot[-1]) if len(plan) else 0
+    if slots is None and last + 1 > MAX_SLOTS:
+        raise InvalidArgument(
+            f"trace {path} spans {last + 1} slots of b̄={params.bbar} s (more than {MAX_SLOTS}); pass --slots to "
+            "simulate its beginning, or a smaller --time-scale"
+        )
+    return law, plan, slots if slots is not None else last + 1
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ModelRun:
+    """One run of the model on the engine :func:`run_model` chose."""
+
+    summary: Summary = field(metadata={"help": "streamed statistics: batch means, utilisation, waste, latency"})
+    result: SimResult | None = field(metadata={"help": "per-slot arrays (record=True, or the reference engine)"})
+    window_hid_slots: int | None = field(
+        metadata={"help": "slots the queue window hid requests in; None where the engine does not count them"}
+    )
+    window: int = field(metadata={"help": "the queue window at the end (the reference engine widens it)"})
+    engine: str = field(metadata={"help": "'fast', 'fast-plugin' or 'reference'"})
+    reason: str = field(metadata={"help": "why this engine ran"})
+
+
+def run_model(
+    scheduler: Scheduler,
+    params: ModelParams,
+    plan: ArrivalPlan,
+    slots: int,
+    *,
+    engine: Engine = "auto",
+    record: bool = True,
+    warmup: float = 0.25,
+    window: int = 8,
+    progress: Callable[[int], None] | None = None,
+    plugins_on_reference: bool = False,
+    spec: str | None = None,
+    decide_timeout: float | None = None,
+) -> ModelRun:
+    """Run ``plan`` for ``slots`` slots on the fastest engine that is exact for ``scheduler``
+    (:func:`kvstab.engine.run`; ``engine`` as there, ``progress(slot)`` now and then).
+
+    ``plugins_on_reference`` keeps a rule without a compiled built-in path on the
+    reference engine (:func:`kvstab.simulator.simulate`) under ``auto`` too, where a
+    plug-in's faults are named by ``spec`` and ``decide_timeout`` applies, and every
+    slot is recorded (``kvstab simulate``); otherwise ``auto`` tries the plug-in path
+    first (the audit's points)."""
+    from kvstab.engine import run as engine_run
+
+    if plugins_on_reference:
+        from kvstab.engine.driver import has_fast_path
+        from kvstab.engine.stream import StreamStats
+        from kvstab.simulator import simulate
+
+        if not (engine == "fast" or (engine == "auto" and has_fast_path(scheduler))):
+            why = "asked for" if engine == "reference" else "the scheduler has no compiled fast path"
+            res = simulate(scheduler, params, plan, slots, window=window, on_slot=progress, spec=spec,
+                           decide_timeout=decide_timeout)
+            return ModelRun(StreamStats.of_result(res, True, warmup), res, res.window_hid_slots, res.window,
+                            "reference", why)
+        engine = "fast"
+    out = engine_run(
+        scheduler, params, plan, slots, window=window, engine=engine, record=record, warmup=warmup,
+        progress=None if progress is None else (lambda t, _n: progress(t)),
+    )
+    # the compiled engine runs head-of-line built-ins, whose decisions the window never changes, and does
+    # not count the slots it hid requests in: unknown (None), not 0
+    return ModelRun(out.summary, out.result, None, window, out.engine, out.reason)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SimulationSetup:
+    """What ``kvstab simulate`` runs, checked before any work: the arrivals and the theory they meet."""
+
+    workload: Workload = field(metadata={"help": "the law the requests are drawn from (a trace's own)"})
+    law: Workload = field(metadata={"help": "the law the theory is of: given s + o fitting, with drop_oversize"})
+    fit_p: float = field(metadata={"help": "P(s + o fits in M)"})
+    theory: StabilityReport = field(metadata={"help": "μ, E[g], δ of the law"})
+    certified: float | None = field(metadata={"help": "the rate certified for the policy"})
+    certified_basis: str = field(metadata={"help": "why it is certified (or why not)"})
+    plan: ArrivalPlan = field(metadata={"help": "the arrivals that reach the server"})
+    slots: int = field(metadata={"help": "slots to run"})
+    rate: float = field(metadata={"help": "λ offered, req/s"})
+    fit_rate: float = field(metadata={"help": "λ of the requests that fit, req/s"})
+    source: str = field(metadata={"help": "how the arrivals were made"})
+    warmup: float = field(metadata={"help": "warm-up fraction excluded from the estimates"})
+
+
+def prepare_simulation(
+    scheduler: Scheduler,
+    params: ModelParams,
+    *,
+    workload: str | None = None,
+    trace: str | None = None,
+    time_scale: float | None = None,
+    rate: float | None = None,
+    load: float = 1.2,
+    slots: int | None = None,
+    seed: int = 0,
+    warmup: float = 0.25,
+    drop_oversize: bool = False,
+) -> SimulationSetup:
+    """The arrivals (Poisson at ``rate``, or ``load``·μ, of ``workload``; or ``trace``'s own)
+    over ``slots`` slots (with a trace, ``None`` is its span) and the theory of what reaches
+    the server, refused before any work if they disagree."""
+    from kvstab.theory import stability_report
+    from kvstab.theory.certified import policy_guarantee
+
+    if trace is None:
+        if time_scale is not None:
+            raise InvalidArgument("--time-scale scales a trace's arrival times; it needs --trace-arrivals PATH")
+        if slots is None:
+            raise InvalidArgument("Poisson arrivals need a number of slots (only a trace has a span of its own)")
+        w = parse_workload(workload if workload is not None else "paper-1:1")
+        offered, n, source = None, slots, ""
+    else:
+        w, offered, n = trace_plan(trace, params, time_scale, slots, workload)
+        source = f"trace {trace} (time x{time_scale if time_scale is not None else 1.0:g})"
+    w.check_fits(params, drop_oversize=drop_oversize)
+    # the server sees only the requests that fit: with drop_oversize the theory is of the law given fitting
+    law, fit_p = w.given_fit(params) if drop_oversize else (w, 1.0)
+    theory = stability_report(law, params)
+    certified, why = policy_guarantee(scheduler, params, law, theory.mu_per_s)
+    if offered is None:
+        # the load is the load of what reaches the server: λ·P(fit) = load·μ
+        lam = rate if rate is not None else load * theory.mu_per_s / fit_p
+        plan = poisson_plan(w, params, lam, n, seed, drop_oversize=drop_oversize)
+        source = f"Poisson, seed {seed}"
+        fit_rate = lam * fit_p
+    else:
+        # λ of what is offered inside the simulated window, not of all the trace's rows
+        lam = int((offered.slot < n).sum()) / (n * params.bbar)
+        plan = offered.fit_to(params, drop_oversize=drop_oversize)
+        fit_rate = int((plan.slot < n).sum()) / (n * params.bbar)
+    if n - int(n * warmup) < 4:
+        raise InvalidArgument(
+            f"--slots {n} with --warmup {warmup:g} leaves {n - int(n * warmup)} slot(s) to "
+            "estimate from; the batch-means estimates need at least 4 (pass more --slots or a smaller --warmup)"
+        )
+    return SimulationSetup(w, law, fit_p, theory, certified, why, plan, n, lam, fit_rate, source, warmup)
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationReport(JsonRecord):
+    """``kvstab simulate``'s result: the run's throughput, growth, memory, waste and latency beside
+    ``μ``, ``δ`` and the certified rate (its JSON form is ``kvstab simulate --json``)."""
+
+    scheduler: str = field(metadata={"help": "the scheduler's spec"})
+    workload: str = field(metadata={"help": "the law the requests are drawn from"})
+    arrivals: str = field(metadata={"help": "how the arrivals were made"})
+    M: int = field(metadata={"help": "KV capacity in tokens"})
+    chunk: int = field(metadata={"help": "prefill chunk ŝ"})
+    block: int = field(metadata={"help": "KV block size B"})
+    token_budget: int | None = field(metadata={"help": "tokens per slot, if capped"})
+    max_num_seqs: int | None = field(metadata={"help": "requests per slot, if capped"})
+    bbar_s: float = field(metadata={"help": "batch time b̄, seconds"})
+    slots: int = field(metadata={"help": "slots run"})
+    window: int = field(metadata={"help": "the queue window at the end"})
+    # the compiled engine runs head-of-line built-ins, whose decisions the window never changes, and does
+    # not count the slots it hid requests in: unknown (null) there, not 0
+    window_hid_slots: int | None = field(metadata={"help": "slots the queue window hid requests in"})
+    scheduler_traits: list[str] = field(metadata={"help": "what the rule claims"})
+    warmup_fraction: float = field(metadata={"help": "warm-up fraction excluded"})
+    arrival_rate_per_s: float = field(metadata={"help": "λ offered"})
+    fitting_rate_per_s: float = field(metadata={"help": "λ of the requests that fit"})
+    offered_load_lambda_over_mu: float = field(metadata={"help": "λ·P(fit)/μ"})
+    arrived: int = field(metadata={"help": "requests that arrived"})
+    completed: int = field(metadata={"help": "requests that finished"})
+    dropped_oversize: int = field(metadata={"help": "requests dropped as never fitting"})
+    theory_workload: str = field(metadata={"help": "the law the theory is of"})
+    fit_probability: float = field(metadata={"help": "P(s + o fits in M)"})
+    theory_note: str | None = field(metadata={"help": "why the theory's law differs from the workload's"})
+    throughput_per_slot: float = field(metadata={"help": "completions per slot"})
+    throughput_per_slot_ci95: list[float] = field(metadata={"help": "its 95 % interval"})
+    throughput_per_s: float = field(metadata={"help": "completions per second"})
+    throughput_per_s_ci95: list[float] = field(metadata={"help": "its 95 % interval"})
+    queue_growth_per_slot: float = field(metadata={"help": "growth of the number in system per slot"})
+    queue_growth_per_slot_ci95: list[float] = field(metadata={"help": "its 95 % interval"})
+    in_system_at_end: int = field(metadata={"help": "arrived − completed"})
+    memory_utilisation: float = field(metadata={"help": "mean memory / M"})
+    preemptions: int = field(metadata={"help": "preemptions in all"})
+    preemptions_per_completion: float | None = field(metadata={"help": "None when nothing completed"})
+    wasted_area_fraction: float = field(metadata={"help": "wasted area / served area"})
+    latency_slots: dict[str, float] = field(metadata={"help": "p50/p90/p99/max of finish − arrival + 1"})
+    E_g_tokens_slots: float = field(metadata={"help": "E[g]"})
+    mu_formula_per_s: float = field(metadata={"help": "μ, req/s"})
+    mu_formula_per_slot: float = field(metadata={"help": "μ·b̄"})
+    delta: float = field(metadata={"help": "δ"})
+    mu_1_minus_delta_per_s: float | None = field(metadata={"help": "μ(1−δ); None where δ ≥ 1"})
+    policy_certified_rate_per_s: float | None = field(metadata={"help": "the rate certified for the policy"})
+    policy_certified_rate_basis: str = field(metadata={"help": "why"})
+    measured_over_mu: float = field(metadata={"help": "measured throughput / μ"})
+    engine: str = field(metadata={"help": "the engine that ran"})
+    engine_reason: str = field(metadata={"help": "why"})
+    wall_s: float = field(metadata={"help": "wall-clock seconds of the run"})
+
+
+def simulate_prepared(
+    spec: str,
+    scheduler: Scheduler,
+    params: ModelParams,
+    setup: SimulationSetup,
+    *,
+    engine: Engine = "auto",
+    window: int = 8,
+    decide_timeout: float | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> SimulationReport:
+    """Run ``setup`` (streamed on the fast engine: no per-slot arrays; the reference engine for a
+    rule without a compiled path, see :func:`run_model`) and set the run beside the theory."""
+    from kvstab.contract import traits_of
+
+    t0 = time.perf_counter()
+    out = run_model(scheduler, params, setup.plan, setup.slots, engine=engine, record=False, warmup=setup.warmup,
+                    window=window, progress=progress, plugins_on_reference=True, spec=spec,
+                    decide_timeout=decide_timeout)
+    wall = time.perf_counter() - t0
+    summ, th, law = out.summary, setup.theory, setup.law
+    thr, slope = summ.throughput, summ.queue_slope
+    assert thr is not None and slope is not None  # at least 4 steady slots, checked by prepare_simulation
+    completed = summ.completed
+    mu, bbar = th.mu_per_s, params.bbar
+    return SimulationReport(
+        scheduler=spec,
+        workload=setup.workload.describe(),
+        arrivals=setup.source,
+        M=params.M,
+        chunk=params.chunk,
+        block=params.block,
+        token_budget=params.token_budget,
+        max_num_seqs=params.max_num_seqs,
+        bbar_s=bbar,
+        slots=summ.slots,
+        window=out.window,
+        window_hid_slots=out.window_hid_slots,
+        scheduler_traits=traits_of(scheduler).tags(),
+        warmup_fraction=setup.warmup,
+        arrival_rate_per_s=setup.rate,
+        fitting_rate_per_s=setup.fit_rate,
+        offered_load_lambda_over_mu=setup.fit_rate / mu,
+        arrived=summ.arrived,
+        completed=completed,
+        dropped_oversize=setup.plan.dropped,
+        theory_workload=law.describe(),
+        fit_probability=setup.fit_p,
+        theory_note=(
+            f"μ, E[g] and δ are of {law.describe()}: the law given s + o fitting in M (P = {setup.fit_p:.4g}), what "
+            "reaches the server; λ/μ counts the requests that fit"
+        ) if law is not setup.workload else None,
+        throughput_per_slot=thr.value,
+        throughput_per_slot_ci95=[thr.low, thr.high],
+        throughput_per_s=thr.value / bbar,
+        throughput_per_s_ci95=[thr.low / bbar, thr.high / bbar],
+        queue_growth_per_slot=slope.value,
+        queue_growth_per_slot_ci95=[slope.low, slope.high],
+        in_system_at_end=summ.arrived - completed,
+        memory_utilisation=summ.utilisation,
+        preemptions=summ.preemptions,
+        preemptions_per_completion=summ.preemptions / completed if completed else None,
+        wasted_area_fraction=summ.waste_fraction,
+        latency_slots=summ.latency,
+        E_g_tokens_slots=th.E_g,
+        mu_formula_per_s=mu,
+        mu_formula_per_slot=mu * bbar,
+        delta=th.delta,
+        mu_1_minus_delta_per_s=th.guarantee_per_s,
+        policy_certified_rate_per_s=setup.certified,
+        policy_certified_rate_basis=setup.certified_basis,
+        measured_over_mu=(thr.value / bbar) / mu,
+        engine=out.engine,
+        engine_reason=out.reason,
+        wall_s=wall,
     )

@@ -47,6 +47,7 @@ from kvstab.audit.profiles import AuditProfile
 from kvstab.audit.runs import Point, PointResult, derive_seed, load_workload, run_point
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument
+from kvstab.jsonform import JsonRecord
 from kvstab.metrics import Estimate
 from kvstab.model import ModelParams, prefill_slots
 from kvstab.validation import MAX_SLOTS
@@ -96,9 +97,31 @@ class RateEvaluation:
             m = np.nanmean(rows, axis=0) if np.isfinite(rows).any() else np.full(3, math.nan)
         return (float(m[0]), float(m[1]), float(m[2]))
 
+    def to_json(self, mu: float, bbar: float) -> dict[str, Any]:
+        """The evaluation as plain data, loads as multiples of ``mu`` and latencies also in
+        seconds of ``bbar`` (``report.json``'s ``search``, ``grid`` and ``overload`` entries)."""
+        return {
+            "rate_per_s": self.rate,
+            "load_over_mu": self.rate / mu,
+            "seeds": len(self.runs),
+            "slots": self.runs[0].point.slots,
+            "verdict": self.verdict,
+            "decided_by": self.decided_by,
+            "purpose": self.purpose,
+            "growth_per_slot": _interval(self.slope),
+            "throughput_per_s": _interval(self.throughput),
+            "memory_utilisation": self.utilisation,
+            "waste_fraction": self.waste,
+            "preemptions_per_completion": _clean((self.preemptions_per_completion,))[0],
+            "ttft_slots_p50_p90_p99": _clean(self.latency("ttft")),
+            "e2e_slots_p50_p90_p99": _clean(self.latency("e2e")),
+            "ttft_s_p50_p90_p99": _clean(tuple(x * bbar for x in self.latency("ttft"))),
+            "e2e_s_p50_p90_p99": _clean(tuple(x * bbar for x in self.latency("e2e"))),
+        }
+
 
 @dataclass(frozen=True, slots=True)
-class StabilityRegion:
+class StabilityRegion(JsonRecord):
     """``λ*`` and everything measured on the way, for one scheduler."""
 
     scheduler: str
@@ -127,6 +150,25 @@ class StabilityRegion:
     def all_evaluations(self) -> tuple[RateEvaluation, ...]:
         """Every rate measured, sorted by rate."""
         return tuple(sorted((self.saturated, *self.evaluations, *self.grid), key=lambda e: e.rate))
+
+    def to_json(self) -> dict[str, Any]:
+        """The region as plain data (``report.json``'s ``stability`` entries)."""
+        return {
+            "scheduler": self.scheduler,
+            "critical_rate_per_s": self.critical_rate,
+            "critical_rate_ci_per_s": [self.low, self.high],
+            "critical_over_mu": self.critical_rate / self.mu,
+            "half_width_over_mu": self.half_width / self.mu,
+            "resolved": self.resolved,
+            "method": self.method,
+            "growth_threshold_per_s": self.threshold,
+            "saturated_throughput_per_s": _interval(self.saturated.throughput),
+            "saturated_at_rate_per_s": self.saturated.rate,
+            "search": [e.to_json(self.mu, self.params.bbar) for e in self.evaluations],
+            "grid": [e.to_json(self.mu, self.params.bbar) for e in self.grid],
+            "overload": self.saturated.to_json(self.mu, self.params.bbar),
+            "notes": list(self.notes),
+        }
 
 
 def horizon(workload_spec: str, params: ModelParams, mu_per_slot: float, profile: AuditProfile) -> int:
@@ -343,47 +385,11 @@ def _bisect(
     return low, high, resolved
 
 
-def region_summary(region: StabilityRegion) -> dict[str, Any]:
-    """The region as plain data (``report.json``'s ``stability`` entries)."""
-
-    def ev(e: RateEvaluation) -> dict[str, Any]:
-        return {
-            "rate_per_s": e.rate,
-            "load_over_mu": e.rate / region.mu,
-            "seeds": len(e.runs),
-            "slots": e.runs[0].point.slots,
-            "verdict": e.verdict,
-            "decided_by": e.decided_by,
-            "purpose": e.purpose,
-            "growth_per_slot": [e.slope.value, e.slope.low, e.slope.high],
-            "throughput_per_s": [e.throughput.value, e.throughput.low, e.throughput.high],
-            "memory_utilisation": e.utilisation,
-            "waste_fraction": e.waste,
-            "preemptions_per_completion": None if math.isnan(e.preemptions_per_completion) else e.preemptions_per_completion,
-            "ttft_slots_p50_p90_p99": _clean(e.latency("ttft")),
-            "e2e_slots_p50_p90_p99": _clean(e.latency("e2e")),
-            "ttft_s_p50_p90_p99": _clean(tuple(x * region.params.bbar for x in e.latency("ttft"))),
-            "e2e_s_p50_p90_p99": _clean(tuple(x * region.params.bbar for x in e.latency("e2e"))),
-        }
-
-    return {
-        "scheduler": region.scheduler,
-        "critical_rate_per_s": region.critical_rate,
-        "critical_rate_ci_per_s": [region.low, region.high],
-        "critical_over_mu": region.critical_rate / region.mu,
-        "half_width_over_mu": region.half_width / region.mu,
-        "resolved": region.resolved,
-        "method": region.method,
-        "growth_threshold_per_s": region.threshold,
-        "saturated_throughput_per_s": [region.saturated.throughput.value, region.saturated.throughput.low,
-                                       region.saturated.throughput.high],
-        "saturated_at_rate_per_s": region.saturated.rate,
-        "search": [ev(e) for e in region.evaluations],
-        "grid": [ev(e) for e in region.grid],
-        "overload": ev(region.saturated),
-        "notes": list(region.notes),
-    }
-
-
 def _clean(xs: tuple[float, ...]) -> list[float | None]:
+    """NaN (nothing to measure) as JSON's null."""
     return [None if math.isnan(x) else x for x in xs]
+
+
+def _interval(e: Estimate) -> list[float]:
+    """An estimate as ``[value, low, high]``."""
+    return [e.value, e.low, e.high]

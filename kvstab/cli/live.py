@@ -9,11 +9,14 @@ import json
 import os
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvstab import validation as v
 from kvstab.cli.flags import arg_type, bbar, positive_float, positive_int, rate, seed
 from kvstab.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from kvstab.live.bench import BenchSummary
 
 __all__ = ["register"]
 
@@ -263,7 +266,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         finally:
             bar.close()
         summary = res.summary(law, cfg, M=args.M, bbar=args.bbar)
-        runs.append(summary)
+        runs.append(summary.to_json())
         done = [r for r in res.records if r.error is None and r.done is not None]
         reports.append(llmd_report(
             summary, started=started, sent_s=[r.s for r in done], sent_o=[r.o for r in done],
@@ -281,7 +284,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             sys.stderr.write(f"kvstab bench: error: {res.error}\n")
             status = 2
             break
-        if res.metrics_error is not None and summary["mu_per_s"] is None:
+        if res.metrics_error is not None and summary.mu_per_s is None:
             sys.stderr.write(f"kvstab bench: error: {res.metrics_error}; μ needs --M and --bbar\n")
             status = 2
         if res.stopped_by == "interrupted":
@@ -299,25 +302,27 @@ def _fmt(x: Any, spec: str = ".4f") -> str:
     return "—" if x is None else format(x, spec)
 
 
-def _print_run(o: dict[str, Any]) -> None:
-    srv = o["server"]
-    lo, hi = o.get("throughput_per_s_ci95") or (None, None)
-    rate_txt = "trace times" if o["offered_rate_per_s"] is None else f"{o['offered_rate_per_s']:g} req/s"
-    left_out = f", {o['dropped_oversize']} left out (s + o > max_model_len)" if o.get("dropped_oversize") else ""
-    print(f"offered {rate_txt}: {o['sent']} sent, {o['completed']} completed, {o['failed']} failed, "
-          f"{o['unfinished']} unfinished in {o['elapsed_s']:.1f} s ({o['stopped_by']}){left_out}")
-    print(f"  throughput      {_fmt(o.get('throughput_per_s'))} req/s  [{_fmt(lo)}, {_fmt(hi)}]")
-    busy = srv.get("busy_fraction")
-    print(f"  μ = M/(b̄·E[g])  {_fmt(o['mu_per_s'])} req/s   (M={o['M']}, b̄={_fmt(o['bbar_s'], '.5f')} s"
-          f"{f' over busy steps, busy {100 * busy:.0f} %' if busy is not None and o['bbar_s'] == srv.get('bbar_busy_s') else ''})")
-    print(f"  measured / μ    {_fmt(o['measured_over_mu'])}")
-    ci = srv.get("queue_slope_per_s_ci95") or (None, None)
-    print(f"  queue slope     {_fmt(srv.get('queue_slope_per_s'))} req/s  [{_fmt(ci[0])}, {_fmt(ci[1])}]"
-          f"   KV use {_fmt(srv.get('kv_utilisation'), '.3f')}   preemptions {srv.get('preemptions', '—')}")
-    if srv.get("metrics_error"):
-        print(f"  /metrics: {srv['metrics_error']}")
-    if o.get("saturation_warning"):
-        print(f"  warning: {o['saturation_warning']}")
+def _print_run(o: BenchSummary) -> None:
+    est = o.server.estimates
+    lo, hi = o.throughput_per_s_ci95 or (None, None)
+    rate_txt = "trace times" if o.offered_rate_per_s is None else f"{o.offered_rate_per_s:g} req/s"
+    left_out = f", {o.dropped_oversize} left out (s + o > max_model_len)" if o.dropped_oversize else ""
+    print(f"offered {rate_txt}: {o.sent} sent, {o.completed} completed, {o.failed} failed, "
+          f"{o.unfinished} unfinished in {o.elapsed_s:.1f} s ({o.stopped_by}){left_out}")
+    print(f"  throughput      {_fmt(o.throughput_per_s)} req/s  [{_fmt(lo)}, {_fmt(hi)}]")
+    busy = None if est is None else est.busy_fraction
+    busy_bbar = None if est is None else est.bbar_busy_s
+    print(f"  μ = M/(b̄·E[g])  {_fmt(o.mu_per_s)} req/s   (M={o.M}, b̄={_fmt(o.bbar_s, '.5f')} s"
+          f"{f' over busy steps, busy {100 * busy:.0f} %' if busy is not None and o.bbar_s == busy_bbar else ''})")
+    print(f"  measured / μ    {_fmt(o.measured_over_mu)}")
+    ci = (est.queue_slope_ci95 if est is not None else None) or (None, None)
+    print(f"  queue slope     {_fmt(None if est is None else est.queue_slope_per_s)} req/s  [{_fmt(ci[0])}, {_fmt(ci[1])}]"
+          f"   KV use {_fmt(None if est is None else est.kv_utilisation, '.3f')}   "
+          f"preemptions {'—' if est is None else est.preemptions}")
+    if o.server.metrics_error:
+        print(f"  /metrics: {o.server.metrics_error}")
+    if o.saturation_warning:
+        print(f"  warning: {o.saturation_warning}")
 
 
 _port = arg_type(lambda name, value: v.as_int(name, value, minimum=0, maximum=65535), "the port")

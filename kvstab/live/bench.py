@@ -39,14 +39,59 @@ import aiohttp
 import numpy as np
 
 from kvstab.errors import InvalidArgument, KvstabError
-from kvstab.live.scrape import MetricsUnavailable, Snapshot, parse_metrics, server_estimates
+from kvstab.jsonform import JsonRecord
+from kvstab.live.scrape import MetricsUnavailable, ServerEstimates, Snapshot, parse_metrics, server_estimates
 from kvstab.metrics import batch_means
 from kvstab.model import ModelParams
 from kvstab.traces import Trace
 from kvstab.workload import Workload
 
 __all__ = ["BenchConfig", "BenchError", "RequestRecord", "RunResult", "run_bench", "Schedule", "poisson_schedule",
-           "trace_schedule", "server_max_model_len"]
+           "trace_schedule", "server_max_model_len", "BenchSummary", "ServerFigures"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFigures(JsonRecord):
+    """What the server's ``/metrics`` said over a run's window (its JSON: ``metrics_error``, then the estimates)."""
+
+    metrics_error: str | None = field(metadata={"help": "why /metrics gave nothing usable (None: it did)"})
+    estimates: ServerEstimates | None = field(
+        default=None, metadata={"json": False, "help": "the window's estimates (None: fewer than two scrapes)"}
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        """``metrics_error``, then the estimates' own fields where there are some."""
+        return {"metrics_error": self.metrics_error, **({} if self.estimates is None else self.estimates.to_json())}
+
+
+@dataclass(frozen=True, slots=True)
+class BenchSummary(JsonRecord):
+    """One run's figures (an entry of ``kvstab bench``'s ``runs``): what was sent and came back, the
+    throughput, the server's figures and ``μ`` from them."""
+
+    offered_rate_per_s: float | None = field(metadata={"help": "λ offered (None: a trace's own times)"})
+    elapsed_s: float = field(metadata={"help": "the run's length, seconds"})
+    stopped_by: str = field(metadata={"help": "duration, requests, error or interrupted"})
+    error: str | None = field(metadata={"help": "what stopped the run early"})
+    sent: int = field(metadata={"help": "requests sent"})
+    dropped_oversize: int = field(metadata={"help": "requests left out: s + o above max_model_len"})
+    completed: int = field(metadata={"help": "requests that finished without error"})
+    failed: int = field(metadata={"help": "requests that failed"})
+    unfinished: int = field(metadata={"help": "requests still in flight at the end"})
+    warmup_fraction: float = field(metadata={"help": "warm-up fraction excluded"})
+    window_s: tuple[float, float] = field(metadata={"help": "the steady window, seconds after the start"})
+    throughput_per_s: float | None = field(metadata={"json": "optional", "help": "completions per second (batch means)"})
+    throughput_per_s_ci95: tuple[float, float] | None = field(metadata={"json": "optional", "help": "its 95 % interval"})
+    mean_ttft_s: float | None = field(metadata={"help": "mean time to first token"})
+    server: ServerFigures = field(metadata={"help": "what /metrics said"})
+    M: int | None = field(metadata={"help": "KV capacity, tokens (given or scraped)"})
+    bbar_s: float | None = field(metadata={"help": "b̄, seconds (given or scraped)"})
+    saturated: bool | None = field(metadata={"help": "the queue grew and the server was never idle"})
+    saturation_warning: str | None = field(metadata={"help": "why the numbers that assume saturation are biased"})
+    E_g_tokens_slots: float | None = field(metadata={"json": "optional", "help": "E[g] (with M and b̄)"})
+    mu_per_s: float | None = field(metadata={"help": "μ = M/(b̄·E[g]) (None: M or b̄ unknown)"})
+    measured_over_mu: float | None = field(metadata={"help": "throughput / μ"})
+    mu_missing: str | None = field(default=None, metadata={"json": "optional", "help": "why μ is unknown"})
 
 
 #: the error of a request still in flight when the run ended (not a failure: the run stops an overloaded server)
@@ -174,70 +219,65 @@ class RunResult:
             f"rate, and {bias}: offer more than μ to measure it"
         )
 
-    def summary(self, workload: Workload, cfg: BenchConfig, *, M: int | None = None, bbar: float | None = None) -> dict[str, Any]:
+    def summary(self, workload: Workload, cfg: BenchConfig, *, M: int | None = None, bbar: float | None = None) -> BenchSummary:
         """The run's figures (kvstab's JSON); ``M``/``bbar`` override what the scrapes measured."""
         from kvstab.theory import stability_report
 
         bbar_given = bbar is not None
         start = self.elapsed * cfg.warmup
         done = np.array([r.done for r in self.records if r.done is not None and r.error is None], dtype=float)
-        out: dict[str, Any] = {
-            "offered_rate_per_s": self.rate,
-            "elapsed_s": self.elapsed,
-            "stopped_by": self.stopped_by,
-            "error": self.error,
-            "sent": len(self.records),
-            "dropped_oversize": self.dropped,
-            "completed": int(done.size),
-            "failed": sum(1 for r in self.records if r.error is not None and r.error != UNFINISHED),
-            "unfinished": sum(1 for r in self.records if r.error == UNFINISHED),
-            "warmup_fraction": cfg.warmup,
-            "window_s": [start, self.elapsed],
-        }
-        thr = None
+        thr = thr_ci = None
         if self.elapsed - start > 0 and done.size:
             bins = 20
             edges = np.linspace(start, self.elapsed, bins + 1)
             counts, _ = np.histogram(done, bins=edges)
             width = (self.elapsed - start) / bins
             est = batch_means(counts / width, batches=bins)
-            thr = est.value
-            out["throughput_per_s"] = est.value
-            out["throughput_per_s_ci95"] = [est.low, est.high]
+            thr, thr_ci = est.value, (est.low, est.high)
         ttft = [r.first_token - r.sent for r in self.records if r.first_token is not None]
-        out["mean_ttft_s"] = float(np.mean(ttft)) if ttft else None
-        server: dict[str, Any] = {"metrics_error": self.metrics_error}
+        metrics_error = self.metrics_error
         win = [s for s in self.snapshots if s.t >= start]
         est_s = None
         if len(win) >= 2:
             est_s = server_estimates(win, busy_s=self.busy_time(win[0].t, win[-1].t))
-            server.update(
-                M=est_s.M, block_size=est_s.block_size, num_gpu_blocks=est_s.num_gpu_blocks,
-                bbar_busy_s=est_s.bbar_busy_s, busy_fraction=est_s.busy_fraction,
-                bbar_steps_s=est_s.bbar_steps_s, bbar_itl_s=est_s.bbar_itl_s, steps=est_s.steps,
-                mean_step_tokens=est_s.mean_step_tokens, queue_slope_per_s=est_s.queue_slope_per_s,
-                queue_slope_per_s_ci95=list(est_s.queue_slope_ci95) if est_s.queue_slope_ci95 else None,
-                kv_utilisation=est_s.kv_utilisation, preemptions=est_s.preemptions, scrapes=est_s.scrapes,
-            )
             M = M if M is not None else est_s.M
             bbar = bbar if bbar is not None else est_s.bbar_s
-        elif self.metrics_error is None:
-            server["metrics_error"] = f"only {len(win)} scrape(s) in the window; lengthen the run"
-        out["server"] = server
-        out["M"], out["bbar_s"] = M, bbar
-        out["saturated"], out["saturation_warning"] = self._saturation(est_s, measured_bbar=not bbar_given)
+        elif metrics_error is None:
+            metrics_error = f"only {len(win)} scrape(s) in the window; lengthen the run"
+        saturated, warning = self._saturation(est_s, measured_bbar=not bbar_given)
+        e_g = mu = missing = None
         if M is not None and bbar is not None and bbar > 0:
-            block = server.get("block_size") or 1
+            block = (est_s.block_size if est_s is not None else None) or 1
             params = ModelParams(M=M, chunk=cfg.chunk, block=min(block, M), bbar=bbar)
             rep = stability_report(workload, params)
-            out["E_g_tokens_slots"] = rep.E_g
-            out["mu_per_s"] = rep.mu_per_s
-            out["measured_over_mu"] = thr / rep.mu_per_s if thr is not None else None
+            e_g, mu = rep.E_g, rep.mu_per_s
         else:
-            out["mu_per_s"] = None
-            out["measured_over_mu"] = None
-            out["mu_missing"] = "μ needs M and b̄: /metrics did not give them; pass --M and --bbar"
-        return out
+            missing = "μ needs M and b̄: /metrics did not give them; pass --M and --bbar"
+        return BenchSummary(
+            offered_rate_per_s=self.rate,
+            elapsed_s=self.elapsed,
+            stopped_by=self.stopped_by,
+            error=self.error,
+            sent=len(self.records),
+            dropped_oversize=self.dropped,
+            completed=int(done.size),
+            failed=sum(1 for r in self.records if r.error is not None and r.error != UNFINISHED),
+            unfinished=sum(1 for r in self.records if r.error == UNFINISHED),
+            warmup_fraction=cfg.warmup,
+            window_s=(start, self.elapsed),
+            throughput_per_s=thr,
+            throughput_per_s_ci95=thr_ci,
+            mean_ttft_s=float(np.mean(ttft)) if ttft else None,
+            server=ServerFigures(metrics_error, est_s),
+            M=M,
+            bbar_s=bbar,
+            saturated=saturated,
+            saturation_warning=warning,
+            E_g_tokens_slots=e_g,
+            mu_per_s=mu,
+            measured_over_mu=thr / mu if thr is not None and mu is not None else None,
+            mu_missing=missing,
+        )
 
 
 #: the idle share of the window above which a run is called unsaturated (scrape timing and HTTP latency

@@ -33,12 +33,15 @@ import math
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kvstab.errors import InvalidArgument
 from kvstab.workload import Workload
+
+if TYPE_CHECKING:
+    from kvstab.live.bench import BenchSummary
 
 __all__ = ["ExternalResult", "load_result", "llmd_report"]
 
@@ -168,7 +171,7 @@ def _stats(values: list[float], units: str) -> dict[str, Any] | None:
 
 
 def llmd_report(
-    run: dict[str, Any],
+    run: BenchSummary,
     *,
     started: datetime,
     sent_s: list[int],
@@ -188,7 +191,8 @@ def llmd_report(
         tool_version = version("kvstab")
     except PackageNotFoundError:
         tool_version = "unknown"
-    elapsed = float(run.get("elapsed_s") or 0.0)
+    elapsed = float(run.elapsed_s or 0.0)
+    kvstab = run.to_json()
 
     def seq(values: list[int]) -> dict[str, Any]:
         if not values:
@@ -198,12 +202,12 @@ def llmd_report(
         return {"distribution": "fixed" if fixed else "other", "value": float(a.mean()),
                 "min": int(a.min()), "max": int(a.max())}
 
-    thr = run.get("throughput_per_s")
+    thr = run.throughput_per_s
     throughput: dict[str, Any] = {}
     if thr is not None:
-        lo, hi = run.get("throughput_per_s_ci95") or (None, None)
+        lo, hi = run.throughput_per_s_ci95 or (None, None)
         throughput["requests_rate"] = {"units": "queries/s", "mean": thr, "min": lo, "max": hi}
-    window = (run.get("window_s") or [0.0, elapsed])
+    window = run.window_s or (0.0, elapsed)
     span = max(window[1] - window[0], 1e-9)
     if thr is not None and sent_o:  # every completed request returned its o tokens (the run checks)
         throughput["output_token_rate"] = {"units": "tokens/s", "mean": thr * float(np.mean(sent_o))}
@@ -217,8 +221,8 @@ def llmd_report(
         "input_seq_len": seq(sent_s),
         "output_seq_len": seq(sent_o),
     }
-    if run.get("offered_rate_per_s"):
-        load_std["rate_qps"] = run["offered_rate_per_s"]
+    if run.offered_rate_per_s:
+        load_std["rate_qps"] = run.offered_rate_per_s
     return {
         "version": "0.2",
         "run": {
@@ -240,9 +244,9 @@ def llmd_report(
             "request_performance": {
                 "aggregate": {
                     "requests": {
-                        "total": int(run.get("sent", 0)),
-                        "failures": int(run.get("failed", 0)),
-                        "incomplete": int(run.get("unfinished", 0)),
+                        "total": int(run.sent),
+                        "failures": int(run.failed),
+                        "incomplete": int(run.unfinished),
                         "input_length": _stats([float(x) for x in sent_s], "count"),
                         "output_length": _stats([float(x) for x in sent_o], "count"),
                     },
@@ -251,8 +255,8 @@ def llmd_report(
                 }
             },
             "observability": {
-                "kvstab": {k: run.get(k) for k in ("M", "bbar_s", "mu_per_s", "measured_over_mu", "E_g_tokens_slots",
-                                                   "server", "window_s")},
+                "kvstab": {k: kvstab.get(k) for k in ("M", "bbar_s", "mu_per_s", "measured_over_mu", "E_g_tokens_slots",
+                                                      "server", "window_s")},
                 "window_s": span,
             },
         },

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 from scipy import stats
 
 from kvstab.errors import InvalidArgument
+from kvstab.jsonform import JsonRecord
 
 __all__ = ["Snapshot", "parse_metrics", "ServerEstimates", "server_estimates", "MetricsUnavailable"]
 
@@ -83,7 +85,7 @@ def parse_metrics(text: str, t: float) -> Snapshot:
 
 
 @dataclass(frozen=True, slots=True)
-class ServerEstimates:
+class ServerEstimates(JsonRecord):
     """What the scrapes of one window say about the server (``None``: not exported)."""
 
     M: int | None
@@ -114,6 +116,17 @@ class ServerEstimates:
             if x is not None:
                 return x
         return None
+
+    def to_json(self) -> dict[str, Any]:
+        """The estimates as ``kvstab bench``'s JSON has them (its ``server`` object)."""
+        return {
+            "M": self.M, "block_size": self.block_size, "num_gpu_blocks": self.num_gpu_blocks,
+            "bbar_busy_s": self.bbar_busy_s, "busy_fraction": self.busy_fraction, "bbar_steps_s": self.bbar_steps_s,
+            "bbar_itl_s": self.bbar_itl_s, "steps": self.steps, "mean_step_tokens": self.mean_step_tokens,
+            "queue_slope_per_s": self.queue_slope_per_s,
+            "queue_slope_per_s_ci95": list(self.queue_slope_ci95) if self.queue_slope_ci95 else None,
+            "kv_utilisation": self.kv_utilisation, "preemptions": self.preemptions, "scrapes": self.scrapes,
+        }
 
 
 def _delta(a: Snapshot, b: Snapshot, name: str) -> float | None:

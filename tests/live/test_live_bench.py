@@ -62,7 +62,7 @@ def test_harness_recovers_the_emulators_ground_truth(server: ServerHandle) -> No
     # 40 req/s is about twice μ: the queue grows and the run measures the saturated rate
     res = asyncio.run(run_bench(cfg, poisson_schedule(w, 40.0, 400, seed=1)))
     assert res.error is None and res.metrics_error is None and res.stopped_by == "duration"
-    out = res.summary(w, cfg)
+    out = res.summary(w, cfg).to_json()  # the run's JSON form (kvstab bench --json's runs)
     assert server.emulator is not None
     truth = server.emulator.truth
     lo, hi = res.origin + res.elapsed * cfg.warmup, res.origin + res.elapsed
@@ -84,7 +84,7 @@ def test_below_saturation_bbar_counts_busy_steps_only_and_the_run_is_flagged(ser
     # 2 req/s against μ ≈ 20: the server is idle about half the time
     res = asyncio.run(run_bench(cfg, poisson_schedule(w, 2.0, 400, seed=3)))
     assert res.error is None and res.metrics_error is None
-    out = res.summary(w, cfg)
+    out = res.summary(w, cfg).to_json()  # the run's JSON form (kvstab bench --json's runs)
     assert server.emulator is not None
     lo, hi = res.origin + res.elapsed * cfg.warmup, res.origin + res.elapsed
     truth = server.emulator.truth.bbar(lo, hi)

@@ -43,7 +43,7 @@ def test_vllm_scheduler_behind_the_emulator(capsys: pytest.CaptureFixture[str]) 
         cfg = BenchConfig(url=h.url, stream=True, duration=5.0, chunk=256, scrape_interval=0.25)
         res = asyncio.run(run_bench(cfg, poisson_schedule(w, 40.0, 400, seed=3)))
         assert res.error is None and res.metrics_error is None  # every response had exactly o tokens
-        out = res.summary(w, cfg)
+        out = res.summary(w, cfg).to_json()  # the run's JSON form (kvstab bench --json's runs)
         truth = h.emulator.truth
         lo, hi = res.origin + res.elapsed * cfg.warmup, res.origin + res.elapsed
         assert out["M"] == truth.M == 1024
