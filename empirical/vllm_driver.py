@@ -34,9 +34,13 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from kvstab.arrivals import ArrivalPlan
 from kvstab.empirical.composition import composition
 from kvstab.errors import InvalidArgument, KvstabError
+from kvstab.prefix import Prompt, PromptSet, content_id, token_ids
 from kvstab.steplog import StepLog, StepRecorder
 
 __all__ = ["VllmUnavailable", "VllmRejected", "VllmDriver", "load_vllm", "VLLM_VERSION", "INSTALL_HINT", "LLAMA3_8B"]
@@ -65,6 +69,9 @@ LLAMA3_8B: dict[str, Any] = {
     "eos_token_id": 128001,
     "hidden_act": "silu",
 }
+
+#: token ids are drawn from the model's vocabulary (kvstab.prefix.token_ids)
+VOCAB = int(LLAMA3_8B["vocab_size"])  # type: ignore[call-overload]
 
 
 class VllmUnavailable(KvstabError):
@@ -193,7 +200,7 @@ class VllmDriver:
                 is_encoder_decoder=False,
                 async_scheduling=False,
             )
-            cc = v.CacheConfig(block_size=B, enable_prefix_caching=False)
+            cc = v.CacheConfig(block_size=B, enable_prefix_caching=config.enable_prefix_caching)
             vc = v.VllmConfig(model_config=mc, scheduler_config=sc, cache_config=cc)
         except Exception as exc:
             raise VllmRejected(f"vLLM rejects the configuration: {_one_line(exc)}") from None
@@ -221,18 +228,36 @@ class VllmDriver:
                 "expected num_blocks - 1 (one reserved null block)"
             )
         self._blocks = self.sched.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks
+        self._answers: dict[int, npt.NDArray[np.int64]] = {}  # each request's answer token ids, once it samples
 
-    def _request(self, rid: int, s: int, o: int) -> Any:
+    def _request(self, rid: int, s: int, o: int, prompts: PromptSet | None) -> Any:
         v = self.v
-        # Token ids only matter for hashing; prefix caching is off, so any ids do.
+        if prompts is None and not self.config.enable_prefix_caching:
+            ids = [1 + (rid + j) % 1000 for j in range(s)]  # token ids only matter for hashing
+        elif prompts is None:
+            # a plan without prompts shares no prefix: each request's tokens are its own content
+            ids = token_ids(Prompt(((content_id("own", rid), s),)), VOCAB).tolist()
+        else:
+            ids = prompts.token_ids(rid, VOCAB).tolist()
         return v.Request(
             str(rid),
-            [1 + (rid + j) % 1000 for j in range(s)],
+            ids,
             v.SamplingParams(max_tokens=o, ignore_eos=True),
             None,
             arrival_time=0.0,
             block_hasher=self.hasher,
         )
+
+    def _sampled(self, prompts: PromptSet | None, r: Any) -> list[int]:
+        """The token ``r`` samples now: its answer's own content when the plan names it (a later
+        turn of a conversation holds that answer in its prompt, and must hit its blocks), else 7."""
+        if prompts is None or prompts.output is None:
+            return [7]
+        k = int(r.request_id)
+        ids = self._answers.get(k)
+        if ids is None:
+            ids = self._answers[k] = token_ids(Prompt(((int(prompts.output[k]), int(r.max_tokens)),)), VOCAB)
+        return [int(ids[r.num_output_tokens])]
 
     def replay(
         self, plan: ArrivalPlan, steps: int, rec: StepRecorder, *, on_step: Callable[[int], None] | None = None
@@ -249,7 +274,7 @@ class VllmDriver:
         for t in range(steps):
             arrived = 0
             while i < n and plan.slot[i] == t:
-                sched.add_request(self._request(i, int(plan.s[i]), int(plan.o[i])))
+                sched.add_request(self._request(i, int(plan.s[i]), int(plan.o[i]), plan.prompts))
                 prompt_end[str(i)] = int(plan.s[i])
                 rec.arrival[i] = t
                 i += 1
@@ -291,7 +316,7 @@ class VllmDriver:
                 r = sched.requests[rid]
                 c0 = r.num_computed_tokens - new  # schedule() has already advanced it
                 work.append((c0, new, c0 < prompt_end[rid]))
-                sampled.append([7] if r.num_computed_tokens >= r.num_tokens else [])
+                sampled.append(self._sampled(plan.prompts, r) if r.num_computed_tokens >= r.num_tokens else [])
             mro = v.ModelRunnerOutput(
                 req_ids=ids, req_id_to_index={rid: j for j, rid in enumerate(ids)}, sampled_token_ids=sampled
             )

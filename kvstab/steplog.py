@@ -58,8 +58,17 @@ class ReplayConfig:
     max_model_len: int | None = field(
         default=None, metadata={"help": "longest s + o vLLM accepts; None = the longest request of the plan"}
     )
+    enable_prefix_caching: bool = field(
+        default=False,
+        metadata={
+            "help": "vLLM's automatic prefix caching (its server default is on); the requests' token ids "
+            "then come from the plan's prompts (kvstab.prefix), so shared prefixes hit"
+        },
+    )
 
     def __post_init__(self) -> None:
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise InvalidArgument(f"enable_prefix_caching must be True or False, got {self.enable_prefix_caching!r}")
         object.__setattr__(self, "num_blocks", check_positive_int("num_blocks", self.num_blocks))
         object.__setattr__(self, "block_size", check_positive_int("block size", self.block_size))
         object.__setattr__(
