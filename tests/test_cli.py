@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -288,3 +289,19 @@ def test_trace_arrival_times_beyond_any_slot_are_refused(tmp_path: Path, capsys:
     )
     assert rc == 2 and "request 1 arrives at" in err and "arrival slots must lie in [0, " in err
     assert len(err.splitlines()) == 1
+
+
+def test_the_dispatcher_lists_each_command_with_its_own_help() -> None:
+    """kvstab --help is built from COMMANDS without importing the command modules, so each
+    entry's help line must be the one its module registers."""
+    import importlib
+
+    from kvstab.cli import COMMANDS, build_parser
+
+    full = build_parser()  # every module imported
+    sub = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction))
+    registered = {a.dest: a.help for a in sub._choices_actions}
+    assert set(registered) == {c.name for c in COMMANDS}
+    for c in COMMANDS:
+        assert registered[c.name] == c.help, c.name
+        assert importlib.import_module(c.module) is not None

@@ -45,7 +45,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("replay", "kvstab.cli.replay",
             "replay a concrete workload slot by slot (the fast engine for built-ins, else the reference simulator)"),
     Command("check", "kvstab.cli.replay",
-            "run a workload through every property check of the audit suite (properties 1–8), slot by slot"),
+            "run a workload through every property check of the audit suite (properties 1–8), slot by slot on the "
+            "reference engine's states (the per-slot checks keep the reference engine as the oracle)"),
     Command("mu", "kvstab.cli.theory", "μ, δ, μ(1−δ), the reserve limit and replicas for a workload or a trace"),
     Command("derive", "kvstab.cli.theory", "write the LaTeX derivation document"),
     Command("prove", "kvstab.cli.prove", "prove (z3) or refute a scheduler's per-slot memory invariant"),
