@@ -12,7 +12,6 @@ not a pass).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -38,25 +37,6 @@ SLUGS = {
 assert set(SLUGS) == set(PROPERTIES)
 
 
-def _audit_counted(
-    notice: ShrinkNotice,
-    exercised: Counter[int | str],
-    target: AuditTarget,
-    params: ModelParams,
-    plan: ArrivalPlan,
-    **options: Any,
-) -> None:
-    """Audit ``target`` on one draw (``options`` go to :func:`audit_plan`), counting in ``exercised``
-    how often each premise held; a violation is shown to ``notice`` before it propagates."""
-    __tracebackhide__ = True
-    try:
-        aud = audit_plan(target.scheduler, params, plan, spec=target.spec, **options)
-    except PropertyViolation as exc:
-        notice(exc)
-        raise
-    exercised.update(aud.exercised)
-
-
 def run_property(target: AuditTarget, prop: int, b: Budget) -> Counter[int | str]:
     """Audit ``prop`` over the profile's examples (the queue window drawn too);
     return how often its premise held."""
@@ -68,7 +48,12 @@ def run_property(target: AuditTarget, prop: int, b: Budget) -> Counter[int | str
     def check(scenario: tuple, window: int) -> None:
         __tracebackhide__ = True
         params, plan = scenario
-        _audit_counted(notice, exercised, target, params, plan, select={prop}, window=window)
+        try:
+            aud = audit_plan(target.scheduler, params, plan, select={prop}, spec=target.spec, window=window)
+        except PropertyViolation as exc:
+            notice(exc)
+            raise
+        exercised.update(aud.exercised)
 
     check()
     return exercised
@@ -102,7 +87,12 @@ def test_p6_drift_bound_under_saturation(audited_scheduler: AuditTarget, props_b
     def check(scenario: tuple) -> None:
         __tracebackhide__ = True
         params, plan = scenario
-        _audit_counted(notice, exercised, audited_scheduler, params, plan, select={6})
+        try:
+            aud = audit_plan(audited_scheduler.scheduler, params, plan, select={6}, spec=audited_scheduler.spec)
+        except PropertyViolation as exc:
+            notice(exc)
+            raise
+        exercised.update(aud.exercised)
 
     check()
     assert exercised[6] > 0, "vacuous: no saturated draw left a request waiting"
@@ -173,7 +163,13 @@ def test_p6_drift_bound_with_the_proved_margin(audited_scheduler: AuditTarget, p
     @given(plan=small_plans())
     def check(plan: ArrivalPlan) -> None:
         __tracebackhide__ = True
-        _audit_counted(notice, exercised, audited_scheduler, PROVED_SERVER, plan, select={6}, margin=delta)
+        try:
+            aud = audit_plan(audited_scheduler.scheduler, PROVED_SERVER, plan, select={6},
+                             spec=audited_scheduler.spec, margin=delta)
+        except PropertyViolation as exc:
+            notice(exc)
+            raise
+        exercised.update(aud.exercised)
 
     check()
     assert exercised[6] > 0, "vacuous: no drawn workload left a request waiting"
