@@ -295,9 +295,10 @@ _KINDS = ("idle", "prefill", "decode")
 def replay_steps(
     plan: ArrivalPlan, rule: Sglang, params: ModelParams, steps: int | None, max_steps: int, end: list[LogEnd]
 ) -> Iterator[RawStep]:
-    """SGLang's lifecycle on the server ``params``, one step per slot (idle steps too), ``steps`` steps or until every
-    request arrived and finished (at most ``max_steps``); yields each step's record and appends
-    the requests' outcomes to ``end`` when done.  Raises as ``replay_sglang_model`` does."""
+    """SGLang's lifecycle on the server ``params``, one step per slot (idle steps too), ``steps``
+    steps or until every request arrived and finished (at most ``max_steps``); yields each step's
+    record and appends the requests' outcomes to ``end`` when done.  Raises as
+    ``replay_sglang_model`` does."""
     horizon = max_steps if steps is None else min(steps, max_steps)
     fed = int(np.searchsorted(plan.slot, horizon, side="left"))
     po = sglang_lengths(rule, check_server(params), plan, fed)
