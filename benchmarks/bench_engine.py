@@ -198,8 +198,7 @@ def sglang_case(life: Lifecycle, requests: int) -> None:
     one JSON line (run in its own process by ``section_targets`` for its peak RSS)."""
     import json
 
-    rule = load_scheduler("sglang")
-    params = rule.params() if life == "sglang" else ModelParams()  # type: ignore[attr-defined]
+    params = ModelParams()  # the server, under every lifecycle (the rule carries SGLang's knobs only)
     plan = plan_for(PAPER_WORKLOADS["paper-1:1"], params, requests)
     T = horizon(plan)
     fast_run("sglang", params, plan_for(PAPER_WORKLOADS["paper-1:1"], params, 100), 50, life)  # load the cache
@@ -625,14 +624,14 @@ def _check_sglang_log(wname: str, plan: ArrivalPlan, M: int, slots: int) -> bool
     from kvstab.empirical.sglang_replay import replay_sglang_model
     from kvstab.schedulers.sglang import Sglang
 
-    rule = Sglang(M=M)
+    rule, params = Sglang(), ModelParams(M=M)
     max_req_len = M - 1
     s = plan.s
     keep = (s < max_req_len - 5) & (np.minimum(np.minimum(plan.o, max_req_len - s - 1), M - s - 2) >= 1)
     kept = ArrivalPlan(plan.slot[keep], plan.s[keep], plan.o[keep])
     t0 = time.perf_counter()
-    fast = replay_sglang_model(kept, rule, slots)
-    ref = replay_sglang_model(kept, rule, slots, engine="reference")
+    fast = replay_sglang_model(kept, rule, params, slots)
+    ref = replay_sglang_model(kept, rule, params, slots, engine="reference")
     diff = ref.first_difference(fast)
     verdict = "identical, every step" if diff is None else "DIFFER: " + diff
     print(

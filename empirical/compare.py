@@ -193,7 +193,8 @@ class SglangCaseResult:
     """One case on SGLang: the paper's formula, kvstab's ``sglang`` model and SGLang's own scheduler."""
 
     case: Case
-    rule: Sglang
+    rule: Sglang  # SGLang's knobs
+    params: ModelParams  # the server both replays ran on
     steps: int
     mu_paper: float  # per step, the paper's formula
     model: SglangModelLog
@@ -217,10 +218,10 @@ def sglang_rate(log: SglangModelLog, warmup: float = 0.25, batches: int = 20) ->
     return batch_means(done[sglang_window(log, warmup)], batches)
 
 
-def _sglang_fits(rule: Sglang, s: int, o: int) -> bool:
-    """Whether SGLang accepts the request and leaves it at least one output token."""
+def _sglang_fits(rule: Sglang, params: ModelParams, s: int, o: int) -> bool:
+    """Whether SGLang accepts the request on ``params`` and leaves it at least one output token."""
     try:
-        return clip_max_new(rule, s, o) >= 1
+        return clip_max_new(rule, params, s, o) >= 1
     except InvalidArgument:
         return False
 
@@ -243,27 +244,29 @@ def run_sglang_case(
     (:func:`~kvstab.empirical.sglang_driver.check_ignore_eos`)."""
     if not load > 1:
         raise InvalidArgument(f"a saturated-rate run needs load > 1 (arrivals above μ), got {load}")
-    rule = Sglang(M=case.M, chunk=chunk, max_num_seqs=max_num_seqs)
+    rule = Sglang()
+    params = ModelParams(M=case.M, chunk=chunk, max_num_seqs=max_num_seqs)
     Eg = case.expected_g(chunk)
     mu_paper = case.M / Eg
     plan = case.plan(steps, load * mu_paper, seed)
-    keep = np.array([_sglang_fits(rule, int(s), int(o)) for s, o in zip(plan.s, plan.o)], dtype=bool)
+    keep = np.array([_sglang_fits(rule, params, int(s), int(o)) for s, o in zip(plan.s, plan.o)], dtype=bool)
     kept = ArrivalPlan(plan.slot[keep], plan.s[keep], plan.o[keep])
-    model = replay_sglang_model(kept, rule, steps)
+    model = replay_sglang_model(kept, rule, params, steps)
     real = None
     if use_sglang:
         from kvstab.empirical.sglang_driver import replay_sglang
 
-        real = replay_sglang(kept, rule, steps)
+        real = replay_sglang(kept, rule, params, steps)
     measured = real if real is not None else model
     eos = None
     if ignore_eos:
         from kvstab.empirical.sglang_driver import check_ignore_eos
 
-        eos = check_ignore_eos(kept, rule, steps, model=model)
+        eos = check_ignore_eos(kept, rule, params, steps, model=model)
     return SglangCaseResult(
         case=case,
         rule=rule,
+        params=params,
         steps=steps,
         mu_paper=mu_paper,
         model=model,
@@ -389,13 +392,13 @@ class Report:
             w = self.warmup
             n = len(log.steps)
             win = log.steps[int(n * w):]
-            kv = float(np.mean([st.kv_used for st in win])) / r.rule.M if win else float("nan")
+            kv = float(np.mean([st.kv_used for st in win])) / r.params.M if win else float("nan")
             queued = [float(st.kv_used) for st in win if st.queue > 0]
-            idle_q = float(np.mean(queued)) / r.rule.M if queued else float("nan")
+            idle_q = float(np.mean(queued)) / r.params.M if queued else float("nan")
             retracted = [float(len(st.retracted)) for st in log.steps]
             prefill_share = float(np.mean([st.kind == "prefill" for st in win])) if win else float("nan")
             rows.append(
-                _mu_cells(r.case.name, r.rule.M, r.mu_paper, m, v, (v or m).value, r.real is not None, r.difference)
+                _mu_cells(r.case.name, r.params.M, r.mu_paper, m, v, (v or m).value, r.real is not None, r.difference)
                 + [
                     f"{_sglang_per_completion(log, retracted, w):.3f}",
                     f"{kv:.3f}",
@@ -456,7 +459,7 @@ class Report:
             rows.append(
                 [
                     r.case.name,
-                    str(r.rule.M),
+                    str(r.params.M),
                     f"{r.mu_paper:.5f}",
                     _pm(r.mu_model),
                     _pm(r.mu_real),

@@ -156,12 +156,12 @@ def sglang_accounts(log: SglangModelLog, start: int) -> SglangAccounts:
     Raises :class:`InvalidArgument` when a step's ``kv_used`` or ``queue`` is not
     what its requests give (the log is not one this accounting explains).
     """
-    rule = log.rule
-    B = rule.block
+    rule, p = log.rule, log.params
+    B = p.block
     clip = rule.clip_max_new_tokens
-    M = B * (rule.M // B)
-    chunk_budget = min(_paged(rule.chunk, B), rule.max_prefill_tokens)
-    chunk_binds = _paged(rule.chunk, B) <= rule.max_prefill_tokens
+    M = B * (p.M // B)
+    chunk_budget = min(_paged(p.chunk, B), rule.max_prefill_tokens)
+    chunk_binds = _paged(p.chunk, B) <= rule.max_prefill_tokens
     n = len(log.s)
     n_steps = len(log.steps)
     s = log.s
@@ -286,7 +286,7 @@ def sglang_accounts(log: SglangModelLog, start: int) -> SglangAccounts:
             cause = "idle_retraction"
         elif st.queue == 0:
             cause = "idle_empty"
-        elif rule.max_num_seqs is not None and live_n[t] >= rule.max_num_seqs:
+        elif p.max_num_seqs is not None and live_n[t] >= p.max_num_seqs:
             cause = "idle_cap"
         elif prefill and extends >= chunk_budget:
             cause = "idle_chunk" if chunk_binds else "idle_prefill_tokens"
@@ -348,10 +348,10 @@ def decompose_sglang_gap(
     start = w.start
     T = w.stop - start
     acc = sglang_accounts(log, start)
-    rule = log.rule
-    B = rule.block
-    chunk = rule.chunk
-    Mu = float(B * (rule.M // B))
+    p = log.params
+    B = p.block
+    chunk = p.chunk
+    Mu = float(B * (p.M // B))
     done = np.asarray(log.finish, dtype=np.int64) >= start
     C = int(done.sum())
     if C == 0:

@@ -66,6 +66,8 @@ from kvstab.arrivals import ArrivalPlan
 from kvstab.empirical.sglang_replay import replay_sglang_model
 from kvstab.empirical.vllm_driver import _cpu_offline_env, _one_line
 from kvstab.errors import InvalidArgument, KvstabError
+from kvstab.lifecycles.sglang import check_server
+from kvstab.model import ModelParams
 from kvstab.schedulers.sglang import Sglang
 from kvstab.steplog import STEP_FIELDS, SglangModelLog, SglangStep
 from kvstab.validation import MAX_SLOTS
@@ -276,25 +278,28 @@ _ENV_KNOBS = {
 
 
 class SglangDriver:
-    """One SGLang scheduler (a ``Scheduler.__new__`` object, see the module docstring) for a rule's server."""
+    """One SGLang scheduler (a ``Scheduler.__new__`` object, see the module docstring) with a
+    rule's knobs on the server ``params``."""
 
-    def __init__(self, rule: Sglang, max_requests: int, *, ignore_eos: bool = False) -> None:
+    def __init__(self, rule: Sglang, params: ModelParams, max_requests: int, *, ignore_eos: bool = False) -> None:
+        check_server(params)
         g = load_sglang()
         self.g = g
         self.rule = rule
+        self.params = params
         self.ignore_eos = ignore_eos
         for env, attr in _ENV_KNOBS.items():
             os.environ[env] = str(getattr(rule, attr))
-        M, B = rule.M, rule.block
+        M, B = params.M, params.block
         # no cap (None): a request-row table no replay fills
-        rows = rule.max_num_seqs if rule.max_num_seqs is not None else max(max_requests, 1) + 1
+        rows = params.max_num_seqs if params.max_num_seqs is not None else max(max_requests, 1) + 1
         context = rule.context_len if rule.context_len is not None else M + 8
         try:
             args = g.ServerArgs(
                 model_path="dummy",  # "dummy" skips resolving a model (arg_groups/pipeline.py:104)
                 device="cpu",
                 disable_radix_cache=True,
-                chunked_prefill_size=rule.chunk,
+                chunked_prefill_size=params.chunk,
                 max_prefill_tokens=rule.max_prefill_tokens,
                 page_size=B,
                 max_running_requests=rows,
@@ -316,17 +321,17 @@ class SglangDriver:
             alloc = g.TokenToKVPoolAllocator(M, g.torch.int64, "cpu", None, False)
         else:
             alloc = g.PagedTokenToKVPoolAllocator(M, B, g.torch.int64, "cpu", None, False)
-        params = g.CacheInitParams(
+        cache = g.CacheInitParams(
             disable=True, req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=B
         )
-        params.tree_components = (g.ComponentType.FULL,)
-        tree = g.UnifiedRadixCache(params)
+        cache.tree_components = (g.ComponentType.FULL,)
+        tree = g.UnifiedRadixCache(cache)
         self.s = self._scheduler(args, pool, alloc, tree, rows, context)
 
     def _scheduler(self, args: Any, pool: Any, alloc: Any, tree: Any, rows: int, context: int) -> Any:
         """The ``Scheduler`` object without its ``__init__``: the attributes its scheduling methods read."""
         g = self.g
-        rule = self.rule
+        rule, p = self.rule, self.params
         s = g.Scheduler.__new__(g.Scheduler)
         nothing = _PassThrough()
         model_config = SimpleNamespace(
@@ -340,11 +345,11 @@ class SglangDriver:
         values: dict[str, Any] = {
             "server_args": args,
             "model_config": model_config,
-            "page_size": rule.block,
-            "max_total_num_tokens": rule.M,
-            "max_req_len": min(context - 1, rule.M - 1),
+            "page_size": p.block,
+            "max_total_num_tokens": p.M,
+            "max_req_len": min(context - 1, p.M - 1),
             "max_running_requests": rows,
-            "chunked_prefill_size": rule.chunk,
+            "chunked_prefill_size": p.chunk,
             "max_prefill_tokens": rule.max_prefill_tokens,
             "req_to_token_pool": pool,
             "token_to_kv_pool_allocator": alloc,
@@ -439,7 +444,7 @@ class SglangDriver:
         if req.to_finish is not None or req.sampling_params.max_new_tokens < 1:
             raise InvalidArgument(
                 f"request {rid} (s={s}, max_new={max_new}): SGLang clips max_new_tokens to "
-                f"{req.sampling_params.max_new_tokens} at M={self.rule.M}; use a shorter prompt"
+                f"{req.sampling_params.max_new_tokens} at M={self.params.M}; use a shorter prompt"
             )
         self.s._add_request_to_queue(req)
         return req
@@ -528,23 +533,25 @@ class SglangRun:
 def replay_sglang(
     plan: ArrivalPlan,
     rule: Sglang,
+    params: ModelParams,
     steps: int | None = None,
     *,
     max_steps: int = MAX_SLOTS,
     ignore_eos: bool | None = None,
 ) -> SglangModelLog:
     """Replay ``plan`` (``o`` = SGLang's ``max_new_tokens``) on SGLang 0.5.23's own scheduler
-    for ``rule``'s server: ``steps`` steps, or (``None``) until every request has arrived and
+    with ``rule``'s knobs on the server ``params``: ``steps`` steps, or (``None``) until every request has arrived and
     finished, at most ``max_steps``.  The log has the fields of
     :func:`~kvstab.empirical.sglang_replay.replay_sglang_model`'s, so that
     :meth:`~kvstab.steplog.SglangModelLog.first_difference` compares them.
     ``ignore_eos`` as for :func:`run_sglang`."""
-    return run_sglang(plan, rule, steps, max_steps=max_steps, ignore_eos=ignore_eos).log
+    return run_sglang(plan, rule, params, steps, max_steps=max_steps, ignore_eos=ignore_eos).log
 
 
 def run_sglang(
     plan: ArrivalPlan,
     rule: Sglang,
+    params: ModelParams,
     steps: int | None = None,
     *,
     max_steps: int = MAX_SLOTS,
@@ -561,13 +568,15 @@ def run_sglang(
     eos = bool(getattr(rule, "ignore_eos", False)) if ignore_eos is None else bool(ignore_eos)
     g = load_sglang()
     with _traced(g) as calls:
-        log = _replay(plan, rule, steps, max_steps, eos)
+        log = _replay(plan, rule, params, steps, max_steps, eos)
     return SglangRun(log=log, ignore_eos=eos, calls=dict(calls))
 
 
-def _replay(plan: ArrivalPlan, rule: Sglang, steps: int | None, max_steps: int, ignore_eos: bool) -> SglangModelLog:
+def _replay(
+    plan: ArrivalPlan, rule: Sglang, params: ModelParams, steps: int | None, max_steps: int, ignore_eos: bool
+) -> SglangModelLog:
     n = len(plan)
-    drv = SglangDriver(rule, n, ignore_eos=ignore_eos)
+    drv = SglangDriver(rule, params, n, ignore_eos=ignore_eos)
     s = drv.s
     alloc = s.token_to_kv_pool_allocator
     start = time.perf_counter()
@@ -645,7 +654,7 @@ def _replay(plan: ArrivalPlan, rule: Sglang, steps: int | None, max_steps: int, 
                 tokens=tuple(work),
                 prefill_tokens=prefill,
                 decode_tokens=decode,
-                kv_used=rule.M - int(alloc.available_size()),
+                kv_used=params.M - int(alloc.available_size()),
                 new_token_ratio=float(s.new_token_ratio_tracker.current),
                 batch_is_full=0,  # filled in below from the next step's view of the flag
                 queue=len(s.waiting_queue),
@@ -662,6 +671,7 @@ def _replay(plan: ArrivalPlan, rule: Sglang, steps: int | None, max_steps: int, 
     steps_out = tuple(replace(st, batch_is_full=f) for st, f in zip(log, flags))
     return SglangModelLog(
         rule=rule,
+        params=params,
         steps=steps_out,
         s=tuple(int(x) for x in plan.s[:i]),
         max_new=tuple(int(r.sampling_params.max_new_tokens) for r in reqs),
@@ -697,20 +707,21 @@ def first_differing_step(a: SglangModelLog, b: SglangModelLog) -> int | None:
 def check_ignore_eos(
     plan: ArrivalPlan,
     rule: Sglang,
+    params: ModelParams,
     steps: int | None = None,
     *,
     max_steps: int = MAX_SLOTS,
     model: SglangModelLog | None = None,
 ) -> IgnoreEosCheck:
     """Replay ``plan`` on SGLang's ``ignore_eos`` path and on :func:`replay_sglang_model` with
-    ``rule``, and name where they first differ: the cross-check of an ``ignore_eos`` regime in
+    ``rule`` on ``params``, and name where they first differ: the cross-check of an ``ignore_eos`` regime in
     kvstab's model.  Today's ``sglang`` rule models the ratio path only, so the two depart
     (``docs/empirical.md``, "SGLang's ignore_eos regime"); a rule with an ``ignore_eos`` knob
     set passes here when it models the path exactly.  ``model``: the model's replay of this
     plan and rule when already run (it is not run again)."""
-    real = run_sglang(plan, rule, steps, max_steps=max_steps, ignore_eos=True)
+    real = run_sglang(plan, rule, params, steps, max_steps=max_steps, ignore_eos=True)
     if model is None:
-        model = replay_sglang_model(plan, rule, steps, max_steps=max_steps)
+        model = replay_sglang_model(plan, rule, params, steps, max_steps=max_steps)
     return IgnoreEosCheck(
         real=real,
         model=model,

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from kvstab.model import ModelParams
 from kvstab.schedulers.sglang import Sglang
 from kvstab.steplog import SglangModelLog
 
@@ -80,6 +81,7 @@ def _paged(x: int, B: int) -> int:
 
 def ignore_eos_pass(
     rule: Sglang,
+    params: ModelParams,
     free: int,
     running: list[Entry],
     chunked: Entry | None,
@@ -89,10 +91,11 @@ def ignore_eos_pass(
     """One prefill pass of ``_get_new_batch_prefill_raw`` (``scheduler.py:4079``) in the
     ``ignore_eos`` regime, every request ``ignore_eos`` (``docs/empirical.md`` states it step by step).
 
-    ``free``: KV tokens free before the pass; ``running``: the decoding requests in
-    batch order; ``chunked``: the in-flight chunk; ``waiting``: the queue in order.
+    ``rule``: SGLang's knobs; ``params``: the server; ``free``: KV tokens free before the
+    pass; ``running``: the decoding requests in batch order; ``chunked``: the in-flight
+    chunk; ``waiting``: the queue in order.
     """
-    B, clip = rule.block, rule.clip_max_new_tokens
+    B, clip = params.block, rule.clip_max_new_tokens
     if not running:
         batch_is_full = False  # an empty running batch clears the flag (scheduler.py:4094)
     if (batch_is_full or not waiting) and chunked is None:
@@ -100,7 +103,7 @@ def ignore_eos_pass(
     # the adder's budgets; running requests reserved at ratio 1.0 (schedule_policy.py:787, :675)
     total = sum(min(a.left, clip) for a in running)
     current = 0
-    rem_chunk = _paged(rule.chunk, B)
+    rem_chunk = _paged(params.chunk, B)
     rem_input = rule.max_prefill_tokens
     in_batch: list[Entry] = []
     chunk = 0
@@ -123,7 +126,7 @@ def ignore_eos_pass(
         no_token = free - total <= 0 or free - current <= 0
         if not no_token and (rem_input <= 0 or rem_chunk <= 0):
             break  # budget_state() is OTHER (:874; NO_TOKEN comes first)
-        if rule.max_num_seqs is not None and len(running) + len(in_batch) >= rule.max_num_seqs:
+        if params.max_num_seqs is not None and len(running) + len(in_batch) >= params.max_num_seqs:
             batch_is_full = True  # the running cap (scheduler.py, the walk)
             break
         # add_one_req_ignore_eos (:1241): the prompt and a page must fit what is free and unreserved
@@ -178,8 +181,8 @@ def check_spec(log: SglangModelLog) -> str | None:
     """The first step of ``log`` (SGLang's ``ignore_eos`` path) whose prefill pass
     :func:`ignore_eos_pass` does not predict — admissions, the chunk, or whether a prefill
     step runs at all — as a line naming what differs; ``None`` when it predicts every step."""
-    rule = log.rule
-    B = rule.block
+    rule, params = log.rule, log.params
+    B = params.block
     n = len(log.s)
     arrivals: dict[int, list[int]] = {}
     for r, t in enumerate(log.arrival):
@@ -200,7 +203,8 @@ def check_spec(log: SglangModelLog) -> str | None:
         queue.extend(arrivals.get(t, ()))
         pred = ignore_eos_pass(
             rule,
-            B * (rule.M // B) - kv,
+            params,
+            B * (params.M // B) - kv,
             [entry(r) for r in running],
             entry(chunked) if chunked is not None else None,
             [entry(r) for r in queue],

@@ -13,6 +13,7 @@ import time
 from kvstab.arrivals import ArrivalPlan
 from kvstab.errors import InvalidArgument
 from kvstab.lifecycles.sglang import replay_reference
+from kvstab.model import ModelParams
 from kvstab.schedulers.sglang import Sglang
 from kvstab.steplog import SglangModelLog, SglangStep
 from kvstab.validation import MAX_SLOTS
@@ -23,13 +24,14 @@ __all__ = ["replay_sglang_model"]
 def replay_sglang_model(
     plan: ArrivalPlan,
     rule: Sglang,
+    params: ModelParams,
     steps: int | None = None,
     *,
     max_steps: int = MAX_SLOTS,
     engine: str = "auto",
 ) -> SglangModelLog:
     """Replay ``plan`` (``o`` = SGLang's ``max_new_tokens``) on the ``sglang`` rule
-    with SGLang's lifecycle: ``steps`` steps, or (``None``) until every request has
+    with SGLang's lifecycle on the server ``params``: ``steps`` steps, or (``None``) until every request has
     arrived and finished, at most ``max_steps``.  Every step is recorded, idle ones too.
 
     ``engine``: ``"auto"`` (the compiled engine, :mod:`kvstab.engine.sglang`, for the
@@ -43,13 +45,15 @@ def replay_sglang_model(
         raise InvalidArgument(f"engine must be 'auto', 'fast' or 'reference', got {engine!r}")
     start = time.perf_counter()
     if engine != "reference" and fast.is_fast(rule):
-        return _replay_fast(plan, rule, steps, max_steps, start)
+        return _replay_fast(plan, rule, params, steps, max_steps, start)
     if engine == "fast":
         raise InvalidArgument(f"{type(rule).__name__} has no compiled path ({fast.no_fast_path(rule)}); use engine='reference'")
-    return replay_reference(plan, rule, steps, max_steps=max_steps)
+    return replay_reference(plan, rule, params, steps, max_steps=max_steps)
 
 
-def _replay_fast(plan: ArrivalPlan, rule: Sglang, steps: int | None, max_steps: int, start: float) -> SglangModelLog:
+def _replay_fast(
+    plan: ArrivalPlan, rule: Sglang, params: ModelParams, steps: int | None, max_steps: int, start: float
+) -> SglangModelLog:
     """:func:`replay_sglang_model` on the compiled engine."""
     from kvstab.engine.sglang import LogEnd, replay_steps
 
@@ -69,12 +73,13 @@ def _replay_fast(plan: ArrivalPlan, rule: Sglang, steps: int | None, max_steps: 
             batch_is_full=r.batch_is_full,
             queue=r.queue,
         )
-        for t, r in enumerate(replay_steps(plan, rule, steps, max_steps, end))
+        for t, r in enumerate(replay_steps(plan, rule, params, steps, max_steps, end))
     )
     e = end[0]
     n = e.arrived
     return SglangModelLog(
         rule=rule,
+        params=params,
         steps=log,
         s=tuple(plan.s[:n].tolist()),
         max_new=tuple(e.max_new.tolist()),

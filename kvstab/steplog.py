@@ -384,7 +384,8 @@ class SglangStep:
 class SglangModelLog:
     """Every step of one replay on the model, and every request's outcome (SGLang's terms)."""
 
-    rule: Sglang
+    rule: Sglang  # SGLang's own knobs
+    params: ModelParams  # the server the replay ran on
     steps: tuple[SglangStep, ...]
     # per request, plan order
     s: tuple[int, ...]

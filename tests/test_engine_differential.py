@@ -203,20 +203,20 @@ def test_every_builtin_has_a_fast_path() -> None:
         for life in ("kvstab", "vllm"):
             out = run(load_scheduler(rule), params, plan, drain=True, max_slots=1000, lifecycle=life)  # type: ignore[arg-type]
             assert out.engine == "fast", (rule, out.reason)
-    sg = Sglang(M=64, chunk=8)
-    out = run(sg, sg.params(), plan, drain=True, lifecycle="sglang")
+    sg = Sglang()
+    out = run(sg, params, plan, drain=True, lifecycle="sglang")
     assert out.engine == "fast" and "sglang" in out.reason
 
     class Mine(Sglang):
         pass
 
-    mine = Mine(M=64, chunk=8)
+    mine = Mine()
     assert not sgl.is_fast(mine)
-    ref = run(mine, mine.params(), plan, drain=True, lifecycle="sglang")
+    ref = run(mine, params, plan, drain=True, lifecycle="sglang")
     assert ref.engine == "reference" and "subclass" in ref.reason, ref.reason
     _same(ref.result, out.result)
     try:
-        run(mine, mine.params(), plan, drain=True, engine="fast", lifecycle="sglang")
+        run(mine, params, plan, drain=True, engine="fast", lifecycle="sglang")
     except InvalidArgument as exc:
         assert "has no fast path" in str(exc)
     else:
@@ -228,9 +228,10 @@ def test_every_builtin_has_a_fast_path() -> None:
 def sglang_cases(draw: st.DrawFn) -> tuple[Sglang, ModelParams, str]:
     """An ``Sglang`` with drawn knobs — low initial ratios (the reservation under-counts, and
     decode runs out of memory: retraction), dyadic ratios (exact float ties at the admission
-    boundary), a small clip, small prefill budgets, caps, pages — and the server it runs on:
-    its own under SGLang's lifecycle, any drawn server under kvstab's and vLLM's (the rule
-    reads ``M``, chunk, page and cap off the view there)."""
+    boundary), a small clip, small prefill budgets — and the server it runs on: under
+    SGLang's lifecycle one SGLang accepts (chunks of whole pages, caps, no token budget),
+    any drawn server under kvstab's and vLLM's (the rule reads ``M``, chunk, page and cap
+    off the view in every lifecycle)."""
     life = draw(st.sampled_from(["kvstab", "vllm", "sglang"]))
     B = draw(st.sampled_from([1, 1, 4, 16]))
     chunk = B * draw(st.integers(1, 8))
@@ -241,11 +242,11 @@ def sglang_cases(draw: st.DrawFn) -> tuple[Sglang, ModelParams, str]:
         max_prefill_tokens=draw(st.sampled_from([1, chunk, 2 * chunk, 16384])),
         retract_decode_steps=draw(st.sampled_from([20, 0, 3])),
         new_token_ratio_decay_steps=draw(st.sampled_from([600, 7])),
-        max_num_seqs=draw(st.none() | st.integers(1, 6)),
     )
-    rule = Sglang(M=M, chunk=chunk, block=B, **knobs)  # type: ignore[arg-type]
+    max_num_seqs = draw(st.none() | st.integers(1, 6))
+    rule = Sglang(**knobs)  # type: ignore[arg-type]
     if life == "sglang":
-        return rule, rule.params(), life
+        return rule, ModelParams(M=M, chunk=chunk, block=B, max_num_seqs=max_num_seqs), life
     params = draw(servers("sglang"))
     return rule, params, life
 

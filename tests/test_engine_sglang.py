@@ -22,6 +22,7 @@ from kvstab.engine import _kernel_sglang as KS
 from kvstab.engine import sglang as sgl
 from kvstab.errors import InvalidArgument
 from kvstab.lifecycles.sglang import SglangEngine
+from kvstab.model import ModelParams
 from kvstab.schedulers.sglang import Sglang
 from kvstab.simulator import Engine
 
@@ -29,18 +30,15 @@ ROWS = "arrived admitted preempted completed running memory wasted tokens queue"
 
 
 @st.composite
-def small_servers(draw: st.DrawFn) -> tuple[Sglang, ArrivalPlan]:
+def small_servers(draw: st.DrawFn) -> tuple[Sglang, ModelParams, ArrivalPlan]:
     """Servers SGLang accepts (chunks of whole pages) and up to 40 requests: pages 1/4/16, caps,
     prefill budgets down to one token, a clip down to one token, low and dyadic initial ratios,
     a fast decay (the floor is reached), no retract steps."""
     B = draw(st.sampled_from([1, 1, 4, 16]))
     chunk = B * draw(st.integers(1, 8))
     M = draw(st.integers(max(2 * chunk, 8 * B, 32), 30 * B + 300))
+    params = ModelParams(M=M, chunk=chunk, block=B, max_num_seqs=draw(st.none() | st.integers(1, 10)))
     rule = Sglang(
-        M=M,
-        chunk=chunk,
-        block=B,
-        max_num_seqs=draw(st.none() | st.integers(1, 10)),
         max_prefill_tokens=draw(st.sampled_from([1, chunk, 2 * chunk, 16384])),
         init_new_token_ratio=draw(st.sampled_from([0.7, 0.3, 0.1, 0.05, 0.5, 1.0])),
         clip_max_new_tokens=draw(st.sampled_from([4096, 1, 5, 40])),
@@ -51,17 +49,17 @@ def small_servers(draw: st.DrawFn) -> tuple[Sglang, ArrivalPlan]:
         (draw(st.integers(0, 100)), draw(st.integers(1, max(1, M // 3))), draw(st.integers(1, max(1, M // 3))))
         for _ in range(draw(st.integers(1, 40)))
     ]
-    return rule, fixed_arrivals(sorted(rows))
+    return rule, params, fixed_arrivals(sorted(rows))
 
 
 @settings(max_examples=45, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=small_servers(), steps=st.none() | st.integers(1, 300))
-def test_the_step_log_is_the_reference_s(case: tuple[Sglang, ArrivalPlan], steps: int | None) -> None:
+def test_the_step_log_is_the_reference_s(case: tuple[Sglang, ModelParams, ArrivalPlan], steps: int | None) -> None:
     """SGLang's lifecycle: every field of every step (the ratio bit for bit) and every request's
     outcome, as ``kvstab empirical compare --sglang`` and the cross-check read them."""
-    rule, plan = case
-    ref = replay_sglang_model(plan, rule, steps, max_steps=4000, engine="reference")
-    fast = replay_sglang_model(plan, rule, steps, max_steps=4000)
+    rule, params, plan = case
+    ref = replay_sglang_model(plan, rule, params, steps, max_steps=4000, engine="reference")
+    fast = replay_sglang_model(plan, rule, params, steps, max_steps=4000)
     assert fast.engine == "fast" and ref.engine == "reference"
     assert ref.first_difference(fast) is None, ref.first_difference(fast)
     assert len(ref.steps) == len(fast.steps)
@@ -76,39 +74,41 @@ def test_a_subclass_replays_on_the_reference_engine() -> None:
         pass
 
     plan = fixed_arrivals([(0, 20, 30), (2, 40, 10)])
-    log = replay_sglang_model(plan, Mine(M=256, chunk=64))
+    server = ModelParams(M=256, chunk=64)
+    log = replay_sglang_model(plan, Mine(), server)
     assert log.engine == "reference"
-    assert log.first_difference(replay_sglang_model(plan, Sglang(M=256, chunk=64))) is None
+    assert log.first_difference(replay_sglang_model(plan, Sglang(), server)) is None
     with pytest.raises(InvalidArgument, match="no compiled path"):
-        replay_sglang_model(plan, Mine(M=256, chunk=64), engine="fast")
+        replay_sglang_model(plan, Mine(), server, engine="fast")
 
 
 def test_refusals_are_the_reference_s() -> None:
     """A prompt SGLang refuses, or one its clip leaves no output, fails as on the reference engine."""
-    rule = Sglang(M=256, chunk=64)
-    for bad, paged in (((3, 250, 10), rule), ((3, 230, 40), Sglang(M=256, chunk=64, block=16))):
+    rule, params = Sglang(), ModelParams(M=256, chunk=64)
+    for bad, paged in (((3, 250, 10), params), ((3, 230, 40), ModelParams(M=256, chunk=64, block=16))):
         plan = fixed_arrivals([(0, 20, 30), bad])
         msgs = []
         for engine in ("reference", "fast"):
             with pytest.raises(InvalidArgument) as exc:
-                replay_sglang_model(plan, paged, engine=engine)
+                replay_sglang_model(plan, rule, paged, engine=engine)
             msgs.append(str(exc.value))
         assert msgs[0] == msgs[1]
     # a refused request after the horizon never arrives, on either engine
     plan = fixed_arrivals([(0, 20, 30), (50, 250, 10)])
     assert (
-        replay_sglang_model(plan, rule, 40).first_difference(replay_sglang_model(plan, rule, 40, engine="reference"))
+        replay_sglang_model(plan, rule, params, 40).first_difference(
+            replay_sglang_model(plan, rule, params, 40, engine="reference")
+        )
         is None
     )
 
 
 # --- the float tests at their boundary, from hand-built states
-def _both(rule: Sglang, active: list[tuple[int, int, int]], waiting: list[tuple[int, int]], ratio: float,
-          slots: int) -> tuple[dict[str, np.ndarray], dict[str, int], Engine]:  # fmt: skip
+def _both(rule: Sglang, params: ModelParams, active: list[tuple[int, int, int]], waiting: list[tuple[int, int]],
+          ratio: float, slots: int) -> tuple[dict[str, np.ndarray], dict[str, int], Engine]:  # fmt: skip
     """``slots`` steps of the reference engine and of the compiled one from the same loaded state
     (kvstab's lifecycle); the per-slot rows must agree (``arrived`` aside: a loaded queue is
     no arrival here); returns the compiled rows and work counters, and the reference engine."""
-    params = rule.params()
     eng = Engine(rule, params)
     eng.load_state(active=active, waiting=waiting, sched_state=(ratio, 0))
     for _ in range(slots):
@@ -137,9 +137,9 @@ def test_pythons_float_sum_sizes_the_chunk() -> None:
     ratio = 0.1
     assert sum([ratio] * 10) < 1 < 10 * Fraction(ratio)
     assert int(np.floor(2 - sum([ratio] * 10))) == 1 and 2 - 10 * Fraction(ratio) < 1
-    rule = Sglang(M=13, chunk=4, clip_max_new_tokens=1)
+    rule, params = Sglang(clip_max_new_tokens=1), ModelParams(M=13, chunk=4)
     active = [(1, 1, 1)] * 10 + [(5, 1, 1)]  # ten decoders, then a prompt in flight
-    rows, work, _ = _both(rule, active, [], ratio, 8)
+    rows, work, _ = _both(rule, params, active, [], ratio, 8)
     assert rows["tokens"][0] == 1  # Python's branch (the exact sum would chunk 2 tokens)
     assert work["exact_sums"] >= 1
 
@@ -149,8 +149,7 @@ def test_an_exact_tie_at_the_admission_boundary_refuses(M: int, admitted: int) -
     """Two decoders reserve 4 · 0.5 = 2.0 each (exact in floats): with 11 tokens free the head
     needs ``2 + min(3 + 1, clip) + 1 = 7 < 11 − 4.0``, a tie, refused (and the flag set); one
     token more and it is admitted.  Within the rounding bound, the engine recomputes."""
-    rule = Sglang(M=M, chunk=64)
-    rows, work, eng = _both(rule, [(1, 4, 1), (1, 4, 1)], [(2, 3)], 0.5, 6)
+    rows, work, eng = _both(Sglang(), ModelParams(M=M, chunk=64), [(1, 4, 1), (1, 4, 1)], [(2, 3)], 0.5, 6)
     assert rows["admitted"][0] == admitted
     if not admitted:
         assert work["exact_sums"] >= 1
@@ -160,16 +159,16 @@ def test_an_exact_tie_at_the_admission_boundary_refuses(M: int, admitted: int) -
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=small_servers(), slots=st.integers(1, 400), life=st.sampled_from(["kvstab", "sglang"]))
 def test_the_state_after_quiet_stretches_is_the_reference_s(
-    case: tuple[Sglang, ArrivalPlan], slots: int, life: str
+    case: tuple[Sglang, ModelParams, ArrivalPlan], slots: int, life: str
 ) -> None:
     """Skipped stretches apply the ratio's decay one float operation a step (and an idle
     stretch its reset): after a streamed run the ratio is the reference's bit for bit, and so
     is the flag."""
-    rule, plan = case
-    eng = SglangEngine(rule) if life == "sglang" else Engine(rule, rule.params())
+    rule, params, plan = case
+    eng = SglangEngine(rule, params) if life == "sglang" else Engine(rule, params)
     eng.run(plan, slots)
-    po = sgl.sglang_lengths(rule, plan, len(plan)) if life == "sglang" else plan.o
-    state = sgl._State(rule, rule.params(), plan, po)
+    po = sgl.sglang_lengths(rule, params, plan, len(plan)) if life == "sglang" else plan.o
+    state = sgl._State(rule, params, plan, po)
     status = state.step(KS.SGLANG_LIFE if life == "sglang" else KS.KVSTAB_LIFE, True, slots, False, 0,
                         np.zeros((9, 0), dtype=np.int64))  # fmt: skip
     assert status == K.REACHED and state.t == slots
@@ -181,13 +180,13 @@ def test_a_compensated_float_sum_declines_the_compiled_path(monkeypatch: pytest.
     """Where Python's ``sum`` compensates (CPython >= 3.12), the kernel's sequential sum would not be
     the rule's: the run takes the reference engine and says why."""
     monkeypatch.setattr(sgl, "SEQUENTIAL_FLOAT_SUM", False)
-    rule = Sglang(M=256, chunk=64)
+    rule, params = Sglang(), ModelParams(M=256, chunk=64)
     plan = fixed_arrivals([(0, 20, 30), (2, 40, 10)])
     from kvstab.engine import run
 
-    out = run(rule, rule.params(), plan, 50, lifecycle="sglang")
+    out = run(rule, params, plan, 50, lifecycle="sglang")
     assert out.engine == "reference" and "compensates" in out.reason
-    assert replay_sglang_model(plan, rule, 50).engine == "reference"
+    assert replay_sglang_model(plan, rule, params, 50).engine == "reference"
 
 
 def test_the_sglang_kernel_is_rebuilt_when_the_kernel_it_inlines_changes() -> None:

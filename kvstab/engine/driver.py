@@ -195,7 +195,7 @@ def run(
     ``"reference"``.  ``lifecycle="vllm"`` applies vLLM's request lifecycle
     (requests in vLLM's terms, ``o = max_tokens``; see
     :mod:`kvstab.lifecycles.vllm`); ``lifecycle="sglang"`` SGLang's, for the
-    ``sglang`` rule on its own server (``params == rule.params()``; requests in
+    ``sglang`` rule (on a server SGLang accepts, :func:`~kvstab.lifecycles.sglang.check_server`; requests in
     SGLang's terms, ``o = max_new_tokens``; :mod:`kvstab.lifecycles.sglang`).
     ``record=False`` keeps no per-slot
     arrays: the :class:`Summary` is computed while the run streams (a fixed
@@ -232,7 +232,7 @@ def run(
         why = "asked for" if engine == "reference" else f"no compiled sglang path: {sgl.no_fast_path(scheduler)}"
         if engine == "fast":
             raise InvalidArgument(f"scheduler {scheduler.name!r} has no fast path ({why})")
-        sres = sgl.run_reference(scheduler, plan, slots, drain, check, window, max_slots)
+        sres = sgl.run_reference(scheduler, params, plan, slots, drain, check, window, max_slots)
         summ = StreamStats.of_result(sres, slots is not None and not drain, warmup, batches)
         return Run("reference", summ, sres if record else None, time.perf_counter() - start, why)
     if engine != "reference" and pol is not None:

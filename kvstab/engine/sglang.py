@@ -8,10 +8,11 @@ same :class:`~kvstab.errors.InvariantViolation`.  :func:`replay_steps` yields
 SGLang's step log for :func:`kvstab.empirical.sglang_replay.replay_sglang_model`.
 
 Only the class :class:`~kvstab.schedulers.sglang.Sglang` itself takes this path
-(a subclass may override ``decide``); every knob of the instance is carried:
-the server (``M``, ``chunk``, ``block``, ``max_num_seqs`` — from the run's
-``ModelParams`` in kvstab's and vLLM's lifecycles, as the rule reads them off
-the view), ``max_prefill_tokens``, the clip, the ratio's knobs, the retract
+(a subclass may override ``decide``); the server (``M``, ``chunk``, ``block``,
+``max_num_seqs``) is the run's ``ModelParams`` in every lifecycle, as the rule
+reads it off the view (SGLang's lifecycle checks it with
+:func:`~kvstab.lifecycles.sglang.check_server`), and every knob of the instance
+is carried: ``max_prefill_tokens``, the clip, the ratio's knobs, the retract
 steps, and (SGLang's lifecycle) ``context_len`` for the arrival clip.
 """
 
@@ -31,7 +32,7 @@ from kvstab.engine import _layout as L
 from kvstab.engine._drive import Bins, KernelState, Requests, check_plan, drive, finish, violation
 from kvstab.engine.stream import StreamStats, Summary
 from kvstab.errors import InvalidArgument
-from kvstab.lifecycles.sglang import SglangEngine, clip_max_new, replay_reference
+from kvstab.lifecycles.sglang import SglangEngine, check_server, clip_max_new, max_req_len, replay_reference
 from kvstab.model import ModelParams
 from kvstab.schedulers.sglang import Sglang
 from kvstab.simulator import SimResult
@@ -67,23 +68,23 @@ def is_fast(scheduler: object) -> bool:
     return no_fast_path(scheduler) is None
 
 
-def sglang_lengths(rule: Sglang, plan: ArrivalPlan, fed: int) -> IntArray:
-    """kvstab's ``o`` of each request under SGLang's lifecycle (``max_new − 1`` after SGLang's
-    arrival clip, :func:`kvstab.lifecycles.sglang.clip_max_new`); the first of the
-    ``fed`` rows that :class:`~kvstab.lifecycles.sglang.SglangEngine` would refuse
-    raises its :class:`InvalidArgument`."""
-    B = rule.block
+def sglang_lengths(rule: Sglang, params: ModelParams, plan: ArrivalPlan, fed: int) -> IntArray:
+    """kvstab's ``o`` of each request under SGLang's lifecycle on the server ``params``
+    (``max_new − 1`` after SGLang's arrival clip, :func:`kvstab.lifecycles.sglang.clip_max_new`);
+    the first of the ``fed`` rows that :class:`~kvstab.lifecycles.sglang.SglangEngine` would
+    refuse raises its :class:`InvalidArgument`."""
+    B = params.block
     s = plan.s.astype(np.int64)
-    max_req_len = rule.M - 1 if rule.context_len is None else min(rule.context_len - 1, rule.M - 1)
+    limit = max_req_len(rule, params)
     paged = -(-s // B) * B
-    max_new = np.maximum(0, np.minimum(np.minimum(plan.o, max_req_len - s - 1), rule.M - paged - B - 1))
-    bad = np.flatnonzero(((s >= max_req_len - 5) | (max_new < 1))[:fed])
+    max_new = np.maximum(0, np.minimum(np.minimum(plan.o, limit - s - 1), params.M - paged - B - 1))
+    bad = np.flatnonzero(((s >= limit - 5) | (max_new < 1))[:fed])
     if bad.size:
         k = int(bad[0])
-        clip_max_new(rule, int(s[k]), int(plan.o[k]))  # raises SGLang's refusal of the prompt
+        clip_max_new(rule, params, int(s[k]), int(plan.o[k]))  # raises SGLang's refusal of the prompt
         raise InvalidArgument(
             f"request (s={int(s[k])}, max_new={int(plan.o[k])}): SGLang clips max_new_tokens to 0 at "
-            f"M={rule.M}; use a shorter prompt"
+            f"M={params.M}; use a shorter prompt"
         )
     return (max_new - 1).astype(np.int64)
 
@@ -194,9 +195,7 @@ def _lengths(
 ) -> tuple[ArrivalPlan, IntArray]:
     """The plan as the reference engine accepts it, and kvstab's ``o`` per request."""
     if lifecycle == "sglang":
-        if params != rule.params():
-            raise InvalidArgument(f"SGLang's lifecycle runs on the rule's own server ({rule.params()}), got {params}")
-        return plan, sglang_lengths(rule, plan, fed)
+        return plan, sglang_lengths(rule, check_server(params), plan, fed)
     plan = check_plan(plan, params, lifecycle)
     return plan, plan.o - 1 if lifecycle == "vllm" else plan.o
 
@@ -243,6 +242,7 @@ def run_fast(
 
 def run_reference(
     rule: Sglang,
+    params: ModelParams,
     plan: ArrivalPlan,
     slots: int | None,
     drain: bool,
@@ -250,8 +250,9 @@ def run_reference(
     window: int,
     max_slots: int,
 ) -> SimResult:
-    """The reference engine with SGLang's lifecycle (``SglangEngine``), driven like ``simulate``."""
-    eng = SglangEngine(rule, check=check, window=window)
+    """The reference engine with SGLang's lifecycle (``SglangEngine``) on the server ``params``,
+    driven like ``simulate``."""
+    eng = SglangEngine(rule, params, check=check, window=window)
     fed = eng.run(plan, slots, drain=drain, max_slots=max_slots)
     unfinished = (fed < len(plan) or not eng.idle) if drain else (slots is not None and eng.slot < slots)
     if unfinished:
@@ -292,15 +293,15 @@ _KINDS = ("idle", "prefill", "decode")
 
 
 def replay_steps(
-    plan: ArrivalPlan, rule: Sglang, steps: int | None, max_steps: int, end: list[LogEnd]
+    plan: ArrivalPlan, rule: Sglang, params: ModelParams, steps: int | None, max_steps: int, end: list[LogEnd]
 ) -> Iterator[RawStep]:
-    """SGLang's lifecycle, one step per slot (idle steps too), ``steps`` steps or until every
-    request arrived and finished (at most ``max_steps``); yields each step's record and appends
-    the requests' outcomes to ``end`` when done.  Raises as ``replay_sglang_model`` does."""
+    """SGLang's lifecycle on the server ``params``, one step per slot (idle steps too), ``steps``
+    steps or until every request arrived and finished (at most ``max_steps``); yields each step's
+    record and appends the requests' outcomes to ``end`` when done.  Raises as
+    ``replay_sglang_model`` does."""
     horizon = max_steps if steps is None else min(steps, max_steps)
     fed = int(np.searchsorted(plan.slot, horizon, side="left"))
-    po = sglang_lengths(rule, plan, fed)
-    params = rule.params()
+    po = sglang_lengths(rule, check_server(params), plan, fed)
     state = _State(rule, params, plan, po)
     width = LOG_BATCH
     lg = np.zeros((L.NLOG, width), dtype=np.int64)
@@ -315,7 +316,7 @@ def replay_steps(
         status = state.step(L.SGLANG_LIFE, True, t_end, steps is None, 0, out, None, (lg, lr, ev))
         if status == L.VIOLATION:
             # the reference engine raises it, with every detail of the slot
-            replay_reference(plan, rule, steps, max_steps=max_steps)
+            replay_reference(plan, rule, params, steps, max_steps=max_steps)
             raise AssertionError("the compiled sglang engine stopped at a violation the reference did not raise")
         yield from _decode_log(lg, lr, ev, state.t - t0)
         if status == L.DRAINED or (steps is not None and state.t >= steps):

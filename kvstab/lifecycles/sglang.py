@@ -21,6 +21,10 @@ it, through the engine's extension points only:
 * **Victims go to the tail of the queue** (``_add_request_to_queue``,
   ``scheduler.py:3480``) in the order SGLang retracted them (:meth:`requeue`).
 
+The server is the run's :class:`~kvstab.model.ModelParams`, passed alongside
+the rule (which holds SGLang's own knobs only); :func:`check_server` refuses a
+server SGLang cannot be started on.
+
 :func:`replay_reference` steps a plan through it, one SGLang step per slot
 (idle steps included: SGLang resets ``new_token_ratio`` when idle), and
 returns :class:`~kvstab.steplog.SglangModelLog`, the per-step record the
@@ -40,13 +44,14 @@ from kvstab.arrivals import ArrivalPlan
 from kvstab.contract import ActiveEntry, Decision, View, WaitingEntry
 from kvstab.errors import InvalidArgument
 from kvstab.lifecycles.vllm import resumed_lengths
-from kvstab.model import tokens_held
+from kvstab.model import ModelParams, tokens_held
 from kvstab.schedulers.sglang import Sglang
 from kvstab.simulator import Engine, RequestState, SlotRecord
 from kvstab.steplog import SglangModelLog, SglangStep
 from kvstab.validation import MAX_SLOTS
 
-__all__ = ["SglangEngine", "SglangActive", "SglangWaiting", "clip_max_new", "replay_reference"]
+__all__ = ["SglangEngine", "SglangActive", "SglangWaiting", "check_server", "clip_max_new", "max_req_len",
+           "replay_reference"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,31 +68,56 @@ class SglangWaiting(WaitingEntry):
     prior: int = field(default=0, metadata={"help": "outputs produced before the last retraction"})
 
 
-def clip_max_new(rule: Sglang, s: int, max_new: int) -> int:
+def check_server(params: ModelParams) -> ModelParams:
+    """``params`` if SGLang can run on it, else :class:`InvalidArgument` naming the constraint:
+    the chunk is a whole number of pages (``chunked_prefill_size % page_size == 0``,
+    ``arg_groups/validation_hook.py:244``) and there is no token budget shared by all
+    requests (SGLang's ``max_prefill_tokens`` is the rule's knob, a soft cap)."""
+    if params.chunk % params.block:
+        raise InvalidArgument(
+            f"sglang: chunk={params.chunk} must be a multiple of the page size block={params.block} "
+            "(SGLang's chunked_prefill_size % page_size == 0)"
+        )
+    if params.token_budget is not None:
+        raise InvalidArgument(
+            f"sglang: SGLang has no token budget shared by all requests, got token_budget={params.token_budget} "
+            "(its max_prefill_tokens is the rule's knob)"
+        )
+    return params
+
+
+def max_req_len(rule: Sglang, params: ModelParams) -> int:
+    """SGLang's ``max_req_len``: ``min(context_len − 1, M − 1)`` (``M − 1`` without a context length)."""
+    return params.M - 1 if rule.context_len is None else min(rule.context_len - 1, params.M - 1)
+
+
+def clip_max_new(rule: Sglang, params: ModelParams, s: int, max_new: int) -> int:
     """SGLang's ``max_new_tokens`` for a prompt of ``s`` tokens once clipped at arrival
-    (``scheduler.py:2700``); :class:`InvalidArgument` for a prompt SGLang refuses."""
-    B = rule.block
-    max_req_len = rule.M - 1 if rule.context_len is None else min(rule.context_len - 1, rule.M - 1)
-    if s >= max_req_len - 5:
+    (``scheduler.py:2700``) on the server ``params``; :class:`InvalidArgument` for a prompt
+    SGLang refuses."""
+    B = params.block
+    limit = max_req_len(rule, params)
+    if s >= limit - 5:
         raise InvalidArgument(
             f"a prompt of {s} tokens is refused by SGLang: it must be shorter than max_req_len - 5 = "
-            f"{max_req_len - 5} (M={rule.M}, context_len={rule.context_len})"
+            f"{limit - 5} (M={params.M}, context_len={rule.context_len})"
         )
     paged_s = -(-s // B) * B
-    return max(0, min(max_new, max_req_len - s - 1, rule.M - paged_s - B - 1))
+    return max(0, min(max_new, limit - s - 1, params.M - paged_s - B - 1))
 
 
 class SglangEngine(Engine):
     """kvstab's engine with SGLang's request lifecycle (see the module docstring).
 
     Requests are given in SGLang's terms (``max_new_tokens = o``);
-    :attr:`sg_max_new` keeps each one after SGLang's arrival clip.
+    :attr:`sg_max_new` keeps each one after SGLang's arrival clip.  ``params`` is
+    the server, which :func:`check_server` checks.
     """
 
     min_output = 0
 
-    def __init__(self, rule: Sglang, *, check: bool = True, window: int = 8) -> None:
-        super().__init__(rule, rule.params(), check=check, window=window)
+    def __init__(self, rule: Sglang, params: ModelParams, *, check: bool = True, window: int = 8) -> None:
+        super().__init__(rule, check_server(params), check=check, window=window)
         self.rule = rule
         self.sg_max_new: list[int] = []  # max_new_tokens after the arrival clip
         self.prior: list[int] = []  # outputs produced before the last retraction
@@ -101,10 +131,10 @@ class SglangEngine(Engine):
         for name, v in (("s", s), ("o", o)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise InvalidArgument(f"request length {name} must be an integer >= 1, got {v!r}")
-        max_new = clip_max_new(self.rule, int(s), int(o))
+        max_new = clip_max_new(self.rule, self.params, int(s), int(o))
         if max_new < 1:
             raise InvalidArgument(
-                f"request (s={s}, max_new={o}): SGLang clips max_new_tokens to 0 at M={self.rule.M}; "
+                f"request (s={s}, max_new={o}): SGLang clips max_new_tokens to 0 at M={self.params.M}; "
                 "use a shorter prompt"
             )
         rid = super().arrive(int(s), max_new - 1)
@@ -170,16 +200,17 @@ class SglangEngine(Engine):
 def replay_reference(
     plan: ArrivalPlan,
     rule: Sglang,
+    params: ModelParams,
     steps: int | None = None,
     *,
     max_steps: int = MAX_SLOTS,
 ) -> SglangModelLog:
     """Replay ``plan`` (``o`` = SGLang's ``max_new_tokens``) on :class:`SglangEngine`,
-    the ``sglang`` rule with SGLang's lifecycle: ``steps`` steps, or (``None``) until
+    the ``sglang`` rule with SGLang's lifecycle on the server ``params``: ``steps`` steps, or (``None``) until
     every request has arrived and finished, at most ``max_steps``.  Every step is
     recorded, idle ones too."""
     start = time.perf_counter()
-    eng = SglangEngine(rule)
+    eng = SglangEngine(rule, params)
     n = len(plan)
     arrival: list[int] = []
     log: list[SglangStep] = []
@@ -218,7 +249,7 @@ def replay_reference(
             work = [work[j] for j in order]
         kind = "prefill" if prefill else "decode" if decode else "idle"
         retracted = tuple(r.rid for r in eng.waiting if r.rid in set(rec.preempted))
-        kv = sum(int(tokens_held(r.progress, rule.block)) for r in eng.active)
+        kv = sum(int(tokens_held(r.progress, params.block)) for r in eng.active)
         ratio, full = rec.state
         log.append(
             SglangStep(
@@ -240,6 +271,7 @@ def replay_reference(
     reqs = eng.requests
     return SglangModelLog(
         rule=rule,
+        params=params,
         steps=tuple(log),
         s=tuple(int(x) for x in plan.s[:i]),
         max_new=tuple(eng.sg_max_new),

@@ -114,7 +114,6 @@ from kvstab.contract import (
     zipped,
 )
 from kvstab.errors import InvalidArgument
-from kvstab.model import PAPER_CHUNK, PAPER_M, ModelParams
 from kvstab.ops import BoolLike, IntLike, Ops
 
 __all__ = ["Sglang", "SCHEDULER"]
@@ -127,13 +126,12 @@ def _prior(entry: ActiveEntry | WaitingEntry) -> IntLike:
 
 @dataclass(frozen=True, slots=True)
 class Sglang:
-    """SGLang 0.5.23's scheduler: its knobs and its server, one source for the model and the real run."""
+    """SGLang 0.5.23's scheduler: its own knobs, one source for the model and the real run.
 
-    # --- the server (kvstab's ModelParams, in SGLang's terms; see params())
-    M: int = field(default=PAPER_M, metadata={"help": "KV token pool size (SGLang max_total_num_tokens)"})
-    chunk: int = field(default=PAPER_CHUNK, metadata={"help": "chunked_prefill_size (tokens per prefill batch)"})
-    block: int = field(default=1, metadata={"help": "page_size (KV allocation granularity B)"})
-    max_num_seqs: int | None = field(default=None, metadata={"help": "max_running_requests (None: no cap)"})
+    The server (``M``, ``chunk``, ``block``, ``max_num_seqs``) is not here: it is the
+    :class:`~kvstab.model.ModelParams` passed alongside the rule, and ``decide`` reads
+    it off the view like every other rule."""
+
     max_prefill_tokens: int = field(
         default=16384, metadata={"help": "max_prefill_tokens: input tokens per prefill batch (a soft cap)"}
     )
@@ -157,14 +155,13 @@ class Sglang:
     traits: Traits = Traits(fcfs=True, work_conserving=False, clairvoyant=True, preempts=True, stalls_running=True)
 
     def __post_init__(self) -> None:
-        for name in ("M", "chunk", "block", "max_prefill_tokens", "new_token_ratio_decay_steps", "clip_max_new_tokens"):
+        for name in ("max_prefill_tokens", "new_token_ratio_decay_steps", "clip_max_new_tokens"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InvalidArgument(f"sglang: {name} must be a positive integer, got {v!r}")
-        for name in ("max_num_seqs", "context_len"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise InvalidArgument(f"sglang: {name} must be a positive integer or None, got {v!r}")
+        ctx = self.context_len
+        if ctx is not None and (isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1):
+            raise InvalidArgument(f"sglang: context_len must be a positive integer or None, got {ctx!r}")
         if (
             isinstance(self.retract_decode_steps, bool)
             or not isinstance(self.retract_decode_steps, int)
@@ -177,20 +174,8 @@ class Sglang:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < float(v) < float("inf")):
                 raise InvalidArgument(f"sglang: {name} must be a positive finite number, got {v!r}")
-        if self.block > self.M:
-            raise InvalidArgument(f"sglang: page size block={self.block} exceeds M={self.M}")
-        if self.chunk % self.block:
-            raise InvalidArgument(
-                f"sglang: chunk={self.chunk} must be a multiple of the page size block={self.block} "
-                "(SGLang's chunked_prefill_size % page_size == 0)"
-            )
 
     # --- configuration derived from the knobs
-    def params(self) -> ModelParams:
-        """The server as kvstab's :class:`ModelParams` (``max_prefill_tokens`` is the
-        rule's own: SGLang's last admission may overshoot it, so it is no hard token budget)."""
-        return ModelParams(M=self.M, chunk=self.chunk, block=self.block, max_num_seqs=self.max_num_seqs)
-
     @property
     def ratio_init(self) -> float:
         """``new_token_ratio`` at start: ``min(init · conservativeness, 1)`` (``new_token_ratio_tracker.py:24``)."""

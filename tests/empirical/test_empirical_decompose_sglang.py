@@ -21,18 +21,18 @@ from kvstab.theory.area import expected_g, g_exact
 from kvstab.workload import parse_workload
 
 
-def _run(workload: str, rule: Sglang, load: float, steps: int, seed: int = 3):  # noqa: ANN202
+def _run(workload: str, rule: Sglang, params: ModelParams, load: float, steps: int, seed: int = 3):  # noqa: ANN202
     w = parse_workload(workload)
-    Eg = expected_g(w, ModelParams(M=rule.M, chunk=rule.chunk, g="continuous"))
-    plan = poisson_arrivals(w, load * rule.M / Eg, ModelParams(bbar=1.0), steps, seed=seed)
-    return replay_sglang_model(plan, rule, steps), Eg
+    Eg = expected_g(w, ModelParams(M=params.M, chunk=params.chunk, g="continuous"))
+    plan = poisson_arrivals(w, load * params.M / Eg, ModelParams(bbar=1.0), steps, seed=seed)
+    return replay_sglang_model(plan, rule, params, steps), Eg
 
 
 def test_a_prefill_step_stalls_the_running_request_and_its_area_says_so() -> None:
     # request 0 prefills in step 0 and decodes in steps 1-2 (holding 21, 22); request 1 arrives at
     # step 3, whose prefill-only step gives request 0 no token while it holds 22 tokens
-    rule = Sglang(M=4096, chunk=64)
-    log = replay_sglang_model(fixed_arrivals([(0, 20, 10), (3, 20, 10)]), rule)
+    rule, params = Sglang(), ModelParams(M=4096, chunk=64)
+    log = replay_sglang_model(fixed_arrivals([(0, 20, 10), (3, 20, 10)]), rule, params)
     assert [st.kind for st in log.steps[:4]] == ["prefill", "decode", "decode", "prefill"]
     acc = sglang_accounts(log, 0)
     g = g_exact(20, 9, 64)  # max_new 10: token 1 comes with the prefill, 9 decode steps
@@ -48,8 +48,8 @@ def test_a_prefill_step_stalls_the_running_request_and_its_area_says_so() -> Non
 
 def test_fixed_lengths_give_the_area_terms_exactly() -> None:
     # s a multiple of ŝ, fixed lengths, page 1: no sample noise, no partial chunk, no rounding
-    rule = Sglang(M=8192, chunk=512)
-    log, Eg = _run("s=const(512),o=const(64)", rule, 1.3, 800)
+    rule, params = Sglang(), ModelParams(M=8192, chunk=512)
+    log, Eg = _run("s=const(512),o=const(64)", rule, params, 1.3, 800)
     d = decompose_sglang_gap(log, 8192, Eg)
     for k in ("sample", "partial_chunks", "page_rounding", "capacity"):
         assert d.terms[k] == pytest.approx(0, abs=1e-12), k
@@ -60,8 +60,8 @@ def test_fixed_lengths_give_the_area_terms_exactly() -> None:
 
 def test_the_decomposition_is_exact_with_retractions_and_pages() -> None:
     # a low initial ratio under-reserves, so decode runs out of memory and retracts
-    rule = Sglang(M=4096, chunk=256, block=16, init_new_token_ratio=0.05)
-    log, Eg = _run("s=U(10,600),o=U(10,600)", rule, 1.3, 1500)
+    rule, params = Sglang(init_new_token_ratio=0.05), ModelParams(M=4096, chunk=256, block=16)
+    log, Eg = _run("s=U(10,600),o=U(10,600)", rule, params, 1.3, 1500)
     assert sum(log.retractions) > 0
     d = decompose_sglang_gap(log, 4096, Eg)
     assert abs(d.residual) < 1e-9
@@ -75,18 +75,18 @@ def test_the_decomposition_is_exact_with_retractions_and_pages() -> None:
 
 def test_the_cap_is_the_idle_cause_when_it_binds() -> None:
     # 40 short requests at once on a large pool: only the cap of 2 keeps memory idle while they queue
-    rule = Sglang(M=65536, chunk=512, max_num_seqs=2)
+    rule, params = Sglang(), ModelParams(M=65536, chunk=512, max_num_seqs=2)
     rng = np.random.default_rng(1)
     plan = fixed_arrivals([(0, int(rng.integers(10, 100)), int(rng.integers(10, 100))) for _ in range(40)])
-    log = replay_sglang_model(plan, rule)
+    log = replay_sglang_model(plan, rule, params)
     d = decompose_sglang_gap(log, 65536, 2000.0, warmup=0.1)
     idle = sum(v for k, v in d.terms.items() if k.startswith("idle_"))
     assert d.terms["idle_cap"] > 0.9 * idle and abs(d.residual) < 1e-9
 
 
 def test_a_log_the_accounting_does_not_explain_is_refused() -> None:
-    rule = Sglang(M=4096, chunk=64)
-    log = replay_sglang_model(fixed_arrivals([(0, 20, 10), (3, 20, 10)]), rule)
+    rule, params = Sglang(), ModelParams(M=4096, chunk=64)
+    log = replay_sglang_model(fixed_arrivals([(0, 20, 10), (3, 20, 10)]), rule, params)
     steps = list(log.steps)
     steps[5] = dataclasses.replace(steps[5], kv_used=steps[5].kv_used + 1)
     with pytest.raises(InvalidArgument, match=r"step 5 of the model log: kv_used"):
@@ -126,16 +126,16 @@ def test_ignore_eos_needs_sglangs_own_scheduler(tmp_path: Path, capsys: pytest.C
 def test_the_ignore_eos_look_ahead_admits_what_the_whole_max_new_test_refuses() -> None:
     from kvstab.empirical.sglang_ignore_eos import Entry, ignore_eos_pass
 
-    rule = Sglang(M=1000, chunk=512)
+    rule, params = Sglang(), ModelParams(M=1000, chunk=512)
     # one running request with 10 tokens left holds 499 (it will free 500 when it ends); the head
     # needs 100 + a page now and 400 more by its end: not all at once (100 + 400 + 1 >= 501 - 10),
     # but the running request ends first, so at every future finish memory suffices
     running = [Entry(0, s=400, o=109, progress=499)]
     head = Entry(1, s=100, o=399, progress=0)
     assert (running[0].left, running[0].occupied, head.left, head.occupied) == (10, 500, 400, 100)
-    assert ignore_eos_pass(rule, 501, running, None, [head], False).admitted == (1,)
+    assert ignore_eos_pass(rule, params, 501, running, None, [head], False).admitted == (1,)
     # the first stage (the running request's end, both alive, each 10 tokens longer) needs
     # free - 101 - 2·10 > 2·1 (IGNORE_EOS_RESERVE_TOKENS per live request): 124 passes, 123 does not
-    assert ignore_eos_pass(rule, 124, running, None, [head], False).admitted == (1,)
-    tighter = ignore_eos_pass(rule, 123, running, None, [head], False)
+    assert ignore_eos_pass(rule, params, 124, running, None, [head], False).admitted == (1,)
+    tighter = ignore_eos_pass(rule, params, 123, running, None, [head], False)
     assert tighter.admitted == () and tighter.set_full

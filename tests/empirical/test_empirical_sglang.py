@@ -40,15 +40,17 @@ def sglang() -> None:
         pytest.skip(f"{exc} (KVSTAB_REQUIRE_SGLANG=1 turns this skip into a failure)")
 
 
-def assert_same(plan: ArrivalPlan, rule: Sglang, steps: int | None = None) -> tuple[SglangModelLog, SglangModelLog]:
-    real = replay_sglang(plan, rule, steps)
-    model = replay_sglang_model(plan, rule, steps)
+def assert_same(
+    plan: ArrivalPlan, rule: Sglang, params: ModelParams, steps: int | None = None
+) -> tuple[SglangModelLog, SglangModelLog]:
+    real = replay_sglang(plan, rule, params, steps)
+    model = replay_sglang_model(plan, rule, params, steps)
     diff = model.first_difference(real)
     assert diff is None, diff
     return real, model
 
 
-def small_server(seed: int) -> tuple[Sglang, ArrivalPlan]:
+def small_server(seed: int) -> tuple[Sglang, ModelParams, ArrivalPlan]:
     """A small random server and 40 requests over 150 steps: page sizes 1/4/16, chunks of a
     few pages, caps on and off, prefill budgets at one chunk or two, and initial ratios low
     enough that the reservation under-counts and decode runs out of memory (retraction)."""
@@ -59,16 +61,17 @@ def small_server(seed: int) -> tuple[Sglang, ArrivalPlan]:
     seqs = None if rng.random() < 0.3 else int(rng.integers(1, 12))
     budget = int(rng.choice([chunk, 2 * chunk, 16384]))
     ratio = float(rng.choice([0.7, 0.3, 0.1, 0.05]))
-    rule = Sglang(M=M, chunk=chunk, block=B, max_num_seqs=seqs, max_prefill_tokens=budget, init_new_token_ratio=ratio)
+    rule = Sglang(max_prefill_tokens=budget, init_new_token_ratio=ratio)
+    params = ModelParams(M=M, chunk=chunk, block=B, max_num_seqs=seqs)
     reqs = [(int(rng.integers(0, 150)), int(rng.integers(1, max(2, M // 3))), int(rng.integers(1, max(2, M // 3))))
             for _ in range(40)]
-    return rule, fixed_arrivals(sorted(reqs))
+    return rule, params, fixed_arrivals(sorted(reqs))
 
 
 @pytest.mark.parametrize("seed", range(12))
 def test_random_small_servers_match_step_for_step(seed: int) -> None:
-    rule, plan = small_server(seed)
-    real, _ = assert_same(plan, rule)
+    rule, params, plan = small_server(seed)
+    real, _ = assert_same(plan, rule, params)
     assert all(f >= 0 for f in real.finish)  # drained: every request finished on both
 
 
@@ -76,8 +79,8 @@ def test_the_small_servers_exercise_every_mechanism() -> None:
     # the parametrised cases are only a check if they hit what they claim to
     logs = []
     for seed in range(12):
-        rule, plan = small_server(seed)
-        logs.append(assert_same(plan, rule)[0])
+        rule, params, plan = small_server(seed)
+        logs.append(assert_same(plan, rule, params)[0])
     steps = [st for log in logs for st in log.steps]
     assert sum(sum(log.retractions) for log in logs) >= 12  # retraction, on every server
     assert any(st.kind == "prefill" and st.decode_tokens == 0 and st.queue > 0 and st.batch_is_full for st in steps)
@@ -86,23 +89,23 @@ def test_the_small_servers_exercise_every_mechanism() -> None:
     assert chunked  # multi-request prefill batches
     ratios = {round(st.new_token_ratio, 6) for st in steps}
     assert max(ratios) > 0.7 and min(ratios) < 0.05  # jumps after retraction above init; decays
-    capped = [log for log in logs if log.rule.max_num_seqs is not None]
-    assert capped and any(log.rule.block > 1 for log in logs)
+    capped = [log for log in logs if log.params.max_num_seqs is not None]
+    assert capped and any(log.params.block > 1 for log in logs)
 
 
 @pytest.mark.parametrize("name", ["paper-1:1", "paper-2:1", "paper-1:2"])
 @pytest.mark.parametrize("M", [16_384, 131_000])
 def test_paper_workloads_match(name: str, M: int) -> None:
     w = PAPER_WORKLOADS[name]
-    rule = Sglang(M=M, chunk=512, max_num_seqs=256)
+    rule, params = Sglang(), ModelParams(M=M, chunk=512, max_num_seqs=256)
     mu = mu_per_slot(w, ModelParams(M=M, chunk=512))
     steps = 1200 if M == 16_384 else 500
     plan = poisson_arrivals(w, 1.3 * mu, ModelParams(bbar=1.0), steps, seed=3)
-    real, model = assert_same(plan, rule, steps)
+    real, model = assert_same(plan, rule, params, steps)
     assert sum(st.decode_tokens for st in real.steps) > 0 and sum(st.prefill_tokens for st in real.steps) > 0
     # the same plan in SGLang's ignore_eos regime, against the model (it has the ratio path only:
     # at M = 16384 the two part ways within these steps; at 131000 memory is not short yet)
-    assert_ignore_eos_cross_check(plan, rule, steps, model, must_differ=M == 16_384)
+    assert_ignore_eos_cross_check(plan, rule, params, steps, model, must_differ=M == 16_384)
 
 
 #: whether kvstab's sglang rule has an ignore_eos knob yet (modelling the path is a follow-up of issue 16)
@@ -110,7 +113,13 @@ MODEL_HAS_IGNORE_EOS = "ignore_eos" in {f.name for f in dataclasses.fields(Sglan
 
 
 def assert_ignore_eos_cross_check(
-    plan: ArrivalPlan, rule: Sglang, steps: int, model: SglangModelLog | None = None, *, must_differ: bool = True
+    plan: ArrivalPlan,
+    rule: Sglang,
+    params: ModelParams,
+    steps: int,
+    model: SglangModelLog | None = None,
+    *,
+    must_differ: bool = True,
 ) -> None:
     """The cross-check of SGLang's ignore_eos regime, ready for the rule's knob.  Until the rule
     models the path, this checks the divergence it has: SGLang ran its ignore_eos branch and never
@@ -120,7 +129,7 @@ def assert_ignore_eos_cross_check(
     if MODEL_HAS_IGNORE_EOS:
         rule = dataclasses.replace(rule, ignore_eos=True)  # type: ignore[call-arg]
         model = None
-    check = check_ignore_eos(plan, rule, steps, model=model)
+    check = check_ignore_eos(plan, rule, params, steps, model=model)
     real = check.real
     assert real.admission_path == "ignore_eos" and real.calls["PrefillAdder._select_prefill_admission"] == 0
     assert real.calls["ScheduleBatch.retract_decode"] == 0 and sum(real.log.retractions) == 0
@@ -142,16 +151,16 @@ def test_the_model_departs_from_sglangs_ignore_eos_path_at_large_m() -> None:
     # M = 131000 fills up only after several hundred steps at 1.3 μ; at 2 μ the look-ahead
     # reservation decides differently from the ratio path within 300 steps
     w = PAPER_WORKLOADS["paper-2:1"]
-    rule = Sglang(M=131_000, chunk=512, max_num_seqs=256)
+    rule, params = Sglang(), ModelParams(M=131_000, chunk=512, max_num_seqs=256)
     plan = poisson_arrivals(w, 2.0 * mu_per_slot(w, ModelParams(M=131_000, chunk=512)), ModelParams(bbar=1.0), 300, seed=3)
-    assert_ignore_eos_cross_check(plan, rule, 300)
+    assert_ignore_eos_cross_check(plan, rule, params, 300)
 
 
 @pytest.mark.parametrize("seed", [5, 8])
 def test_ignore_eos_takes_sglangs_own_path_and_never_retracts(seed: int) -> None:
-    rule, plan = small_server(seed)
-    ratio = run_sglang(plan, rule, ignore_eos=False)
-    eos = run_sglang(plan, rule, ignore_eos=True)
+    rule, params, plan = small_server(seed)
+    ratio = run_sglang(plan, rule, params, ignore_eos=False)
+    eos = run_sglang(plan, rule, params, ignore_eos=True)
     # which code ran: the ratio path's admission test, or add_one_req's ignore_eos branch
     assert ratio.admission_path == "ratio" and ratio.calls["PrefillAdder.add_one_req_ignore_eos"] == 0
     assert eos.admission_path == "ignore_eos" and eos.log.source == "sglang (ignore_eos)"
@@ -167,39 +176,36 @@ def test_ignore_eos_takes_sglangs_own_path_and_never_retracts(seed: int) -> None
 def test_ignore_eos_never_admits_a_request_at_the_arrival_clip() -> None:
     # max_new clipped to M - s - 2 (page 1) leaves the look-ahead a margin of exactly 1 token on an
     # empty pool, which IGNORE_EOS_RESERVE_TOKENS refuses: SGLang's ignore_eos path never admits it
-    rule = Sglang(M=256, chunk=64)
+    rule, params = Sglang(), ModelParams(M=256, chunk=64)
     plan = fixed_arrivals([(0, 100, 1000)])
-    assert replay_sglang(plan, rule).finish == (154,)  # the ratio path serves it (max_new clipped to 154)
+    assert replay_sglang(plan, rule, params).finish == (154,)  # the ratio path serves it (max_new clipped to 154)
     with pytest.raises(InvalidArgument, match="did not drain within 300 steps"):
-        replay_sglang(plan, rule, max_steps=300, ignore_eos=True)
+        replay_sglang(plan, rule, params, max_steps=300, ignore_eos=True)
 
 
 @pytest.mark.parametrize("trace", ["azure-conv", "azure-code", "sharegpt", "arxiv"])
 def test_real_traces_match(trace: str) -> None:
     tr = load_trace(str(trace_path(trace)))
     w = Workload.joint(tr.s, tr.o, name=trace)
-    rule = Sglang(M=131_000, chunk=512, max_num_seqs=256)
+    rule, params = Sglang(), ModelParams(M=131_000, chunk=512, max_num_seqs=256)
     plan = poisson_arrivals(w, 0.3, ModelParams(bbar=1.0), 500, seed=5)
-    keep = plan.s < rule.M - 8  # SGLang refuses a prompt of max_req_len - 5 tokens or more
+    keep = plan.s < params.M - 8  # SGLang refuses a prompt of max_req_len - 5 tokens or more
     plan = ArrivalPlan(plan.slot[keep], plan.s[keep], plan.o[keep])
-    assert_same(plan, rule, 500)
+    assert_same(plan, rule, params, 500)
 
 
 def test_a_difference_is_named() -> None:
     # first_difference is a check only if it can fail: a different server gives another log
-    rule, plan = small_server(3)
-    real = replay_sglang(plan, rule)
-    other = replay_sglang_model(plan, Sglang(M=rule.M + 64, chunk=rule.chunk, block=rule.block,
-                                             max_num_seqs=rule.max_num_seqs,
-                                             max_prefill_tokens=rule.max_prefill_tokens,
-                                             init_new_token_ratio=rule.init_new_token_ratio))
+    rule, params, plan = small_server(3)
+    real = replay_sglang(plan, rule, params)
+    other = replay_sglang_model(plan, rule, dataclasses.replace(params, M=params.M + 64))
     diff = other.first_difference(real)
     assert diff is not None and "on sglang" in diff
 
 
 def test_a_prompt_sglang_refuses_is_one_line() -> None:
     with pytest.raises(InvalidArgument, match=r"SGLang refuses it") as info:
-        replay_sglang(fixed_arrivals([(0, 250, 10)]), Sglang(M=256, chunk=64))
+        replay_sglang(fixed_arrivals([(0, 250, 10)]), Sglang(), ModelParams(M=256, chunk=64))
     assert "\n" not in str(info.value)
 
 
@@ -269,9 +275,9 @@ def test_compare_without_sglang_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp
 def test_the_decomposition_is_exact_on_sglangs_own_logs() -> None:
     # a small server that retracts: SGLang's log and the model's (step-identical) decompose the
     # same way, and the terms add up to the gap
-    rule, plan = small_server(8)
-    real, model = assert_same(plan, rule)
+    rule, params, plan = small_server(8)
+    real, model = assert_same(plan, rule, params)
     assert sum(real.retractions) > 0
-    d = decompose_sglang_gap(real, rule.M, 5000.0, warmup=0.0)
+    d = decompose_sglang_gap(real, params.M, 5000.0, warmup=0.0)
     assert abs(d.residual) < 1e-9 and d.terms["waste"] > 0
-    assert d.terms == decompose_sglang_gap(model, rule.M, 5000.0, warmup=0.0).terms
+    assert d.terms == decompose_sglang_gap(model, params.M, 5000.0, warmup=0.0).terms
