@@ -35,6 +35,7 @@ __all__ = [
     "PAPER_M",
     "PAPER_CHUNK",
     "PAPER_BBAR",
+    "DEFAULT_WINDOW",
 ]
 
 GConvention = Literal["exact", "continuous"]
@@ -43,6 +44,10 @@ GConvention = Literal["exact", "continuous"]
 PAPER_M = 131_000
 PAPER_CHUNK = 512
 PAPER_BBAR = 0.0372
+
+#: the queue-head window an engine shows a rule first (it doubles while the rule admits all it sees);
+#: here, not in the simulator, so that the command line's flags can name it without loading an engine
+DEFAULT_WINDOW = 8
 
 
 def check_positive_int(name: str, value: object) -> int:

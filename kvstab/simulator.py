@@ -48,14 +48,12 @@ from kvstab.contract import (
     visible_view,
 )
 from kvstab.errors import InvalidArgument, InvalidScheduler, InvariantViolation, KvstabError
-from kvstab.model import ModelParams, progress_after, tokens_held
+from kvstab.model import DEFAULT_WINDOW, ModelParams, progress_after, tokens_held
 from kvstab.ops import CONCRETE
 from kvstab.validation import MAX_SLOTS, positive_float, positive_int
 
 __all__ = ["Engine", "RequestState", "SimResult", "SlotRecord", "simulate", "DEFAULT_WINDOW", "DecideInterrupted"]
 
-#: the queue-head window an engine shows a rule first (it doubles while the rule admits all it sees)
-DEFAULT_WINDOW = 8
 
 IntArray = npt.NDArray[np.int64]
 

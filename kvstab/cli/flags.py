@@ -144,7 +144,7 @@ def add_run_arguments(
     runs one: ``--scheduler`` (required unless ``scheduler_default``),
     ``--window`` (the queue-head window the engine shows the rule first) and
     ``--decide-timeout`` (a wall-clock limit on each call of ``decide``)."""
-    from kvstab.simulator import DEFAULT_WINDOW
+    from kvstab.model import DEFAULT_WINDOW
 
     if scheduler_default is None:
         p.add_argument("--scheduler", required=True, help="registered name or module:attr")
