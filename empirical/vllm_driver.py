@@ -230,7 +230,9 @@ class VllmDriver:
         self._blocks = self.sched.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks
         self._answers: dict[int, npt.NDArray[np.int64]] = {}  # each request's answer token ids, once it samples
 
-    def _request(self, rid: int, s: int, o: int, prompts: PromptSet | None) -> Any:
+    def request(self, rid: int, s: int, o: int, prompts: PromptSet | None = None) -> Any:
+        """vLLM's ``Request`` for request ``rid`` (prompt ``s``, ``max_tokens = o``): its token ids
+        are its prompt's content from ``prompts`` when given, else ids of its own."""
         v = self.v
         if prompts is None and not self.config.enable_prefix_caching:
             ids = [1 + (rid + j) % 1000 for j in range(s)]  # token ids only matter for hashing
@@ -274,7 +276,7 @@ class VllmDriver:
         for t in range(steps):
             arrived = 0
             while i < n and plan.slot[i] == t:
-                sched.add_request(self._request(i, int(plan.s[i]), int(plan.o[i]), plan.prompts))
+                sched.add_request(self.request(i, int(plan.s[i]), int(plan.o[i]), plan.prompts))
                 prompt_end[str(i)] = int(plan.s[i])
                 rec.arrival[i] = t
                 i += 1

@@ -258,3 +258,19 @@ def test_architecture_doc_has_a_line_per_module() -> None:
     paths = {str(p.relative_to(ROOT)) for m, p in MODULES.items() if not m.startswith("kvstab.props")}
     assert not paths - rows, f"modules without a row in docs/ARCHITECTURE.md: {sorted(paths - rows)}"
     assert not rows - paths, f"rows in docs/ARCHITECTURE.md for modules that do not exist: {sorted(rows - paths)}"
+
+
+def test_no_module_takes_another_packages_private_names() -> None:
+    """``from kvstab.X import _name`` only inside the package ``kvstab.X`` belongs to."""
+    bad = []
+    for module, path in sorted(MODULES.items()):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0):
+                continue
+            if not node.module.startswith("kvstab.") or package_of(node.module) == package_of(module):
+                continue
+            for a in node.names:
+                if a.name.startswith("_") and f"{node.module}.{a.name}" not in MODULES:
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: {module} takes {node.module}.{a.name}")
+    assert not bad, "private names taken across packages:\n" + "\n".join(bad)

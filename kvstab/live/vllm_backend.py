@@ -41,7 +41,7 @@ class VllmBackend:
             raise InvalidArgument(f"s + o = {s + o} exceeds max_model_len={self.max_model_len}")
         rid = self._next
         self._next += 1
-        self.sched.add_request(self.driver._request(rid, s, o))
+        self.sched.add_request(self.driver.request(rid, s, o))
         self._prompt_end[str(rid)] = s
         self._o[rid] = o
         return rid
