@@ -658,7 +658,401 @@ def _la_to_table(FT: np.ndarray, R: np.ndarray, ah: int, chunk: int, B: int) -> 
         q = R[F_NXT, q]
 
 
-@_njit(cache=True)
+@_njit(cache=True, inline="always")
+def _quiet_until(
+    pol: int, M: int, chunk: int, B: int, budget: int, maxseq: int, check: bool, preempts: bool, t: int, t_end: int,
+    drain: bool, drain_min: int, i: int, pslot: np.ndarray, R: np.ndarray, qbuf: np.ndarray, qh: int, ql: int,
+    hk: np.ndarray, hn: int, ph: np.ndarray, na: int, nL: int, DL: int, resv: int, lah: int, law: int,
+) -> int:  # fmt: skip
+    """The end of a quiet stretch from slot ``t`` (every running request a lazy decoder): the
+    first slot before which something could change a decision (``t``: none, the slot is full)."""
+    n = pslot.shape[0]
+    te = t_end
+    if ql == 0 and i < n and pslot[i] < te:
+        te = pslot[i]  # an arrival into an empty queue may be admitted at once
+    if drain and i >= n and t < drain_min < te:
+        te = drain_min
+    if hn > 0 and hk[0] < te:
+        te = hk[0]  # a completion frees memory at the end of its slot
+    if te > t and ql > 0:
+        # the head must be refused now and in every slot before te
+        h = qbuf[qh]
+        full = maxseq >= 0 and na >= maxseq  # until a completion
+        if not full:
+            if pol == CURRENT_FIT or pol == NO_PREEMPT:
+                # post-slot memory only grows, so a refused first chunk stays refused
+                if _lazy_post(DL, nL, t, B, ph) + held(min(R[F_S, h], chunk), B) <= M:
+                    te = t
+            elif pol == VLLM_V1:
+                # memory only grows and the budget left (budget − running) stays
+                if (budget < 0 or budget - nL > 0) and _lazy_post(DL, nL, t, B, ph) + held(R[F_S, h], B) <= M:
+                    te = t
+            elif pol == RESERVE:
+                if resv + held(R[F_S, h] + R[F_O, h], B) <= M:
+                    te = t
+            elif h != lah or t >= law:  # LOOKAHEAD: not tested yet, or its wake slot came
+                te = t
+            elif law < te:
+                te = law
+    if te > t and (preempts or check):
+        te = _overflow(DL, nL, t, te, M, B, ph)  # a preemption (or the violation) is an event
+    if te > t and budget >= 0 and nL > budget and (pol == VLLM_V1 or check):
+        te = t  # the budget binds (vllm-v1 stalls decoders) or is broken: per-slot work
+    if te > t and check and maxseq >= 0 and na > maxseq:
+        te = t
+    return te
+
+
+@_njit(cache=True, inline="always")
+def _quiet_rows(
+    t: int, te: int, t_base: int, comp: bool, life: int, B: int, i: int, pslot: np.ndarray, ps: np.ndarray,
+    po: np.ndarray, R: np.ndarray, qbuf: np.ndarray, qh: int, ql: int, ph: np.ndarray, na: int, nL: int, CL: int,
+    DL: int, out: np.ndarray,
+) -> tuple[int, int, int]:  # fmt: skip
+    """Slots ``t`` … ``te − 1`` of a quiet stretch, a row each: arrivals join the queue, the lazy
+    set's memory grows.  Returns the plan's next request, the queue's length and ``DL``."""
+    n = pslot.shape[0]
+    for tt in range(t, te):
+        arrived = 0
+        while i < n and pslot[i] == tt:
+            ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
+            i += 1
+            arrived += 1
+        post = _lazy_post(DL, nL, tt, B, ph)
+        col = tt - t_base
+        out[0, col] = arrived
+        out[4, col] = na
+        out[5, col] = post
+        out[7, col] = nL
+        out[8, col] = ql
+        if comp:
+            kv = CL + nL * (tt + 1)
+            out[9, col] = nL
+            out[11, col] = nL
+            out[12, col] = kv
+            out[16, col] = kv
+        DL = post
+    return i, ql, DL
+
+
+@_njit(cache=True, inline="always")
+def _quiet_skip(
+    t: int, te: int, life: int, B: int, i: int, pslot: np.ndarray, ps: np.ndarray, po: np.ndarray, R: np.ndarray,
+    qbuf: np.ndarray, qh: int, ql: int, ph: np.ndarray, nL: int, DL: int, binned: bool, b2f: int, b2s: int, b2n: int,
+    bins2: np.ndarray, mstart: int, memsum: int,
+) -> tuple[int, int, int, int]:  # fmt: skip
+    """Skip slots ``t`` … ``te − 1`` of a quiet stretch without rows: arrivals join the queue,
+    the batch-means sums gain the stretch.  Returns the plan's next request, the queue's length,
+    ``DL`` and the memory sum."""
+    n = pslot.shape[0]
+    while i < n and pslot[i] < te:
+        ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
+        if binned:
+            k2 = pslot[i] - b2f
+            if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
+                bins2[k2 // b2s] += 1.0
+        i += 1
+    if binned:
+        lo = max(t, mstart)
+        if lo < te:
+            memsum += _post_sum(_dl_advance(DL, nL, t, lo - t, B, ph), nL, lo, te - lo, B, ph)
+    DL = _dl_advance(DL, nL, t, te - t, B, ph)
+    return i, ql, DL, memsum
+
+
+@_njit(cache=True, inline="always")
+def _budget_walk(
+    t: int, B: int, budget: int, R: np.ndarray, hk: np.ndarray, hid: np.ndarray, ph: np.ndarray, elist: np.ndarray,
+    st: np.ndarray, at: int, ne: int, nL: int, CL: int, DL: int, hn: int, pexp: int, gexp: int,
+) -> tuple[int, int, int, int, int, int, int]:  # fmt: skip
+    """vLLM's running-first walk when the budget binds: a prefix of the admission order gets its
+    whole ask, one request the budget's rest, the newer ones nothing.  Walks back from the newest
+    while the asks before a request already spend the budget; a decoder it stalls is stepped
+    explicitly in this slot.  Returns ``ne``, ``nL``, ``CL``, ``DL``, ``hn``, ``pexp``, ``gexp``."""
+    total = nL + gexp
+    sfx = 0
+    stalled = 0
+    r = at
+    while r >= 0:
+        lazy = R[F_MODE, r] == M_LAZY
+        if lazy:
+            ask = 1
+        else:
+            ask = R[F_GRANT, r]
+        if total - sfx <= budget:
+            break
+        g = budget - (total - sfx - ask)
+        if g < 0:
+            g = 0
+        prv = R[F_PRV, r]
+        if lazy:
+            p, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t, B, nL, CL, DL, hn)
+            R[F_MODE, r] = M_EXPL
+            elist[ne] = r
+            R[F_EPOS, r] = ne
+            ne += 1
+            pexp += held(p + g, B)
+            gexp += g
+            stalled += 1
+        else:
+            p = R[F_PROG, r]
+            pexp += held(p + g, B) - held(p + ask, B)
+            gexp += g - ask
+        R[F_GRANT, r] = g
+        sfx += ask
+        r = prv
+    if stalled > 0:
+        st[ST_BUDGET] += 1
+        st[ST_BUDREQ] += stalled
+    return ne, nL, CL, DL, hn, pexp, gexp
+
+
+@_njit(cache=True, inline="always")
+def _preempt(
+    life: int, t: int, B: int, M: int, R: np.ndarray, hk: np.ndarray, hid: np.ndarray, ph: np.ndarray,
+    elist: np.ndarray, qbuf: np.ndarray, P: int, gexp: int, ne: int, ah: int, at: int, na: int, nL: int, CL: int,
+    DL: int, hn: int, qh: int, ql: int,
+) -> tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int, int]:  # fmt: skip
+    """Preempt the newest while post-slot memory ``P`` exceeds ``M`` (the victims are a suffix of
+    the admission order): memory and progress lost, the attempt's area wasted, back to the queue
+    head (popped newest first, so the oldest ends up first).  Returns the victims, the area
+    wasted, the progress to recompute (vLLM's lifecycle), then ``P``, ``gexp``, ``ne``, ``ah``,
+    ``at``, ``na``, ``nL``, ``CL``, ``DL``, ``hn``, ``qh``, ``ql``."""
+    cap = qbuf.shape[0]
+    npreempt = 0
+    step_wasted = 0
+    step_recomp = 0
+    while P > M:
+        r = at
+        if R[F_MODE, r] == M_LAZY:
+            p, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t, B, nL, CL, DL, hn)
+            P -= held(p + 1, B)
+        else:
+            p = R[F_PROG, r]
+            g = R[F_GRANT, r]
+            P -= held(p + g, B)
+            gexp -= g
+            ne -= 1
+            e = R[F_EPOS, r]
+            last = elist[ne]
+            elist[e] = last
+            R[F_EPOS, last] = e
+        at = R[F_PRV, r]
+        if at >= 0:
+            R[F_NXT, at] = -1
+        else:
+            ah = -1
+        na -= 1
+        if life == VLLM_LIFE:
+            R[F_RECOMP, r] += p
+            step_recomp += p
+            if p >= R[F_S, r]:  # vLLM keeps the outputs: they are recomputed as prompt
+                R[F_O, r] = R[F_S, r] + R[F_O, r] - p - 1
+                R[F_S, r] = p + 1
+        step_wasted += R[F_ATT, r]
+        R[F_WASTED, r] += R[F_ATT, r]
+        R[F_ATT, r] = 0
+        R[F_PROG, r] = 0
+        R[F_NPRE, r] += 1
+        R[F_MODE, r] = M_OUT
+        qh = (qh - 1) % cap
+        qbuf[qh] = r
+        ql += 1
+        npreempt += 1
+    return npreempt, step_wasted, step_recomp, P, gexp, ne, ah, at, na, nL, CL, DL, hn, qh, ql
+
+
+@_njit(cache=True, inline="always")
+def _admit(
+    pol: int, M: int, chunk: int, B: int, budget: int, maxseq: int, t: int, R: np.ndarray, qbuf: np.ndarray,
+    elist: np.ndarray, st: np.ndarray, FT: np.ndarray, ring: bool, tree: bool, P: int, gexp: int, qh: int, ql: int,
+    ah: int, at: int, na: int, ne: int, nL: int, resv: int, lah: int, law: int,
+) -> tuple[int, int, int, int, int, int, int, int, int, int, bool]:  # fmt: skip
+    """Admission at the queue head, FCFS, by the rule's test (``P``: post-slot memory of the
+    actives); an admitted request becomes the newest active, stepped explicitly (it prefills).
+    Returns the admitted, then ``qh``, ``ql``, ``ah``, ``at``, ``na``, ``ne``, ``resv``, ``lah``,
+    ``law`` and whether lookahead's table is in the tree."""
+    cap = qbuf.shape[0]
+    nadmit = 0
+    running = na
+    acc = P
+    left = budget - (nL + gexp)
+    while ql > 0:
+        r = qbuf[qh]
+        if maxseq >= 0 and running >= maxseq:
+            break
+        sr = R[F_S, r]
+        if pol == CURRENT_FIT or pol == NO_PREEMPT:
+            g = min(sr, chunk)
+            after = acc + held(g, B)
+            if after > M:
+                break
+            acc = after
+        elif pol == RESERVE:
+            after = resv + held(sr + R[F_O, r], B)
+            if after > M:
+                break
+            resv = after
+            g = min(sr, chunk)
+        elif pol == VLLM_V1:
+            if acc + held(sr, B) > M or (budget >= 0 and left <= 0):
+                break
+            g = min(sr, chunk) if budget < 0 else min(sr, chunk, left)
+            acc += held(g, B)
+            if budget >= 0:
+                left -= g
+        else:  # LOOKAHEAD: projected totals at every included finish slot stay within M
+            if r == lah and t < law:
+                break
+            st[ST_LATEST] += 1
+            if ring:  # the table moves into the tree when many run, and back when few do
+                if not tree and na >= FT[0, FT_.TREE_AT_]:
+                    _la_to_tree(FT, R, ah, chunk, B)
+                    tree = True
+                elif tree and na <= FT[0, FT_.TABLE_AT_]:
+                    _la_to_table(FT, R, ah, chunk, B)
+                    tree = False
+            if tree:
+                ok, wake, fc, own = _la_test(FT, t, sr, R[F_O, r], chunk, B, M)
+            else:
+                ok, wake, fc, own = _lookahead_test(R, ah, r, t, M, chunk, B)
+            if not ok:
+                lah = r
+                law = wake
+                break
+            if tree:
+                _la_admit(FT, t, sr, R[F_O, r], chunk, B, fc, own)
+            else:
+                q = ah
+                while q >= 0:
+                    fq = R[F_FSLOT, q]
+                    if fq <= fc:
+                        R[F_TF, q] += _proj_held(sr, R[F_O, r], t, fq, chunk, B)
+                    q = R[F_NXT, q]
+                R[F_TF, r] = own
+            R[F_FSLOT, r] = fc
+            R[F_TA, r] = t
+            g = min(sr, chunk)
+        qh = (qh + 1) % cap
+        ql -= 1
+        R[F_PRV, r] = at
+        R[F_NXT, r] = -1
+        if at >= 0:
+            R[F_NXT, at] = r
+        else:
+            ah = r
+        at = r
+        na += 1
+        R[F_MODE, r] = M_EXPL
+        R[F_GRANT, r] = g
+        elist[ne] = r
+        R[F_EPOS, r] = ne
+        ne += 1
+        if R[F_FIRST, r] < 0:
+            R[F_FIRST, r] = t
+        running += 1
+        nadmit += 1
+    st[ST_ADMIT] += nadmit
+    return nadmit, qh, ql, ah, at, na, ne, resv, lah, law, tree
+
+
+@_njit(cache=True, inline="always")
+def _work(
+    t: int, B: int, comp: bool, R: np.ndarray, elist: np.ndarray, ne: int, nL: int, CL: int, LP: int
+) -> tuple[int, int, int, int, int, int, int, int, int, int]:  # fmt: skip
+    """The slot's work: lazy decoders in aggregate (``LP``: their post-slot memory), explicit
+    requests one by one by their grants.  Returns the tokens, the memory, and (with ``comp``)
+    the compute figures: scheduled, prefill and decode tokens, KV attended, prefill requests,
+    prefill context, Σ grant², decode context."""
+    tokens = nL
+    memory = LP
+    scheduled = nL
+    pf_tok = 0
+    dc_tok = nL
+    kv_att = CL + nL * (t + 1)
+    pf_reqs = 0
+    pf_ctx = 0
+    pf_sq = 0
+    dc_ctx = kv_att
+    for k in range(ne):
+        r = elist[k]
+        p0 = R[F_PROG, r]
+        g = R[F_GRANT, r]
+        p1 = p0 + g
+        R[F_PROG, r] = p1
+        h = held(p1, B)
+        R[F_ATT, r] += h
+        R[F_SERVED, r] += h
+        tokens += g
+        memory += h
+        if comp and g > 0:
+            scheduled += 1
+            kv_att += p1
+            if p0 < R[F_S, r]:
+                pf_tok += g
+                pf_reqs += 1
+                pf_ctx += g * p0
+                pf_sq += g * g
+            else:
+                dc_tok += g
+                dc_ctx += p1
+    return tokens, memory, scheduled, pf_tok, dc_tok, kv_att, pf_reqs, pf_ctx, pf_sq, dc_ctx
+
+
+@_njit(cache=True, inline="always")
+def _release(
+    pol: int, t: int, chunk: int, B: int, lazy_ok: bool, tree: bool, R: np.ndarray, hk: np.ndarray,
+    hid: np.ndarray, ph: np.ndarray, elist: np.ndarray, FT: np.ndarray, ne: int, ah: int, at: int, na: int, nL: int,
+    CL: int, DL: int, hn: int, resv: int,
+) -> tuple[int, int, int, int, int, int, int, int, int, int]:  # fmt: skip
+    """Release the finished at the end of slot ``t`` (the lazy set's whose last slot it was, then
+    the explicit ones); explicit decoders become lazy (``lazy_ok``).  ``DL`` is the lazy set's
+    post-slot memory.  Returns the finished, then ``ne``, ``ah``, ``at``, ``na``, ``nL``, ``CL``,
+    ``DL``, ``hn``, ``resv``."""
+    done = 0
+    while hn > 0 and hk[0] == t:
+        r = hid[0]
+        # its last slot's work is done: leaving the lazy set at slot t + 1 settles its areas
+        _, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t + 1, B, nL, CL, DL, hn)
+        R[F_MODE, r] = M_OUT
+        R[F_FIN, r] = t
+        if pol == RESERVE:
+            resv -= held(R[F_S, r] + R[F_O, r], B)
+        elif tree:
+            _la_release(FT, R[F_FSLOT, r], R[F_TA, r], R[F_S, r], R[F_O, r], chunk, B)
+        ah, at = _unlink(R, r, ah, at)
+        na -= 1
+        done += 1
+    for k in range(ne - 1, -1, -1):
+        r = elist[k]
+        p = R[F_PROG, r]
+        sr = R[F_S, r]
+        finished = p >= sr + R[F_O, r]
+        if finished or (p >= sr and lazy_ok):
+            ne -= 1
+            last = elist[ne]
+            elist[k] = last
+            R[F_EPOS, last] = k
+            if finished:
+                R[F_MODE, r] = M_OUT
+                R[F_FIN, r] = t
+                if pol == RESERVE:
+                    resv -= held(sr + R[F_O, r], B)
+                elif tree:
+                    _la_release(FT, R[F_FSLOT, r], R[F_TA, r], sr, R[F_O, r], chunk, B)
+                ah, at = _unlink(R, r, ah, at)
+                na -= 1
+                done += 1
+            else:
+                nL, CL, DL, hn = _lazy_add(R, hk, hid, ph, r, p, t + 1, B, nL, CL, DL, hn)
+    return done, ne, ah, at, na, nL, CL, DL, hn, resv
+
+
+# Without numba's reference counting (``_nrt=False``; the loop allocates nothing, every array is
+# its caller's): each inlined phase binds the arrays it takes to names of its own, and counting
+# those references in every slot (atomic increments the optimiser cannot pair off across the
+# phases' loops) made the loop 1.5x slower than the same code written in one piece.
+@_njit(cache=True, _nrt=False)
 def run_slots(
     pol: int,
     life: int,
@@ -697,7 +1091,6 @@ def run_slots(
     ``FT`` has :data:`~kvstab.engine._finish_tree.COLS` columns moves it into the finish tree
     (:mod:`kvstab.engine._finish_tree`, O(log W)) while many requests run."""
     n = pslot.shape[0]
-    cap = qbuf.shape[0]
     rows = out.shape[1] > 0
     lazy_ok = B <= LAZY_BMAX
     preempts = pol == CURRENT_FIT or pol == VLLM_V1
@@ -732,78 +1125,24 @@ def run_slots(
         # ================= a quiet stretch: every running request is a lazy decoder, and
         # nothing can change a decision before slot te
         if ne == 0:
-            te = t_end
-            if ql == 0 and i < n and pslot[i] < te:
-                te = pslot[i]  # an arrival into an empty queue may be admitted at once
-            if drain and i >= n and t < drain_min < te:
-                te = drain_min
-            if hn > 0 and hk[0] < te:
-                te = hk[0]  # a completion frees memory at the end of its slot
-            if te > t and ql > 0:
-                # the head must be refused now and in every slot before te
-                h = qbuf[qh]
-                full = maxseq >= 0 and na >= maxseq  # until a completion
-                if not full:
-                    if pol == CURRENT_FIT or pol == NO_PREEMPT:
-                        # post-slot memory only grows, so a refused first chunk stays refused
-                        if _lazy_post(DL, nL, t, B, ph) + held(min(R[F_S, h], chunk), B) <= M:
-                            te = t
-                    elif pol == VLLM_V1:
-                        # memory only grows and the budget left (budget − running) stays
-                        if (budget < 0 or budget - nL > 0) and _lazy_post(DL, nL, t, B, ph) + held(R[F_S, h], B) <= M:
-                            te = t
-                    elif pol == RESERVE:
-                        if resv + held(R[F_S, h] + R[F_O, h], B) <= M:
-                            te = t
-                    elif h != lah or t >= law:  # LOOKAHEAD: not tested yet, or its wake slot came
-                        te = t
-                    elif law < te:
-                        te = law
-            if te > t and (preempts or check):
-                te = _overflow(DL, nL, t, te, M, B, ph)  # a preemption (or the violation) is an event
-            if te > t and budget >= 0 and nL > budget and (pol == VLLM_V1 or check):
-                te = t  # the budget binds (vllm-v1 stalls decoders) or is broken: per-slot work
-            if te > t and check and maxseq >= 0 and na > maxseq:
-                te = t
+            te = _quiet_until(
+                pol, M, chunk, B, budget, maxseq, check, preempts, t, t_end, drain, drain_min, i, pslot, R, qbuf, qh,
+                ql, hk, hn, ph, na, nL, DL, resv, lah, law,
+            )  # fmt: skip
             if te > t:
                 L = te - t
                 st[ST_STRETCH] += 1
                 st[ST_SKIP] += L
                 st[ST_RUNSUM] += na * L
                 if rows:
-                    for tt in range(t, te):
-                        arrived = 0
-                        while i < n and pslot[i] == tt:
-                            ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
-                            i += 1
-                            arrived += 1
-                        post = _lazy_post(DL, nL, tt, B, ph)
-                        col = tt - t_base
-                        out[0, col] = arrived
-                        out[4, col] = na
-                        out[5, col] = post
-                        out[7, col] = nL
-                        out[8, col] = ql
-                        if comp:
-                            kv = CL + nL * (tt + 1)
-                            out[9, col] = nL
-                            out[11, col] = nL
-                            out[12, col] = kv
-                            out[16, col] = kv
-                        DL = post
+                    i, ql, DL = _quiet_rows(
+                        t, te, t_base, comp, life, B, i, pslot, ps, po, R, qbuf, qh, ql, ph, na, nL, CL, DL, out
+                    )  # fmt: skip
                 else:
-                    while i < n and pslot[i] < te:
-                        ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
-                        if binned:
-                            k2 = pslot[i] - b2f
-                            if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
-                                bins2[k2 // b2s] += 1.0
-                        i += 1
-                    if binned:
-                        lo = max(t, mstart)
-                        if lo < te:
-                            memsum += _post_sum(_dl_advance(DL, nL, t, lo - t, B, ph), nL, lo, te - lo, B, ph)
-                    DL = _dl_advance(DL, nL, t, L, B, ph)
+                    i, ql, DL, memsum = _quiet_skip(
+                        t, te, life, B, i, pslot, ps, po, R, qbuf, qh, ql, ph, nL, DL, binned, b2f, b2s, b2n, bins2,
+                        mstart, memsum,
+                    )  # fmt: skip
                 t = te
                 continue
 
@@ -827,45 +1166,9 @@ def run_slots(
             gexp += u
             pexp += held(p + u, B)
         if pol == VLLM_V1 and budget >= 0 and nL + gexp > budget:
-            # vLLM's running-first walk: a prefix of the admission order gets its whole ask,
-            # one request the budget's rest, the newer ones nothing.  Walk back from the newest
-            # while the asks before a request already spend the budget.
-            total = nL + gexp
-            sfx = 0
-            stalled = 0
-            r = at
-            while r >= 0:
-                lazy = R[F_MODE, r] == M_LAZY
-                if lazy:
-                    ask = 1
-                else:
-                    ask = R[F_GRANT, r]
-                if total - sfx <= budget:
-                    break
-                g = budget - (total - sfx - ask)
-                if g < 0:
-                    g = 0
-                prv = R[F_PRV, r]
-                if lazy:
-                    # a decoder the budget stalls is stepped explicitly in this slot
-                    p, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t, B, nL, CL, DL, hn)
-                    R[F_MODE, r] = M_EXPL
-                    elist[ne] = r
-                    R[F_EPOS, r] = ne
-                    ne += 1
-                    pexp += held(p + g, B)
-                    gexp += g
-                    stalled += 1
-                else:
-                    p = R[F_PROG, r]
-                    pexp += held(p + g, B) - held(p + ask, B)
-                    gexp += g - ask
-                R[F_GRANT, r] = g
-                sfx += ask
-                r = prv
-            if stalled > 0:
-                st[ST_BUDGET] += 1
-                st[ST_BUDREQ] += stalled
+            ne, nL, CL, DL, hn, pexp, gexp = _budget_walk(
+                t, B, budget, R, hk, hid, ph, elist, st, at, ne, nL, CL, DL, hn, pexp, gexp
+            )  # fmt: skip
         P = _lazy_post(DL, nL, t, B, ph) + pexp
 
         # --- preemption: the newest while post-slot memory exceeds M (victims are a suffix)
@@ -873,165 +1176,24 @@ def run_slots(
         step_wasted = 0
         step_recomp = 0
         if preempts and P > M:
-            while P > M:
-                r = at
-                if R[F_MODE, r] == M_LAZY:
-                    p, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t, B, nL, CL, DL, hn)
-                    P -= held(p + 1, B)
-                else:
-                    p = R[F_PROG, r]
-                    g = R[F_GRANT, r]
-                    P -= held(p + g, B)
-                    pexp -= held(p + g, B)
-                    gexp -= g
-                    ne -= 1
-                    e = R[F_EPOS, r]
-                    last = elist[ne]
-                    elist[e] = last
-                    R[F_EPOS, last] = e
-                at = R[F_PRV, r]
-                if at >= 0:
-                    R[F_NXT, at] = -1
-                else:
-                    ah = -1
-                na -= 1
-                if life == VLLM_LIFE:
-                    R[F_RECOMP, r] += p
-                    step_recomp += p
-                    if p >= R[F_S, r]:  # vLLM keeps the outputs: they are recomputed as prompt
-                        R[F_O, r] = R[F_S, r] + R[F_O, r] - p - 1
-                        R[F_S, r] = p + 1
-                step_wasted += R[F_ATT, r]
-                R[F_WASTED, r] += R[F_ATT, r]
-                R[F_ATT, r] = 0
-                R[F_PROG, r] = 0
-                R[F_NPRE, r] += 1
-                R[F_MODE, r] = M_OUT
-                # back to the queue head; popped newest first, so the oldest ends up first
-                qh = (qh - 1) % cap
-                qbuf[qh] = r
-                ql += 1
-                npreempt += 1
+            npreempt, step_wasted, step_recomp, P, gexp, ne, ah, at, na, nL, CL, DL, hn, qh, ql = _preempt(
+                life, t, B, M, R, hk, hid, ph, elist, qbuf, P, gexp, ne, ah, at, na, nL, CL, DL, hn, qh, ql
+            )  # fmt: skip
             st[ST_PREEMPT] += npreempt
 
         # --- admission: head of line, FCFS; none in a slot that preempted
         nadmit = 0
         if npreempt == 0 and ql > 0:
-            running = na
-            acc = P  # post-slot memory of the actives
-            left = budget - (nL + gexp)
-            while ql > 0:
-                r = qbuf[qh]
-                if maxseq >= 0 and running >= maxseq:
-                    break
-                sr = R[F_S, r]
-                if pol == CURRENT_FIT or pol == NO_PREEMPT:
-                    g = min(sr, chunk)
-                    after = acc + held(g, B)
-                    if after > M:
-                        break
-                    acc = after
-                elif pol == RESERVE:
-                    after = resv + held(sr + R[F_O, r], B)
-                    if after > M:
-                        break
-                    resv = after
-                    g = min(sr, chunk)
-                elif pol == VLLM_V1:
-                    if acc + held(sr, B) > M or (budget >= 0 and left <= 0):
-                        break
-                    g = min(sr, chunk) if budget < 0 else min(sr, chunk, left)
-                    acc += held(g, B)
-                    if budget >= 0:
-                        left -= g
-                else:  # LOOKAHEAD: projected totals at every included finish slot stay within M
-                    if r == lah and t < law:
-                        break
-                    st[ST_LATEST] += 1
-                    if ring:  # the table moves into the tree when many run, and back when few do
-                        if not tree and na >= FT[0, FT_.TREE_AT_]:
-                            _la_to_tree(FT, R, ah, chunk, B)
-                            tree = True
-                        elif tree and na <= FT[0, FT_.TABLE_AT_]:
-                            _la_to_table(FT, R, ah, chunk, B)
-                            tree = False
-                    if tree:
-                        ok, wake, fc, own = _la_test(FT, t, sr, R[F_O, r], chunk, B, M)
-                    else:
-                        ok, wake, fc, own = _lookahead_test(R, ah, r, t, M, chunk, B)
-                    if not ok:
-                        lah = r
-                        law = wake
-                        break
-                    if tree:
-                        _la_admit(FT, t, sr, R[F_O, r], chunk, B, fc, own)
-                    else:
-                        q = ah
-                        while q >= 0:
-                            fq = R[F_FSLOT, q]
-                            if fq <= fc:
-                                R[F_TF, q] += _proj_held(sr, R[F_O, r], t, fq, chunk, B)
-                            q = R[F_NXT, q]
-                        R[F_TF, r] = own
-                    R[F_FSLOT, r] = fc
-                    R[F_TA, r] = t
-                    g = min(sr, chunk)
-                # admit r: queue head -> newest active, stepped explicitly (it prefills)
-                qh = (qh + 1) % cap
-                ql -= 1
-                R[F_PRV, r] = at
-                R[F_NXT, r] = -1
-                if at >= 0:
-                    R[F_NXT, at] = r
-                else:
-                    ah = r
-                at = r
-                na += 1
-                R[F_MODE, r] = M_EXPL
-                R[F_GRANT, r] = g
-                elist[ne] = r
-                R[F_EPOS, r] = ne
-                ne += 1
-                if R[F_FIRST, r] < 0:
-                    R[F_FIRST, r] = t
-                running += 1
-                nadmit += 1
-            st[ST_ADMIT] += nadmit
+            nadmit, qh, ql, ah, at, na, ne, resv, lah, law, tree = _admit(
+                pol, M, chunk, B, budget, maxseq, t, R, qbuf, elist, st, FT, ring, tree, P, gexp, qh, ql, ah, at, na,
+                ne, nL, resv, lah, law,
+            )  # fmt: skip
 
         # --- work: lazy decoders in aggregate, explicit requests one by one
         LP = _lazy_post(DL, nL, t, B, ph)
-        tokens = nL
-        memory = LP
-        scheduled = nL
-        pf_tok = 0
-        dc_tok = nL
-        kv_att = CL + nL * (t + 1)
-        pf_reqs = 0
-        pf_ctx = 0
-        pf_sq = 0
-        dc_ctx = kv_att
-        for k in range(ne):
-            r = elist[k]
-            p0 = R[F_PROG, r]
-            g = R[F_GRANT, r]
-            p1 = p0 + g
-            R[F_PROG, r] = p1
-            h = held(p1, B)
-            R[F_ATT, r] += h
-            R[F_SERVED, r] += h
-            tokens += g
-            memory += h
-            if comp and g > 0:
-                scheduled += 1
-                kv_att += p1
-                if p0 < R[F_S, r]:
-                    pf_tok += g
-                    pf_reqs += 1
-                    pf_ctx += g * p0
-                    pf_sq += g * g
-                else:
-                    dc_tok += g
-                    dc_ctx += p1
+        tokens, memory, scheduled, pf_tok, dc_tok, kv_att, pf_reqs, pf_ctx, pf_sq, dc_ctx = _work(
+            t, B, comp, R, elist, ne, nL, CL, LP
+        )  # fmt: skip
         st[ST_EXPL] += ne
 
         if check:
@@ -1047,42 +1209,9 @@ def run_slots(
         # --- release the finished at the end of the slot; explicit decoders become lazy
         running_n = na
         DL = LP  # the lazy set's post-slot memory is what it holds at the start of slot t + 1
-        done = 0
-        while hn > 0 and hk[0] == t:
-            r = hid[0]
-            # its last slot's work is done: leaving the lazy set at slot t + 1 settles its areas
-            _, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t + 1, B, nL, CL, DL, hn)
-            R[F_MODE, r] = M_OUT
-            R[F_FIN, r] = t
-            if pol == RESERVE:
-                resv -= held(R[F_S, r] + R[F_O, r], B)
-            elif tree:
-                _la_release(FT, R[F_FSLOT, r], R[F_TA, r], R[F_S, r], R[F_O, r], chunk, B)
-            ah, at = _unlink(R, r, ah, at)
-            na -= 1
-            done += 1
-        for k in range(ne - 1, -1, -1):
-            r = elist[k]
-            p = R[F_PROG, r]
-            sr = R[F_S, r]
-            finished = p >= sr + R[F_O, r]
-            if finished or (p >= sr and lazy_ok):
-                ne -= 1
-                last = elist[ne]
-                elist[k] = last
-                R[F_EPOS, last] = k
-                if finished:
-                    R[F_MODE, r] = M_OUT
-                    R[F_FIN, r] = t
-                    if pol == RESERVE:
-                        resv -= held(sr + R[F_O, r], B)
-                    elif tree:
-                        _la_release(FT, R[F_FSLOT, r], R[F_TA, r], sr, R[F_O, r], chunk, B)
-                    ah, at = _unlink(R, r, ah, at)
-                    na -= 1
-                    done += 1
-                else:
-                    nL, CL, DL, hn = _lazy_add(R, hk, hid, ph, r, p, t + 1, B, nL, CL, DL, hn)
+        done, ne, ah, at, na, nL, CL, DL, hn, resv = _release(
+            pol, t, chunk, B, lazy_ok, tree, R, hk, hid, ph, elist, FT, ne, ah, at, na, nL, CL, DL, hn, resv
+        )  # fmt: skip
 
         if rows:
             col = t - t_base

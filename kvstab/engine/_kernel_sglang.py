@@ -174,7 +174,7 @@ from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read
 #: ``run_sglang`` would keep the old copies.  A test holds this to ``_kernel.py``'s hash
 #: (``sha256sum kvstab/engine/_kernel.py | cut -c1-16``), and changing it here changes this
 #: file's text, so the cache is rebuilt.
-KERNEL_SHA = "309c05d624fd35de"
+KERNEL_SHA = "882a7d5f90e1ffc8"
 #: the same for ``_layout.py``, whose indices numba compiles into the kernel as constants
 LAYOUT_SHA = "c8be141dbecddcca"
 GUARDS = (("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA))
@@ -350,7 +350,708 @@ def _pop_order(outs: np.ndarray, prompts: np.ndarray) -> np.ndarray:
     return order[np.argsort(outs[order], kind="mergesort")]
 
 
-@_njit(cache=True)
+@_njit(cache=True, inline="always")
+def _offset_lt(
+    A: int, mode: int, free: int, summ: int, tof: float, rsx: float, nL: int, k: int, R: np.ndarray, ah: int,
+    tau: int, clip: int, ratio: float, chain: np.ndarray, st: np.ndarray,
+) -> tuple[bool, int, float]:  # fmt: skip
+    """Whether ``A < free − total_offset``, by the offset's mode: exact integers (0), the
+    aggregate with its rounding bound (1: a test within the bound switches to 2), Python's float
+    sum ``tof`` (2).  Returns the answer, the mode and ``tof``."""
+    while True:
+        if mode == 0:
+            return A < free - summ, mode, tof
+        if mode == 2:
+            return A < float(free) - tof, mode, tof
+        Z = float(free - summ) - rsx
+        E = _U2 * (nL + k + 8) * (abs(free) + rsx + summ + 1.0)
+        if A < Z - E:
+            return True, mode, tof
+        if A > Z + E:
+            return False, mode, tof
+        tof = _exact_offset(R, ah, tau, clip, ratio, chain, k)
+        mode = 2
+        st[ST_EXACT] += 1
+
+
+@_njit(cache=True, inline="always")
+def _quiet_until(
+    M: int, B: int, budget: int, maxseq: int, check: bool, t: int, t_end: int, drain: bool, drain_min: int, i: int,
+    pslot: np.ndarray, ql: int, na: int, full: int, hk: np.ndarray, hn: int, ph: np.ndarray, tau: int, nL: int, DL: int,
+) -> int:  # fmt: skip
+    """The end of a quiet stretch from slot ``t`` (``t``: none, the slot is full)."""
+    n = pslot.shape[0]
+    te = t_end
+    idle = na == 0
+    if ql == 0 and i < n and pslot[i] < te and (idle or full == 0):
+        te = pslot[i]  # an arrival into an empty queue is walked in its slot
+    if drain and i >= n and t < drain_min < te:
+        te = drain_min
+    if not idle:
+        # decode steps, each moving τ on by one: slot t + j ends with τ + j + 1
+        if hn > 0 and hk[0] - tau - 1 < te - t:
+            te = t + hk[0] - tau - 1  # a completion clears the flag (the queue is walked next)
+        if te > t:
+            te = t + _overflow(DL, nL, tau, tau + te - t, M, B, ph) - tau  # a retraction
+        if check and ((budget >= 0 and nL > budget) or (maxseq >= 0 and na > maxseq)):
+            te = t
+    return te
+
+
+@_njit(cache=True, inline="always")
+def _quiet_rows(
+    t: int, te: int, t_base: int, B: int, i: int, pslot: np.ndarray, ps: np.ndarray, po: np.ndarray, R: np.ndarray,
+    qbuf: np.ndarray, qh: int, ql: int, ph: np.ndarray, na: int, nL: int, DL: int, tau: int, out: np.ndarray,
+) -> tuple[int, int]:  # fmt: skip
+    """Slots ``t`` … ``te − 1`` of a quiet stretch, a row each.  Returns the plan's next request
+    and the queue's length."""
+    n = pslot.shape[0]
+    cap = qbuf.shape[0]
+    d = DL
+    for tt in range(t, te):
+        arrived = 0
+        while i < n and pslot[i] == tt:
+            R[G_S, i] = ps[i]
+            R[G_O, i] = po[i]
+            qbuf[(qh + ql) % cap] = i
+            ql += 1
+            i += 1
+            arrived += 1
+        post = _lazy_post(d, nL, tau + tt - t, B, ph)
+        col = tt - t_base
+        out[0, col] = arrived
+        out[4, col] = na
+        out[5, col] = post
+        out[7, col] = nL
+        out[8, col] = ql
+        d = post
+    return i, ql
+
+
+@_njit(cache=True, inline="always")
+def _quiet_skip(
+    t: int, te: int, B: int, i: int, pslot: np.ndarray, ps: np.ndarray, po: np.ndarray, R: np.ndarray,
+    qbuf: np.ndarray, qh: int, ql: int, ph: np.ndarray, idle: bool, nL: int, DL: int, tau: int, binned: bool,
+    b2f: int, b2s: int, b2n: int, bins2: np.ndarray, mstart: int, memsum: int,
+) -> tuple[int, int, int]:  # fmt: skip
+    """Skip slots ``t`` … ``te − 1`` of a quiet stretch without rows.  Returns the plan's next
+    request, the queue's length and the memory sum."""
+    n = pslot.shape[0]
+    cap = qbuf.shape[0]
+    while i < n and pslot[i] < te:
+        R[G_S, i] = ps[i]
+        R[G_O, i] = po[i]
+        qbuf[(qh + ql) % cap] = i
+        ql += 1
+        if binned:
+            k2 = pslot[i] - b2f
+            if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
+                bins2[k2 // b2s] += 1.0
+        i += 1
+    if binned and not idle:
+        lo = max(t, mstart)
+        if lo < te:
+            memsum += _post_sum(_dl_advance(DL, nL, tau, lo - t, B, ph), nL, lo - t + tau, te - lo, B, ph)
+    return i, ql, memsum
+
+
+@_njit(cache=True, inline="always")
+def _quiet_steps(
+    L: int, idle: bool, B: int, r_init: float, r_min: float, r_decay: float, ratio: float, full: int, w2: int,
+    call: int, tau: int, nL: int, DL: int, ph: np.ndarray, cnt: np.ndarray,
+) -> tuple[float, int, int, int, int, int]:  # fmt: skip
+    """The ``L`` steps of a quiet stretch: idle (the first resets the ratio, the rest change
+    nothing) or decode steps (τ moves on, the ratio decays).  Returns ``ratio``, ``full``,
+    ``w2``, ``call``, ``tau`` and ``DL``."""
+    if idle:
+        ratio = r_init
+        full = 0
+        w2 += L * tau
+        cnt[tau % B] += L
+    else:
+        DL = _dl_advance(DL, nL, tau, L, B, ph)
+        w2 += L * tau + L * (L + 1) // 2
+        q = L // B
+        call += q
+        for j in range(q * B + 1, L + 1):
+            cnt[(tau + j) % B] += 1
+        tau += L
+        for _ in range(L):  # the decay, one float operation a step, until its floor holds
+            x = ratio - r_decay
+            nxt = r_min if r_min > x else x
+            if nxt == ratio:
+                break
+            ratio = nxt
+    return ratio, full, w2, call, tau, DL
+
+
+@_njit(cache=True, inline="always")
+def _batch_used(B: int, ne: int, elist: np.ndarray, R: np.ndarray, DL: int) -> int:
+    """Sort the explicit requests (prefilling) into batch order; returns the memory in use."""
+    for a in range(1, ne):
+        r = elist[a]
+        b = a - 1
+        while b >= 0 and R[G_RANK, elist[b]] > R[G_RANK, r]:
+            elist[b + 1] = elist[b]
+            b -= 1
+        elist[b + 1] = r
+    used = DL
+    for a in range(ne):
+        r = elist[a]
+        R[G_EPOS, r] = a
+        used += held(R[G_PROG, r], B)
+    return used
+
+
+@_njit(cache=True, inline="always")
+def _chunked_walk(
+    B: int, clip: int, pchunk: int, mpt: int, free: int, mode: int, rsx: float, nL: int, ne: int, ah: int, tau: int,
+    ratio: float, elist: np.ndarray, R: np.ndarray, chain: np.ndarray, st: np.ndarray,
+) -> tuple[int, float, int, int, int, int, int, int, bool, int, bool]:  # fmt: skip
+    """The chunked requests' grants (batch order), each adding to total_offset.  Returns the
+    offset's mode, ``tof``, its integer sum, the additions, the current offset, the chunk and
+    input budgets left, the memory reserved, whether a chunk continues, the batch's size, and
+    whether a prefill finishes."""
+    tof = 0.0
+    summ = 0  # Σ of this step's integer additions to total_offset
+    k = 0
+    cur_off = 0
+    rem_chunk = pchunk
+    rem_input = mpt
+    reserved = 0
+    continuing = False
+    in_batch = 0
+    fin_pf = False
+    for a in range(ne):
+        r = elist[a]
+        p = R[G_PROG, r]
+        cand = R[G_S, r] - p
+        # limited = min(rem_chunk, floor(free − total_offset))
+        while True:
+            if mode == 0:
+                limited = min(rem_chunk, free - summ)
+                break
+            if mode == 2:
+                limited = min(rem_chunk, int(math.floor(float(free) - tof)))
+                break
+            Z = float(free - summ) - rsx
+            E = _U2 * (nL + k + 8) * (abs(free) + rsx + summ + 1.0)
+            if Z - E >= rem_chunk:
+                limited = rem_chunk
+                break
+            f1 = int(math.floor(Z - E))
+            if f1 == int(math.floor(Z + E)):
+                limited = min(rem_chunk, f1)
+                break
+            tof = _exact_offset(R, ah, tau, clip, ratio, chain, k)
+            mode = 2
+            st[ST_EXACT] += 1
+        allow = rem_chunk if limited <= 0 else limited
+        room = held(p, B) - p + max(free - reserved, 0) // B * B
+        allow = max(0, min(allow, room))
+        new_len = min(cand, allow)
+        truncated = new_len < cand
+        mnr = 0 if truncated else min(R[G_O, r] + 1 + R[G_PRIOR, r], clip)
+        R[G_GRANT, r] = new_len
+        ext = held(new_len, B)
+        m = ext + B + mnr
+        chain[k] = m
+        k += 1
+        summ += m
+        tof = tof + float(m)
+        cur_off += ext + B
+        rem_chunk -= ext
+        rem_input -= ext
+        reserved += held(p + new_len, B) - held(p, B)
+        in_batch += 1
+        continuing = continuing or truncated
+        fin_pf = fin_pf or (not truncated and R[G_O, r] == 0)
+    return mode, tof, summ, k, cur_off, rem_chunk, rem_input, reserved, continuing, in_batch, fin_pf
+
+
+@_njit(cache=True, inline="always")
+def _queue_walk(
+    B: int, clip: int, maxseq: int, free: int, rsx: float, nL: int, na: int, ah: int, tau: int, ratio: float,
+    qh: int, ql: int, qbuf: np.ndarray, R: np.ndarray, chain: np.ndarray, st: np.ndarray, mode: int, tof: float,
+    summ: int, k: int, cur_off: int, rem_chunk: int, rem_input: int, reserved: int, continuing: bool, in_batch: int,
+    fin_pf: bool,
+) -> tuple[int, bool, bool, int, bool]:  # fmt: skip
+    """The walk over the queue (while a chunk is in flight, or the flag is clear): the head is
+    admitted while it fits.  Returns the admitted, whether the flag is set, whether a chunk
+    continues, the batch's size and whether a prefill finishes."""
+    cap = qbuf.shape[0]
+    set_full = False
+    nadm = 0
+    empty = na == 0
+    while nadm < ql:
+        w = qbuf[(qh + nadm) % cap]
+        sw = R[G_S, w]
+        ow = R[G_O, w]
+        if rem_input <= 0 or rem_chunk <= 0:
+            # budget_state: no memory (V <= 0) comes before a spent budget
+            pos, mode, tof = _offset_lt(0, mode, free, summ, tof, rsx, nL, k, R, ah, tau, clip, ratio, chain, st)
+            if pos:
+                break  # the budget is spent and memory is left: stop, the flag untouched
+        if maxseq >= 0 and maxseq <= nL + in_batch:
+            set_full = True
+            break
+        A = sw + min(ow + 1, clip) + B
+        if empty and in_batch == 0:
+            fits = True  # the empty system admits its head (the rule's one deviation)
+        else:
+            fits, mode, tof = _offset_lt(A, mode, free, summ, tof, rsx, nL, k, R, ah, tau, clip, ratio, chain, st)
+        if not fits:
+            if in_batch > 0 or nL > 0:
+                set_full = True
+            break
+        whole = held(sw, B) <= rem_chunk
+        chunk_len = max(rem_chunk, 0) // B * B
+        if not whole and chunk_len <= 0:
+            break
+        ext_raw = sw if whole else chunk_len
+        mnr = min(ow + 1 + R[G_PRIOR, w], clip) if whole else 0
+        ext = held(ext_raw, B)
+        m = ext + B + mnr
+        chain[k] = m
+        k += 1
+        summ += m
+        tof = tof + float(m)
+        cur_off += ext + B
+        rem_chunk -= ext
+        rem_input -= ext
+        reserved += ext
+        in_batch += 1
+        continuing = continuing or not whole
+        fin_pf = fin_pf or (whole and ow == 0)
+        R[G_GRANT, w] = ext_raw
+        nadm += 1
+        # after an admission: no memory left stops the walk (and sets the flag)
+        pos, mode, tof = _offset_lt(0, mode, free, summ, tof, rsx, nL, k, R, ah, tau, clip, ratio, chain, st)
+        if not pos or free - cur_off <= 0:
+            set_full = True
+            break
+        if rem_input <= 0 or rem_chunk <= 0:
+            break
+    return nadm, set_full, continuing, in_batch, fin_pf
+
+
+@_njit(cache=True, inline="always")
+def _decide(
+    M: int, B: int, clip: int, maxseq: int, pchunk: int, mpt: int, full: int, ratio: float, tau: int, nL: int,
+    na: int, ne: int, ah: int, qh: int, ql: int, nc: int, nu: int, ru: int, DL: int, elist: np.ndarray, qbuf: np.ndarray,
+    R: np.ndarray, chain: np.ndarray, st: np.ndarray,
+) -> tuple[int, bool, bool, int, bool]:  # fmt: skip
+    """The decision, as the rule computes it from the step's view: the chunked requests' grants,
+    then the walk over the queue (while a chunk is in flight, or the flag is clear).  Returns the
+    admitted, whether the flag is set, whether a chunk continues, the batch's size and whether a
+    prefill finishes."""
+    free = M - _batch_used(B, ne, elist, R, DL)  # explicit requests (prefilling) in batch order
+    # total_offset: int 0 with nothing decoding (mode 0), else the aggregate (mode 1) or
+    # Python's float sum (mode 2, once a test fell within the rounding bound)
+    mode = 0 if nL == 0 else 1
+    rsx = ratio * float(ru - nu * tau + clip * nc) if nL > 0 else 0.0
+    mode, tof, summ, k, cur_off, rem_chunk, rem_input, reserved, continuing, in_batch, fin_pf = _chunked_walk(
+        B, clip, pchunk, mpt, free, mode, rsx, nL, ne, ah, tau, ratio, elist, R, chain, st
+    )  # fmt: skip
+    if ne > 0 or full == 0:
+        return _queue_walk(
+            B, clip, maxseq, free, rsx, nL, na, ah, tau, ratio, qh, ql, qbuf, R, chain, st, mode, tof, summ, k,
+            cur_off, rem_chunk, rem_input, reserved, continuing, in_batch, fin_pf,
+        )  # fmt: skip
+    return 0, False, continuing, in_batch, fin_pf
+
+
+@_njit(cache=True, inline="always")
+def _prefill(
+    t: int, chunk: int, B: int, logging: bool, nadm: int, qh: int, ql: int, ah: int, at: int, na: int, ne: int,
+    rankc: int, evp: int, qbuf: np.ndarray, elist: np.ndarray, R: np.ndarray, ev: np.ndarray, st: np.ndarray,
+) -> tuple[int, int, int, int, int, int, int, int, int]:  # fmt: skip
+    """A prefill step's work: the chunked requests (batch order), then the ``nadm`` admitted,
+    popped from the queue head.  Returns the tokens, then ``qh``, ``ql``, ``ah``, ``at``, ``na``,
+    ``ne``, ``rankc`` and ``evp``."""
+    cap = qbuf.shape[0]
+    tokens = 0
+    for a in range(ne):
+        r = elist[a]
+        p = R[G_PROG, r]
+        g = max(0, min(R[G_GRANT, r], chunk, R[G_S, r] - p))
+        R[G_PROG, r] = p + g
+        tokens += g
+        if logging and g > 0:
+            ev[evp] = r
+            ev[evp + 1] = g
+            evp += 2
+    for _ in range(nadm):
+        r = qbuf[qh]
+        qh = (qh + 1) % cap
+        ql -= 1
+        R[G_PRV, r] = at
+        R[G_NXT, r] = -1
+        if at >= 0:
+            R[G_NXT, at] = r
+        else:
+            ah = r
+        at = r
+        R[G_RANK, r] = rankc
+        rankc += 1
+        na += 1
+        R[G_MODE, r] = M_EXPL
+        elist[ne] = r
+        R[G_EPOS, r] = ne
+        ne += 1
+        if R[G_FIRST, r] < 0:
+            R[G_FIRST, r] = t
+        g = max(0, min(R[G_GRANT, r], chunk, R[G_S, r]))
+        R[G_PROG, r] = g
+        tokens += g
+        if logging:
+            ev[evp] = r
+            ev[evp + 1] = g
+            evp += 2
+    st[ST_ADMIT] += nadm
+    return tokens, qh, ql, ah, at, na, ne, rankc, evp
+
+
+@_njit(cache=True, inline="always")
+def _prefill_memory(B: int, ne: int, elist: np.ndarray, R: np.ndarray, DL: int, st: np.ndarray) -> int:
+    """The memory held after a prefill step (the explicit requests' areas grow by it)."""
+    st[ST_EXPL] += ne
+    memory = DL
+    for a in range(ne):
+        r = elist[a]
+        h = held(R[G_PROG, r], B)
+        R[G_ATT, r] += h
+        R[G_SERVED, r] += h
+        memory += h
+    return memory
+
+
+# ``_nrt=True`` said outright: a callee takes its caller's setting unless it sets its own, and
+# this one allocates, called from a loop compiled without reference counting.
+@_njit(cache=True, _nrt=True)
+def _retract(
+    life: int, M: int, B: int, rds: int, logging: bool, t: int, tau: int, w2: int, call: int, R: np.ndarray,
+    hk: np.ndarray, hid: np.ndarray, ck: np.ndarray, cid: np.ndarray, Rc: np.ndarray, ph: np.ndarray,
+    cnt: np.ndarray, qbuf: np.ndarray, chain: np.ndarray, ev: np.ndarray, st: np.ndarray, qh: int, ql: int, ah: int,
+    at: int, na: int, nL: int, DL: int, hn: int, cn: int, nu: int, ru: int, nc: int, evp: int,
+) -> tuple[float, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int]:  # fmt: skip
+    """A retraction (schedule_batch.py retract_decode): a pass over the batch.  A function of its
+    own (not inlined): it is rare, and it allocates, which the loop (compiled without reference
+    counting) may not.  Returns the new ratio, the victims, the area wasted, the kept batch's
+    size in ``chain`` (SGLang's lifecycle: re-sorted), then ``qh``, ``ql``, ``ah``, ``at``,
+    ``na``, ``nL``, ``DL``, ``hn``, ``cn``, ``nu``, ``ru``, ``nc`` and ``evp``."""
+    cap = qbuf.shape[0]
+    resume = life != KVSTAB_LIFE
+    npreempt = 0
+    step_wasted = 0
+    nres = 0
+    st[ST_RETRACT] += 1
+    cntb = na
+    ids = np.empty(cntb, dtype=np.int64)
+    r = ah
+    for a in range(cntb):
+        ids[a] = r
+        r = R[G_NXT, r]
+    outs = np.empty(cntb, dtype=np.int64)
+    prompts = np.empty(cntb, dtype=np.int64)
+    weight = np.empty(cntb, dtype=np.int64)
+    total = 0
+    for a in range(cntb):
+        r = ids[a]
+        p = R[G_D, r] + tau
+        outs[a] = p - R[G_S, r] + 1 + R[G_PRIOR, r]
+        prompts[a] = R[G_S, r] - R[G_PRIOR, r]
+        weight[a] = held(p + 1, B)  # what it holds after a decode step: held + need
+        total += weight[a]
+    order = _pop_order(outs, prompts)
+    popped = np.zeros(cntb, dtype=np.bool_)
+    if cntb >= 2:
+        popped[order[0]] = True
+        rest = total - weight[order[0]]
+        kk = 1
+        while kk < cntb - 1 and rest > M:
+            popped[order[kk]] = True
+            rest -= weight[order[kk]]
+            kk += 1
+    # the ratio from the kept requests' view values
+    sum_out = 0
+    sum_max = 0
+    n_kept = 0
+    for a in range(cntb):
+        if not popped[a]:
+            r = ids[a]
+            n_kept += 1
+            sum_out += outs[a]
+            sum_max += R[G_O, r] + 1 + R[G_PRIOR, r]
+    est = float(sum_out + rds * n_kept) / float(sum_max + 1)
+    ratio = est if est < 1.0 else 1.0
+    # the victims, batch order: they lose their memory (and progress, or resume later)
+    for a in range(cntb):
+        if not popped[a]:
+            continue
+        r = ids[a]
+        p, nL, DL, hn, cn, nu, ru, nc = _lazy_leave(
+            R, hk, hid, ck, cid, Rc, ph, cnt, r, t, tau, w2, call, B, nL, DL, hn, cn, nu, ru, nc
+        )
+        ah, at = _unlink(R, r, ah, at)
+        na -= 1
+        if resume:
+            R[G_RECOMP, r] += p
+            R[G_PRIOR, r] += p - R[G_S, r] + 1
+            R[G_O, r] = R[G_S, r] + R[G_O, r] - p - 1
+            R[G_S, r] = p + 1
+        step_wasted += R[G_ATT, r]
+        R[G_WASTED, r] += R[G_ATT, r]
+        R[G_ATT, r] = 0
+        R[G_PROG, r] = 0
+        R[G_NPRE, r] += 1
+        R[G_MODE, r] = M_OUT
+        npreempt += 1
+    if life == SGLANG_LIFE:
+        # to the queue's tail in retraction order
+        for a in range(cntb):
+            b = order[a]
+            if popped[b]:
+                qbuf[(qh + ql) % cap] = ids[b]
+                ql += 1
+                if logging:
+                    ev[evp] = ids[b]
+                    evp += 1
+        # the kept batch is re-sorted (most outputs first, then the shorter original prompt,
+        # then batch order: the retraction order reversed) once the finished have left
+        for a in range(cntb - 1, -1, -1):
+            b = order[a]
+            if not popped[b]:
+                chain[nres] = ids[b]
+                nres += 1
+    else:
+        # to the queue's head, the oldest first
+        for a in range(cntb - 1, -1, -1):
+            if popped[a]:
+                qh = (qh - 1) % cap
+                qbuf[qh] = ids[a]
+                ql += 1
+    st[ST_PREEMPT] += npreempt
+    return ratio, npreempt, step_wasted, nres, qh, ql, ah, at, na, nL, DL, hn, cn, nu, ru, nc, evp
+
+
+@_njit(cache=True, inline="always")
+def _slot_end(
+    t: int, tau: int, w2: int, call: int, B: int, clip: int, logging: bool, decode: bool, R: np.ndarray,
+    hk: np.ndarray, hid: np.ndarray, ck: np.ndarray, cid: np.ndarray, Rc: np.ndarray, ph: np.ndarray,
+    cnt: np.ndarray, elist: np.ndarray, ev: np.ndarray, ne: int, ah: int, at: int, na: int, nL: int, DL: int, hn: int,
+    cn: int, nu: int, ru: int, nc: int, evp: int,
+) -> tuple[int, bool, int, int, int, int, int, int, int, int, int, int, int, int]:  # fmt: skip
+    """The finished leave at the end of the slot (the lazy set's after a decode step, then the
+    explicit ones), finished prefills join the lazy set; with ``logging`` the finished are
+    logged in batch order.  Returns the finished, whether a decoder finished, then ``ne``,
+    ``ah``, ``at``, ``na``, ``nL``, ``DL``, ``hn``, ``cn``, ``nu``, ``ru``, ``nc`` and ``evp``."""
+    fin0 = evp
+    done = 0
+    left = False
+    while hn > 0 and hk[0] == tau and decode:
+        r = hid[0]
+        _, nL, DL, hn, cn, nu, ru, nc = _lazy_leave(
+            R, hk, hid, ck, cid, Rc, ph, cnt, r, t + 1, tau, w2, call, B, nL, DL, hn, cn, nu, ru, nc
+        )
+        R[G_MODE, r] = M_OUT
+        R[G_FIN, r] = t
+        ah, at = _unlink(R, r, ah, at)
+        na -= 1
+        done += 1
+        left = True
+        if logging:
+            ev[evp] = r
+            evp += 1
+    for a in range(ne - 1, -1, -1):
+        r = elist[a]
+        p = R[G_PROG, r]
+        sr = R[G_S, r]
+        finished = p >= sr + R[G_O, r]
+        if finished or p >= sr:
+            ne -= 1
+            last = elist[ne]
+            elist[a] = last
+            R[G_EPOS, last] = a
+            if finished:
+                R[G_MODE, r] = M_OUT
+                R[G_FIN, r] = t
+                ah, at = _unlink(R, r, ah, at)
+                na -= 1
+                done += 1
+                if logging:
+                    ev[evp] = r
+                    evp += 1
+            else:
+                nL, DL, hn, cn, nu, ru, nc = _lazy_join(
+                    R, hk, hid, ck, cid, Rc, ph, cnt, r, p, t + 1, tau, w2, call, B, clip, nL, DL, hn, cn, nu, ru, nc
+                )  # fmt: skip
+    if logging and done > 1:
+        # finished in batch order (their ranks are still the step's)
+        for a in range(fin0 + 1, evp):
+            r = ev[a]
+            b = a - 1
+            while b >= fin0 and R[G_RANK, ev[b]] > R[G_RANK, r]:
+                ev[b + 1] = ev[b]
+                b -= 1
+            ev[b + 1] = r
+    return done, left, ne, ah, at, na, nL, DL, hn, cn, nu, ru, nc, evp
+
+
+@_njit(cache=True, inline="always")
+def _resort(nres: int, chain: np.ndarray, R: np.ndarray) -> tuple[int, int, int]:
+    """Relink the kept batch of a retraction in its new order (``chain``), skipping the
+    finished.  Returns the new head, tail and rank counter."""
+    ah = -1
+    at = -1
+    rankc = 0
+    for a in range(nres):
+        r = chain[a]
+        if R[G_MODE, r] == M_OUT:
+            continue  # finished in this step
+        R[G_PRV, r] = at
+        R[G_NXT, r] = -1
+        if at >= 0:
+            R[G_NXT, at] = r
+        else:
+            ah = r
+        at = r
+        R[G_RANK, r] = rankc
+        rankc += 1
+    return ah, at, rankc
+
+
+@_njit(cache=True, inline="always")
+def _arrivals(
+    t: int, i: int, pslot: np.ndarray, ps: np.ndarray, po: np.ndarray, R: np.ndarray, qbuf: np.ndarray, qh: int,
+    ql: int,
+) -> tuple[int, int, int]:  # fmt: skip
+    """Slot ``t``'s arrivals join the queue's tail.  Returns the plan's next request, the queue's
+    length and the arrivals."""
+    n = pslot.shape[0]
+    cap = qbuf.shape[0]
+    arrived = 0
+    while i < n and pslot[i] == t:
+        R[G_S, i] = ps[i]
+        R[G_O, i] = po[i]
+        qbuf[(qh + ql) % cap] = i
+        ql += 1
+        i += 1
+        arrived += 1
+    return i, ql, arrived
+
+
+@_njit(cache=True, inline="always")
+def _clip_expire(
+    tau: int, clip: int, ck: np.ndarray, cid: np.ndarray, Rc: np.ndarray, R: np.ndarray, cn: int, nc: int, nu: int,
+    ru: int,
+) -> tuple[int, int, int, int]:  # fmt: skip
+    """Decoders whose remaining outputs fell to ``clip`` leave the clip heap for the unclipped
+    sums.  Returns ``cn``, ``nc``, ``nu``, ``ru``."""
+    while cn > 0 and ck[0] - tau <= clip:
+        r = cid[0]
+        cn = _heap_remove(ck, cid, Rc, r, cn)
+        R[G_CLIP, r] = 0
+        nc -= 1
+        nu += 1
+        ru += R[G_S, r] + R[G_O, r] - R[G_D, r]
+    return cn, nc, nu, ru
+
+
+@_njit(cache=True, inline="always")
+def _dump_batch(
+    resort: bool, nres: int, ah: int, chain: np.ndarray, R: np.ndarray, ev: np.ndarray, evp: int
+) -> tuple[int, int, int]:
+    """Log the batch that decodes (after a retraction, in its new order): one token each.
+    Returns where the dump starts, its length, and ``evp``."""
+    dumpo = evp
+    if resort:
+        for a in range(nres):
+            ev[evp] = chain[a]
+            evp += 1
+    else:
+        r = ah
+        while r >= 0:
+            ev[evp] = r
+            evp += 1
+            r = R[G_NXT, r]
+    return dumpo, evp - dumpo, evp
+
+
+@_njit(cache=True, inline="always")
+def _count(
+    t: int, rows: bool, t_base: int, out: np.ndarray, binned: bool, b1f: int, b1s: int, b1n: int, b2f: int, b2s: int,
+    b2n: int, bins1: np.ndarray, bins2: np.ndarray, mstart: int, memsum: int, arrived: int, nadm: int,
+    npreempt: int, done: int, running_n: int, memory: int, step_wasted: int, tokens: int, ql: int,
+) -> int:  # fmt: skip
+    """Slot ``t``'s row (``rows``) and its batch-means sums (``binned``); returns the memory sum."""
+    if rows:
+        col = t - t_base
+        out[0, col] = arrived
+        out[1, col] = nadm
+        out[2, col] = npreempt
+        out[3, col] = done
+        out[4, col] = running_n
+        out[5, col] = memory
+        out[6, col] = step_wasted
+        out[7, col] = tokens
+        out[8, col] = ql
+    if binned:
+        k1 = t - b1f
+        if b1s > 0 and k1 >= 0 and k1 < b1s * b1n:
+            bins1[k1 // b1s] += done
+        k2 = t - b2f
+        if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
+            bins2[k2 // b2s] += arrived - done
+        if t >= mstart:
+            memsum += memory
+    return memsum
+
+
+@_njit(cache=True, inline="always")
+def _log_room(t: int, i: int, pslot: np.ndarray, na: int, ql: int, evp: int, ev: np.ndarray) -> bool:
+    """Whether the log buffer has room for slot ``t``'s events."""
+    n = pslot.shape[0]
+    coming = 0
+    while i + coming < n and pslot[i + coming] <= t:
+        coming += 1
+    return evp + 4 * (na + ql + coming) + 8 <= ev.shape[0]
+
+
+@_njit(cache=True, inline="always")
+def _log_step(
+    lg: np.ndarray, lr: np.ndarray, lcol: int, B: int, ne: int, elist: np.ndarray, R: np.ndarray, DL: int,
+    kind: int, tokens: int, nadm: int, npreempt: int, done: int, dumpl: int, dumpo: int, tok_end: int, evs: int,
+    ret0: int, fin0: int, pf_tok: int, dc_tok: int, full: int, ql: int, ratio: float,
+) -> None:  # fmt: skip
+    """The step log's row for the slot at column ``lcol``."""
+    kv = DL
+    for a in range(ne):
+        kv += held(R[G_PROG, elist[a]], B)
+    lg[L_KIND, lcol] = kind if tokens > 0 else K_IDLE
+    lg[L_NADM, lcol] = nadm
+    lg[L_NRET, lcol] = npreempt
+    lg[L_NFIN, lcol] = done
+    if kind == K_DECODE:
+        lg[L_NTOK, lcol] = -dumpl - 1  # a batch dump at L_TOKOFF, one token each
+        lg[L_TOKOFF, lcol] = dumpo
+    else:
+        lg[L_NTOK, lcol] = (tok_end - evs) // 2  # (request, tokens) pairs; the admitted last
+        lg[L_TOKOFF, lcol] = evs
+    lg[L_RET, lcol] = ret0
+    lg[L_FIN, lcol] = fin0
+    lg[L_PF, lcol] = pf_tok
+    lg[L_DC, lcol] = dc_tok
+    lg[L_KV, lcol] = kv
+    lg[L_FULL, lcol] = full
+    lg[L_QUEUE, lcol] = ql
+    lr[lcol] = ratio
+
+
+# Without numba's reference counting (``_nrt=False``; the loop allocates nothing, a retraction's
+# arrays live in :func:`_retract`): each inlined phase binds the arrays it takes to names of its
+# own, and counting those references in every slot made the loop slower than one piece.
+@_njit(cache=True, _nrt=False)
 def run_sglang(
     life: int,
     M: int,
@@ -397,10 +1098,8 @@ def run_sglang(
     ``SimResult`` rows at column ``t − t_base``; ``bp[BP_ON]`` the streamed batch-means sums;
     ``lg`` of positive width the step log (every slot is then run one by one)."""
     n = pslot.shape[0]
-    cap = qbuf.shape[0]
     rows = out.shape[1] > 0
     logging = lg.shape[1] > 0
-    resume = life != KVSTAB_LIFE
     binned = bp[BP_ON] != 0
     b1f, b1s, b1n = bp[BP_F1], bp[BP_S1], bp[BP_N1]
     b2f, b2s, b2n = bp[BP_F2], bp[BP_S2], bp[BP_N2]
@@ -439,303 +1138,51 @@ def run_sglang(
         if drain and i >= n and na == 0 and ql == 0 and t >= drain_min:
             status = DRAINED
             break
-        if logging:
-            coming = 0
-            while i + coming < n and pslot[i + coming] <= t:
-                coming += 1
-            if evp + 4 * (na + ql + coming) + 8 > ev.shape[0]:
-                break  # the driver empties the log buffer and calls again
+        if logging and not _log_room(t, i, pslot, na, ql, evp, ev):
+            break  # the driver empties the log buffer and calls again
 
         # ================= a quiet stretch (not while logging: the log has a row per step)
         if ne == 0 and not logging and (ql == 0 or (nL > 0 and full == 1)):
-            te = t_end
-            idle = na == 0
-            if ql == 0 and i < n and pslot[i] < te and (idle or full == 0):
-                te = pslot[i]  # an arrival into an empty queue is walked in its slot
-            if drain and i >= n and t < drain_min < te:
-                te = drain_min
-            if not idle:
-                # decode steps, each moving τ on by one: slot t + j ends with τ + j + 1
-                if hn > 0 and hk[0] - tau - 1 < te - t:
-                    te = t + hk[0] - tau - 1  # a completion clears the flag (the queue is walked next)
-                if te > t:
-                    te = t + _overflow(DL, nL, tau, tau + te - t, M, B, ph) - tau  # a retraction
-                if check and ((budget >= 0 and nL > budget) or (maxseq >= 0 and na > maxseq)):
-                    te = t
+            te = _quiet_until(
+                M, B, budget, maxseq, check, t, t_end, drain, drain_min, i, pslot, ql, na, full, hk, hn, ph, tau, nL, DL
+            )  # fmt: skip
             if te > t:
                 L = te - t
+                idle = na == 0
                 st[ST_STRETCH] += 1
                 st[ST_SKIP] += L
                 st[ST_RUNSUM] += na * L
                 if rows:
-                    d = DL
-                    for tt in range(t, te):
-                        arrived = 0
-                        while i < n and pslot[i] == tt:
-                            R[G_S, i] = ps[i]
-                            R[G_O, i] = po[i]
-                            qbuf[(qh + ql) % cap] = i
-                            ql += 1
-                            i += 1
-                            arrived += 1
-                        post = _lazy_post(d, nL, tau + tt - t, B, ph)
-                        col = tt - t_base
-                        out[0, col] = arrived
-                        out[4, col] = na
-                        out[5, col] = post
-                        out[7, col] = nL
-                        out[8, col] = ql
-                        d = post
+                    i, ql = _quiet_rows(t, te, t_base, B, i, pslot, ps, po, R, qbuf, qh, ql, ph, na, nL, DL, tau, out)
                 else:
-                    while i < n and pslot[i] < te:
-                        R[G_S, i] = ps[i]
-                        R[G_O, i] = po[i]
-                        qbuf[(qh + ql) % cap] = i
-                        ql += 1
-                        if binned:
-                            k2 = pslot[i] - b2f
-                            if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
-                                bins2[k2 // b2s] += 1.0
-                        i += 1
-                    if binned and not idle:
-                        lo = max(t, mstart)
-                        if lo < te:
-                            memsum += _post_sum(
-                                _dl_advance(DL, nL, tau, lo - t, B, ph), nL, lo - t + tau, te - lo, B, ph
-                            )
-                if idle:
-                    # nothing runs or waits: the first idle step resets the ratio, the rest change nothing
-                    ratio = r_init
-                    full = 0
-                    w2 += L * tau
-                    cnt[tau % B] += L
-                else:
-                    DL = _dl_advance(DL, nL, tau, L, B, ph)
-                    w2 += L * tau + L * (L + 1) // 2
-                    q = L // B
-                    call += q
-                    for j in range(q * B + 1, L + 1):
-                        cnt[(tau + j) % B] += 1
-                    tau += L
-                    for _ in range(L):  # the decay, one float operation a step, until its floor holds
-                        x = ratio - r_decay
-                        nxt = r_min if r_min > x else x
-                        if nxt == ratio:
-                            break
-                        ratio = nxt
+                    i, ql, memsum = _quiet_skip(
+                        t, te, B, i, pslot, ps, po, R, qbuf, qh, ql, ph, idle, nL, DL, tau, binned, b2f, b2s, b2n,
+                        bins2, mstart, memsum,
+                    )  # fmt: skip
+                ratio, full, w2, call, tau, DL = _quiet_steps(
+                    L, idle, B, r_init, r_min, r_decay, ratio, full, w2, call, tau, nL, DL, ph, cnt
+                )  # fmt: skip
                 t = te
                 continue
 
         # ================= a full slot
         st[ST_FULL] += 1
-        arrived = 0
-        while i < n and pslot[i] == t:
-            R[G_S, i] = ps[i]
-            R[G_O, i] = po[i]
-            qbuf[(qh + ql) % cap] = i
-            ql += 1
-            i += 1
-            arrived += 1
+        i, ql, arrived = _arrivals(t, i, pslot, ps, po, R, qbuf, qh, ql)
         evs = evp
         lcol = t - t_base
 
         # ---- the decision, as the rule computes it from the step's view
         if nL == 0:
             full = 0  # the flag is cleared when the running batch is empty
-        # explicit requests (prefilling) in batch order
-        for a in range(1, ne):
-            r = elist[a]
-            b = a - 1
-            while b >= 0 and R[G_RANK, elist[b]] > R[G_RANK, r]:
-                elist[b + 1] = elist[b]
-                b -= 1
-            elist[b + 1] = r
-        used = DL
-        for a in range(ne):
-            r = elist[a]
-            R[G_EPOS, r] = a
-            used += held(R[G_PROG, r], B)
-        free = M - used
-        # total_offset: int 0 with nothing decoding (mode 0), else the aggregate (mode 1) or
-        # Python's float sum (mode 2, once a test fell within the rounding bound)
-        while cn > 0 and ck[0] - tau <= clip:
-            r = cid[0]
-            cn = _heap_remove(ck, cid, Rc, r, cn)
-            R[G_CLIP, r] = 0
-            nc -= 1
-            nu += 1
-            ru += R[G_S, r] + R[G_O, r] - R[G_D, r]
-        mode = 0 if nL == 0 else 1
-        rsx = ratio * float(ru - nu * tau + clip * nc) if nL > 0 else 0.0
-        tof = 0.0
-        summ = 0  # Σ of this step's integer additions to total_offset
-        k = 0
-        cur_off = 0
-        rem_chunk = pchunk
-        rem_input = mpt
-        reserved = 0
-        continuing = False
-        in_batch = 0
-        fin_pf = False
-        for a in range(ne):
-            r = elist[a]
-            p = R[G_PROG, r]
-            cand = R[G_S, r] - p
-            # limited = min(rem_chunk, floor(free − total_offset))
-            while True:
-                if mode == 0:
-                    limited = min(rem_chunk, free - summ)
-                    break
-                if mode == 2:
-                    limited = min(rem_chunk, int(math.floor(float(free) - tof)))
-                    break
-                Z = float(free - summ) - rsx
-                E = _U2 * (nL + k + 8) * (abs(free) + rsx + summ + 1.0)
-                if Z - E >= rem_chunk:
-                    limited = rem_chunk
-                    break
-                f1 = int(math.floor(Z - E))
-                if f1 == int(math.floor(Z + E)):
-                    limited = min(rem_chunk, f1)
-                    break
-                tof = _exact_offset(R, ah, tau, clip, ratio, chain, k)
-                mode = 2
-                st[ST_EXACT] += 1
-            allow = rem_chunk if limited <= 0 else limited
-            room = held(p, B) - p + max(free - reserved, 0) // B * B
-            allow = max(0, min(allow, room))
-            new_len = min(cand, allow)
-            truncated = new_len < cand
-            mnr = 0 if truncated else min(R[G_O, r] + 1 + R[G_PRIOR, r], clip)
-            R[G_GRANT, r] = new_len
-            ext = held(new_len, B)
-            m = ext + B + mnr
-            chain[k] = m
-            k += 1
-            summ += m
-            tof = tof + float(m)
-            cur_off += ext + B
-            rem_chunk -= ext
-            rem_input -= ext
-            reserved += held(p + new_len, B) - held(p, B)
-            in_batch += 1
-            continuing = continuing or truncated
-            fin_pf = fin_pf or (not truncated and R[G_O, r] == 0)
-        # the walk over the queue: while a chunk is in flight, or the flag is clear
-        set_full = False
-        nadm = 0
-        if ne > 0 or full == 0:
-            empty = na == 0
-            while nadm < ql:
-                w = qbuf[(qh + nadm) % cap]
-                sw = R[G_S, w]
-                ow = R[G_O, w]
-                # four tests of free − total_offset (V) against integers: lt(A) is A < V
-                spent = rem_input <= 0 or rem_chunk <= 0
-                if spent:
-                    # budget_state: no memory (V <= 0) comes before a spent budget
-                    A = 0
-                    while True:
-                        if mode == 0:
-                            pos = A < free - summ
-                            break
-                        if mode == 2:
-                            pos = A < float(free) - tof
-                            break
-                        Z = float(free - summ) - rsx
-                        E = _U2 * (nL + k + 8) * (abs(free) + rsx + summ + 1.0)
-                        if A < Z - E:
-                            pos = True
-                            break
-                        if A > Z + E:
-                            pos = False
-                            break
-                        tof = _exact_offset(R, ah, tau, clip, ratio, chain, k)
-                        mode = 2
-                        st[ST_EXACT] += 1
-                    if pos:
-                        break  # the budget is spent and memory is left: stop, the flag untouched
-                if maxseq >= 0 and maxseq <= nL + in_batch:
-                    set_full = True
-                    break
-                A = sw + min(ow + 1, clip) + B
-                if empty and in_batch == 0:
-                    fits = True  # the empty system admits its head (the rule's one deviation)
-                else:
-                    while True:
-                        if mode == 0:
-                            fits = A < free - summ
-                            break
-                        if mode == 2:
-                            fits = A < float(free) - tof
-                            break
-                        Z = float(free - summ) - rsx
-                        E = _U2 * (nL + k + 8) * (abs(free) + rsx + summ + 1.0)
-                        if A < Z - E:
-                            fits = True
-                            break
-                        if A > Z + E:
-                            fits = False
-                            break
-                        tof = _exact_offset(R, ah, tau, clip, ratio, chain, k)
-                        mode = 2
-                        st[ST_EXACT] += 1
-                if not fits:
-                    if in_batch > 0 or nL > 0:
-                        set_full = True
-                    break
-                whole = held(sw, B) <= rem_chunk
-                chunk_len = max(rem_chunk, 0) // B * B
-                if not whole and chunk_len <= 0:
-                    break
-                ext_raw = sw if whole else chunk_len
-                mnr = min(ow + 1 + R[G_PRIOR, w], clip) if whole else 0
-                ext = held(ext_raw, B)
-                m = ext + B + mnr
-                chain[k] = m
-                k += 1
-                summ += m
-                tof = tof + float(m)
-                cur_off += ext + B
-                rem_chunk -= ext
-                rem_input -= ext
-                reserved += ext
-                in_batch += 1
-                continuing = continuing or not whole
-                fin_pf = fin_pf or (whole and ow == 0)
-                R[G_GRANT, w] = ext_raw
-                nadm += 1
-                # after an admission: no memory left stops the walk (and sets the flag)
-                A = 0
-                while True:
-                    if mode == 0:
-                        pos = A < free - summ
-                        break
-                    if mode == 2:
-                        pos = A < float(free) - tof
-                        break
-                    Z = float(free - summ) - rsx
-                    E = _U2 * (nL + k + 8) * (abs(free) + rsx + summ + 1.0)
-                    if A < Z - E:
-                        pos = True
-                        break
-                    if A > Z + E:
-                        pos = False
-                        break
-                    tof = _exact_offset(R, ah, tau, clip, ratio, chain, k)
-                    mode = 2
-                    st[ST_EXACT] += 1
-                if not pos or free - cur_off <= 0:
-                    set_full = True
-                    break
-                if rem_input <= 0 or rem_chunk <= 0:
-                    break
+        cn, nc, nu, ru = _clip_expire(tau, clip, ck, cid, Rc, R, cn, nc, nu, ru)
+        nadm, set_full, continuing, in_batch, fin_pf = _decide(
+            M, B, clip, maxseq, pchunk, mpt, full, ratio, tau, nL, na, ne, ah, qh, ql, nc, nu, ru, DL, elist, qbuf, R,
+            chain, st,
+        )  # fmt: skip
 
         # ---- apply the decision: a prefill step, a decode step (with retraction), or idle
-        prefill = in_batch > 0
         npreempt = 0
         step_wasted = 0
-        done = 0
         leaves = False
         tokens = 0
         memory = 0
@@ -745,174 +1192,35 @@ def run_sglang(
         nres = 0
         ret0 = evp
         tok_end = evp
-        if prefill:
+        if in_batch > 0:  # a prefill step
             kind = K_PREFILL
             leaves = continuing or fin_pf or nL == 0
-            # the chunked requests' work (batch order), then the admitted, popped from the queue head
-            for a in range(ne):
-                r = elist[a]
-                p = R[G_PROG, r]
-                g = max(0, min(R[G_GRANT, r], chunk, R[G_S, r] - p))
-                R[G_PROG, r] = p + g
-                tokens += g
-                if logging and g > 0:
-                    ev[evp] = r
-                    ev[evp + 1] = g
-                    evp += 2
-            for _ in range(nadm):
-                r = qbuf[qh]
-                qh = (qh + 1) % cap
-                ql -= 1
-                R[G_PRV, r] = at
-                R[G_NXT, r] = -1
-                if at >= 0:
-                    R[G_NXT, at] = r
-                else:
-                    ah = r
-                at = r
-                R[G_RANK, r] = rankc
-                rankc += 1
-                na += 1
-                R[G_MODE, r] = M_EXPL
-                elist[ne] = r
-                R[G_EPOS, r] = ne
-                ne += 1
-                if R[G_FIRST, r] < 0:
-                    R[G_FIRST, r] = t
-                g = max(0, min(R[G_GRANT, r], chunk, R[G_S, r]))
-                R[G_PROG, r] = g
-                tokens += g
-                if logging:
-                    ev[evp] = r
-                    ev[evp + 1] = g
-                    evp += 2
+            tokens, qh, ql, ah, at, na, ne, rankc, evp = _prefill(
+                t, chunk, B, logging, nadm, qh, ql, ah, at, na, ne, rankc, evp, qbuf, elist, R, ev, st
+            )  # fmt: skip
             tok_end = evp
             if nadm > 0:
                 bver += 1
-            st[ST_ADMIT] += nadm
             pf_tok = tokens
-            memory = DL
-            for a in range(ne):
-                r = elist[a]
-                h = held(R[G_PROG, r], B)
-                R[G_ATT, r] += h
-                R[G_SERVED, r] += h
-                memory += h
-            st[ST_EXPL] += ne
+            memory = _prefill_memory(B, ne, elist, R, DL, st)
             running_n = na
         elif nL > 0:
             kind = K_DECODE
             post = _lazy_post(DL, nL, tau, B, ph)
             if post > M:
-                # ---- retraction (schedule_batch.py retract_decode): a pass over the batch
-                st[ST_RETRACT] += 1
-                cntb = na
-                ids = np.empty(cntb, dtype=np.int64)
-                r = ah
-                for a in range(cntb):
-                    ids[a] = r
-                    r = R[G_NXT, r]
-                outs = np.empty(cntb, dtype=np.int64)
-                prompts = np.empty(cntb, dtype=np.int64)
-                weight = np.empty(cntb, dtype=np.int64)
-                total = 0
-                for a in range(cntb):
-                    r = ids[a]
-                    p = R[G_D, r] + tau
-                    outs[a] = p - R[G_S, r] + 1 + R[G_PRIOR, r]
-                    prompts[a] = R[G_S, r] - R[G_PRIOR, r]
-                    weight[a] = held(p + 1, B)  # what it holds after a decode step: held + need
-                    total += weight[a]
-                order = _pop_order(outs, prompts)
-                popped = np.zeros(cntb, dtype=np.bool_)
-                if cntb >= 2:
-                    popped[order[0]] = True
-                    rest = total - weight[order[0]]
-                    kk = 1
-                    while kk < cntb - 1 and rest > M:
-                        popped[order[kk]] = True
-                        rest -= weight[order[kk]]
-                        kk += 1
-                # the ratio from the kept requests' view values
-                sum_out = 0
-                sum_max = 0
-                n_kept = 0
-                for a in range(cntb):
-                    if not popped[a]:
-                        r = ids[a]
-                        n_kept += 1
-                        sum_out += outs[a]
-                        sum_max += R[G_O, r] + 1 + R[G_PRIOR, r]
-                est = float(sum_out + rds * n_kept) / float(sum_max + 1)
-                ratio = est if est < 1.0 else 1.0
-                # the victims, batch order: they lose their memory (and progress, or resume later)
-                for a in range(cntb):
-                    if not popped[a]:
-                        continue
-                    r = ids[a]
-                    p, nL, DL, hn, cn, nu, ru, nc = _lazy_leave(
-                        R, hk, hid, ck, cid, Rc, ph, cnt, r, t, tau, w2, call, B, nL, DL, hn, cn, nu, ru, nc
-                    )
-                    ah, at = _unlink(R, r, ah, at)
-                    na -= 1
-                    if resume:
-                        R[G_RECOMP, r] += p
-                        R[G_PRIOR, r] += p - R[G_S, r] + 1
-                        R[G_O, r] = R[G_S, r] + R[G_O, r] - p - 1
-                        R[G_S, r] = p + 1
-                    step_wasted += R[G_ATT, r]
-                    R[G_WASTED, r] += R[G_ATT, r]
-                    R[G_ATT, r] = 0
-                    R[G_PROG, r] = 0
-                    R[G_NPRE, r] += 1
-                    R[G_MODE, r] = M_OUT
-                    npreempt += 1
-                if life == SGLANG_LIFE:
-                    # to the queue's tail in retraction order
-                    for a in range(cntb):
-                        b = order[a]
-                        if popped[b]:
-                            qbuf[(qh + ql) % cap] = ids[b]
-                            ql += 1
-                            if logging:
-                                ev[evp] = ids[b]
-                                evp += 1
-                    # the kept batch is re-sorted (most outputs first, then the shorter original prompt,
-                    # then batch order: the retraction order reversed) once the finished have left
-                    for a in range(cntb - 1, -1, -1):
-                        b = order[a]
-                        if not popped[b]:
-                            chain[nres] = ids[b]
-                            nres += 1
-                    resort = True
-                else:
-                    # to the queue's head, the oldest first
-                    for a in range(cntb - 1, -1, -1):
-                        if popped[a]:
-                            qh = (qh - 1) % cap
-                            qbuf[qh] = ids[a]
-                            ql += 1
-                st[ST_PREEMPT] += npreempt
+                ratio, npreempt, step_wasted, nres, qh, ql, ah, at, na, nL, DL, hn, cn, nu, ru, nc, evp = _retract(
+                    life, M, B, rds, logging, t, tau, w2, call, R, hk, hid, ck, cid, Rc, ph, cnt, qbuf, chain, ev, st,
+                    qh, ql, ah, at, na, nL, DL, hn, cn, nu, ru, nc, evp,
+                )  # fmt: skip
+                resort = life == SGLANG_LIFE
                 leaves = True
                 bver += 1
                 post = _lazy_post(DL, nL, tau, B, ph)
             else:
                 x = ratio - r_decay
                 ratio = r_min if r_min > x else x
-            if logging and (resort or bver != dumpv):
-                # the batch that decodes (after a retraction, in its new order): one token each
-                dumpo = evp
-                if resort:
-                    for a in range(nres):
-                        ev[evp] = chain[a]
-                        evp += 1
-                else:
-                    r = ah
-                    while r >= 0:
-                        ev[evp] = r
-                        evp += 1
-                        r = R[G_NXT, r]
-                dumpl = evp - dumpo
+            if logging and (resort or bver != dumpv):  # the batch that decodes: one token each
+                dumpo, dumpl, evp = _dump_batch(resort, nres, ah, chain, R, ev, evp)
                 dumpv = bver
             tokens = nL
             dc_tok = nL
@@ -940,137 +1248,26 @@ def run_sglang(
         w2 += tau
         cnt[tau % B] += 1
         fin0 = evp
-        while hn > 0 and hk[0] == tau and kind == K_DECODE:
-            r = hid[0]
-            _, nL, DL, hn, cn, nu, ru, nc = _lazy_leave(
-                R, hk, hid, ck, cid, Rc, ph, cnt, r, t + 1, tau, w2, call, B, nL, DL, hn, cn, nu, ru, nc
-            )
-            R[G_MODE, r] = M_OUT
-            R[G_FIN, r] = t
-            ah, at = _unlink(R, r, ah, at)
-            na -= 1
-            done += 1
-            leaves = True
-            if logging:
-                ev[evp] = r
-                evp += 1
-        for a in range(ne - 1, -1, -1):
-            r = elist[a]
-            p = R[G_PROG, r]
-            sr = R[G_S, r]
-            finished = p >= sr + R[G_O, r]
-            if finished or p >= sr:
-                ne -= 1
-                last = elist[ne]
-                elist[a] = last
-                R[G_EPOS, last] = a
-                if finished:
-                    R[G_MODE, r] = M_OUT
-                    R[G_FIN, r] = t
-                    ah, at = _unlink(R, r, ah, at)
-                    na -= 1
-                    done += 1
-                    if logging:
-                        ev[evp] = r
-                        evp += 1
-                else:
-                    nL, DL, hn, cn, nu, ru, nc = _lazy_join(
-                        R,
-                        hk,
-                        hid,
-                        ck,
-                        cid,
-                        Rc,
-                        ph,
-                        cnt,
-                        r,
-                        p,
-                        t + 1,
-                        tau,
-                        w2,
-                        call,
-                        B,
-                        clip,
-                        nL,
-                        DL,
-                        hn,
-                        cn,
-                        nu,
-                        ru,
-                        nc,
-                    )
-        if logging and done > 1:
-            # finished in batch order (their ranks are still the step's)
-            for a in range(fin0 + 1, evp):
-                r = ev[a]
-                b = a - 1
-                while b >= fin0 and R[G_RANK, ev[b]] > R[G_RANK, r]:
-                    ev[b + 1] = ev[b]
-                    b -= 1
-                ev[b + 1] = r
+        done, left, ne, ah, at, na, nL, DL, hn, cn, nu, ru, nc, evp = _slot_end(
+            t, tau, w2, call, B, clip, logging, kind == K_DECODE, R, hk, hid, ck, cid, Rc, ph, cnt, elist, ev, ne, ah,
+            at, na, nL, DL, hn, cn, nu, ru, nc, evp,
+        )  # fmt: skip
+        leaves = leaves or left
         if done > 0:
             bver += 1
         if resort:
-            ah = -1
-            at = -1
-            rankc = 0
-            for a in range(nres):
-                r = chain[a]
-                if R[G_MODE, r] == M_OUT:
-                    continue  # finished in this step
-                R[G_PRV, r] = at
-                R[G_NXT, r] = -1
-                if at >= 0:
-                    R[G_NXT, at] = r
-                else:
-                    ah = r
-                at = r
-                R[G_RANK, r] = rankc
-                rankc += 1
+            ah, at, rankc = _resort(nres, chain, R)
         full = 0 if leaves else (1 if set_full else full)
 
-        if rows:
-            col = t - t_base
-            out[0, col] = arrived
-            out[1, col] = nadm
-            out[2, col] = npreempt
-            out[3, col] = done
-            out[4, col] = running_n
-            out[5, col] = memory
-            out[6, col] = step_wasted
-            out[7, col] = tokens
-            out[8, col] = ql
+        memsum = _count(
+            t, rows, t_base, out, binned, b1f, b1s, b1n, b2f, b2s, b2n, bins1, bins2, mstart, memsum, arrived, nadm,
+            npreempt, done, running_n, memory, step_wasted, tokens, ql,
+        )  # fmt: skip
         if logging:
-            kv = DL
-            for a in range(ne):
-                kv += held(R[G_PROG, elist[a]], B)
-            lg[L_KIND, lcol] = kind if tokens > 0 else K_IDLE
-            lg[L_NADM, lcol] = nadm
-            lg[L_NRET, lcol] = npreempt
-            lg[L_NFIN, lcol] = done
-            if kind == K_DECODE:
-                lg[L_NTOK, lcol] = -dumpl - 1  # a batch dump at L_TOKOFF, one token each
-                lg[L_TOKOFF, lcol] = dumpo
-            else:
-                lg[L_NTOK, lcol] = (tok_end - evs) // 2  # (request, tokens) pairs; the admitted last
-                lg[L_TOKOFF, lcol] = evs
-            lg[L_RET, lcol] = ret0
-            lg[L_FIN, lcol] = fin0
-            lg[L_PF, lcol] = pf_tok
-            lg[L_DC, lcol] = dc_tok
-            lg[L_KV, lcol] = kv
-            lg[L_FULL, lcol] = full
-            lg[L_QUEUE, lcol] = ql
-            lr[lcol] = ratio
-        if binned:
-            k1 = t - b1f
-            if b1s > 0 and k1 >= 0 and k1 < b1s * b1n:
-                bins1[k1 // b1s] += done
-            k2 = t - b2f
-            if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
-                bins2[k2 // b2s] += arrived - done
-            if t >= mstart:
-                memsum += memory
+            _log_step(
+                lg, lr, lcol, B, ne, elist, R, DL, kind, tokens, nadm, npreempt, done, dumpl, dumpo, tok_end, evs, ret0,
+                fin0, pf_tok, dc_tok, full, ql, ratio,
+            )  # fmt: skip
         st[ST_DONE] += done
         st[ST_RUNSUM] += running_n
         t += 1

@@ -51,7 +51,7 @@ from kvstab.engine._opcodes import EXACT, LIMIT, OP
 
 #: the texts this loop inlines or compiles in besides its own (``held``, the layout's indices, the
 #: opcodes): see :func:`kvstab.engine._layout.stale`
-KERNEL_SHA = "309c05d624fd35de"
+KERNEL_SHA = "882a7d5f90e1ffc8"
 LAYOUT_SHA = "c8be141dbecddcca"
 OPCODES_SHA = "03ad94b8d67bcc01"
 GUARDS = (("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA), ("_opcodes.py", OPCODES_SHA))
@@ -450,6 +450,165 @@ def _decide(
     return flags
 
 
+@_njit(cache=True, inline="always")
+def _answer_ok(
+    Q: int,
+    na: int,
+    nst: int,
+    flags: int,
+    dec: np.ndarray,
+    decf: np.ndarray,
+    dect: np.ndarray,
+    svreal: np.ndarray,
+    svlo: np.ndarray,
+    svhi: np.ndarray,
+    svflo: np.ndarray,
+    svfhi: np.ndarray,
+) -> bool:
+    """Whether a decision passes the reference's checks of every answer: grants are integers
+    >= 0, a next state within its bounds."""
+    ok = True
+    og = Q + na
+    if flags & 1:
+        for x in range(na + Q):
+            if dec[og + x] < 0:
+                ok = False
+        og += na + Q
+    if flags & 2:
+        for m in range(nst):
+            if svreal[m] == 0:
+                v = dec[og + m]
+                if dect[m] == 1 or v < svlo[m] or v > svhi[m]:
+                    ok = False
+            elif dect[m] == 1:  # check_next_state: finite and within the bounds
+                fv = decf[m]
+                if not (math.isfinite(fv) and svflo[m] <= fv and fv <= svfhi[m]):
+                    ok = False
+            else:  # an int for a real variable: compared with float bounds, exactly up to 2⁵³
+                v = dec[og + m]
+                if abs(v) > _EXACT or not (svflo[m] <= float(v) and float(v) <= svfhi[m]):
+                    ok = False
+    return ok
+
+
+@_njit(cache=True, inline="always")
+def _preempt(
+    Q: int, na: int, act: np.ndarray, dec: np.ndarray, att: np.ndarray, wasted: np.ndarray, prog: np.ndarray,
+    npre: np.ndarray, prev: np.ndarray,
+) -> tuple[int, int]:  # fmt: skip
+    """Preempt the actives the decision names: their memory and progress are lost, their attempt
+    area wasted; ``prev`` keeps the active list as the rule saw it (the admission rewrites
+    ``act``).  Returns the victims and the area wasted."""
+    nv = 0
+    step_wasted = 0
+    for k in range(na):
+        r = act[k]
+        prev[k] = r
+        if dec[Q + k] != 0:
+            step_wasted += att[r]
+            wasted[r] += att[r]
+            att[r] = 0
+            prog[r] = 0
+            npre[r] += 1
+            nv += 1
+    return nv, step_wasted
+
+
+@_njit(cache=True, inline="always")
+def _admit(
+    t: int, Q: int, na: int, nv: int, qh: int, ql: int, act: np.ndarray, qbuf: np.ndarray, dec: np.ndarray,
+    first: np.ndarray, scr: np.ndarray, prev: np.ndarray,
+) -> tuple[int, int, int, int]:  # fmt: skip
+    """Admission from the window (the admitted leave it, the others keep their order at the
+    head), the kept actives first; then the victims to the head of the queue, oldest admission
+    first (``Engine.requeue``).  Returns the admitted, the running, and the queue's new head
+    and length."""
+    cap = qbuf.shape[0]
+    nadmit = 0
+    for j in range(Q):
+        if dec[j] != 0:
+            nadmit += 1
+    kept = 0
+    for k in range(na):
+        if dec[Q + k] == 0:
+            act[kept] = act[k]
+            kept += 1
+    if nadmit > 0:
+        # running = kept + admitted (queue order); the window's refused go back to the head
+        x = kept
+        nrefused = 0
+        for j in range(Q):
+            r = qbuf[(qh + j) % cap]
+            if dec[j] != 0:
+                act[x] = r
+                x += 1
+                if first[r] < 0:
+                    first[r] = t
+            else:
+                scr[nrefused] = r
+                nrefused += 1
+        qh = (qh + Q) % cap
+        ql -= Q
+        for y in range(nrefused - 1, -1, -1):
+            qh = (qh - 1) % cap
+            qbuf[qh] = scr[y]
+            ql += 1
+    if nv > 0:
+        for k in range(na - 1, -1, -1):
+            if dec[Q + k] != 0:
+                qh = (qh - 1) % cap
+                qbuf[qh] = prev[k]
+                ql += 1
+    return nadmit, kept + nadmit, qh, ql
+
+
+@_njit(cache=True, inline="always")
+def _work(
+    chunk: int, B: int, na: int, grants: bool, act: np.ndarray, ps: np.ndarray, prog: np.ndarray,
+    att: np.ndarray, served: np.ndarray, tmp: np.ndarray,
+) -> tuple[int, int]:  # fmt: skip
+    """Every running request advances by its grant (``tmp``, if ``grants``), clamped to one
+    unit.  Returns the tokens and the memory held."""
+    tokens = 0
+    memory = 0
+    for k in range(na):
+        r = act[k]
+        p0 = prog[r]
+        sr = ps[r]
+        u = min(chunk, sr - p0) if p0 < sr else 1
+        if grants:
+            g = tmp[r]
+            if g < u:
+                u = g
+            if u < 0:
+                u = 0
+        p1 = p0 + u
+        prog[r] = p1
+        tokens += u
+        h = held(p1, B)
+        att[r] += h
+        served[r] += h
+        memory += h
+    return tokens, memory
+
+
+@_njit(cache=True, inline="always")
+def _release(
+    t: int, na: int, act: np.ndarray, ps: np.ndarray, po: np.ndarray, prog: np.ndarray, fin: np.ndarray
+) -> int:
+    """Release the finished at the end of the slot, the admission order kept.  Returns how
+    many remain active."""
+    x = 0
+    for k in range(na):
+        r = act[k]
+        if prog[r] >= ps[r] + po[r]:
+            fin[r] = t
+        else:
+            act[x] = r
+            x += 1
+    return x
+
+
 @_njit(cache=True)
 def run_plugin_slots(
     M: int,
@@ -567,26 +726,8 @@ def run_plugin_slots(
                 status = BAIL
                 break
             # the reference checks every answer: grants are integers >= 0, a next state within its bounds
-            og = Q + na
-            if flags & 1:
-                for x in range(na + Q):
-                    if dec[og + x] < 0:
-                        status = BAIL
-                og += na + Q
-            if flags & 2:
-                for m in range(nst):
-                    if svreal[m] == 0:
-                        v = dec[og + m]
-                        if dect[m] == 1 or v < svlo[m] or v > svhi[m]:
-                            status = BAIL
-                    elif dect[m] == 1:  # check_next_state: finite and within the bounds
-                        fv = decf[m]
-                        if not (math.isfinite(fv) and svflo[m] <= fv and fv <= svfhi[m]):
-                            status = BAIL
-                    else:  # an int for a real variable: compared with float bounds, exactly up to 2⁵³
-                        v = dec[og + m]
-                        if abs(v) > _EXACT or not (svflo[m] <= float(v) and float(v) <= svfhi[m]):
-                            status = BAIL
+            if not _answer_ok(Q, na, nst, flags, dec, decf, dect, svreal, svlo, svhi, svflo, svfhi):
+                status = BAIL
             if status == BAIL:
                 break
             all_admit = True
@@ -603,18 +744,7 @@ def run_plugin_slots(
         row = t - t_base
 
         # --- preemption: memory and progress lost, attempt area wasted
-        nv = 0
-        step_wasted = 0
-        for k in range(na):
-            r = act[k]
-            prev[k] = r  # the active list as the rule saw it (the admission below rewrites act)
-            if dec[Q + k] != 0:
-                step_wasted += att[r]
-                wasted[r] += att[r]
-                att[r] = 0
-                prog[r] = 0
-                npre[r] += 1
-                nv += 1
+        nv, step_wasted = _preempt(Q, na, act, dec, att, wasted, prog, npre, prev)
         # grants by position (actives, then the window), read before the active list changes
         if flags & 1:
             og = Q + na
@@ -622,84 +752,21 @@ def run_plugin_slots(
                 tmp[act[k]] = dec[og + k]
             for j in range(Q):
                 tmp[qbuf[(qh + j) % cap]] = dec[og + na + j]
-        # --- admission from the window: admitted leave, the others keep their order at the head
-        nadmit = 0
-        for j in range(Q):
-            if dec[j] != 0:
-                nadmit += 1
-        kept = 0
-        for k in range(na):
-            if dec[Q + k] == 0:
-                act[kept] = act[k]
-                kept += 1
-        if nadmit > 0:
-            # running = kept + admitted (queue order); the window's refused go back to the head
-            x = kept
-            nrefused = 0
-            for j in range(Q):
-                r = qbuf[(qh + j) % cap]
-                if dec[j] != 0:
-                    act[x] = r
-                    x += 1
-                    if first[r] < 0:
-                        first[r] = t
-                else:
-                    scr[nrefused] = r
-                    nrefused += 1
-            qh = (qh + Q) % cap
-            ql -= Q
-            for y in range(nrefused - 1, -1, -1):
-                qh = (qh - 1) % cap
-                qbuf[qh] = scr[y]
-                ql += 1
-        running = kept + nadmit
-        # victims to the head of the queue, oldest admission first (Engine.requeue)
-        if nv > 0:
-            for k in range(na - 1, -1, -1):
-                if dec[Q + k] != 0:
-                    qh = (qh - 1) % cap
-                    qbuf[qh] = prev[k]
-                    ql += 1
+        # --- admission from the window, then the victims to the head of the queue
+        nadmit, running, qh, ql = _admit(t, Q, na, nv, qh, ql, act, qbuf, dec, first, scr, prev)
         na_before = na
         na = running
 
         # --- work: every running request advances by its grant (clamped to one unit)
-        tokens = 0
-        memory = 0
-        for k in range(na):
-            r = act[k]
-            p0 = prog[r]
-            sr = ps[r]
-            u = min(chunk, sr - p0) if p0 < sr else 1
-            if flags & 1:
-                g = tmp[r]
-                if g < u:
-                    u = g
-                if u < 0:
-                    u = 0
-            p1 = p0 + u
-            prog[r] = p1
-            tokens += u
-            h = held(p1, B)
-            att[r] += h
-            served[r] += h
-            memory += h
+        tokens, memory = _work(chunk, B, na, (flags & 1) != 0, act, ps, prog, att, served, tmp)
         if check and (memory > M or (maxseq >= 0 and na > maxseq) or (budget >= 0 and tokens > budget)):
             status = BAIL
             break
 
         # --- release the finished at the end of the slot (admission order kept)
-        done = 0
-        x = 0
-        for k in range(na):
-            r = act[k]
-            if prog[r] >= ps[r] + po[r]:
-                fin[r] = t
-                done += 1
-            else:
-                act[x] = r
-                x += 1
-        na = x
+        nleft = _release(t, na, act, ps, po, prog, fin)
+        done = na - nleft
+        na = nleft
         if flags & 2:
             og = Q + na_before + ((na_before + Q) if flags & 1 else 0)
             for m in range(nst):
