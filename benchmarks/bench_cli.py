@@ -24,6 +24,17 @@ CASES: tuple[tuple[str, ...], ...] = (
 )
 
 
+def _runs(text: str) -> int:
+    """``--runs``: a whole number of process runs, at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; give 1 or more runs") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} runs measure nothing; give 1 or more")
+    return n
+
+
 def measure(args: tuple[str, ...], runs: int) -> list[float]:
     """Wall seconds of ``runs`` fresh processes of ``kvstab ARGS``."""
     out = []
@@ -37,7 +48,7 @@ def measure(args: tuple[str, ...], runs: int) -> list[float]:
 def main() -> int:
     """Print one line per case: min, median and max wall time."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=10, help="process runs per case (default 10)")
+    ap.add_argument("--runs", type=_runs, default=10, help="process runs per case (default 10)")
     runs = ap.parse_args().runs
     measure(("--help",), 1)  # warm the file cache and the bytecode
     for case in CASES:

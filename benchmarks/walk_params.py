@@ -103,7 +103,13 @@ def main() -> int:
     ap.add_argument("--engine", choices=("fast", "reference"), default="fast")
     ap.add_argument("--scheduler", default="current-fit")
     args = ap.parse_args()
-    out = walk(args.engine, args.scheduler)
+    from kvstab.errors import KvstabError
+
+    try:
+        out = walk(args.engine, args.scheduler)
+    except KvstabError as exc:
+        print(f"walk_params: error: {exc}", file=sys.stderr)
+        return 2
     print(f"{args.engine} engine, {args.scheduler}: {out['stops']} stops in {out['modules']} modules, "
           f"{out['returns']} returns to a module already left, {out['names']} names")
     print("  modules:", ", ".join(out["module_list"]))
