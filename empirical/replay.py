@@ -53,7 +53,11 @@ def replay_model(
     for t in range(n_steps):
         arrived = 0
         while i < n and plan.slot[i] == t:
-            rid = eng.arrive(int(plan.s[i]), int(plan.o[i]))
+            if eng.cache is None or plan.prompts is None:
+                rid = eng.arrive(int(plan.s[i]), int(plan.o[i]))
+            else:  # prefix caching: the request's content, as the vLLM replay sends its token ids
+                out = None if plan.prompts.output is None else int(plan.prompts.output[i])
+                rid = eng.arrive(int(plan.s[i]), int(plan.o[i]), plan.prompts.prompt(i), out)
             rec.arrival[rid] = t
             i += 1
             arrived += 1
@@ -66,7 +70,7 @@ def replay_model(
         worked = [r for r in eng.active] + [eng.requests[rid] for rid in r_step.completed]
         work: list[tuple[int, int, bool]] = []
         for r in worked:
-            p0, s0 = before.get(r.rid, (0, r.s))
+            p0, s0 = before.get(r.rid, (r.cached, r.s))  # an admission starts past its cache hit
             if r.progress > p0:
                 work.append((p0, r.progress - p0, p0 < s0))
             held = int(-(-r.progress // params.block) * params.block)

@@ -251,14 +251,18 @@ class VllmDriver:
         )
 
     def _sampled(self, prompts: PromptSet | None, r: Any) -> list[int]:
-        """The token ``r`` samples now: its answer's own content when the plan names it (a later
-        turn of a conversation holds that answer in its prompt, and must hit its blocks), else 7."""
-        if prompts is None or prompts.output is None:
+        """The token ``r`` samples now.  With caching on, its answer's own content: the plan's
+        output id when it names one (a later turn of a conversation holds that answer in its
+        prompt, and must hit its blocks), else an id of the request's own — the content
+        kvstab's model gives it (``kvstab.simulator.Engine.arrive``), so a resumed request's
+        output blocks hash alike on both sides.  With caching off ids do not matter: 7."""
+        if not self.config.enable_prefix_caching:
             return [7]
         k = int(r.request_id)
         ids = self._answers.get(k)
         if ids is None:
-            ids = self._answers[k] = token_ids(Prompt(((int(prompts.output[k]), int(r.max_tokens)),)), VOCAB)
+            out = content_id("output", k) if prompts is None or prompts.output is None else int(prompts.output[k])
+            ids = self._answers[k] = token_ids(Prompt(((out, int(r.max_tokens)),)), VOCAB)
         return [int(ids[r.num_output_tokens])]
 
     def replay(

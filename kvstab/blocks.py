@@ -135,6 +135,18 @@ class BlockPool:
         (``cached_block_hash_to_block``, ``block_pool.py:185``)."""
         return {h: tuple(blocks) for h, blocks in self._cached.items()}
 
+    def clone(self) -> BlockPool:
+        """An independent copy of the pool's whole state (a trial run of one step works on it)."""
+        twin = BlockPool.__new__(BlockPool)
+        twin.config = self.config
+        twin._ref = list(self._ref)
+        twin._hash = list(self._hash)
+        twin._free = self._free.copy()
+        twin._cached = dict(self._cached)  # the inner maps are never changed in place (copy on write)
+        twin._record = self._record
+        twin._evicted = list(self._evicted)
+        return twin
+
     def take_evicted(self) -> tuple[int, ...]:
         """The hashes evicted since the last call, in order, and forget them (the
         ``BlockRemoved`` events of ``take_events``, ``block_pool.py:934``).  Empty unless the
@@ -177,7 +189,9 @@ class BlockPool:
                 # (block_pool.py:290), which needs hash_block_size < block_size.
                 raise InvalidArgument(f"block {b} is already cached under another hash ({self._hash[b]} != {h})")
             self._hash[b] = h
-            self._cached.setdefault(h, {})[b] = None
+            holders = self._cached.get(h)
+            # a new inner map, not an update in place: clones share the inner maps
+            self._cached[h] = {b: None} if holders is None else {**holders, b: None}
 
     def get_new_blocks(self, num_blocks: int) -> list[int]:
         """Take ``num_blocks`` blocks from the head of the free queue, evicting the hash of each
@@ -201,9 +215,10 @@ class BlockPool:
         h = self._hash[block]
         if h is None:
             return
-        holders = self._cached[h]
-        del holders[block]
-        if not holders:
+        rest = {b: None for b in self._cached[h] if b != block}  # copy on write, as in cache_full_blocks
+        if rest:
+            self._cached[h] = rest
+        else:
             del self._cached[h]
         self._hash[block] = None
         if self._record:
@@ -287,6 +302,15 @@ class KVCacheManager:
         self._blocks: dict[Hashable, list[int]] = {}
         self._num_cached: dict[Hashable, int] = {}
 
+    def clone(self) -> KVCacheManager:
+        """An independent copy: the pool and every request's block table."""
+        twin = KVCacheManager.__new__(KVCacheManager)
+        twin.config = self.config
+        twin.pool = self.pool.clone()
+        twin._blocks = {rid: list(table) for rid, table in self._blocks.items()}
+        twin._num_cached = dict(self._num_cached)
+        return twin
+
     @property
     def usage(self) -> float:
         """``KVCacheManager.usage`` (``kv_cache_manager.py:229``)."""
@@ -359,7 +383,8 @@ class KVCacheManager:
         """
         for name, v in (("num_tokens", num_tokens), ("num_computed_tokens", num_computed_tokens),
                         ("num_new_tokens", num_new_tokens)):
-            nonneg_int(name, v, maximum=MAX_TOKENS)
+            if type(v) is not int or not 0 <= v <= MAX_TOKENS:  # the engine's plain ints skip the full check
+                nonneg_int(name, v, maximum=MAX_TOKENS)
         if not isinstance(hit, CacheHit):
             raise InvalidArgument(f"hit must be a CacheHit, got {hit!r}")
         if num_new_tokens == 0 and hit.num_tokens == 0:  # kv_cache_manager.py:483-491

@@ -100,6 +100,13 @@ class ModelParams:
         default=None, metadata={"help": "cap on running requests (vLLM max_num_seqs); None = no cap"}
     )
     bbar: float = field(default=PAPER_BBAR, metadata={"help": "batch time b̄ in seconds per slot"})
+    prefix_caching: bool = field(
+        default=False,
+        metadata={
+            "help": "automatic prefix caching (vLLM's enable_prefix_caching): KV blocks of equal prefixes are "
+            "shared, counted once against M, and their prefill is skipped (docs/MODEL.md, 'Prefix caching')"
+        },
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "M", check_positive_int("M (KV capacity)", self.M))
@@ -112,6 +119,8 @@ class ModelParams:
         if self.max_num_seqs is not None:
             object.__setattr__(self, "max_num_seqs", check_positive_int("max_num_seqs", self.max_num_seqs))
         object.__setattr__(self, "bbar", positive_float("batch time b̄ (seconds per slot)", self.bbar))
+        if not isinstance(self.prefix_caching, bool):
+            raise InvalidArgument(f"prefix_caching must be True or False, got {self.prefix_caching!r}")
         if self.block > self.M:
             raise InvalidArgument(f"block size B={self.block} exceeds M={self.M}; need 1 <= B <= M")
 

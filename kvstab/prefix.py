@@ -63,6 +63,8 @@ __all__ = [
     "content_ids",
     "content_id",
     "CONTENT_KINDS",
+    "chain_constants",
+    "segment_digests",
 ]
 
 IntArray = npt.NDArray[np.int64]
@@ -137,6 +139,21 @@ def content_ids(kind: str, keys: npt.ArrayLike) -> IntArray:
     base = _U(_fmix_int(CONTENT_KINDS[kind] * _K[0]))
     k = np.asarray(keys, dtype=np.int64).view(np.uint64)
     return _fmix(base + k * _U(_K[1])).view(np.int64)
+
+
+def chain_constants() -> tuple[int, int, int, int]:
+    """The chain's constants ``(R, SEED, K1, K2)`` (module docstring), for a compiled
+    engine that hashes blocks itself: ``mix = fmix(fmix(d + j·K1) + (n·B + q)·K2)`` with
+    ``d`` = :func:`segment_digests` of the piece's segment, ``P_k = R·P_{k−1} + Σ mix``,
+    ``P_{−1} = SEED``, ``h_k = fmix(P_k)`` (all mod 2⁶⁴)."""
+    return _R, _SEED, _K[1], _K[2]
+
+
+def segment_digests(content: npt.ArrayLike) -> npt.NDArray[np.uint64]:
+    """``fmix(c + K0)`` of each segment's content id ``c``: the part of a piece's mix that
+    depends on its segment alone (see :func:`chain_constants`)."""
+    c = np.array(content, dtype=np.int64).view(np.uint64)
+    return _fmix(c + _U(_K[0]))
 
 
 def _piece_int(content: int, first: int, length: int, pos: int, block: int) -> int:

@@ -50,6 +50,8 @@ from kvstab.contract import (
 from kvstab.errors import InvalidArgument, InvalidScheduler, InvariantViolation, KvstabError
 from kvstab.model import DEFAULT_WINDOW, ModelParams, progress_after, tokens_held
 from kvstab.ops import CONCRETE
+from kvstab.prefix import Prompt, content_id
+from kvstab.prefix_cache import Entering, Hit, Kept, PrefixCache, own_content
 from kvstab.validation import MAX_SLOTS, positive_float, positive_int
 
 __all__ = ["Engine", "RequestState", "SimResult", "SlotRecord", "simulate", "DEFAULT_WINDOW", "DecideInterrupted"]
@@ -75,6 +77,7 @@ class RequestState:
     first_admit: int = -1
     finish: int = -1
     prior: int = 0  # outputs kept from earlier attempts (lifecycles that resume; shown as entry.prior)
+    cached: int = 0  # prompt tokens found in the prefix cache at its latest admission (computed by nobody)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,10 +234,25 @@ class Engine:
         self.records: list[SlotRecord] = []
         self.window_hid_slots = 0
         self._pending_arrivals = 0
+        #: the KV block pool with prefix caching (``params.prefix_caching``), else ``None``:
+        #: each request then holds tokens_held(progress) of its own
+        self.cache: PrefixCache | None = PrefixCache(params) if params.prefix_caching else None
+        self._trial: PrefixCache | None = None  # the pool after the decision being carried out
+        self._met: dict[int, Hit] = {}  # the hits the queue head met in that trial
+        self._short = 0  # blocks that decision lacked (a broken memory invariant when > 0)
 
     # --- inputs
-    def arrive(self, s: int, o: int) -> int:
-        """A request arrives in the current slot (before its decision); returns its id."""
+    def output_tokens(self, o: int) -> int:
+        """How many output tokens a request of output length ``o`` produces (its content's
+        tail, for prefix caching): ``o`` here; a lifecycle that maps lengths says otherwise."""
+        return o
+
+    def arrive(self, s: int, o: int, prompt: Prompt | None = None, output: int | None = None) -> int:
+        """A request arrives in the current slot (before its decision); returns its id.
+
+        With prefix caching, ``prompt`` is its prompt's content (``s`` tokens) and
+        ``output`` the content id of its output tokens; a request without them
+        shares nothing with any other request."""
         for name, v, least in (("s", s, 1), ("o", o, self.min_output)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
                 raise InvalidArgument(f"request length {name} must be an integer >= {least}, got {v!r}")
@@ -244,10 +262,22 @@ class Engine:
                 f"M={self.params.M}: no scheduler can ever serve it"
             )
         r = RequestState(rid=len(self.requests), s=int(s), o=int(o), arrival=self.slot)
+        if self.cache is not None:
+            self.cache.register(r.rid, self._content(r.rid, r.s, self.output_tokens(r.o), prompt, output))
         self.requests.append(r)
         self.waiting.append(r)
         self._pending_arrivals += 1
         return r.rid
+
+    @staticmethod
+    def _content(rid: int, s: int, outputs: int, prompt: Prompt | None, output: int | None) -> Prompt:
+        """A request's whole KV content: its prompt, then its ``outputs`` output tokens."""
+        if prompt is None:
+            return own_content(rid, s, outputs)
+        if prompt.s != s:
+            raise InvalidArgument(f"request {rid}: its prompt content has {prompt.s} tokens, but s={s}")
+        # outputs of their own unless the plan names them (a conversation's next turn holds this answer)
+        return prompt.extended(content_id("output", rid) if output is None else int(output), outputs)
 
     def load_state(
         self,
@@ -262,6 +292,8 @@ class Engine:
         fresh engine; ids are given in that order (active first)."""
         if self.requests:
             raise InvalidArgument("load_state needs a fresh engine (no request has arrived yet)")
+        if self.cache is not None:
+            raise InvalidArgument("load_state starts from a state without prefix caching (turn prefix_caching off)")
         if sched_state is not None:
             probe = Decision(admit=(), preempt=(), state=tuple(sched_state))
             try:
@@ -299,13 +331,19 @@ class Engine:
         another lifecycle may change the request's lengths here."""
 
     # --- the view
-    def view(self, window: int | None = None) -> View:
+    def view(self, window: int | None = None, shown: dict[int, Hit] | None = None) -> View:
         """The immutable view the scheduler sees now (queue head of ``window``
         entries); for a rule that is not clairvoyant, every ``o`` is hidden
-        (:func:`~kvstab.contract.visible_view`), built so in one pass."""
-        p = self.params
+        (:func:`~kvstab.contract.visible_view`), built so in one pass.
+
+        With prefix caching every entry is shown with the tokens older requests
+        already hold taken off (``shared``), and a waiting entry with the prefix
+        it would find in the cache (``cached``; ``shown`` gives it per request,
+        default: the pool as it is now)."""
         w = self.window if window is None else window
         head = [self.waiting[i] for i in range(min(w, len(self.waiting)))]
+        if self.cache is not None:
+            return self._cached_view(head, shown)
         if self.traits.clairvoyant:
             active = tuple(ActiveEntry(r.rid, r.s, r.o, r.progress, True, r.prior) for r in self.active)
             waiting = tuple(WaitingEntry(r.rid, r.s, r.o, True, r.prior) for r in head)
@@ -315,6 +353,11 @@ class Engine:
                 ActiveEntry(r.rid, r.s, hidden_output(who, r.rid), r.progress, True, r.prior) for r in self.active
             )
             waiting = tuple(WaitingEntry(r.rid, r.s, hidden_output(who, r.rid), True, r.prior) for r in head)
+        return self._framed(active, waiting)
+
+    def _framed(self, active: tuple[ActiveEntry, ...], waiting: tuple[WaitingEntry, ...]) -> View:
+        """The view of these entries under this engine's server, queue length and state."""
+        p = self.params
         return View(
             active=active,
             waiting=waiting,
@@ -326,6 +369,31 @@ class Engine:
             n_waiting=len(self.waiting),
             state=self.sched_state,
         )
+
+    def _cached_view(self, head: list[RequestState], shown: dict[int, Hit] | None) -> View:
+        """:meth:`view` with prefix caching: entries shifted by what older requests hold."""
+        assert self.cache is not None
+        if shown is None:
+            shown = self.cache.preview([(r.rid, r.s) for r in head])
+        seen = self.traits.clairvoyant
+        who = self.spec
+        active = tuple(
+            ActiveEntry(r.rid, r.s - sh, r.o if seen else hidden_output(who, r.rid), r.progress - sh, True, r.prior, sh)
+            for r, sh in zip(self.active, self.cache.shares([r.rid for r in self.active]), strict=True)
+        )
+        waiting = tuple(
+            WaitingEntry(
+                r.rid,
+                r.s - h.shared,
+                r.o if seen else hidden_output(who, r.rid),
+                True,
+                r.prior,
+                h.cached - h.shared,
+                h.shared,
+            )
+            for r, h in ((r, shown[r.rid]) for r in head)
+        )
+        return self._framed(active, waiting)
 
     def _ask(self, view: View) -> Decision:
         """One call of the rule on ``view``, with the plug-in's faults made kvstab's errors."""
@@ -367,15 +435,70 @@ class Engine:
         return msg[len(prefix) :].lstrip(": ") if msg.startswith(prefix) else msg
 
     def decide(self) -> tuple[View, Decision]:
-        """Ask the scheduler, widening the queue window while it admits all it sees."""
+        """Ask the scheduler, widening the queue window while it admits all it sees.
+
+        With prefix caching the decision is carried out on a copy of the pool
+        (:meth:`_trial_run`); if the queue head met other hits there than it was
+        shown, the rule is asked again, shown what it met, until the two agree (at
+        most one round per entry for a head-of-line rule: each round settles the
+        next entry in queue order)."""
         w = self.window
         while True:
-            view = self.view(w)
-            decision = self._ask(view)
+            shown: dict[int, Hit] | None = None
+            rounds = 0
+            while True:
+                # a lifecycle may refine view(window) (SGLang's shows prior outputs); only the
+                # prefix cache's later rounds pass what the head met
+                view = self.view(w) if shown is None else self.view(w, shown)
+                decision = self._ask(view)
+                if self.cache is None:
+                    break
+                met = self._trial_run(view, decision)
+                if all(met[e.rid] == self._hit_shown(e) for e in view.waiting):
+                    break
+                shown = met
+                rounds += 1
+                if rounds > len(view.waiting) + 1:
+                    raise InvalidScheduler(
+                        f"scheduler {self.spec!r} in slot {self.slot}: its decision does not settle with prefix "
+                        f"caching (the queue head's cache hits changed with each of {rounds} decisions)"
+                    )
             if len(view.waiting) < len(self.waiting) and len(view.waiting) > 0 and all(decision.admit):
                 w *= 2
                 continue
             return view, decision
+
+    @staticmethod
+    def _hit_shown(e: WaitingEntry) -> Hit:
+        """The hit a waiting entry was shown, in the pool's terms (unshifted)."""
+        return Hit(int(e.cached) + int(e.shared), int(e.shared))
+
+    def _trial_run(self, view: View, decision: Decision) -> dict[int, Hit]:
+        """Carry ``decision`` out on a copy of the pool (kept as the step's outcome) and
+        return each queue-head entry's hit as met at its turn."""
+        assert self.cache is not None
+        p = self.params
+        n_act = len(view.active)
+        grants = decision.grants
+        trial = self.cache.clone()
+        kept = []
+        victims = []
+        for i, (r, v) in enumerate(zip(self.active, decision.preempt, strict=True)):
+            if v:
+                victims.append(r.rid)
+                continue
+            g = None if grants is None else int(grants[i])
+            after = int(progress_after(r.s, r.progress, p.chunk, g, CONCRETE))
+            kept.append(Kept(r.rid, r.progress, after, max(r.s, after)))
+        heads = []
+        for j, (e, a) in enumerate(zip(view.waiting, decision.admit, strict=True)):
+            g = p.chunk if grants is None else int(grants[n_act + j])
+            heads.append(Entering(int(e.rid), self.requests[int(e.rid)].s, bool(a), g))
+        met, short = trial.carry_out(kept, victims, heads)
+        self._trial = trial
+        self._met = met
+        self._short = short
+        return met
 
     def step(self) -> SlotRecord:
         """Run one slot; raise :class:`InvariantViolation` if it breaks an invariant."""
@@ -401,6 +524,9 @@ class Engine:
             r.preemptions += 1
         # admission (from the queue head window, in queue order)
         admitted = [r for r, a in zip(heads, decision.admit) if a]
+        if self.cache is not None:
+            for r in admitted:  # its prefill starts past the prefix it found in the cache
+                r.cached = r.progress = self._met[r.rid].cached
         if admitted:
             # admissions come from the head window only: pop it, push back the rest
             for _ in heads:
@@ -426,14 +552,21 @@ class Engine:
             before = r.progress
             r.progress = int(progress_after(r.s, r.progress, p.chunk, grant_of.get(r.rid), CONCRETE))
             tokens += r.progress - before
-            held = int(tokens_held(r.progress, p.block))
+            held = int(tokens_held(r.progress, p.block))  # its whole block table, shared blocks included
             r.attempt_area += held
             r.served += held
             memory += held
         self.active = running
+        if self.cache is not None and self._trial is not None:
+            # the pool the decision was carried out on is the step's: memory is its distinct blocks
+            self.cache, self._trial = self._trial, None
+            memory = self.cache.used_tokens + self._short * p.block
+            assert self._short or all(
+                self.cache.held_blocks(r.rid) == -(-r.progress // p.block) for r in running
+            ), "the block tables disagree with the progress (an engine bug)"
 
         broken: str | None = None
-        if self.check:
+        if self.check or self._short:  # a block pool cannot hold more than M: caching always checks
             if memory > p.M:
                 broken = (
                     f"slot {t}: scheduler {self.spec!r} uses {memory} tokens of KV memory, M={p.M} "
@@ -474,6 +607,8 @@ class Engine:
         if done:
             for r in done:
                 r.finish = t
+                if self.cache is not None:
+                    self.cache.free(r.rid)  # in the order vLLM frees them: the step's scheduled order
             self.active = [r for r in running if r.progress < r.s + r.o]
 
         if decision.state is not None:  # checked by _checked; the state moves with the slot
@@ -552,6 +687,7 @@ class Engine:
             raise InvalidArgument("a run needs a number of slots, or drain=True")
         arr = plan.slot
         n = len(plan)
+        prompts = plan.prompts if self.cache is not None else None
         i = 0
         steps = 0
         while True:
@@ -575,7 +711,11 @@ class Engine:
                     self.skip_to(target)  # nothing happens in an idle gap
                     continue
             while i < n and arr[i] <= t:
-                self.arrive(int(plan.s[i]), int(plan.o[i]))
+                if prompts is None:
+                    self.arrive(int(plan.s[i]), int(plan.o[i]))
+                else:  # prefix caching: the request's content, so equal prefixes share blocks
+                    out = None if prompts.output is None else int(prompts.output[i])
+                    self.arrive(int(plan.s[i]), int(plan.o[i]), prompts.prompt(i), out)
                 i += 1
             self.step()
             steps += 1

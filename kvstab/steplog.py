@@ -98,7 +98,7 @@ class ReplayConfig:
     def from_params(cls, params: ModelParams, *, max_model_len: int | None = None) -> ReplayConfig:
         """vLLM's configuration of the server ``params``: ``num_blocks = M/B + 1``
         (vLLM's reserved null block), ``block_size = B``,
-        ``max_num_batched_tokens = ŝ`` and ``max_num_seqs``.
+        ``max_num_batched_tokens = ŝ``, ``max_num_seqs`` and prefix caching.
 
         The inverse of :meth:`params` (``from_params(c.params()) == c`` for a
         config ``c`` without ``max_model_len``).  Refused, naming the field, for
@@ -124,6 +124,7 @@ class ReplayConfig:
             max_num_batched_tokens=params.chunk,
             max_num_seqs=params.max_num_seqs,
             max_model_len=max_model_len,
+            enable_prefix_caching=params.prefix_caching,
         )
 
     def params(self) -> ModelParams:
@@ -134,6 +135,7 @@ class ReplayConfig:
             block=self.block_size,
             token_budget=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs,
+            prefix_caching=self.enable_prefix_caching,
         )
 
     def model_len(self, plan: ArrivalPlan) -> int:

@@ -294,8 +294,14 @@ def run_model(
         from kvstab.engine.stream import StreamStats
         from kvstab.simulator import simulate
 
-        if not (engine == "fast" or (engine == "auto" and has_fast_path(scheduler))):
-            why = "asked for" if engine == "reference" else "the scheduler has no compiled fast path"
+        if params.prefix_caching:
+            from kvstab.engine.cached import why_not_cached
+
+            not_fast = why_not_cached(scheduler, params, "kvstab")
+        else:
+            not_fast = "" if has_fast_path(scheduler) else "the scheduler has no compiled fast path"
+        if not (engine == "fast" or (engine == "auto" and not not_fast)):
+            why = "asked for" if engine == "reference" else not_fast
             res = simulate(scheduler, params, plan, slots, window=window, on_slot=progress, spec=spec,
                            decide_timeout=decide_timeout)
             return ModelRun(StreamStats.of_result(res, True, warmup), res, res.window_hid_slots, res.window,
@@ -435,6 +441,10 @@ class SimulationReport(JsonRecord):
     engine: str = field(metadata={"help": "the engine that ran"})
     engine_reason: str = field(metadata={"help": "why"})
     wall_s: float = field(metadata={"help": "wall-clock seconds of the run"})
+    prefix_caching: bool = field(
+        default=False,
+        metadata={"help": "whether the server ran with prefix caching (μ is then still the no-sharing formula)"},
+    )
 
 
 def simulate_prepared(
@@ -512,4 +522,5 @@ def simulate_prepared(
         engine=out.engine,
         engine_reason=out.reason,
         wall_s=wall,
+        prefix_caching=params.prefix_caching,
     )

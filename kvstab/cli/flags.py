@@ -80,7 +80,27 @@ SERVER_FLAGS: dict[str, tuple[str, Callable[[str], Any] | None]] = {
     "--token-budget": ("token_budget", arg_type(v.positive_int, "the token budget", maximum=v.MAX_TOKENS)),
     "--max-num-seqs": ("max_num_seqs", arg_type(v.positive_int, "max_num_seqs", maximum=v.MAX_COUNT)),
     "--bbar": ("bbar", bbar),
+    "--prefix-caching": ("prefix_caching", None),
 }
+
+#: the rules whose real engines turn prefix caching on by default (vLLM 0.33:
+#: ``enable_prefix_caching = True``, ``vllm/config/cache.py:257``); SGLang's radix cache
+#: is on by default too, but kvstab does not model it yet, so ``sglang`` runs without
+CACHING_BY_DEFAULT = frozenset({"vllm-v1"})
+
+
+def prefix_caching_for(args: argparse.Namespace, scheduler: str) -> bool:
+    """``--prefix-caching on|off`` as given, else what the engine modelled defaults to:
+    on for the rules in :data:`CACHING_BY_DEFAULT`, off for the paper's rules."""
+    given = getattr(args, "prefix_caching", None)
+    if given is None:
+        return scheduler in CACHING_BY_DEFAULT
+    if given and scheduler == "sglang":
+        raise InvalidArgument(
+            "--prefix-caching on: SGLang's radix cache is not modelled yet (kvstab models vLLM's block pool); "
+            "run sglang with --prefix-caching off"
+        )
+    return bool(given)
 
 
 def add_server_arguments(
@@ -89,17 +109,20 @@ def add_server_arguments(
     defaults: Mapping[str, Any] | None = None,
     required: Iterable[str] = (),
     omit: Iterable[str] = (),
+    caching: bool = False,
 ) -> None:
     """Add the server flags (``--M --chunk --block --g --token-budget
-    --max-num-seqs --bbar``, one per :class:`ModelParams` field) to ``p``.
+    --max-num-seqs --bbar --prefix-caching``, one per :class:`ModelParams` field) to ``p``.
 
     ``defaults`` overrides a field's default by field name (e.g. ``{"M": None}``
     for a symbolic ``M``); ``required`` names fields that must be given;
-    ``omit`` names fields the command does not take.
+    ``omit`` names fields the command does not take.  ``--prefix-caching`` is
+    added only with ``caching`` (the commands whose runs carry the cache); its
+    default is "as the engine modelled" (:func:`prefix_caching_for`).
     """
     overrides = dict(defaults or {})
     need = set(required)
-    skip = set(omit)
+    skip = set(omit) | (set() if caching else {"prefix_caching"})
     by_name = {f.name: f for f in fields(ModelParams)}
     for flag, (field_name, kind) in SERVER_FLAGS.items():
         if field_name in skip:
@@ -110,6 +133,13 @@ def add_server_arguments(
         kwargs: dict[str, Any] = {"dest": field_name, "help": help_text}
         if field_name == "g":
             kwargs["choices"] = ("exact", "continuous")
+        elif field_name == "prefix_caching":
+            p.add_argument(
+                flag, dest=field_name, type=_on_off, default=None, metavar="on|off",
+                help=f"{help_text} (default: as the engine modelled — on for "
+                f"{', '.join(sorted(CACHING_BY_DEFAULT))}, as vLLM's default; off for the paper's rules and sglang)",
+            )  # fmt: skip
+            continue
         else:
             kwargs["type"] = kind
         if field_name in need:
@@ -120,13 +150,25 @@ def add_server_arguments(
         p.add_argument(flag, **kwargs)
 
 
+def _on_off(text: str) -> bool:
+    """``on`` or ``off`` (a yes/no flag that reads like vLLM's server option)."""
+    if text not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+    return text == "on"
+
+
 def server_params(args: argparse.Namespace, **override: Any) -> ModelParams:
     """The :class:`ModelParams` the parsed server flags describe (fields a
-    command omitted keep ModelParams' defaults; ``override`` wins)."""
+    command omitted keep ModelParams' defaults, as does ``--prefix-caching``
+    left to its default: resolve it with :func:`prefix_caching_for`; ``override`` wins)."""
     kw: dict[str, Any] = {}
     for _flag, (field_name, _kind) in SERVER_FLAGS.items():
-        if hasattr(args, field_name):
-            kw[field_name] = getattr(args, field_name)
+        if not hasattr(args, field_name):
+            continue
+        value = getattr(args, field_name)
+        if field_name == "prefix_caching" and value is None:
+            continue  # "as the engine modelled": the command resolves it (prefix_caching_for)
+        kw[field_name] = value
     kw.update(override)
     return ModelParams(**kw)
 

@@ -33,7 +33,7 @@ The modules, each importing only those above it:
 from kvstab.contract.admission import Projected, fcfs_admit, fcfs_admit_projected, fcfs_admit_with_grants
 from kvstab.contract.checks import check_decision_shape, check_decision_values, check_scheduler_shape
 from kvstab.contract.folds import any_of, count_of, no_preemption, scan, select, sum_of, zipped
-from kvstab.contract.memory import held_first, held_next, held_now, used_next, used_now
+from kvstab.contract.memory import first_progress, first_step, held_first, held_next, held_now, used_next, used_now
 from kvstab.contract.preemption import pops_before, preempt_newest, retract_until_fits
 from kvstab.contract.state import StateVar, check_next_state, initial_state, state_vars_of
 from kvstab.contract.traits import Traits, traits_of
@@ -61,6 +61,8 @@ __all__ = [
     "held_now",
     "held_next",
     "held_first",
+    "first_progress",
+    "first_step",
     "used_now",
     "used_next",
     "fcfs_admit",

@@ -78,6 +78,12 @@ def _select(ops: Ops, cond: BoolLike, then: Any, other: Any) -> Any:
     return ops.ite(cond, then, other)
 
 
+def _whole(x: IntLike, shared: IntLike) -> IntLike:
+    """``x + shared``, or ``x`` itself when nothing is shared (the integer 0: no
+    prefix caching, as in every proof), so the term a proof sees is unchanged."""
+    return x if type(shared) is int and shared == 0 else x + shared
+
+
 @runtime_checkable
 class Projected(Protocol):
     """A request's projected future, as :func:`fcfs_admit_projected` reads it."""
@@ -112,10 +118,15 @@ def fcfs_admit_projected(
     hook = getattr(type(view.waiting), "__kvstab_projected__", None)
     if hook is not None:
         return hook(view.waiting, view, ops, project)  # type: ignore[no-any-return]
-    act = [project(a.s, a.o, a.progress, a.present) for a in view.active]
+    # Prefix caching: a projection takes no credit for shared blocks.  A shared block
+    # is shown on its oldest holder only, but it stays held until its *last* holder
+    # finishes, which a per-request projection cannot see; so each request is
+    # projected with its whole table (``shared`` added back: an over-count, never an
+    # under-count), and a waiting one from its cached progress (its prefill starts there).
+    act = [project(_whole(a.s, a.shared), a.o, _whole(a.progress, a.shared), a.present) for a in view.active]
     # totals[k]: projected memory at the finish slot of act[k]
     totals = tuple(ops.sum(q.held_at(view, k.f, ops) for q in act) for k in act)
-    cands = [project(w.s, w.o, 0, w.present) for w in view.waiting]
+    cands = [project(_whole(w.s, w.shared), w.o, _whole(w.cached, w.shared), w.present) for w in view.waiting]
     index = {id(w): j for j, w in enumerate(view.waiting)}
     # the accumulator: (totals at the active finish slots, admitted flags of the queue)
     start: tuple[Any, ...] = (totals, tuple(False for _ in cands))

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from kvstab.contract.folds import sum_of
 from kvstab.contract.view import ActiveEntry, View, WaitingEntry
-from kvstab.model import first_chunk_tokens, progress_after, tokens_held
+from kvstab.model import progress_after, tokens_held
 from kvstab.ops import IntLike, Ops
 
-__all__ = ["held_now", "held_next", "held_first", "used_now", "used_next"]
+__all__ = ["held_now", "held_next", "held_first", "first_progress", "first_step", "used_now", "used_next"]
 
 
 def held_now(view: View, a: ActiveEntry, ops: Ops) -> IntLike:
@@ -23,8 +23,27 @@ def held_next(view: View, a: ActiveEntry, ops: Ops) -> IntLike:
 
 
 def held_first(view: View, w: WaitingEntry, ops: Ops) -> IntLike:
-    """Tokens a waiting request would hold after its first slot (its first chunk)."""
-    return ops.ite(w.present, tokens_held(first_chunk_tokens(w.s, view.chunk, ops), view.block, ops), 0)
+    """Tokens a waiting request would hold after its first slot: its cached prefix
+    (prefix caching) and one chunk of the rest of its prompt."""
+    return ops.ite(w.present, tokens_held(first_progress(view, w, ops), view.block, ops), 0)
+
+
+def first_progress(view: View, w: WaitingEntry, ops: Ops, cap: IntLike | None = None) -> IntLike:
+    """Progress of ``w`` after its first slot: ``cached + min(s − cached, ŝ)``, the
+    chunk further capped by ``cap`` (tokens left in a budget) when given."""
+    return first_step(view, w, ops, cap)[1]
+
+
+def first_step(view: View, w: WaitingEntry, ops: Ops, cap: IntLike | None = None) -> tuple[IntLike, IntLike]:
+    """``(grant, progress)`` of ``w``'s first slot: the prompt tokens it computes,
+    ``min(s − cached, ŝ, cap)``, and where that leaves it, ``cached + grant``.
+
+    Without prefix caching (``cached`` the integer 0, as in every proof) both are the
+    paper's ``min(s, ŝ)``, built as the same term (no ``− 0`` for z3 to carry)."""
+    plain = type(w.cached) is int and w.cached == 0
+    left = w.s if plain else w.s - w.cached
+    grant = ops.min(left, view.chunk) if cap is None else ops.min(left, view.chunk, cap)
+    return grant, (grant if plain else w.cached + grant)
 
 
 def used_now(view: View, ops: Ops) -> IntLike:

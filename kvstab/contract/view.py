@@ -36,6 +36,13 @@ PRIOR_HELP = (
     "0 under kvstab's restart-from-scratch lifecycle"
 )
 
+#: what ``shared`` means on a view entry (prefix caching, docs/MODEL.md "Prefix caching")
+SHARED_HELP = (
+    "tokens of this request's KV blocks that requests ahead of it (active requests, oldest admission first, "
+    "then the waiting entries before it) already hold: they add no memory, so the entry is shown with them "
+    "taken off its s and its progress (or cached), a multiple of B; 0 without prefix caching"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
@@ -53,6 +60,7 @@ class ActiveEntry(_Entry):
     progress: IntLike = field(metadata={"help": "tokens processed so far, 0 < progress < s + o"})
     present: BoolLike = field(default=True, metadata={"help": "whether this slot holds a request"})
     prior: IntLike = field(default=0, metadata={"help": PRIOR_HELP})
+    shared: IntLike = field(default=0, metadata={"help": SHARED_HELP})
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +69,15 @@ class WaitingEntry(_Entry):
 
     present: BoolLike = field(default=True, metadata={"help": "whether this slot holds a request"})
     prior: IntLike = field(default=0, metadata={"help": PRIOR_HELP})
+    cached: IntLike = field(
+        default=0,
+        metadata={
+            "help": "prompt tokens whose KV the prefix cache already has (whole blocks, at most s - 1): admitted, "
+            "the request starts at this progress, so its first grant computes s - cached tokens at most; they "
+            "count against M like any held token (0 without prefix caching)"
+        },
+    )
+    shared: IntLike = field(default=0, metadata={"help": SHARED_HELP})
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,9 +233,13 @@ def visible_view(view: View, traits: Traits, who: str = "the scheduler") -> View
     # direct constructors, not dataclasses.replace: this runs before every decision
     return View(
         active=tuple(
-            ActiveEntry(a.rid, a.s, hidden_output(who, a.rid), a.progress, a.present, a.prior) for a in view.active
+            ActiveEntry(a.rid, a.s, hidden_output(who, a.rid), a.progress, a.present, a.prior, a.shared)
+            for a in view.active
         ),
-        waiting=tuple(WaitingEntry(w.rid, w.s, hidden_output(who, w.rid), w.present, w.prior) for w in view.waiting),
+        waiting=tuple(
+            WaitingEntry(w.rid, w.s, hidden_output(who, w.rid), w.present, w.prior, w.cached, w.shared)
+            for w in view.waiting
+        ),
         M=view.M,
         chunk=view.chunk,
         block=view.block,

@@ -27,6 +27,7 @@ from kvstab.engine import _kernel as K
 from kvstab.engine import _layout as L
 from kvstab.engine import sglang as sgl
 from kvstab.engine._drive import BATCH, Bins, KernelState, Requests, check_plan, drive, finish, violation
+from kvstab.engine.cached import run_cached, why_not_cached
 from kvstab.engine.stream import StreamStats, Summary
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.lifecycles.vllm import VllmEngine
@@ -218,6 +219,9 @@ def run(
 
     pol = fast_rule(scheduler)
     start = time.perf_counter()
+    if params.prefix_caching:
+        return _run_cached(scheduler, params, plan, slots, drain, check, window, lifecycle, record, engine,
+                           max_slots, warmup, batches, start)
     if lifecycle == "sglang" and not isinstance(scheduler, Sglang):
         raise InvalidArgument(
             f"lifecycle must be 'kvstab' or 'vllm' for {scheduler.name!r} ('sglang' is SGLang's own lifecycle, "
@@ -290,6 +294,53 @@ def run(
             window=window,
             on_slot=on_slot,
             max_slots=max_slots,
+        )
+    summ = StreamStats.of_result(res, slots is not None and not drain, warmup, batches)
+    return Run("reference", summ, res if record else None, time.perf_counter() - start, why)
+
+
+def _run_cached(
+    scheduler: Scheduler,
+    params: ModelParams,
+    plan: ArrivalPlan,
+    slots: int | None,
+    drain: bool,
+    check: bool,
+    window: int,
+    lifecycle: Lifecycle,
+    record: bool,
+    engine: EngineChoice,
+    max_slots: int,
+    warmup: float,
+    batches: int,
+    start: float,
+) -> Run:
+    """:func:`run` with prefix caching: only the reference engine carries vLLM's block pool
+    (:mod:`kvstab.prefix_cache`), and only vLLM's cache is modelled, not SGLang's radix tree."""
+    if lifecycle == "sglang" or isinstance(scheduler, Sglang):
+        raise InvalidArgument(
+            "prefix caching is modelled as vLLM's block pool; SGLang's radix cache is not modelled yet "
+            "(run the sglang rule with prefix caching off)"
+        )
+    why = "asked for" if engine == "reference" else why_not_cached(scheduler, params, lifecycle)
+    if engine != "reference" and not why:
+        checked = _check_plan(plan, params, lifecycle)
+        res = run_cached(scheduler, params, checked, slots, drain=drain, lifecycle=lifecycle, max_slots=max_slots)
+        if res is not None:
+            summ = StreamStats.of_result(res, slots is not None and not drain, warmup, batches)
+            return Run("fast", summ, res if record else None, time.perf_counter() - start,
+                       "compiled prefix-cache path of a built-in rule")
+        # a rule that never preempts met a full pool: the reference engine raises it exactly
+        why = "the compiled prefix-cache loop met a full pool; ran the reference engine"
+    elif engine == "fast":
+        raise InvalidArgument(f"no compiled prefix-cache path for this run ({why}); use engine='reference'")
+    else:
+        why = f"prefix caching on the reference engine: {why}"
+    if lifecycle == "vllm":
+        res = _reference_vllm(scheduler, params, plan, slots, drain, check, window, max_slots)
+    else:
+        res = reference_simulate(
+            scheduler, params, plan, slots, drain=drain, check=check, window=window, max_slots=max_slots
         )
     summ = StreamStats.of_result(res, slots is not None and not drain, warmup, batches)
     return Run("reference", summ, res if record else None, time.perf_counter() - start, why)

@@ -45,6 +45,8 @@ from kvstab.contract import ActiveEntry, Decision, View, WaitingEntry
 from kvstab.errors import InvalidArgument
 from kvstab.lifecycles.vllm import resumed_lengths
 from kvstab.model import ModelParams, tokens_held
+from kvstab.prefix import Prompt
+from kvstab.prefix_cache import Hit
 from kvstab.schedulers.sglang import Sglang
 from kvstab.simulator import Engine, RequestState, SlotRecord
 from kvstab.steplog import SglangModelLog, SglangStep
@@ -72,7 +74,8 @@ def check_server(params: ModelParams) -> ModelParams:
     """``params`` if SGLang can run on it, else :class:`InvalidArgument` naming the constraint:
     the chunk is a whole number of pages (``chunked_prefill_size % page_size == 0``,
     ``arg_groups/validation_hook.py:244``) and there is no token budget shared by all
-    requests (SGLang's ``max_prefill_tokens`` is the rule's knob, a soft cap)."""
+    requests (SGLang's ``max_prefill_tokens`` is the rule's knob, a soft cap), and prefix caching is
+    off (SGLang's radix cache is not modelled yet)."""
     if params.chunk % params.block:
         raise InvalidArgument(
             f"sglang: chunk={params.chunk} must be a multiple of the page size block={params.block} "
@@ -82,6 +85,11 @@ def check_server(params: ModelParams) -> ModelParams:
         raise InvalidArgument(
             f"sglang: SGLang has no token budget shared by all requests, got token_budget={params.token_budget} "
             "(its max_prefill_tokens is the rule's knob)"
+        )
+    if params.prefix_caching:
+        raise InvalidArgument(
+            "sglang: SGLang's radix cache is not modelled yet (kvstab's prefix cache is vLLM's block pool); "
+            "run with prefix caching off"
         )
     return params
 
@@ -126,8 +134,9 @@ class SglangEngine(Engine):
         self.last_view: View | None = None
         self.last_grants: tuple[int, ...] = ()
 
-    def arrive(self, s: int, o: int) -> int:
-        """A SGLang request with prompt ``s`` and ``max_new_tokens = o`` arrives now."""
+    def arrive(self, s: int, o: int, prompt: Prompt | None = None, output: int | None = None) -> int:
+        """A SGLang request with prompt ``s`` and ``max_new_tokens = o`` arrives now (its content,
+        ``prompt`` and ``output``, matters only with prefix caching, which SGLang's engine refuses)."""
         for name, v in (("s", s), ("o", o)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise InvalidArgument(f"request length {name} must be an integer >= 1, got {v!r}")
@@ -143,9 +152,9 @@ class SglangEngine(Engine):
         self.recomputed.append(0)
         return rid
 
-    def view(self, window: int | None = None) -> View:
+    def view(self, window: int | None = None, shown: dict[int, Hit] | None = None) -> View:
         """The view with each entry's ``prior`` outputs (the rule is clairvoyant: ``o`` is shown)."""
-        base = super().view(window)
+        base = super().view(window, shown)
         pri = self.prior
         return View(
             active=tuple(SglangActive(a.rid, a.s, a.o, a.progress, a.present, pri[a.rid]) for a in base.active),

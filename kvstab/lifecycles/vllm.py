@@ -33,6 +33,7 @@ import numpy as np
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams, tokens_held
+from kvstab.prefix import Prompt
 from kvstab.simulator import Engine, RequestState
 
 __all__ = ["VllmEngine", "kvstab_lengths", "resumed_lengths"]
@@ -73,8 +74,13 @@ class VllmEngine(Engine):
         self.vllm_o: list[int] = []
         self.recomputed: list[int] = []  # per request: tokens recomputed after preemptions
 
-    def arrive(self, s: int, o: int) -> int:
-        """A vLLM request with prompt ``s`` and ``max_tokens = o`` arrives now."""
+    def output_tokens(self, o: int) -> int:
+        """vLLM samples ``max_tokens = o + 1`` tokens for kvstab's ``o`` decode units."""
+        return o + 1
+
+    def arrive(self, s: int, o: int, prompt: Prompt | None = None, output: int | None = None) -> int:
+        """A vLLM request with prompt ``s`` and ``max_tokens = o`` arrives now (``prompt``
+        and ``output``: its content, for prefix caching, as :meth:`Engine.arrive`)."""
         for name, v in (("s", s), ("o", o)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise InvalidArgument(f"request length {name} must be an integer >= 1, got {v!r}")
@@ -84,7 +90,7 @@ class VllmEngine(Engine):
                 f"request (s={s}, o={o}) needs {ks + ko} tokens of KV at its peak but M={self.params.M}: "
                 "vLLM could never finish it"
             )
-        rid = super().arrive(ks, ko)
+        rid = super().arrive(ks, ko, prompt, output)
         self.vllm_s.append(int(s))
         self.vllm_o.append(int(o))
         self.recomputed.append(0)

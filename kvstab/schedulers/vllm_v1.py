@@ -2,8 +2,11 @@
 
 The rule of ``vllm.v1.core.sched.scheduler.Scheduler.schedule`` with the
 defaults kvstab cross-checks (FCFS policy, chunked prefill on, no watermark,
-``scheduler_reserve_full_isl=True``, prefix caching off, no speculative
-decoding, one full-attention KV group), written once against ``ops``:
+``scheduler_reserve_full_isl=True``, no speculative decoding, one
+full-attention KV group), written once against ``ops``; with prefix caching the
+engine shows each entry off what older requests share and a waiting entry from
+its cache hit, and the same rule is vLLM's with caching on (``docs/MODEL.md``,
+"The model with prefix caching"):
 
 1. **Running requests first, oldest admission first**, one token budget
    (``max_num_batched_tokens``) for the step: a decoding request asks for one
@@ -44,7 +47,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvstab.contract import ActiveEntry, Decision, Traits, View, WaitingEntry, any_of, fcfs_admit_with_grants, scan
+from kvstab.contract import (
+    ActiveEntry,
+    Decision,
+    Traits,
+    View,
+    WaitingEntry,
+    any_of,
+    fcfs_admit_with_grants,
+    first_step,
+    scan,
+)
 from kvstab.model import ModelParams, tokens_held
 from kvstab.ops import BoolLike, IntLike, Ops
 
@@ -104,10 +117,11 @@ class VllmV1:
         def fits(w: WaitingEntry, acc: tuple[IntLike, IntLike]) -> tuple[BoolLike, tuple[IntLike, IntLike], IntLike]:
             """The whole prompt must fit; the request is allocated only its first chunk."""
             used, left = acc
-            first = ops.min(w.s, view.chunk) if unlimited else ops.min(w.s, view.chunk, left)
+            # the first chunk starts past a cached prefix (vLLM: num_computed_tokens = the hit)
+            first, after = first_step(view, w, ops, None if unlimited else left)
             whole_prompt_fits = ops.le(used + tokens_held(w.s, view.block, ops), view.M)
             ok = whole_prompt_fits if unlimited else ops.and_(ops.lt(0, left), whole_prompt_fits)
-            return ok, (used + tokens_held(first, view.block, ops), left - first), first
+            return ok, (used + tokens_held(after, view.block, ops), left - first), first
 
         admit, admit_grants = fcfs_admit_with_grants(view, ops, fits, (kept, budget), allowed=ops.not_(any_preempted))
         return Decision(admit=admit, preempt=preempt, grants=grants + admit_grants)

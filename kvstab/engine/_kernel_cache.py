@@ -1,0 +1,598 @@
+"""The compiled engine with prefix caching: vLLM 0.33's block pool in numba arrays.
+
+:func:`run_cached` runs ``vllm-v1``, ``current-fit`` and ``reserve`` on the pool of
+:mod:`kvstab.blocks` (reference counts, one free queue in eviction order, chained
+hashes of full blocks, longest-prefix hits, LRU eviction) from slot ``st[C_T]`` to
+``t_end``, exactly as the reference engine does with ``ModelParams.prefix_caching``
+(:mod:`kvstab.prefix_cache`; ``tests/test_engine_cache.py`` holds the two to identical
+outputs).  Each rule is run *procedurally*, in vLLM's order, which ``docs/MODEL.md``
+("The model with prefix caching", items 4–6) shows is the rule's decision on the
+shifted view:
+
+* the running requests are allocated their grants oldest first, and when the pool
+  lacks blocks the newest running request is preempted (freed) until it does —
+  the oldest-holder charge makes this the rule's prefix sums (``vllm-v1``,
+  ``current-fit``; ``reserve`` never needs it);
+* the queue head is walked in queue order, each entry looking its hit up at its
+  turn: the settled decision of the reference engine's fixed point.
+
+Memory stays linear in blocks, requests and prompt segments, never in tokens:
+
+* A request's block table is its **hit** (a prefix of cached blocks, found again by
+  hash when it is freed: a held block cannot be evicted, so it is still the first
+  block cached under its hash) and its **own blocks**, private, kept as a doubly
+  linked list through the block ids.
+* Block hashes are computed here, block by block, from the request's content
+  segments (:func:`kvstab.prefix.chain_constants`): a cursor per request, so a
+  running request hashes each block once, when it fills.
+* The map from a hash to the blocks cached under it is an open-addressing table
+  (linear probing, backward-shift deletion) whose value is a list of blocks in the
+  order they were cached (vLLM keeps duplicates; a lookup returns the first).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+try:  # numba is a declared dependency; without it the loop runs as (slow) Python
+    import numba
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover
+    HAVE_NUMBA = False
+
+
+def _njit(**kwargs: Any) -> Any:
+    if HAVE_NUMBA:
+        return numba.njit(**kwargs)
+    return lambda f: f
+
+
+# rules
+RULE_VLLM_V1 = 0
+RULE_CURRENT_FIT = 1
+RULE_RESERVE = 2
+# lifecycles
+LIFE_KVSTAB = 0
+LIFE_VLLM = 1
+# statuses
+RUNNING = 0
+DRAINED = 1
+BROKEN = 2  # a rule that never preempts met a full pool: the reference engine reports it
+
+# scalar state st[]
+C_T = 0  # next slot
+C_I = 1  # requests arrived
+C_NRUN = 2
+C_WHEAD = 3  # waiting ring buffer: head index, length
+C_WLEN = 4
+C_NFREE = 5
+C_FHEAD = 6  # free queue: head, tail block ids (-1: empty)
+C_FTAIL = 7
+C_VSLOT = 8  # the slot a BROKEN status stopped at
+C_SIZE = 9
+
+# per-request rows of R[]
+R_S = 0
+R_O = 1
+R_P = 2
+R_ARR = 3
+R_FIRST = 4
+R_FIN = 5
+R_NPRE = 6
+R_SERVED = 7
+R_WASTED = 8
+R_ATT = 9
+R_HIT = 10  # blocks of its hit
+R_NOWN = 11  # own blocks
+R_OHEAD = 12  # own blocks: first and last block id (-1: none)
+R_OTAIL = 13
+R_CPTR = 14  # the own block to cache next (-1: none yet)
+R_NCACHED = 15  # blocks of its table cached (= blocks hashed by its cursor)
+R_HSEG = 16  # hash cursor: segment and offset at block NCACHED
+R_HOFF = 17
+R_CACHED = 18  # tokens of its hit at its latest admission
+R_RECOMP = 19
+R_PRIOR = 20
+R_GRANT = 21  # tokens granted this slot
+R_SIZE = 22
+
+# output rows
+COLUMNS = ("arrived", "admitted", "preempted", "completed", "running", "memory", "wasted", "tokens", "queue")
+O_ARRIVED, O_ADMITTED, O_PREEMPTED, O_COMPLETED, O_RUNNING, O_MEMORY, O_WASTED, O_TOKENS, O_QUEUE = range(9)
+
+_C1 = np.uint64(0xFF51AFD7ED558CCD)
+_C2 = np.uint64(0xC4CEB9FE1A85EC53)
+_S33 = np.uint64(33)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+@_njit(cache=True, inline="always")
+def _fmix(x: Any) -> Any:
+    x ^= x >> _S33
+    x *= _C1
+    x ^= x >> _S33
+    x *= _C2
+    return x ^ (x >> _S33)
+
+
+# ---- the hash table: hash -> (first, last) block cached under it ---------------------------
+
+
+@_njit(cache=True, inline="always")
+def _home(key: Any, mask: int) -> int:
+    return int((np.uint64(key) * _GOLD) >> np.uint64(32)) & mask
+
+
+@_njit(cache=True)
+def _find(hkeys: Any, hused: Any, key: int) -> int:
+    """The table slot holding ``key``, or -1."""
+    mask = hkeys.size - 1
+    i = _home(key, mask)
+    while hused[i]:
+        if hkeys[i] == key:
+            return i
+        i = (i + 1) & mask
+    return -1
+
+
+@_njit(cache=True)
+def _insert(hkeys: Any, hfirst: Any, hlast: Any, hused: Any, key: int) -> int:
+    """The slot of ``key``, inserted with no blocks if absent (the table is never full: 4× the blocks)."""
+    mask = hkeys.size - 1
+    i = _home(key, mask)
+    while hused[i]:
+        if hkeys[i] == key:
+            return i
+        i = (i + 1) & mask
+    hused[i] = True
+    hkeys[i] = key
+    hfirst[i] = -1
+    hlast[i] = -1
+    return i
+
+
+@_njit(cache=True)
+def _delete(hkeys: Any, hfirst: Any, hlast: Any, hused: Any, i: int) -> None:
+    """Remove slot ``i``, shifting back the entries of its probe run."""
+    mask = hkeys.size - 1
+    j = i
+    while True:
+        j = (j + 1) & mask
+        if not hused[j]:
+            break
+        k = _home(hkeys[j], mask)
+        # move j into the hole i if its home is not cyclically in (i, j]
+        if (j > i and (k <= i or k > j)) or (j < i and (k <= i and k > j)):
+            hkeys[i] = hkeys[j]
+            hfirst[i] = hfirst[j]
+            hlast[i] = hlast[j]
+            i = j
+    hused[i] = False
+
+
+# ---- the pool ----------------------------------------------------------------------------
+
+
+@_njit(cache=True)
+def _free_remove(st: Any, fprev: Any, fnext: Any, b: int) -> None:
+    p = fprev[b]
+    q = fnext[b]
+    if p >= 0:
+        fnext[p] = q
+    else:
+        st[C_FHEAD] = q
+    if q >= 0:
+        fprev[q] = p
+    else:
+        st[C_FTAIL] = p
+    fprev[b] = -1
+    fnext[b] = -1
+    st[C_NFREE] -= 1
+
+
+@_njit(cache=True)
+def _free_append(st: Any, fprev: Any, fnext: Any, b: int) -> None:
+    t = st[C_FTAIL]
+    fprev[b] = t
+    fnext[b] = -1
+    if t >= 0:
+        fnext[t] = b
+    else:
+        st[C_FHEAD] = b
+    st[C_FTAIL] = b
+    st[C_NFREE] += 1
+
+
+@_njit(cache=True)
+def _free_prepend(st: Any, fprev: Any, fnext: Any, b: int) -> None:
+    h = st[C_FHEAD]
+    fnext[b] = h
+    fprev[b] = -1
+    if h >= 0:
+        fprev[h] = b
+    else:
+        st[C_FTAIL] = b
+    st[C_FHEAD] = b
+    st[C_NFREE] += 1
+
+
+@_njit(cache=True)
+def _uncache(bhash: Any, hashed: Any, dprev: Any, dnext: Any, hkeys: Any, hfirst: Any, hlast: Any, hused: Any, b: int) -> None:
+    """Drop block ``b``'s cached hash (eviction): ``_maybe_evict_cached_block``."""
+    i = _find(hkeys, hused, bhash[b])
+    p = dprev[b]
+    q = dnext[b]
+    if p >= 0:
+        dnext[p] = q
+    else:
+        hfirst[i] = q
+    if q >= 0:
+        dprev[q] = p
+    else:
+        hlast[i] = p
+    if hfirst[i] < 0:
+        _delete(hkeys, hfirst, hlast, hused, i)
+    hashed[b] = False
+    dprev[b] = -1
+    dnext[b] = -1
+
+
+@_njit(cache=True)
+def _cache(bhash: Any, hashed: Any, dprev: Any, dnext: Any, hkeys: Any, hfirst: Any, hlast: Any, hused: Any,
+           b: int, h: int) -> None:
+    """Cache block ``b`` under ``h`` (after the blocks already cached under it)."""
+    if hashed[b]:
+        return  # already cached (under the same hash: a chain names its prefix)
+    i = _insert(hkeys, hfirst, hlast, hused, h)
+    if hfirst[i] < 0:
+        hfirst[i] = b
+        hlast[i] = b
+        dprev[b] = -1
+    else:
+        t = hlast[i]
+        dnext[t] = b
+        dprev[b] = t
+        hlast[i] = b
+    dnext[b] = -1
+    bhash[b] = h
+    hashed[b] = True
+
+
+# ---- hashing a request's blocks ------------------------------------------------------------
+
+
+@_njit(cache=True)
+def _block_hash(seg_d: Any, seg_len: Any, seg: int, off: int, P: Any, B: int, R: Any, K1: Any, K2: Any) -> Any:
+    """The next block's hash from the cursor (segment ``seg`` at offset ``off``, chain state
+    ``P``): ``(h, P', seg', off')``."""
+    pos = 0
+    digest = np.uint64(0)
+    while pos < B:
+        take = min(seg_len[seg] - off, B - pos)
+        x = _fmix(seg_d[seg] + np.uint64(off) * K1)
+        digest += _fmix(x + np.uint64(take * B + pos) * K2)
+        off += take
+        pos += take
+        if off == seg_len[seg]:
+            seg += 1
+            off = 0
+    P = P * R + digest
+    return np.int64(_fmix(P)), P, seg, off
+
+
+# ---- one run -----------------------------------------------------------------------------
+
+
+@_njit(cache=True)
+def run_cached(
+    st: Any, R: Any, hP: Any, arr_slot: Any, seg_d: Any, seg_len: Any, seg_off: Any,
+    ref: Any, bhash: Any, hashed: Any, fprev: Any, fnext: Any, dprev: Any, dnext: Any, onext: Any, oprev: Any,
+    hkeys: Any, hfirst: Any, hlast: Any, hused: Any, run: Any, wq: Any, scratch: Any, victims: Any,
+    rule: int, life: int, B: int, chunk: int, budget0: int, max_seqs: int, usable: int,
+    CR: Any, SEED: Any, K1: Any, K2: Any, t_end: int, drain: bool, out: Any,
+) -> int:
+    """Run slots from ``st[C_T]`` to ``t_end`` (or a drain); one row of ``out`` per slot."""
+    n = arr_slot.size
+    qcap = wq.size
+    t0 = st[C_T]
+    while st[C_T] < t_end:
+        t = st[C_T]
+        col = t - t0
+        nrun = st[C_NRUN]
+        if nrun == 0 and st[C_WLEN] == 0:
+            if st[C_I] >= n:
+                if drain:
+                    return DRAINED
+                st[C_T] = t_end  # idle to the horizon: the rows stay 0
+                return RUNNING
+            nxt = arr_slot[st[C_I]]
+            if nxt > t:  # idle until the next arrival: nothing happens, rows stay 0
+                st[C_T] = min(nxt, t_end)
+                continue
+        # arrivals join the tail of the queue
+        arrived = 0
+        while st[C_I] < n and arr_slot[st[C_I]] <= t:
+            r = st[C_I]
+            R[r, R_ARR] = t
+            wq[(st[C_WHEAD] + st[C_WLEN]) % qcap] = r
+            st[C_WLEN] += 1
+            st[C_I] += 1
+            arrived += 1
+        # reserve's view: Σ peaks of the running, minus what older running requests share
+        reserved = 0
+        if rule == RULE_RESERVE:
+            tabs = 0
+            for j in range(nrun):
+                r = run[j]
+                reserved += (R[r, R_S] + R[r, R_O] + B - 1) // B
+                tabs += R[r, R_HIT] + R[r, R_NOWN]
+            reserved -= tabs - (usable - st[C_NFREE])
+        # --- the running requests, oldest admission first
+        budget = budget0 if (rule == RULE_VLLM_V1 and budget0 >= 0) else (1 << 62)
+        nvict = 0
+        j = 0
+        self_out = False
+        while j < nrun:
+            r = run[j]
+            p = R[r, R_P]
+            s = R[r, R_S]
+            ask = min(s - p, chunk) if p < s else 1
+            g = min(ask, budget)
+            if g <= 0:
+                break  # the budget is spent: the rest hold their blocks without work
+            newp = p + g
+            need = (newp + B - 1) // B - (R[r, R_HIT] + R[r, R_NOWN])
+            while need > st[C_NFREE]:
+                if rule == RULE_RESERVE:
+                    st[C_VSLOT] = t
+                    return BROKEN
+                v = run[nrun - 1]
+                nrun -= 1
+                _release(v, R, B, ref, bhash, hashed, fprev, fnext, st, oprev, seg_d, seg_len, seg_off, hkeys, hfirst,
+                         hused, scratch, CR, SEED, K1, K2)
+                victims[nvict] = v
+                nvict += 1
+                if v == r:
+                    self_out = True
+                    break
+            if self_out:
+                break
+            if need > 0 or newp // B > R[r, R_NCACHED]:  # a block to take or one newly full to cache
+                _grow(r, need, newp, R, B, ref, bhash, hashed, fprev, fnext, dprev, dnext, st, onext, oprev,
+                      seg_d, seg_len, hP, hkeys, hfirst, hlast, hused, CR, K1, K2)
+            R[r, R_GRANT] = g
+            budget -= g
+            j += 1
+        for k in range(j, nrun):
+            R[run[k], R_GRANT] = 0
+        # --- admissions, in queue order, only in a slot that preempted nobody
+        admitted = 0
+        tokens = 0
+        nkept = nrun
+        if nvict == 0:
+            while st[C_WLEN] > 0:
+                if rule == RULE_VLLM_V1 and budget <= 0:
+                    break
+                if max_seqs >= 0 and nrun >= max_seqs:
+                    break
+                w = wq[st[C_WHEAD]]
+                s = R[w, R_S]
+                hit, evictable = _lookup(w, s, R, B, ref, seg_d, seg_len, seg_off, hP, hkeys, hfirst, hused,
+                                         scratch, CR, SEED, K1, K2)
+                shared = hit - evictable
+                c = hit * B
+                if rule == RULE_VLLM_V1:
+                    if (s + B - 1) // B - shared > st[C_NFREE]:
+                        break  # the whole prompt must fit (full_sequence_must_fit)
+                    first = min(s - c, chunk, budget)
+                elif rule == RULE_CURRENT_FIT:
+                    first = min(s - c, chunk)
+                    if (c + first + B - 1) // B - shared > st[C_NFREE]:
+                        break
+                else:
+                    first = min(s - c, chunk)
+                    peak = (s + R[w, R_O] + B - 1) // B - shared
+                    if reserved + peak > usable:
+                        break
+                    reserved += peak
+                    if (c + first + B - 1) // B - shared > st[C_NFREE]:
+                        st[C_VSLOT] = t
+                        return BROKEN
+                st[C_WHEAD] = (st[C_WHEAD] + 1) % qcap
+                st[C_WLEN] -= 1
+                for k in range(hit):  # adopt the hit: one more reference each, out of the free queue
+                    b = scratch[k]
+                    if ref[b] == 0:
+                        _free_remove(st, fprev, fnext, b)
+                    ref[b] += 1
+                R[w, R_HIT] = hit
+                R[w, R_NOWN] = 0
+                R[w, R_OHEAD] = -1
+                R[w, R_OTAIL] = -1
+                R[w, R_CPTR] = -1
+                R[w, R_NCACHED] = hit
+                R[w, R_CACHED] = c
+                R[w, R_P] = c
+                _grow(w, (c + first + B - 1) // B - hit, c + first, R, B, ref, bhash, hashed, fprev, fnext,
+                      dprev, dnext, st, onext, oprev, seg_d, seg_len, hP, hkeys, hfirst, hlast, hused, CR, K1, K2)
+                R[w, R_GRANT] = first
+                budget -= first
+                if R[w, R_FIRST] < 0:
+                    R[w, R_FIRST] = t
+                run[nrun] = w
+                nrun += 1
+                admitted += 1
+        # --- the work, the charge
+        for k in range(nrun):
+            r = run[k]
+            g = R[r, R_GRANT]
+            if k < nkept:
+                R[r, R_P] += g
+            else:
+                R[r, R_P] = R[r, R_CACHED] + g
+            tokens += g
+            held = (R[r, R_HIT] + R[r, R_NOWN]) * B
+            R[r, R_SERVED] += held
+            R[r, R_ATT] += held
+        memory = (usable - st[C_NFREE]) * B
+        # --- victims: progress lost (vLLM: outputs kept as prompt), back to the head, oldest first
+        wasted = 0
+        for k in range(nvict):  # newest first: pushing each to the front leaves the oldest at the head
+            v = victims[k]
+            wasted += R[v, R_ATT]
+            R[v, R_WASTED] += R[v, R_ATT]
+            R[v, R_ATT] = 0
+            R[v, R_NPRE] += 1
+            p = R[v, R_P]
+            if life == LIFE_VLLM:
+                R[v, R_RECOMP] += p
+                if p >= R[v, R_S]:
+                    R[v, R_PRIOR] += p - R[v, R_S] + 1
+                    s_new = p + 1
+                    R[v, R_O] = R[v, R_S] + R[v, R_O] - p - 1
+                    R[v, R_S] = s_new
+            R[v, R_P] = 0
+            st[C_WHEAD] = (st[C_WHEAD] - 1) % qcap
+            wq[st[C_WHEAD]] = v
+            st[C_WLEN] += 1
+        running = nrun
+        # --- releases at the end of the slot, in the order the slot scheduled them
+        completed = 0
+        kept = 0
+        for k in range(nrun):
+            r = run[k]
+            if R[r, R_P] >= R[r, R_S] + R[r, R_O]:
+                R[r, R_FIN] = t
+                _release(r, R, B, ref, bhash, hashed, fprev, fnext, st, oprev, seg_d, seg_len, seg_off, hkeys, hfirst,
+                         hused, scratch, CR, SEED, K1, K2)
+                completed += 1
+            else:
+                run[kept] = r
+                kept += 1
+        st[C_NRUN] = kept
+        if out.shape[1] > 0:
+            out[O_ARRIVED, col] = arrived
+            out[O_ADMITTED, col] = admitted
+            out[O_PREEMPTED, col] = nvict
+            out[O_COMPLETED, col] = completed
+            out[O_RUNNING, col] = running
+            out[O_MEMORY, col] = memory
+            out[O_WASTED, col] = wasted
+            out[O_TOKENS, col] = tokens
+            out[O_QUEUE, col] = st[C_WLEN]
+        st[C_T] = t + 1
+        if drain and st[C_I] >= n and st[C_NRUN] == 0 and st[C_WLEN] == 0:
+            return DRAINED
+    return RUNNING
+
+
+@_njit(cache=True)
+def _lookup(w: int, s: int, R: Any, B: int, ref: Any, seg_d: Any, seg_len: Any, seg_off: Any, hP: Any,
+            hkeys: Any, hfirst: Any, hused: Any, scratch: Any, CR: Any, SEED: Any, K1: Any, K2: Any) -> Any:
+    """The longest cached prefix of ``w`` with ``s`` tokens (at most ``s − 1`` tokens, whole
+    blocks): its blocks into ``scratch``; returns ``(blocks, of them free)``.  The request's
+    hash cursor is left after the hit."""
+    limit = (s - 1) // B
+    seg = seg_off[w]
+    off = 0
+    P = SEED
+    hit = 0
+    evictable = 0
+    while hit < limit:
+        h, P2, seg2, off2 = _block_hash(seg_d, seg_len, seg, off, P, B, CR, K1, K2)
+        i = _find(hkeys, hused, h)
+        if i < 0:
+            break
+        b = hfirst[i]
+        scratch[hit] = b
+        if ref[b] == 0:
+            evictable += 1
+        hit += 1
+        P, seg, off = P2, seg2, off2
+    hP[w] = P
+    R[w, R_HSEG] = seg
+    R[w, R_HOFF] = off
+    return hit, evictable
+
+
+@_njit(cache=True)
+def _grow(r: int, need: int, upto: int, R: Any, B: int, ref: Any, bhash: Any, hashed: Any, fprev: Any, fnext: Any,
+          dprev: Any, dnext: Any, st: Any, onext: Any, oprev: Any, seg_d: Any, seg_len: Any, hP: Any,
+          hkeys: Any, hfirst: Any, hlast: Any, hused: Any, CR: Any, K1: Any, K2: Any) -> None:
+    """Take ``need`` blocks from the head of the free queue for ``r`` (evicting their hashes),
+    then cache its blocks full by ``upto`` tokens (allocation time, as vLLM)."""
+    for _ in range(need):
+        b = st[C_FHEAD]
+        _free_remove(st, fprev, fnext, b)
+        if hashed[b]:
+            _uncache(bhash, hashed, dprev, dnext, hkeys, hfirst, hlast, hused, b)
+        ref[b] = 1
+        tail = R[r, R_OTAIL]
+        oprev[b] = tail
+        onext[b] = -1
+        if tail >= 0:
+            onext[tail] = b
+        else:
+            R[r, R_OHEAD] = b
+        R[r, R_OTAIL] = b
+        R[r, R_NOWN] += 1
+        if R[r, R_CPTR] < 0:
+            R[r, R_CPTR] = b
+    full = upto // B
+    while R[r, R_NCACHED] < full:
+        b = R[r, R_CPTR]
+        h, P, seg, off = _block_hash(seg_d, seg_len, R[r, R_HSEG], R[r, R_HOFF], hP[r], B, CR, K1, K2)
+        hP[r] = P
+        R[r, R_HSEG] = seg
+        R[r, R_HOFF] = off
+        _cache(bhash, hashed, dprev, dnext, hkeys, hfirst, hlast, hused, b, h)
+        R[r, R_NCACHED] += 1
+        R[r, R_CPTR] = onext[b]
+
+
+@_njit(cache=True)
+def _release(r: int, R: Any, B: int, ref: Any, bhash: Any, hashed: Any, fprev: Any, fnext: Any, st: Any,
+             oprev: Any, seg_d: Any, seg_len: Any, seg_off: Any, hkeys: Any, hfirst: Any, hused: Any,
+             scratch: Any, CR: Any, SEED: Any, K1: Any, K2: Any) -> None:
+    """Free ``r``'s table last block first (``free_blocks``): blocks nobody holds any more go to
+    the free queue, uncached ones to its head in that order, cached ones to its tail."""
+    hit = R[r, R_HIT]
+    # the hit's blocks are still the first cached under their hashes (a held block is never evicted)
+    seg = seg_off[r]
+    off = 0
+    P = SEED
+    for k in range(hit):
+        h, P, seg, off = _block_hash(seg_d, seg_len, seg, off, P, B, CR, K1, K2)
+        scratch[k] = hfirst[_find(hkeys, hused, h)]
+    nfirst = 0  # uncached blocks freed, collected in scratch[hit:] in the order met
+    b = R[r, R_OTAIL]
+    while b >= 0:
+        nb = oprev[b]
+        ref[b] -= 1
+        if ref[b] == 0:
+            if hashed[b]:
+                _free_append(st, fprev, fnext, b)
+            else:
+                scratch[hit + nfirst] = b
+                nfirst += 1
+        b = nb
+    for k in range(hit - 1, -1, -1):
+        b = scratch[k]
+        ref[b] -= 1
+        if ref[b] == 0:
+            if hashed[b]:
+                _free_append(st, fprev, fnext, b)
+            else:  # pragma: no cover - a hit block is always cached
+                scratch[hit + nfirst] = b
+                nfirst += 1
+    for k in range(nfirst - 1, -1, -1):  # the first one met ends at the head
+        _free_prepend(st, fprev, fnext, scratch[hit + k])
+    R[r, R_HIT] = 0
+    R[r, R_NOWN] = 0
+    R[r, R_OHEAD] = -1
+    R[r, R_OTAIL] = -1
+    R[r, R_CPTR] = -1
+    R[r, R_NCACHED] = 0

@@ -1,0 +1,191 @@
+"""The compiled engine with prefix caching: plan in, :class:`SimResult` out.
+
+Drives :func:`kvstab.engine._kernel_cache.run_cached` batch by batch for the rules it
+carries (``vllm-v1``; ``current-fit`` and ``reserve`` on a server without a token budget,
+which they ignore and the reference engine reports breaking) under kvstab's and vLLM's
+lifecycles.  It prepares what the kernel hashes — each request's content segments (the
+plan's prompts, else a prompt of its own, then its output tokens, as
+:meth:`kvstab.simulator.Engine.arrive` builds them) — and hands any run the kernel cannot
+finish exactly (a rule that never preempts meeting a full pool) to the reference engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from kvstab.arrivals import ArrivalPlan
+from kvstab.contract import Scheduler
+from kvstab.engine import _kernel_cache as KC
+from kvstab.errors import InvalidArgument
+from kvstab.model import ModelParams
+from kvstab.prefix import PromptSet, chain_constants, content_ids, segment_digests
+from kvstab.schedulers.current_fit import CurrentFit
+from kvstab.schedulers.reserve import Reserve
+from kvstab.schedulers.vllm_v1 import VllmV1
+from kvstab.simulator import SimResult
+
+__all__ = ["cached_rule", "why_not_cached", "run_cached", "BATCH"]
+
+IntArray = npt.NDArray[np.int64]
+
+#: slots per call of the compiled loop (a progress bar moves between calls)
+BATCH = 1 << 16
+
+
+def cached_rule(scheduler: Scheduler) -> int | None:
+    """The kernel's code for ``scheduler``, or ``None`` (only the built-in classes, exactly)."""
+    kind = type(scheduler)
+    if kind is VllmV1:
+        return KC.RULE_VLLM_V1
+    if kind is CurrentFit:
+        return KC.RULE_CURRENT_FIT
+    if kind is Reserve:
+        return KC.RULE_RESERVE
+    return None
+
+
+def why_not_cached(scheduler: Scheduler, params: ModelParams, lifecycle: str) -> str:
+    """Why the compiled cache engine cannot run this ("" if it can)."""
+    rule = cached_rule(scheduler)
+    if rule is None:
+        return "the compiled prefix-cache engine carries vllm-v1, current-fit and reserve"
+    if lifecycle not in ("kvstab", "vllm"):
+        return f"lifecycle {lifecycle!r}"
+    if rule != KC.RULE_VLLM_V1 and params.token_budget is not None:
+        return f"{scheduler.name} ignores the token budget, which only the reference engine reports breaking"
+    if rule != KC.RULE_VLLM_V1 and lifecycle == "vllm":
+        return "vLLM's lifecycle is compiled for vllm-v1 only"
+    return ""
+
+
+def _contents(plan: ArrivalPlan, outputs: IntArray) -> PromptSet:
+    """Every request's KV content: its prompt (the plan's, else one of its own), then its
+    ``outputs`` output tokens (``output[i]`` or an id of its own)."""
+    n = len(plan)
+    prompts = plan.prompts
+    if prompts is None:
+        own = content_ids("own", np.arange(n, dtype=np.int64))
+        prompts = PromptSet(np.arange(n + 1, dtype=np.int64), own, plan.s.astype(np.int64))
+    return prompts.with_outputs(outputs)
+
+
+def run_cached(
+    scheduler: Scheduler,
+    params: ModelParams,
+    plan: ArrivalPlan,
+    slots: int | None,
+    *,
+    drain: bool,
+    lifecycle: str,
+    max_slots: int,
+    progress: Callable[[int, int | None], None] | None = None,
+) -> SimResult | None:
+    """The run as the reference engine would record it, or ``None`` when the kernel met what
+    only the reference engine reports exactly (the caller then runs the reference)."""
+    rule = cached_rule(scheduler)
+    if rule is None or why_not_cached(scheduler, params, lifecycle):
+        raise InvalidArgument(f"no compiled prefix-cache path: {why_not_cached(scheduler, params, lifecycle)}")
+    n = len(plan)
+    B = params.block
+    usable = params.M // B
+    vllm = lifecycle == "vllm"
+    o = plan.o - 1 if vllm else plan.o.copy()
+    contents = _contents(plan, plan.o.astype(np.int64))  # content: prompt + every output token sampled
+    seg_d = segment_digests(contents.content)
+    seg_len = contents.length.copy()
+    seg_off = contents.offsets.copy()
+    R = np.zeros((max(n, 1), KC.R_SIZE), dtype=np.int64)  # a row per request: its fields together
+    R[:n, KC.R_S] = plan.s
+    R[:n, KC.R_O] = o
+    R[:, KC.R_FIRST] = -1
+    R[:, KC.R_FIN] = -1
+    R[:, KC.R_OHEAD] = -1
+    R[:, KC.R_OTAIL] = -1
+    R[:, KC.R_CPTR] = -1
+    hP = np.zeros(max(n, 1), dtype=np.uint64)
+    nb = usable + 1  # block 0: vLLM's null block, never handed out
+    ref = np.zeros(nb, dtype=np.int64)
+    bhash = np.zeros(nb, dtype=np.int64)
+    hashed = np.zeros(nb, dtype=np.bool_)
+    fprev = np.full(nb, -1, dtype=np.int64)
+    fnext = np.full(nb, -1, dtype=np.int64)
+    # the free queue starts as every block in id order (kv_cache_utils.py:281)
+    fnext[1:-1] = np.arange(2, nb, dtype=np.int64)
+    fprev[2:] = np.arange(1, nb - 1, dtype=np.int64)
+    dprev = np.full(nb, -1, dtype=np.int64)
+    dnext = np.full(nb, -1, dtype=np.int64)
+    onext = np.full(nb, -1, dtype=np.int64)
+    oprev = np.full(nb, -1, dtype=np.int64)
+    cap = 1 << max(4, int(4 * nb - 1).bit_length())  # the hash table: at least 4× the blocks, a power of 2
+    hkeys = np.zeros(cap, dtype=np.int64)
+    hfirst = np.full(cap, -1, dtype=np.int64)
+    hlast = np.full(cap, -1, dtype=np.int64)
+    hused = np.zeros(cap, dtype=np.bool_)
+    run = np.zeros(max(n, 1), dtype=np.int64)
+    wq = np.zeros(max(n, 1), dtype=np.int64)
+    longest = int(np.max((plan.s + plan.o + B - 1) // B)) if n else 1
+    scratch = np.zeros(longest + 2, dtype=np.int64)
+    victims = np.zeros(max(n, 1), dtype=np.int64)
+    st = np.zeros(KC.C_SIZE, dtype=np.int64)
+    st[KC.C_NFREE] = usable
+    st[KC.C_FHEAD] = 1 if usable else -1
+    st[KC.C_FTAIL] = usable if usable else -1
+    CR, SEED, K1, K2 = (np.uint64(x) for x in chain_constants())
+    life = KC.LIFE_VLLM if vllm else KC.LIFE_KVSTAB
+    budget = -1 if params.token_budget is None else params.token_budget
+    seqs = -1 if params.max_num_seqs is None else params.max_num_seqs
+    fixed_end = 0 if slots is None else slots  # a drained run still reaches `slots` if given
+    cols: list[IntArray] = []
+    while True:
+        t0 = int(st[KC.C_T])
+        draining = drain and t0 >= fixed_end
+        end = max_slots if draining else fixed_end
+        t_end = min(t0 + BATCH, end)
+        out = np.zeros((len(KC.COLUMNS), t_end - t0), dtype=np.int64)
+        status = KC.run_cached(
+            st, R, hP, plan.slot, seg_d, seg_len, seg_off, ref, bhash, hashed, fprev, fnext, dprev, dnext,
+            onext, oprev, hkeys, hfirst, hlast, hused, run, wq, scratch, victims, rule, life, B, params.chunk,
+            budget, seqs, usable, CR, SEED, K1, K2, t_end, draining, out,
+        )  # fmt: skip
+        if status == KC.BROKEN:
+            return None
+        t = int(st[KC.C_T])
+        cols.append(out[:, : t - t0])
+        if progress is not None:
+            progress(t, None if drain else end)
+        if status == KC.DRAINED:
+            break
+        if t >= end:
+            if draining:
+                raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
+            if not drain:
+                break
+    whole = np.concatenate(cols, axis=1) if cols else np.zeros((len(KC.COLUMNS), 0), dtype=np.int64)
+    arrived = int(st[KC.C_I])
+    c = {name: whole[k] for k, name in enumerate(KC.COLUMNS)}
+    return SimResult(
+        scheduler=scheduler.name,
+        params=params,
+        slots=whole.shape[1],
+        arrived=c["arrived"],
+        admitted=c["admitted"],
+        preempted=c["preempted"],
+        completed=c["completed"],
+        running=c["running"],
+        memory=c["memory"],
+        wasted=c["wasted"],
+        tokens=c["tokens"],
+        queue=c["queue"],
+        s=R[:arrived, KC.R_S].copy(),
+        o=R[:arrived, KC.R_O].copy(),
+        arrival=R[:arrived, KC.R_ARR].copy(),
+        first_admit=R[:arrived, KC.R_FIRST].copy(),
+        finish=R[:arrived, KC.R_FIN].copy(),
+        preemptions=R[:arrived, KC.R_NPRE].copy(),
+        served=R[:arrived, KC.R_SERVED].copy(),
+        request_wasted=R[:arrived, KC.R_WASTED].copy(),
+        dropped=plan.dropped,
+    )
