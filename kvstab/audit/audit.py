@@ -82,6 +82,9 @@ class Check(JsonRecord):
     name: str
     status: str  # "pass", "fail", "unknown", "skipped", "info"
     detail: str
+    #: the one command line that shows a failure again (``kvstab replay``/``check``/``prove`` with the spec
+    #: the user gave); left out of the JSON where the check has none
+    replay_command: str | None = field(default=None, metadata={"json": "optional"})
 
 
 def _with_verdict(record: InvariantResult | MarginResult | ClaimResult, first: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -138,6 +141,9 @@ class InvariantResult(JsonRecord):
     total_budget_s: float = field(metadata={"help": "the proofs section's wall-clock budget"})
     seconds: float = field(metadata={"help": "wall-clock seconds spent"})
     assumptions: tuple[str, ...] = field(metadata={"help": "what a Proved verdict assumes"})
+    replay_command: str | None = field(
+        default=None, metadata={"json": "optional", "help": "the one line that shows a refutation again"}
+    )
 
     @property
     def scope(self) -> str:
@@ -326,14 +332,29 @@ def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile
     # the declared claims are one-slot queries (seconds): the invariant and the margin leave them their
     # share of the budget, so that a long bounded flow cannot leave every claim Unknown
     first = budget.keeping(min(CLAIMS_RESERVE_S, total / 4))
-    rep = prove(scheduler, K=profile.proof_K, Q=profile.proof_Q, setting=setting, budget=first, unbounded=True)
+    # the spec the user gave, where it loads this very object: every replay line then names the rule as they did
+    rep = prove(_by_spec(scheduler, spec), K=profile.proof_K, Q=profile.proof_Q, setting=setting, budget=first,
+                unbounded=True)
     inv = InvariantResult(rep.verdict, K=rep.K, Q=rep.Q, unbounded=rep.unbounded,
                           strengthening=tuple(rep.strengthening), notes=tuple(rep.notes), total_budget_s=total,
                           seconds=rep.seconds, assumptions=tuple(getattr(rep.verdict, "assumptions", ())))
+    if _verdict_word(rep.verdict) == "Refuted":
+        inv = dataclasses.replace(inv, replay_command=_invariant_replay(inv, spec, params))
     margin = None
     if _verdict_word(rep.verdict) == "Proved":
         margin = _margin(scheduler, spec, params, profile, rep.strengthening, first)
     return ProofsSection(inv, margin, _claims(scheduler, spec, setting, profile, budget))
+
+
+def _by_spec(scheduler: Scheduler, spec: str) -> Scheduler | str:
+    """``spec`` where it loads ``scheduler`` itself (so a proof's replay lines name the rule by the
+    spec the user gave, never by its ``name``), else the object."""
+    from kvstab.registry import load_scheduler
+
+    try:
+        return spec if load_scheduler(spec) is scheduler else scheduler
+    except Exception:  # a spec that does not load this object: the object, named as before
+        return scheduler
 
 
 def _margin(scheduler: Scheduler, spec: str, params: ModelParams, profile: AuditProfile,
@@ -387,17 +408,97 @@ def _claims(scheduler: Scheduler, spec: str, setting: Setting, profile: AuditPro
     K, Q = min(profile.proof_K, CLAIMS_MAX), min(profile.proof_Q, CLAIMS_MAX)
     budget.group("declared claims")
     res = prove_claims(scheduler, setting, K=K, Q=Q, spec=spec, budget=budget)
-    return ClaimsResult(K, Q, tuple(
-        ClaimResult(
+    out = []
+    for c in res.claims:
+        witness, commands = c.witness, () if c.pair is None else tuple(c.pair.commands)
+        if c.pair is None and c.state is not None and _verdict_word(c.verdict) == "Refuted":
+            # the text a reader checks against the replay line is written from that very replay
+            witness, command = replayed_witness(c.name, scheduler, spec, setting, c.state)
+            commands = (command,)
+        out.append(ClaimResult(
             claim=c.name,
             verdict=c.verdict,
             scope=c.scope if c.scope == SCOPE else f"at most {K} active and {Q} queued requests",
             note=c.note,
-            witness=c.witness,
-            replay_commands=() if c.pair is None else tuple(c.pair.commands),
-        )
-        for c in res.claims
-    ))
+            witness=witness,
+            replay_commands=commands,
+        ))
+    return ClaimsResult(K, Q, tuple(out))
+
+
+def _requests(ids: Sequence[int]) -> str:
+    """``nobody``, ``request 3`` or ``requests 1, 4``."""
+    if not ids:
+        return "nobody"
+    return f"request {ids[0]}" if len(ids) == 1 else "requests " + ", ".join(map(str, ids))
+
+
+def replayed_witness(
+    claim: str,
+    scheduler: Scheduler,
+    spec: str,
+    setting: Setting,
+    state: tuple[int, Sequence[tuple[int, int, int]], Sequence[tuple[int, int]], Sequence[int | float]],
+) -> tuple[str, str]:
+    """A bounded refutation of ``claim`` as its witness text and the ``kvstab replay`` line that shows it.
+
+    The state is run one slot on the reference engine, as that line runs it, and the text says
+    what that slot did (whom it admitted, whether the oldest request advanced, how the ranking
+    moved) — so the text and the replay cannot disagree.  Where the slot does not break the claim
+    (a rule declaring ``clairvoyant=False`` is shown ``o`` by the claim's check, never by the
+    engine) the text says so."""
+    from kvstab.contract import initial_state, state_vars_of
+    from kvstab.errors import KvstabError
+    from kvstab.replay import replay_command
+    from kvstab.simulator import Engine
+
+    M, act, wait, sched = state
+    params = setting.params(M)
+    command = replay_command(spec, params, [], active=list(act) or None, waiting=list(wait) or None) + " --slots 1"
+    start = tuple(sched) if sched else None
+    if start is not None and start != initial_state(state_vars_of(scheduler)):
+        # `kvstab replay` starts every run from the rule's declared initial state (as kvstab prove says too)
+        command += f"  # from scheduler state {list(start)}: Engine.load_state(..., sched_state={start!r})"
+    shown = (f"M={M}: " + ("empty server" if not act else f"active {list(act)}") + f", waiting {list(wait)}"
+             + (f", scheduler state {list(start)}" if start else ""))
+    eng = Engine(scheduler, params, spec=spec)
+    eng.load_state(list(act), list(wait), start)
+    try:
+        rec = eng.step()
+    except KvstabError as exc:
+        return f"{shown}: the replayed slot stops: {exc}", command
+    n = len(act)
+    queued = [i for i in range(n, n + len(wait)) if i in rec.admitted]
+    said = f"the replay admits {_requests(queued)}"
+    breaks: bool
+    if claim == "FCFS admissions":
+        skipped = [(j, i) for j in queued for i in range(n, j) if i not in rec.admitted]
+        breaks = bool(skipped)
+        what = f"{said}: request {skipped[0][0]} is admitted while request {skipped[0][1]} ahead of it is not" \
+            if skipped else f"{said}, a prefix of the queue"
+    elif claim == "lone head admitted":
+        breaks = not act and bool(wait) and n not in rec.admitted
+        what = f"{said}; the head (request {n}) is " + ("not admitted" if breaks else "admitted")
+    elif claim == "empty server admits":
+        breaks = not act and bool(wait) and not queued
+        what = said
+    elif claim == "oldest running request progresses":
+        p = act[0][2] if act else 0
+        first = eng.requests[0] if act else None
+        breaks = first is not None and (0 in rec.preempted or first.progress <= p)
+        what = ("no request runs" if first is None
+                else "the oldest running request (request 0) is preempted" if 0 in rec.preempted
+                else f"the oldest running request (request 0) goes from progress {p} to {first.progress}")
+    else:  # the ranking ρ = N·(T + 1) + r, as (N, r) lexicographically
+        T = max(s + o for s, o, *_ in [*act, *wait])
+        before = (n + len(wait), act[0][0] + act[0][1] - act[0][2] if act else T + 1)
+        head = eng.active[0] if eng.active else None
+        after = (len(eng.active) + len(eng.waiting), head.s + head.o - head.progress if head else T + 1)
+        breaks = not after < before
+        what = f"(N, r) goes from {before} to {after}: the ranking " + ("does not fall" if breaks else "falls")
+    if not breaks:
+        what += " (this replay does not break the claim; the claim's check showed the rule every o)"
+    return f"{shown}: {what}", command
 
 
 _STATUS = {"Proved": "pass", "Refuted": "fail"}
@@ -409,15 +510,40 @@ def _check_claims(p: ProofsSection) -> list[Check]:
     for c in () if p.claims is None else p.claims.claims:
         v = _verdict_word(c.verdict)
         detail = f"{v} for {c.scope}"
+        replay = None
         if v == "Refuted" and c.witness:
             # the witness's first line says what differs; the replay lines show it (the whole witness is in the JSON)
             detail += ": " + c.witness.splitlines()[0].strip().rstrip(":")
             if c.replay_commands:
-                detail += "; replay: " + "  vs  ".join(c.replay_commands)
+                # two states that differ only in o: the two replays side by side, on one line
+                replay = "  vs  ".join(c.replay_commands)
         elif v == "Unknown":
             detail += f" ({getattr(c.verdict, 'reason', '')})"
-        out.append(Check(f"claim: {c.claim}", _STATUS.get(v, "unknown"), detail))
+        out.append(Check(f"claim: {c.claim}", _STATUS.get(v, "unknown"), detail, replay))
     return out
+
+
+def _prove_command(spec: str, params: ModelParams, K: int, Q: int) -> str:
+    """The ``kvstab prove`` line of the audit's invariant proof (``M`` symbolic, as the audit proves it)."""
+    import shlex
+
+    parts = ["kvstab", "prove", "--scheduler", spec, "--K", str(K), "--Q", str(Q), "--chunk", str(params.chunk)]
+    if params.block != 1:
+        parts += ["--block", str(params.block)]
+    if params.token_budget is not None:
+        parts += ["--token-budget", str(params.token_budget)]
+    if params.max_num_seqs is not None:
+        parts += ["--max-num-seqs", str(params.max_num_seqs)]
+    return " ".join(shlex.quote(x) for x in parts)
+
+
+def _invariant_replay(inv: InvariantResult, spec: str, params: ModelParams) -> str:
+    """The line that shows a refuted memory invariant: the replay of its counterexample, or (a
+    refutation that is no run: a conjunct not preserved) the ``kvstab prove`` line that finds it."""
+    trace = getattr(inv.verdict, "trace", None)
+    if trace is not None and trace.replayed and "#" not in trace.replay_command:
+        return str(trace.replay_command)
+    return _prove_command(spec, params, inv.K, inv.Q)
 
 
 def _check_proofs(p: ProofsSection) -> list[Check]:
@@ -427,7 +553,8 @@ def _check_proofs(p: ProofsSection) -> list[Check]:
     checks = [Check("memory invariant", _STATUS.get(v, "unknown"),
                     f"{v}" + (scope if v == "Proved" else "")
                     + (f" ({getattr(inv.verdict, 'reason', None)})" if v == "Unknown" else "")
-                    + (f": {getattr(inv.verdict, 'detail', None)}" if v == "Refuted" else ""))]
+                    + (f": {getattr(inv.verdict, 'detail', None)}" if v == "Refuted" else ""),
+                    inv.replay_command)]
     m = p.margin
     if m is None:
         checks.append(Check("margin Δ", "unknown", "not established (the invariant is not proved)"))

@@ -19,7 +19,7 @@ from typing import Any
 from kvstab.audit.audit import AuditResult
 from kvstab.audit.properties import short_name
 
-__all__ = ["write_report", "summary_rows", "markdown"]
+__all__ = ["write_report", "summary_rows", "markdown", "replays"]
 
 
 
@@ -63,6 +63,23 @@ HEADER = ["scheduler", "λ* (req/s) [95 % interval]", "λ*/μ", "saturated throu
           "certified rate (req/s)"]
 
 
+def replays(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """Every failure the report names and the one line that shows it again: (what, command)."""
+    out = [(c["name"], c["replay_command"]) for c in data["checks"] if c.get("replay_command")]
+    for f in (data.get("properties") or {}).get("findings", []):
+        if f["audit"] or f["replay"]:
+            out.append((f"property {short_name(f['test'])}", f["audit"] or f["replay"]))
+    return out
+
+
+def _replay_lines(data: dict[str, Any]) -> list[str]:
+    """report.md's list of the failures' replay lines (nothing when there is none)."""
+    got = replays(data)
+    if not got:
+        return []
+    return ["### Replay each failure", "", *[f"- {what}: `{cmd}`" for what, cmd in got], ""]
+
+
 def markdown(data: dict[str, Any]) -> str:
     """``report.md``."""
     th = data["theory"]
@@ -83,6 +100,7 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         f"**{data['verdict']}** (exit status {data['exit_status']}).",
         "",
+        *_replay_lines(data),
         "## Theory",
         "",
         f"- E[g] = {_f(th['E_g'], 7)} token-slots; μ = {_f(th['mu_per_s'])} req/s ({_f(th['mu_per_slot'])} per slot)",
@@ -94,6 +112,8 @@ def markdown(data: dict[str, Any]) -> str:
         inv = data["proofs"]["invariant"]
         lines += ["## Proofs", "", f"- memory invariant (any M, {_scope(inv)}): **{inv['verdict']}**"
                   + (f", strengthened by {', '.join(inv['strengthening'])}" if inv["strengthening"] else "")]
+        if inv.get("replay_command"):
+            lines.append(f"  - replay: `{inv['replay_command']}`")
         m = data["proofs"]["margin"]
         if m:
             lines.append(f"- margin Δ at M = {m['M']}, ŝ = {m['chunk']}, s ≤ {m['max_s']}, o ≤ {m['max_o']}: "
@@ -101,6 +121,8 @@ def markdown(data: dict[str, Any]) -> str:
                          + ("no margin declared" if m["declared"] is None else f"declared {m['declared']}"))
         for c in (data["proofs"].get("claims") or {}).get("claims", []):
             lines.append(f"- claim {c['claim']} ({c['scope']}): **{c['verdict']}**")
+            if c["verdict"] == "Refuted" and c.get("witness"):
+                lines += [f"  - {ln.strip()}" for ln in c["witness"].splitlines() if not ln.strip().startswith("replay")]
             lines += [f"  - replay: `{cmd}`" for cmd in c.get("replay_commands", [])]
         lines.append("")
     if data["properties"]:
@@ -167,13 +189,17 @@ def _html(data: dict[str, Any], plots: dict[str, Path]) -> str:
         *[f"<tr class='{esc(c['status'])}'><td>{esc(c['name'])}</td><td>{esc(c['status'])}</td>"
           f"<td>{esc(c['detail'])}</td></tr>" for c in data["checks"]],
         "</table>",
+        *(["<h3>Replay each failure</h3><ul>"]
+          + [f"<li>{esc(what)}: <code>{esc(cmd)}</code></li>" for what, cmd in replays(data)] + ["</ul>"]
+          if replays(data) else []),
         f"<h2>Theory</h2><p>E[g] = {_f(th['E_g'], 7)}; μ = {_f(th['mu_per_s'])} req/s; δ = {th['delta']:.5f}; "
         f"μ(1−δ) = {_f(th['mu_1_minus_delta_per_s'])} req/s; certified: {esc(th['certified_basis'])}</p>",
     ]
     if data["proofs"]:
         inv = data["proofs"]["invariant"]
         parts.append(f"<h2>Proofs</h2><p>Memory invariant (any M, {esc(_scope(inv))}): "
-                     f"<b>{esc(inv['verdict'])}</b>.")
+                     f"<b>{esc(inv['verdict'])}</b>."
+                     + (f" Replay: <code>{esc(inv['replay_command'])}</code>" if inv.get("replay_command") else ""))
         m = data["proofs"]["margin"]
         if m:
             parts.append(f" Margin Δ at M = {m['M']}, ŝ = {m['chunk']}, s ≤ {m['max_s']}, o ≤ {m['max_o']}: "

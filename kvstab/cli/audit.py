@@ -104,6 +104,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _print_summary(data: dict[str, Any], files: dict[str, Path]) -> None:
+    from kvstab.audit.properties import short_name
     from kvstab.audit.report import HEADER, summary_rows
 
     print(f"kvstab audit: {data['scheduler']} on {data['theory']['workload']}, M={data['server']['M']}, "
@@ -119,6 +120,14 @@ def _print_summary(data: dict[str, Any], files: dict[str, Path]) -> None:
             print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)))
     for c in data["checks"]:
         print(f"  [{c['status']:>7}] {c['name']}: {c['detail']}")
+        if c.get("replay_command"):
+            print(f"            replay: {c['replay_command']}")
+        if c["name"] == "properties":
+            # each failure, and the one line that shows it again
+            for f in (data["properties"] or {}).get("findings", []):
+                print(f"            {short_name(f['test'])}: {f['message']}")
+                if f["audit"] or f["replay"]:
+                    print(f"              reproduce: {f['audit'] or f['replay']}")
     print(f"verdict: {data['verdict']} (exit {data['exit_status']}); report in {files['report.md'].parent}/ "
           "(report.md, report.html, report.json, report.tex, *.png)")
 
