@@ -32,7 +32,7 @@ from kvstab.audit.stability import StabilityRegion, find_critical_rate
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument, InvalidScheduler, InvariantViolation
 from kvstab.jsonform import JsonRecord, record_json, to_json
-from kvstab.model import ModelParams
+from kvstab.model import DEFAULT_WINDOW, ModelParams
 
 if TYPE_CHECKING:
     from kvstab.proofs.encoding import Setting
@@ -68,6 +68,9 @@ class AuditConfig:
     require_rate: float | None = field(default=None, metadata={"help": "fail if λ* is below this rate (req/s)"})
     max_waste: float | None = field(default=None, metadata={"help": "fail if the waste just below λ* exceeds this"})
     seed: int = field(default=0, metadata={"help": "base seed of the simulations"})
+    window: int = field(
+        default=DEFAULT_WINDOW, metadata={"help": "the queue-head window the simulations show the rule first"}
+    )
 
     def __post_init__(self) -> None:
         bad = [s for s in self.skip if s not in SKIPPABLE]
@@ -260,6 +263,7 @@ class AuditResult:
             "workload": c.workload,
             "profile": c.profile.name if c.profile else None,
             "seed": c.seed,
+            "window": c.window,
             "gates": {"require_rate_per_s": c.require_rate, "max_waste": c.max_waste, "strict": c.strict},
             # a report cut short before the theory section (never in practice: it runs first) keeps its old `{}`
             "theory": {} if self.theory is None else self.theory.to_json(),
@@ -665,7 +669,7 @@ def run_audit(
             region = find_critical_rate(
                 name, config.params, config.workload, mu, profile,
                 scheduler_object=obj if obj is scheduler_object else None, seed=config.seed, executor=executor,
-                log=log,
+                log=log, window=config.window,
             )
         except (InvariantViolation, InvalidScheduler) as exc:
             # the scheduler broke the model in the audit's own simulations: that is a finding, not bad input

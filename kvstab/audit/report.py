@@ -90,6 +90,7 @@ def markdown(data: dict[str, Any]) -> str:
         f"Server: M = {sv['M']}, ŝ = {sv['chunk']}, B = {sv['block']}, b̄ = {sv['bbar_s']} s"
         + (f", token budget {sv['token_budget']}" if sv["token_budget"] else "")
         + (f", max_num_seqs {sv['max_num_seqs']}" if sv["max_num_seqs"] else "")
+        + f", queue window {data.get('window', 8)}"
         + f". Workload: {th['workload']} (Poisson arrivals). Profile: {data['profile']}, seed {data['seed']}.",
         "",
         "## Verdict",

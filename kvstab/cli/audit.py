@@ -86,7 +86,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     config = AuditConfig(
         scheduler=args.scheduler, params=params, workload=spec, baselines=baselines,
         profile=get_profile(args.profile), skip=tuple(args.skip), strict=args.strict,
-        require_rate=args.require_rate, max_waste=args.max_waste, seed=args.seed,
+        require_rate=args.require_rate, max_waste=args.max_waste, seed=args.seed, window=args.window,
     )
     def keep(partial: AuditResult) -> None:
         # what is done survives an interrupt: report.json after every section
@@ -108,7 +108,8 @@ def _print_summary(data: dict[str, Any], files: dict[str, Path]) -> None:
     from kvstab.audit.report import HEADER, summary_rows
 
     print(f"kvstab audit: {data['scheduler']} on {data['theory']['workload']}, M={data['server']['M']}, "
-          f"ŝ={data['server']['chunk']}, b̄={data['server']['bbar_s']} s, profile {data['profile']}")
+          f"ŝ={data['server']['chunk']}, b̄={data['server']['bbar_s']} s, window {data['window']}, "
+          f"profile {data['profile']}")
     th = data["theory"]
     md = th["mu_1_minus_delta_per_s"]
     print(f"  μ = {th['mu_per_s']:.5g}/s   μ(1−δ) = {md:.5g}/s   δ = {th['delta']:.4f}" if md is not None
@@ -247,10 +248,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from kvstab import validation as v
     from kvstab.audit.audit import SKIPPABLE
     from kvstab.audit.profiles import PROFILES
-    from kvstab.cli.flags import add_server_arguments, arg_type, positive_int, rate, seed, slots
+    from kvstab.cli.flags import add_run_arguments, add_server_arguments, arg_type, positive_int, rate, seed, slots
 
     p = sub.add_parser("audit", help="audit a scheduler end to end: theory, proofs, properties, stability region, report")
-    p.add_argument("--scheduler", required=True, help="registered name or module:attr of the variant")
+    # --scheduler and --window as every command that runs a scheduler takes them
+    add_run_arguments(p, timeout=False)
     add_server_arguments(p)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--workload", default=None, help="workload spec (default paper-1:1); Poisson arrivals at each rate")
