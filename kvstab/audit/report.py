@@ -19,7 +19,7 @@ from typing import Any
 from kvstab.audit.audit import AuditResult
 from kvstab.audit.properties import short_name
 
-__all__ = ["write_report", "summary_rows", "markdown", "replays"]
+__all__ = ["write_report", "summary_rows", "markdown", "replays", "scope_line"]
 
 
 
@@ -27,6 +27,20 @@ def _scope(inv: dict[str, Any]) -> str:
     """What the invariant's verdict covers (the audit's ``scope`` field; reports older
     than it carry only ``K`` and ``Q``)."""
     return str(inv.get("scope") or f"at most {inv['K']} active and {inv['Q']} queued requests")
+
+def scope_line(data: dict[str, Any]) -> str:
+    """What the memory invariant's verdict covers and, where bounded, why (from report.json's
+    ``proofs.invariant``): ``""`` without a proofs section."""
+    inv = (data.get("proofs") or {}).get("invariant")
+    if not inv:
+        return ""
+    if inv.get("unbounded"):
+        return f"scope: {_scope(inv)} (the unbounded theorem: the rule is made of kvstab.contract's folds)"
+    why = next((n for n in inv.get("notes", []) if n.startswith("not proved for every number of requests")), "")
+    why = why.removesuffix("; the verdict below is bounded by K and Q")
+    return (f"scope: {_scope(inv)}, the bounds K = {inv['K']} and Q = {inv['Q']} of profile {data['profile']}"
+            + (f", because it is {why}" if why else ""))
+
 
 def _f(x: Any, digits: int = 5) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -113,6 +127,7 @@ def markdown(data: dict[str, Any]) -> str:
         inv = data["proofs"]["invariant"]
         lines += ["## Proofs", "", f"- memory invariant (any M, {_scope(inv)}): **{inv['verdict']}**"
                   + (f", strengthened by {', '.join(inv['strengthening'])}" if inv["strengthening"] else "")]
+        lines.append(f"  - {scope_line(data)}")
         if inv.get("replay_command"):
             lines.append(f"  - replay: `{inv['replay_command']}`")
         m = data["proofs"]["margin"]
@@ -200,6 +215,7 @@ def _html(data: dict[str, Any], plots: dict[str, Path]) -> str:
         inv = data["proofs"]["invariant"]
         parts.append(f"<h2>Proofs</h2><p>Memory invariant (any M, {esc(_scope(inv))}): "
                      f"<b>{esc(inv['verdict'])}</b>."
+                     + f" {esc(scope_line(data))}."
                      + (f" Replay: <code>{esc(inv['replay_command'])}</code>" if inv.get("replay_command") else ""))
         m = data["proofs"]["margin"]
         if m:

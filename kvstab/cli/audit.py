@@ -105,7 +105,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 def _print_summary(data: dict[str, Any], files: dict[str, Path]) -> None:
     from kvstab.audit.properties import short_name
-    from kvstab.audit.report import HEADER, summary_rows
+    from kvstab.audit.report import HEADER, scope_line, summary_rows
 
     print(f"kvstab audit: {data['scheduler']} on {data['theory']['workload']}, M={data['server']['M']}, "
           f"ŝ={data['server']['chunk']}, b̄={data['server']['bbar_s']} s, window {data['window']}, "
@@ -123,6 +123,8 @@ def _print_summary(data: dict[str, Any], files: dict[str, Path]) -> None:
         print(f"  [{c['status']:>7}] {c['name']}: {c['detail']}")
         if c.get("replay_command"):
             print(f"            replay: {c['replay_command']}")
+        if c["name"] == "memory invariant" and scope_line(data):
+            print(f"            {scope_line(data)}")
         if c["name"] == "properties":
             # each failure, and the one line that shows it again
             for f in (data["properties"] or {}).get("findings", []):

@@ -178,3 +178,20 @@ def test_a_group_of_failures_keeps_each_members_message_and_line() -> None:
     assert [f.message.split(" (")[0] for f in got] == ["property 1", "property 7"]
     assert [f.audit for f in got] == [one.audit, two.audit] and all(f.replay for f in got)
     assert all("(no message)" not in f.message for f in got)
+
+
+def test_the_proof_scope_and_why_it_is_bounded_are_in_the_terminal_and_report_md(
+    audits: dict[str, tuple[str, Path, dict[str, Any]]],
+) -> None:
+    text, out, data = audits["mutants.chunk_off_by_one:SCHEDULER"]
+    inv = data["proofs"]["invariant"]
+    assert inv["unbounded"] is False
+    md = (out / "report.md").read_text()
+    for where in (text, md):
+        line = next(ln for ln in where.splitlines() if "scope: at most" in ln)
+        assert f"at most {inv['K']} active and {inv['Q']} queued requests" in line, line
+        assert f"K = {inv['K']} and Q = {inv['Q']} of profile dev" in line, line
+        assert "because it is not proved for every number of requests (outside the prefix-fold class" in line, line
+    text, out, _ = audits["claims_plugins:FIRST_FIT_FOLDS"]
+    for where in (text, (out / "report.md").read_text()):
+        assert "scope: any number of requests (the unbounded theorem" in where
