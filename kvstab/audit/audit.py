@@ -177,10 +177,29 @@ class MarginResult(JsonRecord):
     paper_delta_times_M: float | None = field(metadata={"help": "the paper's δ·M, tokens"})
     declared_holds: bool | None = field(metadata={"help": "Δ ≤ the declared margin (None: either unknown)"})
     spec: str = field(metadata={"help": "the scheduler's spec"})
+    every_M_from: int | None = field(
+        default=None, metadata={"help": "Δ holds for every M from this one on (None: only at M)"}
+    )
+    audited_M: int | None = field(default=None, metadata={"help": "the audited server's M"})
+    why_not_audited_M: str | None = field(
+        default=None, metadata={"json": "optional", "help": "why Δ is given at the search's M, not the audited one"}
+    )
+
+    @property
+    def where(self) -> str:
+        """At which ``M`` the margin holds, in words: every ``M`` (so the audited one), or the search's ``M``
+        named as the largest the bounded search reaches."""
+        if self.M is None:
+            at = "" if self.audited_M is None else f", so at the audited M = {self.audited_M}"
+            return f"for every M ≥ {self.every_M_from}{at}"
+        if self.audited_M is None or self.audited_M == self.M:
+            return f"at M = {self.M}"
+        return (f"at M = {self.M}, the largest M the bounded search reaches (not the audited M = {self.audited_M}: "
+                f"{self.why_not_audited_M or 'no Δ for every M'})")
 
     def to_json(self) -> dict[str, Any]:
-        """The verdict's fields, then the record's."""
-        return _with_verdict(self)
+        """The verdict's fields, then the record's, then ``where`` (at which ``M``, in words)."""
+        return {**_with_verdict(self), "where": self.where}
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,28 +382,50 @@ def _by_spec(scheduler: Scheduler, spec: str) -> Scheduler | str:
 
 def _margin(scheduler: Scheduler, spec: str, params: ModelParams, profile: AuditProfile,
             strengthening: Sequence[str], budget: Budget) -> MarginResult:
-    """The margin ``Δ`` over the states of the invariant just proved."""
+    """The margin ``Δ`` over the states of the invariant just proved: one ``Δ`` for every ``M``
+    (so at the audited one) where the policy has one, else the search at the profile's small
+    ``M`` — the largest the bounded search reaches: with at most ``K`` active requests a larger
+    server is never full, and every query there is vacuous."""
+    from kvstab.model import tokens_held
     from kvstab.proofs.encoding import Setting
     from kvstab.proofs.invariants import MENU
     from kvstab.proofs.margins import work_conservation_margin
 
-    # the margin is a search over Δ token by token: it runs on a small server
-    # with this one's chunk and block (capped so a prompt spans a few chunks)
-    small = Setting(M=profile.margin_M, chunk=min(params.chunk, profile.margin_max_s), block=min(params.block, 4),
-                    token_budget=None, max_num_seqs=params.max_num_seqs)
+    # the margin is a search over Δ token by token: it runs on a server with this one's chunk and
+    # block (capped so a prompt spans a few chunks), M symbolic first, then the profile's small M
+    def server(M: int | None) -> Setting:
+        return Setting(M=M, chunk=min(params.chunk, profile.margin_max_s), block=min(params.block, 4),
+                       token_budget=None, max_num_seqs=params.max_num_seqs)
+
+    small = server(profile.margin_M)
     used = [MENU[n] for n in strengthening if n in MENU]
     K, Q = profile.proof_K, profile.proof_Q
+    max_s, max_o = profile.margin_max_s, profile.margin_max_o
+    left = budget.left()
+    # one constant Δ for every M that holds the longest request: a query per Δ, as at a fixed M (seconds)
+    every = work_conservation_margin(scheduler, server(None), K, Q, max_s, max_o, conjuncts=used,
+                                     budget=budget.keeping(left / 2) if left is not None else budget)
+    if _verdict_word(every.verdict) == "Proved" and every.delta is not None:
+        fn = getattr(scheduler, "margin", None)
+        # what the rule declares at the audited M (with the search's lengths, chunk and block)
+        declared = int(fn(server(params.M).params(params.M), max_s, max_o)) if callable(fn) else None
+        return MarginResult(
+            every.verdict, K=K, Q=Q, delta=every.delta, declared=declared, M=None, chunk=small.chunk,
+            block=small.block, max_s=every.max_s, max_o=every.max_o, paper_delta_times_M=every.paper_delta_tokens,
+            declared_holds=None if declared is None else every.delta <= declared, spec=spec,
+            every_M_from=int(tokens_held(max_s + max_o, small.block)), audited_M=params.M,
+        )
+    why_small = ("no constant Δ holds for every M" if _verdict_word(every.verdict) == "Refuted"
+                 else "one Δ for every M was not decided")
     left = budget.left()
     # the search is bounded (at most K active, Q queued); where it cannot finish at the profile's bounds
     # (sglang's stateful slot at K = 8), half the time is kept for a search at half the bounds, whose Δ
     # is still a lower bound on the true one (fewer states), so a declared margin below it is still refuted
     first = budget.keeping(left / 2) if left is not None and K > 2 else budget
-    m = work_conservation_margin(scheduler, small, K, Q, profile.margin_max_s, profile.margin_max_o,
-                                 conjuncts=used, budget=first)
+    m = work_conservation_margin(scheduler, small, K, Q, max_s, max_o, conjuncts=used, budget=first)
     if type(m.verdict).__name__ == "Unknown" and first is not budget:
         K, Q = max(2, K // 2), max(1, Q // 2)
-        m = work_conservation_margin(scheduler, small, K, Q, profile.margin_max_s, profile.margin_max_o,
-                                     conjuncts=used, budget=budget)
+        m = work_conservation_margin(scheduler, small, K, Q, max_s, max_o, conjuncts=used, budget=budget)
     return MarginResult(
         m.verdict,
         K=K,
@@ -399,6 +440,8 @@ def _margin(scheduler: Scheduler, spec: str, params: ModelParams, profile: Audit
         paper_delta_times_M=m.paper_delta_tokens,
         declared_holds=None if m.delta is None or m.declared is None else m.delta <= m.declared,
         spec=spec,
+        audited_M=params.M,
+        why_not_audited_M=why_small,
     )
 
 
@@ -578,11 +621,11 @@ def _check_proofs(p: ProofsSection) -> list[Check]:
         checks.append(Check("margin Δ", "unknown", f"{_verdict_word(m.verdict)}: {getattr(m.verdict, 'reason', '')}"))
     elif m.declared_holds is False:
         checks.append(Check("margin Δ", "fail", f"proved Δ = {m.delta} exceeds the declared Δ = {m.declared} "
-                            f"(M = {m.M}, at most {m.K} active and {m.Q} queued requests): the declared margin certifies a "
-                            "rate the policy does not keep"))
+                            f"({m.where}, at most {m.K} active and {m.Q} queued requests): the declared margin certifies "
+                            "a rate the policy does not keep"))
     else:
         declared = "none declared" if m.declared is None else f"declared {m.declared}"
-        checks.append(Check("margin Δ", "pass", f"Δ = {m.delta} tokens at M = {m.M}, at most {m.K} active "
+        checks.append(Check("margin Δ", "pass", f"Δ = {m.delta} tokens {m.where}, at most {m.K} active "
                             f"and {m.Q} queued requests ({declared})"))
     return checks + _check_claims(p)
 
@@ -636,7 +679,7 @@ def run_audit(
         res.seconds["proofs"] = time.perf_counter() - t
         claims = [c for c in got if c.name.startswith("claim: ")]
         passed = sum(c.status == "pass" for c in claims)
-        log(f"proofs: memory invariant {got[0].detail}; margin Δ {got[1].detail}; "
+        log(f"proofs: memory invariant {got[0].detail}; margin: {got[1].detail}; "
             f"{passed} of {len(claims)} declared claims proved")
         on_progress(res)
 

@@ -42,6 +42,11 @@ def scope_line(data: dict[str, Any]) -> str:
             + (f", because it is {why}" if why else ""))
 
 
+def _where(m: dict[str, Any]) -> str:
+    """At which ``M`` the margin holds (the audit's ``where``; reports older than it carry only ``M``)."""
+    return str(m.get("where") or f"at M = {m['M']}")
+
+
 def _f(x: Any, digits: int = 5) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
@@ -120,7 +125,9 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         f"- E[g] = {_f(th['E_g'], 7)} token-slots; μ = {_f(th['mu_per_s'])} req/s ({_f(th['mu_per_slot'])} per slot)",
         f"- δ = {th['delta']:.5f}; μ(1−δ) = {_f(th['mu_1_minus_delta_per_s'])} req/s",
-        f"- certified for {data['scheduler']}: {_f(th['certified_rate_per_s'])} — {th['certified_basis']}",
+        f"- certified for {data['scheduler']}: "
+        + (th["certified_basis"] if th["certified_rate_per_s"] is None
+           else f"{_f(th['certified_rate_per_s'])} req/s — {th['certified_basis']}"),
         "",
     ]
     if data["proofs"]:
@@ -132,7 +139,7 @@ def markdown(data: dict[str, Any]) -> str:
             lines.append(f"  - replay: `{inv['replay_command']}`")
         m = data["proofs"]["margin"]
         if m:
-            lines.append(f"- margin Δ at M = {m['M']}, ŝ = {m['chunk']}, s ≤ {m['max_s']}, o ≤ {m['max_o']}: "
+            lines.append(f"- margin Δ {_where(m)}, ŝ = {m['chunk']}, s ≤ {m['max_s']}, o ≤ {m['max_o']}: "
                          f"{m['delta']} tokens ({m['verdict']}); "
                          + ("no margin declared" if m["declared"] is None else f"declared {m['declared']}"))
         for c in (data["proofs"].get("claims") or {}).get("claims", []):
@@ -219,7 +226,7 @@ def _html(data: dict[str, Any], plots: dict[str, Path]) -> str:
                      + (f" Replay: <code>{esc(inv['replay_command'])}</code>" if inv.get("replay_command") else ""))
         m = data["proofs"]["margin"]
         if m:
-            parts.append(f" Margin Δ at M = {m['M']}, ŝ = {m['chunk']}, s ≤ {m['max_s']}, o ≤ {m['max_o']}: "
+            parts.append(f" Margin Δ {esc(_where(m))}, ŝ = {m['chunk']}, s ≤ {m['max_s']}, o ≤ {m['max_o']}: "
                          f"{esc(str(m['delta']))} tokens ({esc(m['verdict'])}); "
                          + ("no margin declared." if m["declared"] is None else f"declared {esc(str(m['declared']))}."))
         parts.append("</p>")
