@@ -741,6 +741,19 @@ def _check_stability(res: AuditResult, r: StabilityRegion) -> list[Check]:
         f"λ* = {r.critical_rate:.5g}/s [{r.low:.5g}, {r.high:.5g}] = {r.critical_rate / mu:.4f}·μ "
         f"(±{r.half_width / mu:.2%} of μ, target ±{r.tolerance:.2%})" + ("" if not r.notes else "; " + "; ".join(r.notes)),
     )]
+    for name, b in res.regions.items():
+        if name == c.scheduler:
+            continue
+        # in words, from the two 95 % intervals: apart (higher or lower) or overlapping (no difference shown)
+        if r.low > b.high:
+            word, why = "higher than", "the intervals do not overlap"
+        elif r.high < b.low:
+            word, why = "lower than", "the intervals do not overlap"
+        else:
+            word, why = "not distinguishable from", "the intervals overlap"
+        out.append(Check(f"λ* against {name}", "info",
+                         f"{c.scheduler}'s λ* = {r.critical_rate:.5g}/s [{r.low:.5g}, {r.high:.5g}] is {word} {name}'s "
+                         f"λ* = {b.critical_rate:.5g}/s [{b.low:.5g}, {b.high:.5g}] ({why})"))
     if c.require_rate is not None:
         ok = r.critical_rate >= c.require_rate
         out.append(Check("gate --require-rate", "pass" if ok else "fail",

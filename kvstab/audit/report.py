@@ -19,7 +19,7 @@ from typing import Any
 from kvstab.audit.audit import AuditResult
 from kvstab.audit.properties import short_name
 
-__all__ = ["write_report", "summary_rows", "markdown", "replays", "scope_line"]
+__all__ = ["write_report", "summary_rows", "nearest_below", "markdown", "replays", "scope_line"]
 
 
 
@@ -60,14 +60,14 @@ def summary_rows(data: dict[str, Any]) -> list[list[str]]:
     for name, st in data["stability"].items():
         lo, hi = st["critical_rate_ci_per_s"]
         sat = st["saturated_throughput_per_s"]
-        below = max((g for g in st["grid"] if g["rate_per_s"] < st["critical_rate_per_s"]),
-                    key=lambda g: g["rate_per_s"], default=st["overload"])
+        below = nearest_below(st)
         cert = th["certified_rate_per_s"] if name == data["scheduler"] else th["baselines"].get(name, {}).get("certified_rate_per_s")
         rows.append([
             name,
             f"{_f(st['critical_rate_per_s'])} [{_f(lo)}, {_f(hi)}]",
             f"{st['critical_over_mu']:.4f}",
             f"{_f(sat[0])} [{_f(sat[1])}, {_f(sat[2])}]",
+            f"{_f(below['rate_per_s'])} ({below['load_over_mu']:.3f}·μ)",
             f"{below['memory_utilisation']:.3f}",
             f"{below['waste_fraction']:.4f}",
             "/".join(_f(v, 3) for v in below["ttft_s_p50_p90_p99"]),
@@ -77,8 +77,15 @@ def summary_rows(data: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def nearest_below(st: dict[str, Any]) -> dict[str, Any]:
+    """The measured load nearest below λ* (of every rate the search and the curves ran), where the
+    report's memory, waste and latency are read; the overload run if none was measured below."""
+    return max((e for e in [*st["search"], *st["grid"]] if e["rate_per_s"] < st["critical_rate_per_s"]),
+               key=lambda e: e["rate_per_s"], default=st["overload"])
+
+
 HEADER = ["scheduler", "λ* (req/s) [95 % interval]", "λ*/μ", "saturated throughput (req/s)",
-          "memory used/M below λ*", "waste below λ*", "TTFT p50/p90/p99 (s)", "end-to-end p50/p90/p99 (s)",
+          "measured load nearest below λ* (req/s)", "memory used/M below λ*", "waste below λ*", "TTFT p50/p90/p99 (s)", "end-to-end p50/p90/p99 (s)",
           "certified rate (req/s)"]
 
 
@@ -171,7 +178,7 @@ def markdown(data: dict[str, Any]) -> str:
                   "λ* is the rate where the number in system starts to grow, found by "
                   + "; or ".join(f"{how.get(m, m)} ({m})" for m in methods)
                   + " — batch-means intervals over seeds; see docs/audit.md. "
-                  "Memory, waste and latency are at the measured load just below λ*.", ""]
+                  "Memory, waste and latency are at the measured load nearest below λ* (its own column).", ""]
         for name, st in data["stability"].items():
             for n in st["notes"]:
                 lines.append(f"- note ({name}): {n}")
@@ -282,8 +289,7 @@ def tex(data: dict[str, Any]) -> str:
     ]
     for name, st in data["stability"].items():
         lo, hi = st["critical_rate_ci_per_s"]
-        below = max((g for g in st["grid"] if g["rate_per_s"] < st["critical_rate_per_s"]),
-                    key=lambda g: g["rate_per_s"], default=st["overload"])
+        below = nearest_below(st)
         out.append(f"\\texttt{{{_tex_escape(name)}}} & {st['critical_rate_per_s']:.4g} & [{lo:.4g}, {hi:.4g}] & "
                    f"{st['critical_over_mu']:.3f} & {below['waste_fraction']:.4f} \\\\")
     out += [

@@ -115,10 +115,13 @@ def _print_summary(data: dict[str, Any], files: dict[str, Path]) -> None:
     print(f"  μ = {th['mu_per_s']:.5g}/s   μ(1−δ) = {md:.5g}/s   δ = {th['delta']:.4f}" if md is not None
           else f"  μ = {th['mu_per_s']:.5g}/s   δ = {th['delta']:.4f} (no μ(1−δ))")
     if data["stability"]:
-        rows = [HEADER[:4]] + [r[:4] for r in summary_rows(data)]
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        # λ*, the saturated throughput, and the latency at the measured load nearest below λ*
+        cols = [0, 1, 2, 3, HEADER.index("measured load nearest below λ* (req/s)"),
+                HEADER.index("TTFT p50/p90/p99 (s)"), HEADER.index("end-to-end p50/p90/p99 (s)")]
+        rows = [[HEADER[i] for i in cols]] + [[r[i] for i in cols] for r in summary_rows(data)]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
         for r in rows:
-            print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)))
+            print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     for c in data["checks"]:
         print(f"  [{c['status']:>7}] {c['name']}: {c['detail']}")
         if c.get("replay_command"):
