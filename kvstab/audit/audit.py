@@ -642,7 +642,7 @@ def run_audit(
     """Run every section of the audit not in ``config.skip``; see the module docstring.
     ``on_progress`` sees the (incomplete) result after each section and each
     scheduler's region, so a caller can keep what is done if the run is cut short."""
-    from kvstab.audit.properties import run_properties, short_name
+    from kvstab.audit.properties import run_properties, short_name, violation_replay
     from kvstab.audit.runs import load_workload
     from kvstab.registry import load_scheduler
 
@@ -715,8 +715,10 @@ def run_audit(
                 log=log, window=config.window,
             )
         except (InvariantViolation, InvalidScheduler) as exc:
-            # the scheduler broke the model in the audit's own simulations: that is a finding, not bad input
-            res.checks.append(Check(f"simulation of {name}", "fail", f"{type(exc).__name__}: {exc}"))
+            # the scheduler broke the model in the audit's own simulations: that is a finding, not bad input;
+            # run in this process, the violation's run gives its replay line (from a worker it has no traceback)
+            replay = violation_replay(exc, name)[0] if isinstance(exc, InvariantViolation) else ""
+            res.checks.append(Check(f"simulation of {name}", "fail", f"{type(exc).__name__}: {exc}", replay or None))
             log(f"  {name} broke the model in simulation: {exc}")
             res.seconds["stability"] = time.perf_counter() - t
             res.complete = True
