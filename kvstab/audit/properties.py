@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvstab.jsonform import JsonRecord
+from kvstab.jsonform import JsonRecord, record_json
 
 __all__ = [
     "run_properties", "props_dir", "finding", "findings_of", "violation_replay", "short_name", "Finding",
@@ -37,6 +37,16 @@ class Finding(JsonRecord):
     workload: str = field(default="", metadata={"help": "the workload that breaks the property"})
     replay: str = field(default="", metadata={"help": "the kvstab replay line that reproduces it"})
     audit: str = field(default="", metadata={"help": "the kvstab check line that reproduces it"})
+
+    @property
+    def replay_command(self) -> str | None:
+        """The one line the audit prints for this failure: the ``kvstab check`` line, else the
+        ``kvstab replay`` line (``None`` where the report has neither)."""
+        return self.audit or self.replay or None
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's fields, then ``replay_command`` (as every failure in ``report.json`` has it)."""
+        return {**record_json(self), "replay_command": self.replay_command}
 
 
 @dataclass(frozen=True, slots=True)

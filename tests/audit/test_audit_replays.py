@@ -119,6 +119,9 @@ def test_every_printed_failure_line_is_in_every_report_and_replays_the_same_viol
         assert line in md and html.escape(line) in page, line
         assert line in commands, line
         _shows_the_same(what, line)
+    # every failure in report.json has its line as `replay_command`
+    assert [f["replay_command"] for f in findings] == [f["audit"] or f["replay"] for f in findings]
+    assert all(c.get("replay_command") for c in failed if c["name"] != "properties")
     # no kvstab source in what the report keeps of a failure
     for d in (data["properties"] or {}).get("details", []):
         assert not any(ln.startswith("    ") for ln in d.splitlines()), d
