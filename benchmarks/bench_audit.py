@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
     baselines = tuple(b for b in (args.baseline or ["current-fit", "vllm-v1"]) if b != "none")
-    cfg = AuditConfig(args.scheduler, ModelParams(), "paper-1:1", PAPER_BBAR, baselines=baselines,
+    cfg = AuditConfig(args.scheduler, ModelParams(bbar=PAPER_BBAR), "paper-1:1", baselines=baselines,
                       profile=PROFILES[args.profile], skip=tuple(args.skip))
     log = (lambda _l: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     ex = ProcessPoolExecutor(args.workers) if args.workers > 1 else None

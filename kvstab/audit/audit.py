@@ -32,7 +32,7 @@ from kvstab.audit.stability import StabilityRegion, find_critical_rate
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument, InvalidScheduler, InvariantViolation
 from kvstab.jsonform import JsonRecord, record_json, to_json
-from kvstab.model import ModelParams
+from kvstab.model import DEFAULT_WINDOW, ModelParams
 
 if TYPE_CHECKING:
     from kvstab.proofs.encoding import Setting
@@ -68,6 +68,9 @@ class AuditConfig:
     require_rate: float | None = field(default=None, metadata={"help": "fail if λ* is below this rate (req/s)"})
     max_waste: float | None = field(default=None, metadata={"help": "fail if the waste just below λ* exceeds this"})
     seed: int = field(default=0, metadata={"help": "base seed of the simulations"})
+    window: int = field(
+        default=DEFAULT_WINDOW, metadata={"help": "the queue-head window the simulations show the rule first"}
+    )
 
     def __post_init__(self) -> None:
         bad = [s for s in self.skip if s not in SKIPPABLE]
@@ -82,6 +85,9 @@ class Check(JsonRecord):
     name: str
     status: str  # "pass", "fail", "unknown", "skipped", "info"
     detail: str
+    #: the one command line that shows a failure again (``kvstab replay``/``check``/``prove`` with the spec
+    #: the user gave); left out of the JSON where the check has none
+    replay_command: str | None = field(default=None, metadata={"json": "optional"})
 
 
 def _with_verdict(record: InvariantResult | MarginResult | ClaimResult, first: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -138,6 +144,9 @@ class InvariantResult(JsonRecord):
     total_budget_s: float = field(metadata={"help": "the proofs section's wall-clock budget"})
     seconds: float = field(metadata={"help": "wall-clock seconds spent"})
     assumptions: tuple[str, ...] = field(metadata={"help": "what a Proved verdict assumes"})
+    replay_command: str | None = field(
+        default=None, metadata={"json": "optional", "help": "the one line that shows a refutation again"}
+    )
 
     @property
     def scope(self) -> str:
@@ -168,10 +177,29 @@ class MarginResult(JsonRecord):
     paper_delta_times_M: float | None = field(metadata={"help": "the paper's δ·M, tokens"})
     declared_holds: bool | None = field(metadata={"help": "Δ ≤ the declared margin (None: either unknown)"})
     spec: str = field(metadata={"help": "the scheduler's spec"})
+    every_M_from: int | None = field(
+        default=None, metadata={"help": "Δ holds for every M from this one on (None: only at M)"}
+    )
+    audited_M: int | None = field(default=None, metadata={"help": "the audited server's M"})
+    why_not_audited_M: str | None = field(
+        default=None, metadata={"json": "optional", "help": "why Δ is given at the search's M, not the audited one"}
+    )
+
+    @property
+    def where(self) -> str:
+        """At which ``M`` the margin holds, in words: every ``M`` (so the audited one), or the search's ``M``
+        named as the largest the bounded search reaches."""
+        if self.M is None:
+            at = "" if self.audited_M is None else f", so at the audited M = {self.audited_M}"
+            return f"for every M ≥ {self.every_M_from}{at}"
+        if self.audited_M is None or self.audited_M == self.M:
+            return f"at M = {self.M}"
+        return (f"at M = {self.M}, the largest M the bounded search reaches (not the audited M = {self.audited_M}: "
+                f"{self.why_not_audited_M or 'no Δ for every M'})")
 
     def to_json(self) -> dict[str, Any]:
-        """The verdict's fields, then the record's."""
-        return _with_verdict(self)
+        """The verdict's fields, then the record's, then ``where`` (at which ``M``, in words)."""
+        return {**_with_verdict(self), "where": self.where}
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +282,7 @@ class AuditResult:
             "workload": c.workload,
             "profile": c.profile.name if c.profile else None,
             "seed": c.seed,
+            "window": c.window,
             "gates": {"require_rate_per_s": c.require_rate, "max_waste": c.max_waste, "strict": c.strict},
             # a report cut short before the theory section (never in practice: it runs first) keeps its old `{}`
             "theory": {} if self.theory is None else self.theory.to_json(),
@@ -326,40 +355,77 @@ def proofs_section(scheduler: Scheduler, spec: str, params: ModelParams, profile
     # the declared claims are one-slot queries (seconds): the invariant and the margin leave them their
     # share of the budget, so that a long bounded flow cannot leave every claim Unknown
     first = budget.keeping(min(CLAIMS_RESERVE_S, total / 4))
-    rep = prove(scheduler, K=profile.proof_K, Q=profile.proof_Q, setting=setting, budget=first, unbounded=True)
+    # the spec the user gave, where it loads this very object: every replay line then names the rule as they did
+    rep = prove(_by_spec(scheduler, spec), K=profile.proof_K, Q=profile.proof_Q, setting=setting, budget=first,
+                unbounded=True)
     inv = InvariantResult(rep.verdict, K=rep.K, Q=rep.Q, unbounded=rep.unbounded,
                           strengthening=tuple(rep.strengthening), notes=tuple(rep.notes), total_budget_s=total,
                           seconds=rep.seconds, assumptions=tuple(getattr(rep.verdict, "assumptions", ())))
+    if _verdict_word(rep.verdict) == "Refuted":
+        inv = dataclasses.replace(inv, replay_command=_invariant_replay(inv, spec, params))
     margin = None
     if _verdict_word(rep.verdict) == "Proved":
         margin = _margin(scheduler, spec, params, profile, rep.strengthening, first)
     return ProofsSection(inv, margin, _claims(scheduler, spec, setting, profile, budget))
 
 
+def _by_spec(scheduler: Scheduler, spec: str) -> Scheduler | str:
+    """``spec`` where it loads ``scheduler`` itself (so a proof's replay lines name the rule by the
+    spec the user gave, never by its ``name``), else the object."""
+    from kvstab.registry import load_scheduler
+
+    try:
+        return spec if load_scheduler(spec) is scheduler else scheduler
+    except Exception:  # a spec that does not load this object: the object, named as before
+        return scheduler
+
+
 def _margin(scheduler: Scheduler, spec: str, params: ModelParams, profile: AuditProfile,
             strengthening: Sequence[str], budget: Budget) -> MarginResult:
-    """The margin ``Δ`` over the states of the invariant just proved."""
+    """The margin ``Δ`` over the states of the invariant just proved: one ``Δ`` for every ``M``
+    (so at the audited one) where the policy has one, else the search at the profile's small
+    ``M`` — the largest the bounded search reaches: with at most ``K`` active requests a larger
+    server is never full, and every query there is vacuous."""
+    from kvstab.model import tokens_held
     from kvstab.proofs.encoding import Setting
     from kvstab.proofs.invariants import MENU
     from kvstab.proofs.margins import work_conservation_margin
 
-    # the margin is a search over Δ token by token: it runs on a small server
-    # with this one's chunk and block (capped so a prompt spans a few chunks)
-    small = Setting(M=profile.margin_M, chunk=min(params.chunk, profile.margin_max_s), block=min(params.block, 4),
-                    token_budget=None, max_num_seqs=params.max_num_seqs)
+    # the margin is a search over Δ token by token: it runs on a server with this one's chunk and
+    # block (capped so a prompt spans a few chunks), M symbolic first, then the profile's small M
+    def server(M: int | None) -> Setting:
+        return Setting(M=M, chunk=min(params.chunk, profile.margin_max_s), block=min(params.block, 4),
+                       token_budget=None, max_num_seqs=params.max_num_seqs)
+
+    small = server(profile.margin_M)
     used = [MENU[n] for n in strengthening if n in MENU]
     K, Q = profile.proof_K, profile.proof_Q
+    max_s, max_o = profile.margin_max_s, profile.margin_max_o
+    left = budget.left()
+    # one constant Δ for every M that holds the longest request: a query per Δ, as at a fixed M (seconds)
+    every = work_conservation_margin(scheduler, server(None), K, Q, max_s, max_o, conjuncts=used,
+                                     budget=budget.keeping(left / 2) if left is not None else budget)
+    if _verdict_word(every.verdict) == "Proved" and every.delta is not None:
+        fn = getattr(scheduler, "margin", None)
+        # what the rule declares at the audited M (with the search's lengths, chunk and block)
+        declared = int(fn(server(params.M).params(params.M), max_s, max_o)) if callable(fn) else None
+        return MarginResult(
+            every.verdict, K=K, Q=Q, delta=every.delta, declared=declared, M=None, chunk=small.chunk,
+            block=small.block, max_s=every.max_s, max_o=every.max_o, paper_delta_times_M=every.paper_delta_tokens,
+            declared_holds=None if declared is None else every.delta <= declared, spec=spec,
+            every_M_from=int(tokens_held(max_s + max_o, small.block)), audited_M=params.M,
+        )
+    why_small = ("no constant Δ holds for every M" if _verdict_word(every.verdict) == "Refuted"
+                 else "one Δ for every M was not decided")
     left = budget.left()
     # the search is bounded (at most K active, Q queued); where it cannot finish at the profile's bounds
     # (sglang's stateful slot at K = 8), half the time is kept for a search at half the bounds, whose Δ
     # is still a lower bound on the true one (fewer states), so a declared margin below it is still refuted
     first = budget.keeping(left / 2) if left is not None and K > 2 else budget
-    m = work_conservation_margin(scheduler, small, K, Q, profile.margin_max_s, profile.margin_max_o,
-                                 conjuncts=used, budget=first)
+    m = work_conservation_margin(scheduler, small, K, Q, max_s, max_o, conjuncts=used, budget=first)
     if type(m.verdict).__name__ == "Unknown" and first is not budget:
         K, Q = max(2, K // 2), max(1, Q // 2)
-        m = work_conservation_margin(scheduler, small, K, Q, profile.margin_max_s, profile.margin_max_o,
-                                     conjuncts=used, budget=budget)
+        m = work_conservation_margin(scheduler, small, K, Q, max_s, max_o, conjuncts=used, budget=budget)
     return MarginResult(
         m.verdict,
         K=K,
@@ -374,6 +440,8 @@ def _margin(scheduler: Scheduler, spec: str, params: ModelParams, profile: Audit
         paper_delta_times_M=m.paper_delta_tokens,
         declared_holds=None if m.delta is None or m.declared is None else m.delta <= m.declared,
         spec=spec,
+        audited_M=params.M,
+        why_not_audited_M=why_small,
     )
 
 
@@ -387,17 +455,108 @@ def _claims(scheduler: Scheduler, spec: str, setting: Setting, profile: AuditPro
     K, Q = min(profile.proof_K, CLAIMS_MAX), min(profile.proof_Q, CLAIMS_MAX)
     budget.group("declared claims")
     res = prove_claims(scheduler, setting, K=K, Q=Q, spec=spec, budget=budget)
-    return ClaimsResult(K, Q, tuple(
-        ClaimResult(
+    out = []
+    for c in res.claims:
+        witness, commands = c.witness, () if c.pair is None else tuple(c.pair.commands)
+        if c.pair is None and c.state is not None and _verdict_word(c.verdict) == "Refuted":
+            # the text a reader checks against the replay line is written from that very replay
+            witness, command = replayed_witness(c.name, scheduler, spec, setting, c.state)
+            commands = (command,)
+        out.append(ClaimResult(
             claim=c.name,
             verdict=c.verdict,
             scope=c.scope if c.scope == SCOPE else f"at most {K} active and {Q} queued requests",
             note=c.note,
-            witness=c.witness,
-            replay_commands=() if c.pair is None else tuple(c.pair.commands),
-        )
-        for c in res.claims
-    ))
+            witness=witness,
+            replay_commands=commands,
+        ))
+    return ClaimsResult(K, Q, tuple(out))
+
+
+def _requests(ids: Sequence[int]) -> str:
+    """``nobody``, ``request 3`` or ``requests 1, 4``."""
+    if not ids:
+        return "nobody"
+    return f"request {ids[0]}" if len(ids) == 1 else "requests " + ", ".join(map(str, ids))
+
+
+def replayed_witness(
+    claim: str,
+    scheduler: Scheduler,
+    spec: str,
+    setting: Setting,
+    state: tuple[int, Sequence[tuple[int, int, int]], Sequence[tuple[int, int]], Sequence[int | float]],
+) -> tuple[str, str]:
+    """A bounded refutation of ``claim`` as its witness text and the ``kvstab replay`` line that shows it.
+
+    The state is run one slot on the reference engine, as that line runs it, and the text says
+    what that slot did (whom it admitted, whether the oldest request advanced, how the ranking
+    moved) — so the text and the replay cannot disagree.  Where the slot does not break the claim
+    (a rule declaring ``clairvoyant=False`` is shown ``o`` by the claim's check, never by the
+    engine) the text says so."""
+    from kvstab.contract import initial_state, state_vars_of
+    from kvstab.errors import KvstabError
+    from kvstab.replay import replay_command
+    from kvstab.simulator import Engine, SlotRecord
+
+    M, act, wait, sched = state
+    params = setting.params(M)
+    command = replay_command(spec, params, [], active=list(act) or None, waiting=list(wait) or None) + " --slots 1"
+    start = tuple(sched) if sched else None
+    if start is not None and start != initial_state(state_vars_of(scheduler)):
+        # `kvstab replay` starts every run from the rule's declared initial state (as kvstab prove says too)
+        command += f"  # from scheduler state {list(start)}: Engine.load_state(..., sched_state={start!r})"
+    shown = (f"M={M}: " + ("empty server" if not act else f"active {list(act)}") + f", waiting {list(wait)}"
+             + (f", scheduler state {list(start)}" if start else ""))
+    eng = Engine(scheduler, params, spec=spec)
+    eng.load_state(list(act), list(wait), start)
+    broke = ""
+    try:
+        rec = eng.step()
+    except InvariantViolation as exc:
+        if not isinstance(exc.record, SlotRecord):
+            return f"{shown}: the replayed slot breaks the memory invariant: {exc}", command
+        # the slot's own row travels with the violation: what it admitted and preempted is still what it did
+        rec, broke = exc.record, f"; the slot then breaks the memory invariant ({exc})"
+    except KvstabError as exc:
+        return f"{shown}: the replayed slot stops: {exc}", command
+    n = len(act)
+    queued = [i for i in range(n, n + len(wait)) if i in rec.admitted]
+    said = f"the replay admits {_requests(queued)}"
+    breaks: bool
+    if claim == "FCFS admissions":
+        skipped = [(j, i) for j in queued for i in range(n, j) if i not in rec.admitted]
+        breaks = bool(skipped)
+        what = f"{said}: request {skipped[0][0]} is admitted while request {skipped[0][1]} ahead of it is not" \
+            if skipped else f"{said}, a prefix of the queue"
+    elif claim == "lone head admitted":
+        breaks = not act and bool(wait) and n not in rec.admitted
+        what = f"{said}; the head (request {n}) is " + ("not admitted" if breaks else "admitted")
+    elif claim == "empty server admits":
+        breaks = not act and bool(wait) and not queued
+        what = said
+    elif claim == "oldest running request progresses":
+        p = act[0][2] if act else 0
+        first = eng.requests[0] if act else None
+        # (after a violation the engine's progress is not the slot's: only a preemption is read then)
+        stalled = first is not None and not broke and first.progress <= p
+        breaks = first is not None and (0 in rec.preempted or stalled)
+        what = ("no request runs" if first is None
+                else "the oldest running request (request 0) is preempted" if 0 in rec.preempted
+                else f"the oldest running request (request 0) goes from progress {p} to {first.progress}" if not broke
+                else "the oldest running request (request 0) is not preempted")
+    else:  # the ranking ρ = N·(T + 1) + r, as (N, r) lexicographically
+        T = max(s + o for s, o, *_ in [*act, *wait])
+        # (after a violation the engine's queues are not the slot's: the ranking is read only from a slot that ran)
+        before = (n + len(wait), act[0][0] + act[0][1] - act[0][2] if act else T + 1)
+        head = eng.active[0] if eng.active else None
+        after = (len(eng.active) + len(eng.waiting), head.s + head.o - head.progress if head else T + 1)
+        breaks = not broke and not after < before
+        what = ("the ranking is not measured" if broke
+                else f"(N, r) goes from {before} to {after}: the ranking " + ("does not fall" if breaks else "falls"))
+    if not breaks and not broke:
+        what += " (this replay does not break the claim; the claim's check showed the rule every o)"
+    return f"{shown}: {what}{broke}", command
 
 
 _STATUS = {"Proved": "pass", "Refuted": "fail"}
@@ -409,15 +568,41 @@ def _check_claims(p: ProofsSection) -> list[Check]:
     for c in () if p.claims is None else p.claims.claims:
         v = _verdict_word(c.verdict)
         detail = f"{v} for {c.scope}"
+        replay = None
         if v == "Refuted" and c.witness:
             # the witness's first line says what differs; the replay lines show it (the whole witness is in the JSON)
             detail += ": " + c.witness.splitlines()[0].strip().rstrip(":")
             if c.replay_commands:
-                detail += "; replay: " + "  vs  ".join(c.replay_commands)
+                # of two states that differ only in o the first is enough: the engine hides o from a rule
+                # declaring clairvoyant=False, and its replay stops where the rule reads it (both are in the JSON)
+                replay = c.replay_commands[0]
         elif v == "Unknown":
             detail += f" ({getattr(c.verdict, 'reason', '')})"
-        out.append(Check(f"claim: {c.claim}", _STATUS.get(v, "unknown"), detail))
+        out.append(Check(f"claim: {c.claim}", _STATUS.get(v, "unknown"), detail, replay))
     return out
+
+
+def _prove_command(spec: str, params: ModelParams, K: int, Q: int) -> str:
+    """The ``kvstab prove`` line of the audit's invariant proof (``M`` symbolic, as the audit proves it)."""
+    import shlex
+
+    parts = ["kvstab", "prove", "--scheduler", spec, "--K", str(K), "--Q", str(Q), "--chunk", str(params.chunk)]
+    if params.block != 1:
+        parts += ["--block", str(params.block)]
+    if params.token_budget is not None:
+        parts += ["--token-budget", str(params.token_budget)]
+    if params.max_num_seqs is not None:
+        parts += ["--max-num-seqs", str(params.max_num_seqs)]
+    return " ".join(shlex.quote(x) for x in parts)
+
+
+def _invariant_replay(inv: InvariantResult, spec: str, params: ModelParams) -> str:
+    """The line that shows a refuted memory invariant: the replay of its counterexample, or (a
+    refutation that is no run: a conjunct not preserved) the ``kvstab prove`` line that finds it."""
+    trace = getattr(inv.verdict, "trace", None)
+    if trace is not None and trace.replayed and "#" not in trace.replay_command:
+        return str(trace.replay_command)
+    return _prove_command(spec, params, inv.K, inv.Q)
 
 
 def _check_proofs(p: ProofsSection) -> list[Check]:
@@ -427,7 +612,8 @@ def _check_proofs(p: ProofsSection) -> list[Check]:
     checks = [Check("memory invariant", _STATUS.get(v, "unknown"),
                     f"{v}" + (scope if v == "Proved" else "")
                     + (f" ({getattr(inv.verdict, 'reason', None)})" if v == "Unknown" else "")
-                    + (f": {getattr(inv.verdict, 'detail', None)}" if v == "Refuted" else ""))]
+                    + (f": {getattr(inv.verdict, 'detail', None)}" if v == "Refuted" else ""),
+                    inv.replay_command)]
     m = p.margin
     if m is None:
         checks.append(Check("margin Δ", "unknown", "not established (the invariant is not proved)"))
@@ -435,11 +621,11 @@ def _check_proofs(p: ProofsSection) -> list[Check]:
         checks.append(Check("margin Δ", "unknown", f"{_verdict_word(m.verdict)}: {getattr(m.verdict, 'reason', '')}"))
     elif m.declared_holds is False:
         checks.append(Check("margin Δ", "fail", f"proved Δ = {m.delta} exceeds the declared Δ = {m.declared} "
-                            f"(M = {m.M}, at most {m.K} active and {m.Q} queued requests): the declared margin certifies a "
-                            "rate the policy does not keep"))
+                            f"({m.where}, at most {m.K} active and {m.Q} queued requests): the declared margin certifies "
+                            "a rate the policy does not keep"))
     else:
         declared = "none declared" if m.declared is None else f"declared {m.declared}"
-        checks.append(Check("margin Δ", "pass", f"Δ = {m.delta} tokens at M = {m.M}, at most {m.K} active "
+        checks.append(Check("margin Δ", "pass", f"Δ = {m.delta} tokens {m.where}, at most {m.K} active "
                             f"and {m.Q} queued requests ({declared})"))
     return checks + _check_claims(p)
 
@@ -456,7 +642,7 @@ def run_audit(
     """Run every section of the audit not in ``config.skip``; see the module docstring.
     ``on_progress`` sees the (incomplete) result after each section and each
     scheduler's region, so a caller can keep what is done if the run is cut short."""
-    from kvstab.audit.properties import run_properties, short_name
+    from kvstab.audit.properties import run_properties, short_name, violation_replay
     from kvstab.audit.runs import load_workload
     from kvstab.registry import load_scheduler
 
@@ -493,7 +679,7 @@ def run_audit(
         res.seconds["proofs"] = time.perf_counter() - t
         claims = [c for c in got if c.name.startswith("claim: ")]
         passed = sum(c.status == "pass" for c in claims)
-        log(f"proofs: memory invariant {got[0].detail}; margin Δ {got[1].detail}; "
+        log(f"proofs: memory invariant {got[0].detail}; margin: {got[1].detail}; "
             f"{passed} of {len(claims)} declared claims proved")
         on_progress(res)
 
@@ -526,11 +712,13 @@ def run_audit(
             region = find_critical_rate(
                 name, config.params, config.workload, mu, profile,
                 scheduler_object=obj if obj is scheduler_object else None, seed=config.seed, executor=executor,
-                log=log,
+                log=log, window=config.window,
             )
         except (InvariantViolation, InvalidScheduler) as exc:
-            # the scheduler broke the model in the audit's own simulations: that is a finding, not bad input
-            res.checks.append(Check(f"simulation of {name}", "fail", f"{type(exc).__name__}: {exc}"))
+            # the scheduler broke the model in the audit's own simulations: that is a finding, not bad input;
+            # run in this process, the violation's run gives its replay line (from a worker it has no traceback)
+            replay = violation_replay(exc, name)[0] if isinstance(exc, InvariantViolation) else ""
+            res.checks.append(Check(f"simulation of {name}", "fail", f"{type(exc).__name__}: {exc}", replay or None))
             log(f"  {name} broke the model in simulation: {exc}")
             res.seconds["stability"] = time.perf_counter() - t
             res.complete = True
@@ -555,6 +743,19 @@ def _check_stability(res: AuditResult, r: StabilityRegion) -> list[Check]:
         f"λ* = {r.critical_rate:.5g}/s [{r.low:.5g}, {r.high:.5g}] = {r.critical_rate / mu:.4f}·μ "
         f"(±{r.half_width / mu:.2%} of μ, target ±{r.tolerance:.2%})" + ("" if not r.notes else "; " + "; ".join(r.notes)),
     )]
+    for name, b in res.regions.items():
+        if name == c.scheduler:
+            continue
+        # in words, from the two 95 % intervals: apart (higher or lower) or overlapping (no difference shown)
+        if r.low > b.high:
+            word, why = "higher than", "the intervals do not overlap"
+        elif r.high < b.low:
+            word, why = "lower than", "the intervals do not overlap"
+        else:
+            word, why = "not distinguishable from", "the intervals overlap"
+        out.append(Check(f"λ* against {name}", "info",
+                         f"{c.scheduler}'s λ* = {r.critical_rate:.5g}/s [{r.low:.5g}, {r.high:.5g}] is {word} {name}'s "
+                         f"λ* = {b.critical_rate:.5g}/s [{b.low:.5g}, {b.high:.5g}] ({why})"))
     if c.require_rate is not None:
         ok = r.critical_rate >= c.require_rate
         out.append(Check("gate --require-rate", "pass" if ok else "fail",

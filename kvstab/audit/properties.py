@@ -19,9 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvstab.jsonform import JsonRecord
+from kvstab.jsonform import JsonRecord, record_json
 
-__all__ = ["run_properties", "props_dir", "finding", "short_name", "Finding", "PropertiesSection"]
+__all__ = [
+    "run_properties", "props_dir", "finding", "findings_of", "violation_replay", "short_name", "Finding",
+    "PropertiesSection",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,16 @@ class Finding(JsonRecord):
     workload: str = field(default="", metadata={"help": "the workload that breaks the property"})
     replay: str = field(default="", metadata={"help": "the kvstab replay line that reproduces it"})
     audit: str = field(default="", metadata={"help": "the kvstab check line that reproduces it"})
+
+    @property
+    def replay_command(self) -> str | None:
+        """The one line the audit prints for this failure: the ``kvstab check`` line, else the
+        ``kvstab replay`` line (``None`` where the report has neither)."""
+        return self.audit or self.replay or None
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's fields, then ``replay_command`` (as every failure in ``report.json`` has it)."""
+        return {**record_json(self), "replay_command": self.replay_command}
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +99,93 @@ def finding(nodeid: str, longrepr: str) -> Finding:
     return Finding(**out)
 
 
+_LINE = re.compile(r"^\s*(workload|replay|audit):\s+(.*)$")
+#: a report's own lines: the error lines (``E …``) and the ``path:line: Error`` locations, never the source around them
+_KEPT = re.compile(r"^(E\s|\S+:\d+: \w)")
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside a group (Hypothesis raises one when it finds several distinct failures), flattened."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
+def findings_of(nodeid: str, longrepr: str, exc: BaseException | None, spec: str | None) -> list[Finding]:
+    """What one failed test found: one :class:`Finding` per failure it raised (each member of a
+    group keeps its own message and lines), read from the exception itself where kvstab raised it —
+    a :class:`~kvstab.testing.checks.PropertyViolation` carries its lines, an
+    :class:`~kvstab.errors.InvariantViolation` of a simulation gets a ``kvstab replay`` line
+    (:func:`violation_replay`) — else from the report's text (:func:`finding`)."""
+    from kvstab.errors import InvariantViolation
+    from kvstab.testing.checks import PropertyViolation
+
+    out: list[Finding] = []
+    leaves = [] if exc is None else _leaves(exc)
+    for leaf in leaves:
+        if isinstance(leaf, PropertyViolation):
+            head, *rest = str(leaf).splitlines()
+            lines = {m.group(1): m.group(2).strip() for ln in rest if (m := _LINE.match(ln))}
+            out.append(Finding(nodeid, "PropertyViolation", head.strip(), lines.get("workload", ""),
+                               leaf.replay, leaf.audit))
+        elif isinstance(leaf, InvariantViolation):
+            replay, workload = violation_replay(leaf, spec)
+            out.append(Finding(nodeid, type(leaf).__name__, str(leaf).splitlines()[0].strip(), workload, replay))
+        elif len(leaves) > 1:
+            text = str(leaf).strip().splitlines()
+            out.append(Finding(nodeid, type(leaf).__name__, text[0] if text else "(no message)"))
+    return out or [finding(nodeid, longrepr)]
+
+
+def violation_replay(exc: BaseException, spec: str | None) -> tuple[str, str]:
+    """The ``kvstab replay`` line (and the workload, in words) that shows an
+    :class:`~kvstab.errors.InvariantViolation` raised inside a simulation again.
+
+    The run is read from the frame of :func:`kvstab.engine.run` (or
+    :func:`kvstab.simulator.simulate`) the violation passed through: its server,
+    arrivals and window.  The arrivals after the breaking slot cannot change it and
+    are left out, and of the rest the shortest prefix (from the requests that were
+    running) whose replay on the reference engine breaks the same slot with the same
+    memory is kept.  ``("", "")`` where no such run is found or nothing loads ``spec``."""
+    from kvstab.arrivals import ArrivalPlan, fixed_arrivals
+    from kvstab.engine import driver
+    from kvstab.errors import InvariantViolation
+    from kvstab.model import ModelParams
+    from kvstab.registry import load_scheduler
+    from kvstab.replay import replay, replay_command
+    from kvstab.simulator import simulate
+
+    if spec is None or not isinstance(exc, InvariantViolation):
+        return "", ""
+    runs = (driver.run.__code__, simulate.__code__)
+    tb = exc.__traceback__
+    found = None
+    while tb is not None and found is None:
+        loc = tb.tb_frame.f_locals
+        if (tb.tb_frame.f_code in runs and isinstance(loc.get("plan"), ArrivalPlan)
+                and isinstance(loc.get("params"), ModelParams) and loc.get("lifecycle", "kvstab") == "kvstab"):
+            found = (loc["params"], loc["plan"], int(loc.get("window", 8)))
+        tb = tb.tb_next
+    if found is None:
+        return "", ""
+    params, plan, window = found
+    rows = [(int(t), int(a), int(b)) for t, a, b in zip(plan.slot, plan.s, plan.o) if t <= exc.slot]
+    try:
+        sched = load_scheduler(spec)
+    except Exception:  # the spec no longer loads: no line rather than a wrong one
+        return "", ""
+    k = min(len(rows), max(exc.requests, default=0) + 1)
+    while True:
+        got = replay(sched, params, fixed_arrivals(rows[:k]), slots=exc.slot + 1, window=window, spec=spec).violation
+        if got is not None and (got.slot, got.memory) == (exc.slot, exc.memory):
+            shown = rows[:k]
+            return (replay_command(spec, params, shown, window=window),
+                    f"{len(shown)} request(s) arriving in slots {shown[0][0]}–{shown[-1][0]}" if shown else "")
+        if k >= len(rows):
+            return "", ""
+        k = min(len(rows), 2 * k)
+
+
 def short_name(nodeid: str) -> str:
     """A property test's name without its file and scheduler:
     ``props/test_props_slots.py::test_property[x:R-p6-drift-margin]`` → ``p6-drift-margin``."""
@@ -100,14 +200,21 @@ def short_name(nodeid: str) -> str:
 
 
 class _Collector:
-    """Counts outcomes and keeps every failure's finding (and the first reports whole)."""
+    """Counts outcomes and keeps every failure's findings (and the first reports' own lines)."""
 
-    def __init__(self) -> None:
+    def __init__(self, spec: str | None = None) -> None:
+        self.spec = spec
         self.passed = 0
         self.failed: list[str] = []
         self.skipped = 0
         self.details: list[str] = []
         self.findings: list[Finding] = []
+        self._raised: dict[str, BaseException] = {}
+
+    def pytest_runtest_makereport(self, item: Any, call: Any) -> None:
+        # the exception itself (its group members, the run it broke) says more than the report's text
+        if call.excinfo is not None:
+            self._raised.setdefault(item.nodeid, call.excinfo.value)
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.when == "call" and report.passed:
@@ -115,9 +222,10 @@ class _Collector:
         elif report.failed:
             self.failed.append(report.nodeid)
             text = str(report.longreprtext)
-            self.findings.append(finding(report.nodeid, text))
+            self.findings += findings_of(report.nodeid, text, self._raised.pop(report.nodeid, None), self.spec)
             if len(self.details) < 3:
-                self.details.append(text[-2000:])
+                # the error and where it was raised, not the source around it (kvstab's own, for a plug-in's failure)
+                self.details.append("\n".join(ln for ln in text.splitlines() if _KEPT.match(ln))[-2000:])
         elif report.skipped:
             self.skipped += 1
 
@@ -138,7 +246,7 @@ def run_properties(spec: str | None, profile: str, select: str | None = None) ->
             "--hypothesis-seed=0"]
     if select:
         args += ["-k", select]
-    col = _Collector()
+    col = _Collector(spec)
     old = os.environ.get("KVSTAB_PROFILE")
     os.environ["KVSTAB_PROFILE"] = profile
     out = io.StringIO()

@@ -19,7 +19,7 @@ from typing import Any
 from kvstab.audit.audit import AuditResult
 from kvstab.audit.properties import short_name
 
-__all__ = ["write_report", "summary_rows", "markdown"]
+__all__ = ["write_report", "summary_rows", "nearest_below", "markdown", "replays", "scope_line"]
 
 
 
@@ -27,6 +27,25 @@ def _scope(inv: dict[str, Any]) -> str:
     """What the invariant's verdict covers (the audit's ``scope`` field; reports older
     than it carry only ``K`` and ``Q``)."""
     return str(inv.get("scope") or f"at most {inv['K']} active and {inv['Q']} queued requests")
+
+def scope_line(data: dict[str, Any]) -> str:
+    """What the memory invariant's verdict covers and, where bounded, why (from report.json's
+    ``proofs.invariant``): ``""`` without a proofs section."""
+    inv = (data.get("proofs") or {}).get("invariant")
+    if not inv:
+        return ""
+    if inv.get("unbounded"):
+        return f"scope: {_scope(inv)} (the unbounded theorem: the rule is made of kvstab.contract's folds)"
+    why = next((n for n in inv.get("notes", []) if n.startswith("not proved for every number of requests")), "")
+    why = why.removesuffix("; the verdict below is bounded by K and Q")
+    return (f"scope: {_scope(inv)}, the bounds K = {inv['K']} and Q = {inv['Q']} of profile {data['profile']}"
+            + (f", because it is {why}" if why else ""))
+
+
+def _where(m: dict[str, Any]) -> str:
+    """At which ``M`` the margin holds (the audit's ``where``; reports older than it carry only ``M``)."""
+    return str(m.get("where") or f"at M = {m['M']}")
+
 
 def _f(x: Any, digits: int = 5) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -41,14 +60,14 @@ def summary_rows(data: dict[str, Any]) -> list[list[str]]:
     for name, st in data["stability"].items():
         lo, hi = st["critical_rate_ci_per_s"]
         sat = st["saturated_throughput_per_s"]
-        below = max((g for g in st["grid"] if g["rate_per_s"] < st["critical_rate_per_s"]),
-                    key=lambda g: g["rate_per_s"], default=st["overload"])
+        below = nearest_below(st)
         cert = th["certified_rate_per_s"] if name == data["scheduler"] else th["baselines"].get(name, {}).get("certified_rate_per_s")
         rows.append([
             name,
             f"{_f(st['critical_rate_per_s'])} [{_f(lo)}, {_f(hi)}]",
             f"{st['critical_over_mu']:.4f}",
             f"{_f(sat[0])} [{_f(sat[1])}, {_f(sat[2])}]",
+            f"{_f(below['rate_per_s'])} ({below['load_over_mu']:.3f}·μ)",
             f"{below['memory_utilisation']:.3f}",
             f"{below['waste_fraction']:.4f}",
             "/".join(_f(v, 3) for v in below["ttft_s_p50_p90_p99"]),
@@ -58,9 +77,33 @@ def summary_rows(data: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def nearest_below(st: dict[str, Any]) -> dict[str, Any]:
+    """The measured load nearest below λ* (of every rate the search and the curves ran), where the
+    report's memory, waste and latency are read; the overload run if none was measured below."""
+    return max((e for e in [*st["search"], *st["grid"]] if e["rate_per_s"] < st["critical_rate_per_s"]),
+               key=lambda e: e["rate_per_s"], default=st["overload"])
+
+
 HEADER = ["scheduler", "λ* (req/s) [95 % interval]", "λ*/μ", "saturated throughput (req/s)",
-          "memory used/M below λ*", "waste below λ*", "TTFT p50/p90/p99 (s)", "end-to-end p50/p90/p99 (s)",
+          "measured load nearest below λ* (req/s)", "memory used/M below λ*", "waste below λ*", "TTFT p50/p90/p99 (s)", "end-to-end p50/p90/p99 (s)",
           "certified rate (req/s)"]
+
+
+def replays(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """Every failure the report names and the one line that shows it again: (what, command)."""
+    out = [(c["name"], c["replay_command"]) for c in data["checks"] if c.get("replay_command")]
+    for f in (data.get("properties") or {}).get("findings", []):
+        if f["audit"] or f["replay"]:
+            out.append((f"property {short_name(f['test'])}", f["audit"] or f["replay"]))
+    return out
+
+
+def _replay_lines(data: dict[str, Any]) -> list[str]:
+    """report.md's list of the failures' replay lines (nothing when there is none)."""
+    got = replays(data)
+    if not got:
+        return []
+    return ["### Replay each failure", "", *[f"- {what}: `{cmd}`" for what, cmd in got], ""]
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -73,6 +116,7 @@ def markdown(data: dict[str, Any]) -> str:
         f"Server: M = {sv['M']}, ŝ = {sv['chunk']}, B = {sv['block']}, b̄ = {sv['bbar_s']} s"
         + (f", token budget {sv['token_budget']}" if sv["token_budget"] else "")
         + (f", max_num_seqs {sv['max_num_seqs']}" if sv["max_num_seqs"] else "")
+        + f", queue window {data.get('window', 8)}"
         + f". Workload: {th['workload']} (Poisson arrivals). Profile: {data['profile']}, seed {data['seed']}.",
         "",
         "## Verdict",
@@ -83,24 +127,32 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         f"**{data['verdict']}** (exit status {data['exit_status']}).",
         "",
+        *_replay_lines(data),
         "## Theory",
         "",
         f"- E[g] = {_f(th['E_g'], 7)} token-slots; μ = {_f(th['mu_per_s'])} req/s ({_f(th['mu_per_slot'])} per slot)",
         f"- δ = {th['delta']:.5f}; μ(1−δ) = {_f(th['mu_1_minus_delta_per_s'])} req/s",
-        f"- certified for {data['scheduler']}: {_f(th['certified_rate_per_s'])} — {th['certified_basis']}",
+        f"- certified for {data['scheduler']}: "
+        + (th["certified_basis"] if th["certified_rate_per_s"] is None
+           else f"{_f(th['certified_rate_per_s'])} req/s — {th['certified_basis']}"),
         "",
     ]
     if data["proofs"]:
         inv = data["proofs"]["invariant"]
         lines += ["## Proofs", "", f"- memory invariant (any M, {_scope(inv)}): **{inv['verdict']}**"
                   + (f", strengthened by {', '.join(inv['strengthening'])}" if inv["strengthening"] else "")]
+        lines.append(f"  - {scope_line(data)}")
+        if inv.get("replay_command"):
+            lines.append(f"  - replay: `{inv['replay_command']}`")
         m = data["proofs"]["margin"]
         if m:
-            lines.append(f"- margin Δ at M = {m['M']}, ŝ = {m['chunk']}, s ≤ {m['max_s']}, o ≤ {m['max_o']}: "
+            lines.append(f"- margin Δ {_where(m)}, ŝ = {m['chunk']}, s ≤ {m['max_s']}, o ≤ {m['max_o']}: "
                          f"{m['delta']} tokens ({m['verdict']}); "
                          + ("no margin declared" if m["declared"] is None else f"declared {m['declared']}"))
         for c in (data["proofs"].get("claims") or {}).get("claims", []):
             lines.append(f"- claim {c['claim']} ({c['scope']}): **{c['verdict']}**")
+            if c["verdict"] == "Refuted" and c.get("witness"):
+                lines += [f"  - {ln.strip()}" for ln in c["witness"].splitlines() if not ln.strip().startswith("replay")]
             lines += [f"  - replay: `{cmd}`" for cmd in c.get("replay_commands", [])]
         lines.append("")
     if data["properties"]:
@@ -126,7 +178,7 @@ def markdown(data: dict[str, Any]) -> str:
                   "λ* is the rate where the number in system starts to grow, found by "
                   + "; or ".join(f"{how.get(m, m)} ({m})" for m in methods)
                   + " — batch-means intervals over seeds; see docs/audit.md. "
-                  "Memory, waste and latency are at the measured load just below λ*.", ""]
+                  "Memory, waste and latency are at the measured load nearest below λ* (its own column).", ""]
         for name, st in data["stability"].items():
             for n in st["notes"]:
                 lines.append(f"- note ({name}): {n}")
@@ -167,16 +219,21 @@ def _html(data: dict[str, Any], plots: dict[str, Path]) -> str:
         *[f"<tr class='{esc(c['status'])}'><td>{esc(c['name'])}</td><td>{esc(c['status'])}</td>"
           f"<td>{esc(c['detail'])}</td></tr>" for c in data["checks"]],
         "</table>",
+        *(["<h3>Replay each failure</h3><ul>"]
+          + [f"<li>{esc(what)}: <code>{esc(cmd)}</code></li>" for what, cmd in replays(data)] + ["</ul>"]
+          if replays(data) else []),
         f"<h2>Theory</h2><p>E[g] = {_f(th['E_g'], 7)}; μ = {_f(th['mu_per_s'])} req/s; δ = {th['delta']:.5f}; "
         f"μ(1−δ) = {_f(th['mu_1_minus_delta_per_s'])} req/s; certified: {esc(th['certified_basis'])}</p>",
     ]
     if data["proofs"]:
         inv = data["proofs"]["invariant"]
         parts.append(f"<h2>Proofs</h2><p>Memory invariant (any M, {esc(_scope(inv))}): "
-                     f"<b>{esc(inv['verdict'])}</b>.")
+                     f"<b>{esc(inv['verdict'])}</b>."
+                     + f" {esc(scope_line(data))}."
+                     + (f" Replay: <code>{esc(inv['replay_command'])}</code>" if inv.get("replay_command") else ""))
         m = data["proofs"]["margin"]
         if m:
-            parts.append(f" Margin Δ at M = {m['M']}, ŝ = {m['chunk']}, s ≤ {m['max_s']}, o ≤ {m['max_o']}: "
+            parts.append(f" Margin Δ {esc(_where(m))}, ŝ = {m['chunk']}, s ≤ {m['max_s']}, o ≤ {m['max_o']}: "
                          f"{esc(str(m['delta']))} tokens ({esc(m['verdict'])}); "
                          + ("no margin declared." if m["declared"] is None else f"declared {esc(str(m['declared']))}."))
         parts.append("</p>")
@@ -232,8 +289,7 @@ def tex(data: dict[str, Any]) -> str:
     ]
     for name, st in data["stability"].items():
         lo, hi = st["critical_rate_ci_per_s"]
-        below = max((g for g in st["grid"] if g["rate_per_s"] < st["critical_rate_per_s"]),
-                    key=lambda g: g["rate_per_s"], default=st["overload"])
+        below = nearest_below(st)
         out.append(f"\\texttt{{{_tex_escape(name)}}} & {st['critical_rate_per_s']:.4g} & [{lo:.4g}, {hi:.4g}] & "
                    f"{st['critical_over_mu']:.3f} & {below['waste_fraction']:.4f} \\\\")
     out += [

@@ -32,7 +32,7 @@ import numpy.typing as npt
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument
 from kvstab.jsonform import JsonRecord
-from kvstab.model import ModelParams, prefill_slots
+from kvstab.model import DEFAULT_WINDOW, ModelParams, prefill_slots
 from kvstab.validation import MAX_SLOTS
 from kvstab.workload import Workload, parse_workload
 
@@ -75,6 +75,9 @@ class Point:
     series: bool = field(default=False, metadata={"help": "keep downsampled queue and memory series"})
     drop_oversize: bool = field(
         default=False, metadata={"help": "drop arrivals whose s + o cannot fit in M (else the workload must fit)"}
+    )
+    window: int = field(
+        default=DEFAULT_WINDOW, metadata={"help": "the queue-head window shown to the rule first (--window)"}
     )
 
     def __post_init__(self) -> None:
@@ -156,7 +159,7 @@ def run_point(point: Point, scheduler: Scheduler | None = None) -> PointResult:
     workload = load_workload(point.workload)
     plan = poisson_plan(workload, point.params, point.rate, point.slots, point.seed,
                         drop_oversize=point.drop_oversize)
-    res = run_model(sched, point.params, plan, point.slots).result
+    res = run_model(sched, point.params, plan, point.slots, window=point.window).result
     assert res is not None  # record=True keeps the per-slot arrays this summary reads
     start = int(point.slots * WARMUP)
     n = res.in_system.astype(np.float64)

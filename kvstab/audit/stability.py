@@ -49,7 +49,7 @@ from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument
 from kvstab.jsonform import JsonRecord
 from kvstab.metrics import Estimate
-from kvstab.model import ModelParams, prefill_slots
+from kvstab.model import DEFAULT_WINDOW, ModelParams, prefill_slots
 from kvstab.validation import MAX_SLOTS
 
 __all__ = ["RateEvaluation", "StabilityRegion", "find_critical_rate", "horizon", "run_points", "OVERLOAD"]
@@ -220,12 +220,14 @@ class _Search:
     h_slot: float
     executor: Executor | None
     log: Callable[[str], None]
+    window: int = DEFAULT_WINDOW
 
     def points(self, rate: float, reps: range, series: bool = False) -> list[Point]:
         return [
             Point(self.spec, self.params, self.workload, rate, self.slots,
                   # common random numbers: the same streams at every rate and for every scheduler
-                  derive_seed("audit", self.seed, self.workload, rep), series=series and rep == 0)
+                  derive_seed("audit", self.seed, self.workload, rep), series=series and rep == 0,
+                  window=self.window)
             for rep in reps
         ]
 
@@ -276,16 +278,19 @@ def find_critical_rate(
     executor: Executor | None = None,
     log: Callable[[str], None] = lambda _line: None,
     bisection: bool = False,
+    window: int = DEFAULT_WINDOW,
 ) -> StabilityRegion:
     """Find ``λ*`` for ``scheduler`` (a spec; ``scheduler_object`` if no spec loads it)
     to within ``profile.tolerance · μ``; see the module docstring for the method
-    (``bisection``: skip the saturated-rate confirmation and bisect)."""
+    (``bisection``: skip the saturated-rate confirmation and bisect; ``window``: the
+    queue-head window every run shows the rule first, as ``kvstab simulate --window``)."""
     bbar = params.bbar
     mu_slot = mu * bbar
     tol = profile.tolerance * mu
     h = THRESHOLD * tol
     slots = horizon(workload, params, mu_slot, profile)
-    search = _Search(scheduler, scheduler_object, params, workload, slots, profile, seed, h * bbar, executor, log)
+    search = _Search(scheduler, scheduler_object, params, workload, slots, profile, seed, h * bbar, executor, log,
+                     window)
     log(f"{scheduler}: {slots} slots × {profile.seeds} seeds per rate; target ±{tol:.4g}/s (±{profile.tolerance:.1%} of μ)")
     # 1. the saturated rate: throughput under overload, replicated until its
     #    interval is within the tolerance

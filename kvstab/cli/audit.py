@@ -86,7 +86,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     config = AuditConfig(
         scheduler=args.scheduler, params=params, workload=spec, baselines=baselines,
         profile=get_profile(args.profile), skip=tuple(args.skip), strict=args.strict,
-        require_rate=args.require_rate, max_waste=args.max_waste, seed=args.seed,
+        require_rate=args.require_rate, max_waste=args.max_waste, seed=args.seed, window=args.window,
     )
     def keep(partial: AuditResult) -> None:
         # what is done survives an interrupt: report.json after every section
@@ -104,21 +104,36 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _print_summary(data: dict[str, Any], files: dict[str, Path]) -> None:
-    from kvstab.audit.report import HEADER, summary_rows
+    from kvstab.audit.properties import short_name
+    from kvstab.audit.report import HEADER, scope_line, summary_rows
 
     print(f"kvstab audit: {data['scheduler']} on {data['theory']['workload']}, M={data['server']['M']}, "
-          f"ŝ={data['server']['chunk']}, b̄={data['server']['bbar_s']} s, profile {data['profile']}")
+          f"ŝ={data['server']['chunk']}, b̄={data['server']['bbar_s']} s, window {data['window']}, "
+          f"profile {data['profile']}")
     th = data["theory"]
     md = th["mu_1_minus_delta_per_s"]
     print(f"  μ = {th['mu_per_s']:.5g}/s   μ(1−δ) = {md:.5g}/s   δ = {th['delta']:.4f}" if md is not None
           else f"  μ = {th['mu_per_s']:.5g}/s   δ = {th['delta']:.4f} (no μ(1−δ))")
     if data["stability"]:
-        rows = [HEADER[:4]] + [r[:4] for r in summary_rows(data)]
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        # λ*, the saturated throughput, and the latency at the measured load nearest below λ*
+        cols = [0, 1, 2, 3, HEADER.index("measured load nearest below λ* (req/s)"),
+                HEADER.index("TTFT p50/p90/p99 (s)"), HEADER.index("end-to-end p50/p90/p99 (s)")]
+        rows = [[HEADER[i] for i in cols]] + [[r[i] for i in cols] for r in summary_rows(data)]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
         for r in rows:
-            print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)))
+            print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     for c in data["checks"]:
         print(f"  [{c['status']:>7}] {c['name']}: {c['detail']}")
+        if c.get("replay_command"):
+            print(f"            replay: {c['replay_command']}")
+        if c["name"] == "memory invariant" and scope_line(data):
+            print(f"            {scope_line(data)}")
+        if c["name"] == "properties":
+            # each failure, and the one line that shows it again
+            for f in (data["properties"] or {}).get("findings", []):
+                print(f"            {short_name(f['test'])}: {f['message']}")
+                if f["audit"] or f["replay"]:
+                    print(f"              reproduce: {f['audit'] or f['replay']}")
     print(f"verdict: {data['verdict']} (exit {data['exit_status']}); report in {files['report.md'].parent}/ "
           "(report.md, report.html, report.json, report.tex, *.png)")
 
@@ -238,10 +253,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from kvstab import validation as v
     from kvstab.audit.audit import SKIPPABLE
     from kvstab.audit.profiles import PROFILES
-    from kvstab.cli.flags import add_server_arguments, arg_type, positive_int, rate, seed, slots
+    from kvstab.cli.flags import add_run_arguments, add_server_arguments, arg_type, positive_int, rate, seed, slots
 
     p = sub.add_parser("audit", help="audit a scheduler end to end: theory, proofs, properties, stability region, report")
-    p.add_argument("--scheduler", required=True, help="registered name or module:attr of the variant")
+    # --scheduler and --window as every command that runs a scheduler takes them
+    add_run_arguments(p, timeout=False)
     add_server_arguments(p)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--workload", default=None, help="workload spec (default paper-1:1); Poisson arrivals at each rate")

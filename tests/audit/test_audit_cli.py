@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +132,11 @@ def test_a_scheduler_that_overflows_in_the_audits_simulations_fails_the_audit(
     assert report["verdict"] == "FAIL"
     failed = [c for c in report["checks"] if c["status"] == "fail"]
     assert failed and "InvariantViolation" in failed[0]["detail"] and "M=" in failed[0]["detail"]
+    if workers == "1":
+        # run in process, the violation comes with the line that replays it: the same slot breaks again
+        line = failed[0]["replay_command"]
+        assert line.startswith("kvstab replay --scheduler current-fit-no-preempt "), line
+        capsys.readouterr()
+        assert main(shlex.split(line)[1:]) == 1
+        slot = re.search(r"slot (\d+)", failed[0]["detail"])
+        assert slot is not None and f"VIOLATION reproduced: slot {slot.group(1)}:" in capsys.readouterr().out
