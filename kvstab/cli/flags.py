@@ -134,11 +134,7 @@ def add_server_arguments(
         if field_name == "g":
             kwargs["choices"] = ("exact", "continuous")
         elif field_name == "prefix_caching":
-            p.add_argument(
-                flag, dest=field_name, type=_on_off, default=None, metavar="on|off",
-                help=f"{help_text} (default: as the engine modelled — on for "
-                f"{', '.join(sorted(CACHING_BY_DEFAULT))}, as vLLM's default; off for the paper's rules and sglang)",
-            )  # fmt: skip
+            add_prefix_caching(p, follows_engine=True)
             continue
         else:
             kwargs["type"] = kind
@@ -148,6 +144,22 @@ def add_server_arguments(
             kwargs["default"] = default
             kwargs["help"] = f"{help_text} (default {default})"
         p.add_argument(flag, **kwargs)
+
+
+def add_prefix_caching(p: argparse.ArgumentParser, *, follows_engine: bool) -> None:
+    """``--prefix-caching on|off`` (:class:`ModelParams`' ``prefix_caching``).  With
+    ``follows_engine`` its default is "as the engine modelled" (:func:`prefix_caching_for`);
+    without, off (``kvstab replay``/``check``: a line printed before caching existed must
+    replay as it did)."""
+    help_text = ModelParams.help()["prefix_caching"]
+    default = (
+        f"as the engine modelled — on for {', '.join(sorted(CACHING_BY_DEFAULT))}, as vLLM's default; off for the "
+        "paper's rules and sglang" if follows_engine else "off"
+    )
+    p.add_argument(
+        "--prefix-caching", dest="prefix_caching", type=_on_off, default=None, metavar="on|off",
+        help=f"{help_text} (default: {default})",
+    )  # fmt: skip
 
 
 def _on_off(text: str) -> bool:
