@@ -1,0 +1,121 @@
+"""kvstab answers, whatever a plug-in or the environment does (issue 23).
+
+* A plug-in that raises ``SystemExit`` (``sys.exit`` at import, ``--scheduler
+  sys:exit``, inside ``decide`` or ``margin``) or another ``BaseException`` ends
+  the command with one line naming it and exit status 2, in every command that
+  loads one; a real Ctrl-C stays exit 130.
+* ``decide`` has a default time limit on the command line.
+* The Ctrl-C test does not depend on the SIGINT disposition pytest inherited.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvstab.cli import main
+
+PLUGINS = Path(__file__).parent / "plugins"
+sys.path.insert(0, str(PLUGINS))
+
+RUN = ["--M", "100", "--chunk", "8"]
+
+#: every command that loads a plug-in, with the flags that make it run one
+COMMANDS: dict[str, list[str]] = {
+    "simulate": ["simulate", "--no-progress", "--slots", "200", "--workload", "s=U(1,5),o=U(1,5)"],
+    "replay": ["replay", *RUN, "--requests", "0:3:3"],
+    "check": ["check", *RUN, "--requests", "0:3:3"],
+    "prove": ["prove", "--K", "2", "--Q", "2", "--bmc", "2", "--no-houdini", "--total-timeout", "60"],
+}
+
+#: plug-ins that try to end the process: where, and what the one line must say
+ENDERS: list[tuple[str, str, str]] = [
+    ("sys:exit", "SystemExit", "sys:exit"),
+    ("exits_at_import:ANYTHING", "SystemExit(0)", "exits_at_import"),
+    ("sample_plugins:EXITS_IN_DECIDE", "SystemExit", "exits-in-decide"),
+    ("sample_plugins:RAISES_BASE_IN_DECIDE", "_EndsTheProcess", "raises-base-in-decide"),
+]
+
+
+def _one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str]:
+    rc = main(argv)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return rc, lines[0]
+
+
+@pytest.mark.parametrize("spec,raised,name", ENDERS, ids=[s for s, _, _ in ENDERS])
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_plugin_cannot_end_a_command_silently(
+    command: str, spec: str, raised: str, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: exit 0 (or the plug-in's status) with nothing printed."""
+    rc, line = _one_line(capsys, [*COMMANDS[command], "--scheduler", spec])
+    assert rc == 2, line
+    assert line.startswith(f"kvstab {command}: error: ") and raised in line, line
+    # the plug-in is named: by the spec the user typed (check names it by its own name)
+    assert spec in line or name in line, line
+
+
+@pytest.mark.parametrize("command", ["simulate", "check"])
+def test_a_margin_that_exits_is_one_line(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``margin`` runs outside the engine (the certified rate, property 6): the dispatcher's net names it."""
+    spec = "sample_plugins:EXITS_IN_MARGIN"
+    rc, line = _one_line(capsys, [*COMMANDS[command], "--scheduler", spec])
+    assert rc == 2
+    assert f"plug-in '{spec}' (module 'sample_plugins') raised SystemExit(0)" in line, line
+
+
+def test_a_router_or_conjunct_that_exits_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, line = _one_line(capsys, ["fleet", "simulate", "--router", "sys:exit", "--lambda", "1", "--horizon", "10"])
+    assert rc == 2 and "cannot build router 'sys:exit': SystemExit()" in line, line
+    rc, line = _one_line(capsys, ["prove", "--scheduler", "current-fit", "--strengthen", "exits_at_import:X"])
+    assert rc == 2 and "cannot import conjunct module 'exits_at_import': SystemExit(0)" in line, line
+
+
+def test_sys_exit_as_the_scheduler_exits_2_from_the_console_script() -> None:
+    """The real process: status 2 and the line, not status 0 and silence."""
+    env = {**os.environ, "PYTHONPATH": str(PLUGINS)}
+    out = subprocess.run(
+        [sys.executable, "-m", "kvstab.cli", "simulate", "--scheduler", "sys:exit", "--slots", "100"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 2, out
+    assert out.stderr == (
+        "kvstab simulate: error: cannot build scheduler from 'sys:exit': SystemExit(): "
+        "a plug-in may not end kvstab (it called sys.exit or raised SystemExit)\n"
+    )
+
+
+def test_ctrl_c_while_loading_a_plugin_stays_130(capsys: pytest.CaptureFixture[str]) -> None:
+    """KeyboardInterrupt is not a plug-in's fault: the loader lets it through to exit 130."""
+    rc = main(["simulate", "--no-progress", "--scheduler", "sample_plugins:INTERRUPTED", "--slots", "50",
+               "--workload", "s=U(1,5),o=U(1,5)"])
+    assert rc == 130
+    assert "interrupted" in capsys.readouterr().err
+
+
+def _sigint_ignored_and_blocked() -> None:
+    # what a suite started as `pytest &` by a non-interactive shell (a CI script, a job runner) inherits:
+    # SIGINT ignored; a blocked SIGINT (inherited mask) drops it the same way
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def test_the_ctrl_c_test_passes_when_the_runner_ignores_sigint() -> None:
+    """The flake of issue 23: under a runner that ignores SIGINT the CLI it spawned ignored the Ctrl-C
+    it was sent and its decide spun past the 120 s guard.  (Not under `timeout`, which resets SIGINT
+    to its default for its child: that is why the test passed alone.)"""
+    node = "tests/test_engine_contract.py::test_a_real_ctrl_c_in_a_stuck_decide_is_one_line"
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", node],
+        cwd=root, capture_output=True, text=True, timeout=400, preexec_fn=_sigint_ignored_and_blocked,
+    )
+    assert out.returncode == 0, out.stdout[-3000:]
