@@ -119,3 +119,72 @@ def test_the_ctrl_c_test_passes_when_the_runner_ignores_sigint() -> None:
         cwd=root, capture_output=True, text=True, timeout=400, preexec_fn=_sigint_ignored_and_blocked,
     )
     assert out.returncode == 0, out.stdout[-3000:]
+
+
+# --- decide has a default time limit on the command line -------------------------------------------
+
+LIMITED = {
+    "simulate": ["simulate", "--no-progress", "--slots", "50", "--workload", "s=U(1,5),o=U(1,5)", "--rate", "300"],
+    "replay": ["replay", *RUN, "--requests", "0:3:3"],
+    "check": ["check", *RUN, "--requests", "0:3:3"],
+    "prove": ["prove", "--K", "2", "--Q", "2"],
+}
+
+
+@pytest.mark.parametrize("command", list(LIMITED))
+def test_decide_timeout_defaults_to_the_documented_limit_and_0_means_none(command: str) -> None:
+    from kvstab.cli import build_parser, flags
+
+    parser = build_parser()
+    argv = [*LIMITED[command], "--scheduler", "current-fit"]
+    assert parser.parse_args(argv).decide_timeout == flags.DEFAULT_DECIDE_TIMEOUT_S
+    assert parser.parse_args([*argv, "--decide-timeout", "0"]).decide_timeout is None
+    assert parser.parse_args([*argv, "--decide-timeout", "2.5"]).decide_timeout == 2.5
+
+
+@pytest.mark.parametrize("command", list(LIMITED))
+def test_a_decide_that_never_returns_no_longer_hangs(
+    command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With no --decide-timeout given, the default ends it (shortened here from its 60 s). Before, the
+    command spun until Ctrl-C: a watchdog sends one after 60 s, so the old behaviour fails (exit 130)
+    instead of hanging the suite."""
+    import _thread
+    import threading
+
+    from kvstab.cli import flags
+
+    monkeypatch.setattr(flags, "DEFAULT_DECIDE_TIMEOUT_S", type(flags.DEFAULT_DECIDE_TIMEOUT_S)(0.3))
+    done = threading.Event()
+    watchdog = threading.Thread(target=lambda: done.wait(60) or _thread.interrupt_main(), daemon=True)
+    watchdog.start()
+    try:
+        rc = main([*LIMITED[command], "--scheduler", "sample_plugins:NEVER_RETURNS"])
+    finally:
+        done.set()
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "decide did not return within the 0.3 s limit (--decide-timeout)" in err and err.count("\n") == 1, err
+
+
+def test_the_default_limit_keeps_replay_of_a_built_in_on_the_fast_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    """Only a limit the user asked for sends replay to the reference engine (it limits calls of decide)."""
+    assert main(["replay", "--scheduler", "current-fit", *RUN, "--requests", "0:3:3"]) == 0
+    assert "(fast engine:" in capsys.readouterr().out
+    assert main(["replay", "--scheduler", "current-fit", *RUN, "--requests", "0:3:3", "--decide-timeout", "5"]) == 0
+    assert "(reference engine: --decide-timeout" in capsys.readouterr().out
+
+
+# --- kvstab mu on a valid law with δ ≥ 1 ---------------------------------------------------------------
+
+
+def test_mu_with_an_empty_guarantee_still_gives_mu_as_the_necessary_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    """s + o = M exactly: every request fits, δ = 1, μ(1−δ) = 0. μ is still the bound asked for, and
+    the line on stderr (what a script sees with exit 1) says so with its value."""
+    rc = main(["mu", "--M", "2000", "--workload", "s=const(1500),o=const(500)"])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    mu_line = next(line for line in out.splitlines() if line.startswith("μ = M/(b̄·E[g])"))
+    mu = mu_line.split("=")[2].split()[0]
+    assert "the necessary bound" in mu_line
+    assert err.count("\n") == 1 and f"μ = {mu} req/s is still the necessary bound" in err, err
