@@ -188,3 +188,45 @@ def test_mu_with_an_empty_guarantee_still_gives_mu_as_the_necessary_bound(capsys
     mu = mu_line.split("=")[2].split()[0]
     assert "the necessary bound" in mu_line
     assert err.count("\n") == 1 and f"μ = {mu} req/s is still the necessary bound" in err, err
+
+
+# --- the critical-rate search shows the growth threshold h it classifies against ---------------------
+
+
+def test_a_growth_line_shows_h_and_reads_consistently() -> None:
+    """The line of issue 23: an interval wholly above zero but below h is stable, and says why."""
+    from kvstab.metrics import Estimate, against_threshold
+
+    straddles = against_threshold(Estimate(0.089, 0.0093, 0.169), 0.12)
+    assert straddles == (
+        "growth +0.089 [+0.0093, +0.169]/s vs h = +0.12/s → stable (point estimate below h; the interval straddles h)"
+    )
+    assert against_threshold(Estimate(0.05, 0.01, 0.09), 0.12).endswith("→ stable (interval below h)")
+    assert against_threshold(Estimate(0.5, 0.2, 0.8), 0.12).endswith("→ unstable (interval above h)")
+
+
+def test_the_fleet_search_prints_h_on_every_rate_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every rate the fleet search logs, and its notes, name h (the simulations are stubbed: this is the wording)."""
+    from kvstab.fleet import critical
+    from kvstab.fleet.simulate import Replica
+    from kvstab.metrics import Estimate
+    from kvstab.model import ModelParams
+    from kvstab.workload import parse_workload
+
+    def fake(replicas: object, router: object, workload: object, rate: float, horizon_s: float, **kw: object) -> object:
+        h = float(kw["threshold"])  # type: ignore[arg-type]
+        # above zero everywhere; above h only past the rate 1.0 ·theory: every verdict by the point estimate
+        g = Estimate(rate / theory - 1 + 0.8 * h, 0.1 * h, 10 * h)
+        verdict = "unstable" if g.value > h else "stable"
+        return critical.RateVerdict(rate, g, Estimate(rate, rate, rate), verdict, "point estimate", 8)
+
+    monkeypatch.setattr(critical, "evaluate_rate", fake)
+    w = parse_workload("s=U(1,8),o=U(1,8)")
+    fleet = [Replica(ModelParams(M=256, chunk=8, bbar=0.01), "current-fit", "a")]
+    theory = critical.replica_infos(fleet, w)[0][0].mu
+    lines: list[str] = []
+    cr = critical.find_fleet_critical_rate(fleet, "round-robin", w, horizon_s=1e6, overload=None, log=lines.append)
+    rate_lines = [line for line in lines if line.lstrip().startswith("λ =")]
+    assert rate_lines and all(f"vs h = {cr.threshold:+.4g}/s → " in line for line in rate_lines), lines
+    assert all("straddles h" in line for line in rate_lines), lines
+    assert cr.notes and all(f"h = {cr.threshold:.4g}/s" in n for n in cr.notes if "undecided" in n), cr.notes
