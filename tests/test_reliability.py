@@ -167,6 +167,24 @@ def test_a_decide_that_never_returns_no_longer_hangs(
     assert "decide did not return within the 0.3 s limit (--decide-timeout)" in err and err.count("\n") == 1, err
 
 
+def test_the_default_limit_is_for_plug_ins_an_asked_one_for_every_rule() -> None:
+    """A built-in's decide grows with the state (lookahead's reference step took 44 s with 309 tiny
+    requests): no default limit for kvstab's own rules; --decide-timeout S limits every rule."""
+    from kvstab.cli import build_parser, flags
+    from kvstab.registry import load_scheduler
+
+    parser = build_parser()
+    base = [*LIMITED["simulate"], "--scheduler", "x"]
+    default, asked, none = (parser.parse_args(base + extra) for extra in ([], ["--decide-timeout", "7"],
+                                                                       ["--decide-timeout", "0"]))
+    plugin = load_scheduler("sample_plugins:NEVER_RETURNS")
+    for name in ("lookahead", "current-fit", "sglang"):
+        assert flags.decide_limit(default, load_scheduler(name)) is None
+        assert flags.decide_limit(asked, load_scheduler(name)) == 7.0
+    assert flags.decide_limit(default, plugin) == flags.DEFAULT_DECIDE_TIMEOUT_S == 60.0
+    assert flags.decide_limit(asked, plugin) == 7.0 and flags.decide_limit(none, plugin) is None
+
+
 def test_the_default_limit_keeps_replay_of_a_built_in_on_the_fast_engine(capsys: pytest.CaptureFixture[str]) -> None:
     """Only a limit the user asked for sends replay to the reference engine (it limits calls of decide)."""
     assert main(["replay", "--scheduler", "current-fit", *RUN, "--requests", "0:3:3"]) == 0
@@ -230,3 +248,19 @@ def test_the_fleet_search_prints_h_on_every_rate_line(monkeypatch: pytest.Monkey
     assert rate_lines and all(f"vs h = {cr.threshold:+.4g}/s → " in line for line in rate_lines), lines
     assert all("straddles h" in line for line in rate_lines), lines
     assert cr.notes and all(f"h = {cr.threshold:.4g}/s" in n for n in cr.notes if "undecided" in n), cr.notes
+
+
+def test_two_prove_json_runs_differ_only_in_the_one_timings_key(capsys: pytest.CaptureFixture[str]) -> None:
+    """Comparing two runs needs one key dropped, not a list: every wall-clock figure (the total, each
+    obligation's, the margin's and the claims') sits under ``timings``."""
+    import json
+
+    docs = []
+    for _ in range(2):
+        main(["prove", "--scheduler", "current-fit", "--K", "2", "--Q", "2", "--bmc", "2", "--margin", "--claims",
+              "--json"])
+        docs.append(json.loads(capsys.readouterr().out))
+    for d in docs:
+        assert set(d["timings"]) == {"total_s", "obligations_s", "margin_s", "claims_s"}
+        d.pop("timings")
+    assert docs[0] == docs[1]

@@ -73,7 +73,7 @@ def run_replay(args: argparse.Namespace) -> int:
     if out is None:
         out = replay(
             args.scheduler, params, plan, active=act, waiting=wait, slots=args.slots, window=args.window,
-            decide_timeout=args.decide_timeout, why=why,
+            decide_timeout=flags.decide_limit(args, load_scheduler(args.scheduler)), why=why,
         )  # fmt: skip
     if args.json:
         print(
@@ -159,7 +159,7 @@ def run_check(args: argparse.Namespace) -> int:
             window=args.window,
             select=args.properties or ALL_PROPERTIES,
             margin=args.margin,
-            decide_timeout=args.decide_timeout,
+            decide_timeout=flags.decide_limit(args, sched),
         )
     except PropertyViolation as exc:
         print(f"VIOLATION reproduced: {exc}")
