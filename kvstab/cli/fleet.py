@@ -211,6 +211,8 @@ def _cmd_critical(args: argparse.Namespace) -> int:
     print(f"  Σ μ_i = {cr.mu_total:.5g}/s; the router's critical rate by theory: {cr.theory_rate:.5g}/s")
     print(f"  λ* = {cr.critical:.5g}/s [{cr.low:.5g}, {cr.high:.5g}]{'' if cr.resolved else ' (unresolved)'}"
           f" = {cr.critical / cr.theory_rate:.4f} × theory")  # fmt: skip
+    print(f"  growth threshold h = {cr.threshold:.4g}/s: a rate is stable when its queue growth is below h, not below 0 "
+          "(above λ* the growth is λ − λ*: the search finds λ* + h and reports λ* = that − h)")  # fmt: skip
     if cr.saturated is not None:
         print(f"  saturated throughput under overload: {_est(cr.saturated)}/s")
     for n in cr.notes:

@@ -73,7 +73,7 @@ def run_replay(args: argparse.Namespace) -> int:
             raise InvalidArgument(f"no fast replay for this run: {why}; use --engine reference (or auto)")
     elif args.engine != "reference":  # the fast engine where it gives the reference's records
         sched = load_scheduler(args.scheduler)
-        why = why_not_fast(sched, plan, args.slots, act, wait, args.decide_timeout)
+        why = why_not_fast(sched, plan, args.slots, act, wait, flags.asked_decide_timeout(args))
         if not why:
             out = replay_fast(sched, params, plan, args.slots, 100_000, args.window)
             why = "" if out is not None else f"the plan does not drain within the fast engine's {FAST_SPAN} slots"
@@ -82,7 +82,7 @@ def run_replay(args: argparse.Namespace) -> int:
     if out is None:
         out = replay(
             args.scheduler, params, plan, active=act, waiting=wait, slots=args.slots, window=args.window,
-            decide_timeout=args.decide_timeout, why=why,
+            decide_timeout=flags.decide_limit(args, load_scheduler(args.scheduler)), why=why,
         )  # fmt: skip
     if args.json:
         print(
@@ -173,6 +173,7 @@ def run_check(args: argparse.Namespace) -> int:
             window=args.window,
             select=args.properties or ALL_PROPERTIES,
             margin=args.margin,
+            decide_timeout=flags.decide_limit(args, sched),
         )
     except PropertyViolation as exc:
         print(f"VIOLATION reproduced: {exc}")
@@ -215,7 +216,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run a workload through every property check of the audit suite (properties 1–8), slot by slot "
         "on the reference engine's states (the per-slot checks keep the reference engine as the oracle)",
     )
-    add_workload_arguments(c, timeout=False)  # the audit builds its own engine
+    add_workload_arguments(c)
     c.add_argument(
         "--property",
         type=_property_number,

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = simulate_prepared(
             args.scheduler, scheduler, params, setup, engine=args.engine, window=args.window,
-            decide_timeout=args.decide_timeout, progress=bar, lifecycle=args.lifecycle,
+            decide_timeout=flags.decide_limit(args, scheduler), progress=bar, lifecycle=args.lifecycle,
         )
     finally:
         bar.close()

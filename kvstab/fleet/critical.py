@@ -32,7 +32,7 @@ from scipy import stats
 from kvstab.errors import InvalidArgument
 from kvstab.fleet.arrivals import poisson_times
 from kvstab.fleet.simulate import SLOPE_START, FleetResult, Replica, replica_infos, simulate_fleet
-from kvstab.metrics import Estimate
+from kvstab.metrics import Estimate, against_threshold
 from kvstab.model import prefill_slots
 from kvstab.validation import positive_float, positive_int
 from kvstab.workload import Workload
@@ -188,10 +188,12 @@ def find_fleet_critical_rate(
         v = evaluate_rate(replicas, router, workload, rate, horizon_s, seeds=seeds, max_seeds=max_seeds,
                           threshold=h, seed=seed)  # fmt: skip
         evals.append(v)
-        log(f"  λ = {rate:.5g}/s: growth {v.slope.value:+.4g} [{v.slope.low:+.4g}, {v.slope.high:+.4g}]/s → "
-            f"{v.verdict} ({v.decided_by}, {v.seeds} seeds); throughput {v.throughput.value:.5g}/s")  # fmt: skip
+        log(f"  λ = {rate:.5g}/s: {against_threshold(v.slope, h)}, {v.seeds} seeds; "
+            f"throughput {v.throughput.value:.5g}/s")  # fmt: skip
         if v.decided_by != "interval":
-            notes.append(f"λ = {rate:.5g}/s stayed undecided at {v.seeds} seeds: classified by its point estimate")
+            side = "above" if v.verdict == "unstable" else "below"
+            notes.append(f"λ = {rate:.5g}/s stayed undecided at {v.seeds} seeds: classified {v.verdict} by its point "
+                         f"estimate {v.slope.value:+.4g}/s, {side} the growth threshold h = {h:.4g}/s")  # fmt: skip
         return v
 
     lo, hi = 0.9 * theory, 1.1 * theory
