@@ -60,6 +60,15 @@ def workload_spec(workload: str | None, trace: str | None) -> str:
     return spec
 
 
+def _check_caching(name: str, caching: bool, what: str) -> None:
+    """Refuse, before any work, a run with prefix caching of a rule whose cache kvstab does not model."""
+    if caching and name == "sglang":
+        raise InvalidArgument(
+            f"--prefix-caching on: {what} is sglang, whose radix cache is not modelled yet (kvstab models vLLM's "
+            "block pool); pass --prefix-caching off, or leave sglang out"
+        )
+
+
 def _log(enabled: bool) -> Callable[[str], None]:
     def log(line: str) -> None:
         if enabled:
@@ -73,16 +82,16 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from kvstab.audit.audit import AuditConfig, AuditResult, run_audit
     from kvstab.audit.profiles import get_profile
     from kvstab.audit.report import write_report
-    from kvstab.cli.flags import server_params
+    from kvstab.cli.flags import prefix_caching_for, server_params
     from kvstab.registry import load_scheduler
 
     out = writable_dir(args.out)
-    params = server_params(args)
+    # caching as the audited engine runs by default (vllm-v1: on), the same server for every baseline
+    params = server_params(args, prefix_caching=prefix_caching_for(args, load_scheduler(args.scheduler).name))
     spec = workload_spec(args.workload, args.trace)
-    load_scheduler(args.scheduler)
     baselines = tuple(b for b in (args.baseline or ["current-fit", "vllm-v1"]) if b != "none")
     for b in baselines:
-        load_scheduler(b)
+        _check_caching(load_scheduler(b).name, params.prefix_caching, f"baseline {b}")
     config = AuditConfig(
         scheduler=args.scheduler, params=params, workload=spec, baselines=baselines,
         profile=get_profile(args.profile), skip=tuple(args.skip), strict=args.strict,
@@ -104,6 +113,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _print_summary(data: dict[str, Any], files: dict[str, Path]) -> None:
+    from kvstab.audit.audit import caching_lines
     from kvstab.audit.properties import short_name
     from kvstab.audit.report import HEADER, scope_line, summary_rows
 
@@ -114,6 +124,7 @@ def _print_summary(data: dict[str, Any], files: dict[str, Path]) -> None:
     md = th["mu_1_minus_delta_per_s"]
     print(f"  μ = {th['mu_per_s']:.5g}/s   μ(1−δ) = {md:.5g}/s   δ = {th['delta']:.4f}" if md is not None
           else f"  μ = {th['mu_per_s']:.5g}/s   δ = {th['delta']:.4f} (no μ(1−δ))")
+
     if data["stability"]:
         # λ*, the saturated throughput, and the latency at the measured load nearest below λ*
         cols = [0, 1, 2, 3, HEADER.index("measured load nearest below λ* (req/s)"),
@@ -122,7 +133,13 @@ def _print_summary(data: dict[str, Any], files: dict[str, Path]) -> None:
         widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
         for r in rows:
             print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    caching = caching_lines(data) if any(c["name"] == "prefix caching" for c in data["checks"]) else []
+    for line in caching:
+        # with and without caching side by side, under the table (the check below says the same)
+        print(f"  {line}")
     for c in data["checks"]:
+        if c["name"] == "prefix caching" and caching:
+            continue
         print(f"  [{c['status']:>7}] {c['name']}: {c['detail']}")
         if c.get("replay_command"):
             print(f"            replay: {c['replay_command']}")
@@ -258,7 +275,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("audit", help="audit a scheduler end to end: theory, proofs, properties, stability region, report")
     # --scheduler and --window as every command that runs a scheduler takes them
     add_run_arguments(p, timeout=False)
-    add_server_arguments(p)
+    add_server_arguments(p, caching=True)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--workload", default=None, help="workload spec (default paper-1:1); Poisson arrivals at each rate")
     src.add_argument("--trace", default=None, metavar="PATH", help="a trace's (s, o) rows as the length law (file or shipped name)")
