@@ -216,12 +216,18 @@ def _dask_executor(address: str, workers: int) -> _DaskExecutor:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from kvstab.audit.sweep import SweepGrid, json_row, run_sweep
+    from kvstab.cli.flags import prefix_caching_for
     from kvstab.registry import load_scheduler
 
     out = writable_dir(args.out)
     schedulers = tuple(_flatten(args.scheduler) or ["current-fit"])
+    caching = []
     for s in schedulers:
-        load_scheduler(s)
+        # each scheduler's points cache prefixes as its engine runs by default, unless --prefix-caching says
+        name = load_scheduler(s).name
+        on = prefix_caching_for(args, name)
+        _check_caching(name, on, f"scheduler {s}")
+        caching.append(on)
     specs = [workload_spec(w, None) for w in args.workload or []]
     specs += [workload_spec(None, t) for t in args.trace or []]
     grid = SweepGrid(
@@ -229,7 +235,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         workloads=tuple(specs or [workload_spec(None, None)]),
         M=tuple(args.M), chunk=tuple(args.chunk), bbar=tuple(args.bbar), block=args.block,
         rates=tuple(args.rates or ()), loads=tuple(args.loads or ()), slots=args.slots,
-        replicates=args.replicates, seed=args.seed, drop_oversize=args.drop_oversize,
+        replicates=args.replicates, seed=args.seed, drop_oversize=args.drop_oversize, prefix_caching=tuple(caching),
     )
     with _executor(args.workers, args.dask) as ex:
         rows = run_sweep(grid, out, executor=ex, resume=args.resume, log=_log(not args.quiet and not args.json))
@@ -237,7 +243,19 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(json.dumps([json_row(r) for r in rows], indent=2, allow_nan=False))
     else:
         print(f"kvstab sweep: {len(rows)} points → {out / 'sweep.csv'} (checkpoint {out / 'points.jsonl'}, plot {out / 'sweep.png'})")
+        if any(caching):
+            from kvstab.audit.audit import MU_NO_SHARING
+
+            print(f"prefix caching on for {', '.join(s for s, on in zip(schedulers, caching) if on)}: {MU_NO_SHARING} "
+                  "(sweep.csv's measured_over_mu)")
     return 0
+
+
+def _on_off(text: str) -> bool:
+    """``on`` or ``off``, as every command's ``--prefix-caching`` reads it."""
+    from kvstab.cli.flags import _on_off as on_off
+
+    return on_off(text)
 
 
 def _flatten(values: list[list[str]] | None) -> list[str]:
@@ -306,6 +324,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--bbar", type=_list_of(_flag_type("--bbar")), default=[0.0372],
                    help="batch times b̄ in s (comma list)")
     s.add_argument("--block", type=_flag_type("--block"), default=1, help="KV block size B (default 1)")
+    s.add_argument("--prefix-caching", dest="prefix_caching", type=_on_off, default=None, metavar="on|off",
+                   help="prefix caching on every point (default: as each engine modelled — on for vllm-v1, as "
+                   "vLLM's default; off for the paper's rules and sglang); μ stays the no-sharing formula")
     s.add_argument("--rates", type=_list_of(rate), default=None, help="arrival rates λ in req/s (comma list)")
     s.add_argument("--loads", type=_list_of(arg_type(v.positive_float, "a load λ/μ", maximum=100.0)), default=None,
                    help="arrival rates as multiples of each configuration's μ (comma list)")
