@@ -802,6 +802,10 @@ def _caching_comparison(
     if w.prefix is None:
         res.caching_note = ("the workload has no prefix structure (no prefix= law): nothing is shared between "
                             "requests, so λ* was searched once")
+        if config.workload.strip().startswith("trace("):
+            # a trace's rows resampled as a length law keep no content: its hash_ids replay only with its own arrivals
+            res.caching_note += ("; a trace's rows as a length law carry no prompt content (kvstab simulate "
+                                 "--trace-arrivals replays a Mooncake trace's hash_ids)")
         return None
     if flipped and sched.name == "sglang":
         res.caching_note = "no λ* with caching: SGLang's radix cache is not modelled yet"
