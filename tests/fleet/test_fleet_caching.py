@@ -10,12 +10,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from kvstab.arrivals import ArrivalPlan
 from kvstab.cli import main
+from kvstab.engine import run
 from kvstab.errors import InvalidArgument
 from kvstab.fleet.arrivals import piecewise_poisson, poisson_times
 from kvstab.fleet.plan import GpuType, solve_plan, verify_plan
 from kvstab.fleet.simulate import Replica, simulate_fleet
 from kvstab.model import ModelParams
+from kvstab.registry import load_scheduler
 from kvstab.workload import parse_workload
 
 SHARED = "s=U(40,48),o=U(4,8),prefix=shared(32)"
@@ -49,9 +52,20 @@ def test_each_replica_caches_on_its_own_pool_and_serves_more_than_without() -> N
     assert on.fleet.throughput is not None and off.fleet.throughput is not None
     assert on.fleet.throughput.low > 1.3 * off.fleet.throughput.high
     assert on.fleet.in_system_end < off.fleet.in_system_end
-    # a replica's pool is its own: one replica alone on its share of the arrivals measures the same
-    alone = simulate_fleet(_fleet(True)[:1], "round-robin", W, arr)
-    assert alone.fleet.throughput is not None
+    # a replica's pool is its own: replica 1 run alone on its round-robin share (with that share's prompts)
+    # finishes every request exactly when it does in the fleet, on the compiled cache path
+    r1 = on.replicas[1]
+    assert r1.engine == "fast" and np.array_equal(r1.request_ids, np.arange(1, len(arr), 2))
+    ids = r1.request_ids
+    params = replace(SERVER, prefix_caching=True)
+    slots = int(np.ceil(arr.horizon_s / params.bbar))
+    assert arr.prompts is not None
+    plan = ArrivalPlan(np.floor(arr.time[ids] / params.bbar).astype(np.int64), arr.s[ids], arr.o[ids],
+                       prompts=arr.prompts.take(ids))
+    res = run(load_scheduler("vllm-v1"), params, plan, slots, record=True).result
+    assert res is not None
+    alone = np.where(res.finish >= 0, (res.finish + 1) * params.bbar, np.nan)
+    assert np.array_equal(alone, r1.finish_s, equal_nan=True)
 
 
 def test_the_event_loop_refuses_caching_rather_than_ignore_it() -> None:
