@@ -836,7 +836,9 @@ def caching_lines(data: dict[str, Any]) -> list[str]:
     if not pc:
         return []
     on = pc["enabled"]
-    lines = [f"prefix caching {'on' if on else 'off'}; {pc['mu_formula']}"]
+    lines = [f"prefix caching {'on' if on else 'off'}; {pc['mu_formula']}"
+             # the proofs and the property suite take no server flags: they are of the model without the pool
+             + ("; the proofs and properties check the model without caching" if on else "")]
     if pc["measured_over_mu"]:
         lines.append("measured/μ (saturated throughput / μ): "
                      + ", ".join(f"{name} {x:.4f}" for name, x in pc["measured_over_mu"].items()))

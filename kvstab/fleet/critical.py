@@ -232,10 +232,12 @@ def find_fleet_critical_rate(
         notes.append(f"the interval did not reach ±{tol:.4g}/s within {max_evaluations} evaluations")
     saturated = None
     if overload is not None:
-        sat = evaluate_rate(replicas, router, workload, overload * theory, horizon_s, seeds=seeds, classify=False,
+        # with prefix caching the fleet can serve more than the no-sharing theory: overload past what it kept up with
+        base = max(theory, hi) if caching_replicas(replicas) else theory
+        sat = evaluate_rate(replicas, router, workload, overload * base, horizon_s, seeds=seeds, classify=False,
                             seed=seed)  # fmt: skip
         saturated = sat.throughput
-        log(f"  saturated throughput at λ = {overload * theory:.5g}/s: {sat.throughput.value:.5g}/s "
+        log(f"  saturated throughput at λ = {overload * base:.5g}/s: {sat.throughput.value:.5g}/s "
             f"[{sat.throughput.low:.5g}, {sat.throughput.high:.5g}]")  # fmt: skip
     return CriticalRate(
         router=rt.name, critical=(lo + hi) / 2 - h, low=max(lo - h, 0.0), high=hi - h, threshold=h,
