@@ -138,8 +138,8 @@ class Case:
 
 def shared_prompt_case() -> Case:
     """Issue 25's headline case: :data:`SHARED_SPEC` at ``M =`` :data:`SHARED_M`, flooded (4 × μ_paper:
-    with caching vLLM completes about 3 × μ_paper), at most 3,000 steps."""
-    return Case("shared-prompt@64k", SHARED_M, parse_workload(SHARED_SPEC), load=4.0, max_steps=3_000)
+    with caching vLLM completes about 3 × μ_paper), at most 8,000 steps."""
+    return Case("shared-prompt@64k", SHARED_M, parse_workload(SHARED_SPEC), load=4.0, max_steps=8_000)
 
 
 def default_cases(data_dir: str | None, which: str = "all") -> list[Case]:
