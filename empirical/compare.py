@@ -559,7 +559,21 @@ class Report:
             ("(b) sharing on: own tables / memory in use", [g.on.sharing for g in gaps], ".3f"),
             ("sharing off (1: nothing shared)", [g.off.sharing for g in gaps], ".3f"),
         ]
+        if self.profile is not None:
+            # in seconds the steps differ too: fewer prefill tokens, but more requests attending longer contexts
+            per_s = [(self._rate_per_s(r.measured), self._rate_per_s(r.off.measured))
+                     for r in self.results if r.off is not None]
+            table += [
+                ("μ on, A100 profile step times (req/s)", [on for on, _ in per_s], ".3f"),
+                ("μ off, A100 profile step times (req/s)", [off for _, off in per_s], ".3f"),
+                ("on / off in req/s (A100 profile)", [on / off for on, off in per_s], ".3f"),
+            ]
         return [[label] + [format(v, fmt) for v in vals] for label, vals, fmt in table]
+
+    def _rate_per_s(self, log: StepLog) -> float:
+        """Completions per second over the window with the A100 profile's step times."""
+        assert self.profile is not None
+        return saturated_rate_per_second(log, np.maximum(self.profile.step_times(log), 1e-12), self.warmup).value
 
     def caching_names(self) -> list[str]:
         """The cases that ran with caching on and off."""
@@ -844,8 +858,9 @@ class Report:
             "completions a step's token budget allows.  *On without the saving* is that ceiling for a server "
             "that shared the memory but computed every prompt token: when the measured caching-on rate is above "
             "it, shared memory alone could not have reached it — the saved compute is what keeps the server "
-            "memory-bound.  In seconds the saving is also shorter steps (the A100 section prices the steps of "
-            "the caching-on runs)."
+            "memory-bound.  In seconds the steps differ too (fewer prefill tokens, but more running requests "
+            "attending their whole contexts, the shared prefix included): with the A100 profile the last rows "
+            "price both runs' steps."
         )
         out += ["", _md_table(["quantity"] + names, self.compute_rows()), ""]
         return out

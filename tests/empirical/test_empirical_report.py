@@ -11,6 +11,7 @@ import pytest
 
 from kvstab.arrivals import poisson_arrivals
 from kvstab.cli import main
+from kvstab.empirical.batchtime import load_profile
 from kvstab.empirical.compare import compare, shared_prompt_case
 from kvstab.empirical.decompose import CACHING_TERMS, area, decompose_gap
 from kvstab.empirical.estimators import bbar_estimates, queue_growth, saturated_rate, saturated_rate_per_second
@@ -144,12 +145,13 @@ def test_compare_only_names_a_valid_case(tmp_path: Path, capsys: pytest.CaptureF
     assert "\n" not in err and "'P/D 9:9@16k' is not a case" in err and "P/D 1:1@16k" in err
 
 
-def test_compare_with_caching_shows_the_off_column_and_decomposes_the_gap(tmp_path: Path) -> None:
+def test_compare_with_caching_shows_the_off_column_and_decomposes_the_gap(tmp_path: Path, data_dir: Path) -> None:
     """Issue 25's shared system prompt on the model (caching on by default, as vLLM's): the caching-off
     rate beside the caching-on one, ``ln(μ_on / μ_off)`` split exactly into its terms, shared memory the
     largest, the hits' saved prefill counted, and μ_paper named the no-sharing formula."""
     out = tmp_path / "rep"
-    report = compare([shared_prompt_case()], str(out), steps=900, use_vllm=False, plots=False)
+    profile = load_profile(str(data_dir / "profiles" / "a100-llama-3-8b"))
+    report = compare([shared_prompt_case()], str(out), steps=900, use_vllm=False, plots=False, profile=profile)
     (r,) = report.results
     assert r.caching and r.off is not None and r.off.vllm is None
     gap = r.off.gap
@@ -167,6 +169,7 @@ def test_compare_with_caching_shows_the_off_column_and_decomposes_the_gap(tmp_pa
     md = (out / "compare.md").read_text()
     assert "μ paper is the no-sharing formula" in md and "Prefix caching on vs off" in md
     assert "measured / μ paper" in md and f"{on / r.mu_paper:.3f}" in md
+    assert "on / off in req/s (A100 profile)" in md  # both runs' steps priced by the profile
     rows = list(csv.reader((out / "compare.csv").open()))
     row = dict(zip(rows[0], rows[1]))
     assert row["prefix caching"] == "on" and row["caching on / off"].startswith(f"{on / off:.3f} [")
