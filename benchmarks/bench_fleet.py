@@ -31,6 +31,7 @@ import time
 from kvstab.fleet import Replica, poisson_times, simulate_fleet
 from kvstab.fleet.critical import find_fleet_critical_rate
 from kvstab.fleet.simulate import replica_infos
+from kvstab.metrics import against_threshold
 from kvstab.model import PAPER_BBAR, PAPER_CHUNK, PAPER_M, ModelParams
 from kvstab.workload import PAPER_WORKLOADS
 
@@ -58,10 +59,6 @@ def _plot(path: str, runs: list[tuple[str, object]]) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-def _fmt(e: object) -> str:
-    return "n/a" if e is None else f"{e.value:+.4f} [{e.low:+.4f}, {e.high:+.4f}]"  # type: ignore[attr-defined]
 
 
 def main() -> None:
@@ -94,6 +91,8 @@ def main() -> None:
         print(f"  8·μ (theory)            : {mu8:.4f} req/s (μ = {mu8 / REPLICAS:.4f})")
         print(f"  λ* (bisection)          : {cr.critical:.4f} req/s [{cr.low:.4f}, {cr.high:.4f}]"
               f"{'' if cr.resolved else ' (unresolved)'}")
+        print(f"  growth threshold h      : {cr.threshold:.4g} req/s (a rate is stable when its growth is below h, "
+              "not below 0: above λ* the growth is λ − λ*, so the search finds λ* + h and reports λ* = that − h)")
         if sat is not None:
             gsat = abs(mu8 - sat.value) / sat.value
             print(f"  saturated throughput    : {sat.value:.4f} req/s [{sat.low:.4f}, {sat.high:.4f}] "
@@ -110,8 +109,9 @@ def main() -> None:
             runs.append((f"λ = {f:g}·λ* = {rate:.2f}/s", r))
             tail = r.waiting.sum(axis=0)[len(r.grid_s) // 2 :]
             print(f"  at {f:g}·λ*: waiting over the last half: mean {tail.mean():.1f}, max {tail.max():.0f}; "
-                  f"{r.fleet.in_system_end} in system at the end; growth "
-                  f"{_fmt(r.fleet.queue_slope)}/s")
+                  f"{r.fleet.in_system_end} in system at the end; "
+                  + (f"{against_threshold(r.fleet.queue_slope, cr.threshold)}" if r.fleet.queue_slope is not None
+                     else "growth n/a"))
         png = os.path.join(args.out, f"queue-{name}.png")
         _plot(png, runs)
         print(f"  figure                  : {png}")

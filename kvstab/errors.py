@@ -13,6 +13,7 @@ __all__ = [
     "InvalidScheduler",
     "InvariantViolation",
     "TraceError",
+    "plugin_fault",
 ]
 
 
@@ -79,3 +80,16 @@ def _rebuild_violation(
 ) -> InvariantViolation:
     """Unpickle an :class:`InvariantViolation` with every attribute."""
     return cls(message, slot=slot, memory=memory, capacity=capacity, requests=requests, record=record)
+
+
+def plugin_fault(exc: BaseException) -> str:
+    """One line describing what a plug-in raised, for the message that names the plug-in.
+
+    A plug-in's ``SystemExit`` (``sys.exit`` at import, a ``module:attr`` naming
+    ``sys:exit``) or any other ``BaseException`` would otherwise end kvstab with no
+    output and a status the plug-in chose; the loaders and the engine turn it into
+    an error whose text this is."""
+    text = " ".join(str(exc).split("\n"))
+    if isinstance(exc, SystemExit):
+        return f"{exc!r}: a plug-in may not end kvstab (it called sys.exit or raised SystemExit)"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -16,7 +16,7 @@ from scipy import stats
 from kvstab.errors import InvalidArgument
 from kvstab.simulator import SimResult
 
-__all__ = ["Estimate", "batch_means", "throughput", "queue_slope", "utilisation", "steady_window"]
+__all__ = ["Estimate", "against_threshold", "batch_means", "throughput", "queue_slope", "utilisation", "steady_window"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +74,25 @@ def queue_slope(result: SimResult, warmup: float = 0.25, batches: int = 20) -> E
 def utilisation(result: SimResult, warmup: float = 0.25) -> float:
     """Mean memory used over ``M`` in the steady-state window."""
     return float(result.memory[steady_window(result, warmup)].mean() / result.params.M)
+
+
+def against_threshold(growth: Estimate, h: float, unit: str = "/s", digits: int = 4) -> str:
+    """A queue growth beside the threshold ``h`` it is classified against, and the reading.
+
+    A critical-rate search calls a rate unstable when its growth exceeds ``h``, not
+    zero (above ``λ*`` the growth is ``λ − λ*``, so the search aims at ``λ* + h``): an
+    interval wholly above zero but below ``h`` is *stable*.  Printing ``h`` and the side
+    the interval (or, when the interval straddles ``h``, the point estimate) lies on
+    keeps such a line from reading as a contradiction.
+    """
+    v, lo, hi = growth.value, growth.low, growth.high
+    verdict = "unstable" if v > h else "stable"
+    side = "above" if v > h else "below"
+    if lo > h or hi < h:
+        why = f"interval {side} h"
+    else:
+        why = f"point estimate {side} h; the interval straddles h"
+    return (
+        f"growth {v:+.{digits}g} [{lo:+.{digits}g}, {hi:+.{digits}g}]{unit} vs h = {h:+.{digits}g}{unit} "
+        f"→ {verdict} ({why})"
+    )

@@ -22,7 +22,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from kvstab.contract import Scheduler, check_scheduler_shape, traits_of
-from kvstab.errors import InvalidArgument, InvalidScheduler
+from kvstab.errors import InvalidArgument, InvalidScheduler, KvstabError, plugin_fault
 
 __all__ = ["Registry", "REGISTRY", "get_scheduler", "load_scheduler", "register", "builtin_names"]
 
@@ -81,14 +81,30 @@ class Registry:
 
 
 def _resolve(spec: str) -> Any:
-    """Import ``module:attr``; raise :class:`InvalidArgument` in one line on failure."""
+    """Import ``module:attr``; raise :class:`InvalidArgument` in one line on failure.
+
+    The plug-in's code runs here (its import, a factory, the attributes the shape
+    check reads): whatever it raises, ``SystemExit`` included, becomes one line that
+    names it.  Only Ctrl-C (``KeyboardInterrupt``) goes on as it is."""
     if ":" not in spec:
         raise InvalidArgument(f"scheduler spec {spec!r} must be a registered name or 'module:attr'")
     mod_name, _, attr = spec.partition(":")
     try:
         mod = importlib.import_module(mod_name)
-    except Exception as exc:  # any import-time failure of user code is one line
-        raise InvalidArgument(f"cannot import scheduler module {mod_name!r}: {type(exc).__name__}: {exc}") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # any import-time failure of user code is one line, an exit too
+        raise InvalidArgument(f"cannot import scheduler module {mod_name!r}: {plugin_fault(exc)}") from None
+    try:
+        return _built(spec, mod, mod_name, attr)
+    except (KeyboardInterrupt, KvstabError):
+        raise
+    except BaseException as exc:
+        raise InvalidArgument(f"scheduler {spec!r}: loading it raised {plugin_fault(exc)}") from None
+
+
+def _built(spec: str, mod: Any, mod_name: str, attr: str) -> Any:
+    """The scheduler ``mod``'s ``attr`` names (built if it is a class or factory), shape-checked."""
     obj: Any = mod
     for part in attr.split("."):
         if not part or not hasattr(obj, part):
@@ -97,8 +113,10 @@ def _resolve(spec: str) -> Any:
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "decide")):
         try:
             obj = obj()  # a class or factory: build the scheduler
-        except Exception as exc:
-            raise InvalidArgument(f"cannot build scheduler from {spec!r}: {type(exc).__name__}: {exc}") from None
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # sys:exit is a factory that ends the process: one line too
+            raise InvalidArgument(f"cannot build scheduler from {spec!r}: {plugin_fault(exc)}") from None
     problem = check_scheduler_shape(obj)
     if problem is not None:
         raise InvalidScheduler(f"{spec!r} is not a scheduler: {problem}")

@@ -16,6 +16,7 @@ from kvstab.arrivals import MAX_ARRIVAL_SLOT, ArrivalPlan, fixed_arrivals
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import ModelParams
+from kvstab.prefix import Prompt, PromptSet, content_id
 from kvstab.registry import load_scheduler
 from kvstab.simulator import DEFAULT_WINDOW, Engine, SlotRecord
 from kvstab.validation import MAX_TOKENS, as_int
@@ -61,10 +62,56 @@ def _rows(text: str, names: tuple[str, ...], what: str) -> list[tuple[int, ...]]
     return out
 
 
+#: the content id of the one shared prefix a ``--requests`` line can name (``SLOT:S:O:P``)
+SHARED_PREFIX = content_id("shared", 0)
+
+
 def parse_requests(text: str) -> ArrivalPlan:
-    """``"SLOT:S:O,SLOT:S:O,…"`` → an arrival plan (slots ≥ 0, lengths ≥ 1)."""
-    rows = _rows(text, ("SLOT", "S", "O"), "--requests")
-    return fixed_arrivals([(r[0], r[1], r[2]) for r in rows])
+    """``"SLOT:S:O,SLOT:S:O,…"`` → an arrival plan (slots ≥ 0, lengths ≥ 1).
+
+    An item may carry a fourth field, ``SLOT:S:O:P``: its prompt starts with the first
+    ``P ≤ S`` tokens of one prefix all such items share (two items share ``min`` of their
+    ``P``), the rest is its own — the content prefix caching finds
+    (``--prefix-caching on``)."""
+    rows: list[tuple[int, ...]] = []
+    for item in (x for x in text.split(",") if x.strip()):
+        four = item.strip().count(":") == 3
+        names = ("SLOT", "S", "O", "P") if four else ("SLOT", "S", "O")
+        (row,) = _rows(item, names, "--requests")
+        if four and row[3] > row[1]:
+            raise InvalidArgument(f"--requests item {item.strip()!r}: the shared prefix P={row[3]} exceeds S={row[1]}")
+        rows.append(row)
+    plan = fixed_arrivals([(r[0], r[1], r[2]) for r in rows])
+    if not any(len(r) == 4 for r in rows):
+        return plan
+    # fixed_arrivals sorts by slot (stably): the prompts follow the same order
+    order = sorted(range(len(rows)), key=lambda i: (rows[i][0], i))
+    prompts = []
+    for i in order:
+        r = rows[i]
+        shared = r[3] if len(r) == 4 else 0
+        segs: list[tuple[int, int]] = [(SHARED_PREFIX, shared)] if shared else []
+        if r[1] > shared:
+            segs.append((content_id("own", i), r[1] - shared))
+        prompts.append(Prompt(tuple(segs)))
+    return ArrivalPlan(plan.slot, plan.s, plan.o, prompts=PromptSet.from_prompts(prompts))
+
+
+def _shared_prefixes(plan: ArrivalPlan) -> list[int] | None:
+    """Each request's ``P`` if every prompt of ``plan`` is the form ``--requests`` can write
+    (a prefix of :data:`SHARED_PREFIX`, then content no other prompt has), else ``None``."""
+    assert plan.prompts is not None
+    out = []
+    seen: set[int] = set()
+    for i in range(len(plan)):
+        segs = plan.prompts.prompt(i).segments
+        shared = segs[0][1] if segs and segs[0][0] == SHARED_PREFIX else 0
+        rest = segs[1:] if shared else segs
+        if len(rest) > 1 or any(c in seen or c == SHARED_PREFIX for c, _ in rest):
+            return None
+        seen.update(c for c, _ in rest)
+        out.append(shared)
+    return out
 
 
 def parse_state(active: str, waiting: str) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
@@ -122,8 +169,16 @@ def replay_command(
     """The one-line ``kvstab replay …`` command for this workload
     (``command="check"``: the same flags for ``kvstab check``).  ``--window``
     is written when it differs from the default (8)."""
+    shared: list[int] | None = None
     if isinstance(plan, ArrivalPlan):
         rows = [(int(a), int(b), int(c)) for a, b, c in zip(plan.slot, plan.s, plan.o)]
+        if params.prefix_caching and plan.prompts is not None:
+            shared = _shared_prefixes(plan)
+            if shared is None:
+                raise InvalidArgument(
+                    "this plan's prompts share more than one prefix: a --requests line names only one "
+                    "(SLOT:S:O:P); replay it from Python with kvstab.replay.replay"
+                )
     else:
         rows = list(plan)
     parts = ["kvstab", command, "--scheduler", scheduler, "--M", str(params.M), "--chunk", str(params.chunk)]
@@ -135,7 +190,12 @@ def replay_command(
         parts += ["--token-budget", str(params.token_budget)]
     if window != DEFAULT_WINDOW:
         parts += ["--window", str(window)]
-    parts += ["--requests", ",".join(f"{a}:{b}:{c}" for a, b, c in rows)]
+    if params.prefix_caching:
+        parts += ["--prefix-caching", "on"]
+    if shared is not None:
+        parts += ["--requests", ",".join(f"{a}:{b}:{c}:{p}" if p else f"{a}:{b}:{c}" for (a, b, c), p in zip(rows, shared))]
+    else:
+        parts += ["--requests", ",".join(f"{a}:{b}:{c}" for a, b, c in rows)]
     if active:
         parts += ["--active", ",".join(f"{s}:{o}:{p}" for s, o, p in active)]
     if waiting:

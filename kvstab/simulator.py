@@ -412,7 +412,7 @@ class Engine:
             raise InvalidScheduler(f"{where}: {self._unnamed(exc)}") from None
         except KvstabError:
             raise
-        except Exception as exc:  # the plug-in's own fault: say so, with its name and the slot
+        except BaseException as exc:  # the plug-in's own fault (SystemExit too): say so, with its name and the slot
             raise InvalidScheduler(
                 f"{where}: decide raised {type(exc).__name__}: {exc} (an error in the scheduler, not in kvstab)"
             ) from exc

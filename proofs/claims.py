@@ -46,6 +46,7 @@ from kvstab.proofs.encoding import (
     Setting,
     StepTerms,
     SymState,
+    call_decide,
     encode_step,
     fresh_state,
     memory,
@@ -372,7 +373,7 @@ def _concrete_decision(
         n_waiting=len(wait),
         state=sched_state,
     )
-    return scheduler.decide(view, CONCRETE)
+    return call_decide(scheduler, view, CONCRETE)
 
 
 def _non_clairvoyant(

@@ -27,9 +27,13 @@ slots; rules and invariants mask by ``present``, so gaps are harmless, and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
+from types import FrameType
 from typing import Any
 
 import z3
@@ -50,6 +54,8 @@ from kvstab.proofs.solver import register_bounds
 from kvstab.symbolic import Sym, Z3Ops, unwrap
 
 __all__ = [
+    "decide_time_limit",
+    "call_decide",
     "Setting",
     "Entry",
     "SymState",
@@ -254,6 +260,45 @@ def view_of(state: SymState, setting: Setting) -> View:
     )
 
 
+#: the wall-clock limit on one call of a rule's ``decide`` inside a proof (seconds; ``None``: none)
+_DECIDE_LIMIT: list[float | None] = [None]
+
+
+@contextmanager
+def decide_time_limit(seconds: float | None) -> Iterator[None]:
+    """Within this block every call of a rule's ``decide`` that a proof makes
+    (:func:`call_decide`: on symbolic values, or on a decoded state) raises
+    :class:`InvalidScheduler` after ``seconds`` of wall time (``kvstab prove
+    --decide-timeout``), so a rule that never returns ends the run with one line.
+    It needs ``SIGALRM``, so it limits calls in the main thread only."""
+    before = _DECIDE_LIMIT[0]
+    _DECIDE_LIMIT[0] = seconds
+    try:
+        yield
+    finally:
+        _DECIDE_LIMIT[0] = before
+
+
+def call_decide(scheduler: Scheduler, view: View, ops: Any) -> Any:
+    """``scheduler.decide(view, ops)`` under :func:`decide_time_limit`'s limit."""
+    limit = _DECIDE_LIMIT[0]
+    if limit is None or threading.current_thread() is not threading.main_thread():
+        return scheduler.decide(view, ops)
+    name = getattr(scheduler, "name", repr(scheduler))
+
+    def on_alarm(signum: int, frame: FrameType | None) -> None:
+        raise InvalidScheduler(f"scheduler {name!r}: decide did not return within the {limit:g} s limit "
+                               "(--decide-timeout) in the proof")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        return scheduler.decide(view, ops)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def run_rule(scheduler: Scheduler, view: View) -> Decision:
     """Run ``scheduler.decide`` on the symbolic view.
 
@@ -263,7 +308,7 @@ def run_rule(scheduler: Scheduler, view: View) -> Decision:
     """
     name = getattr(scheduler, "name", repr(scheduler))
     try:
-        decision = scheduler.decide(view, OPS)
+        decision = call_decide(scheduler, view, OPS)
     except KvstabError:
         raise
     except Exception as exc:

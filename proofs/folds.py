@@ -36,7 +36,7 @@ import z3
 from kvstab.contract import ActiveEntry, Decision, Projected, Scheduler, View, WaitingEntry, state_vars_of
 from kvstab.errors import KvstabError
 from kvstab.ops import Ops
-from kvstab.proofs.encoding import OPS, Entry, Setting, state_terms
+from kvstab.proofs.encoding import OPS, Entry, Setting, call_decide, state_terms
 from kvstab.symbolic import Sym, unwrap
 
 __all__ = ["NotAFold", "Lazy", "Fold", "Retraction", "ProjectedAdmission", "Program", "run_abstract", "impurity"]
@@ -579,7 +579,7 @@ def run_abstract(scheduler: Scheduler, setting: Setting) -> Program:
         state=tuple(Sym(x) for x in state),
     )
     try:
-        d = scheduler.decide(view, OPS)
+        d = call_decide(scheduler, view, OPS)
     except NotAFold:
         raise
     except KvstabError:

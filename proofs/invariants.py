@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import z3
 
 from kvstab.contract import StateVar, View
-from kvstab.errors import InvalidArgument
+from kvstab.errors import InvalidArgument, plugin_fault
 from kvstab.model import progress_after
 from kvstab.proofs.encoding import (
     OPS,
@@ -320,8 +320,10 @@ def load_conjunct(spec: str) -> Conjunct:
     mod_name, _, attr = spec.partition(":")
     try:
         mod = importlib.import_module(mod_name)
-    except Exception as exc:
-        raise InvalidArgument(f"cannot import conjunct module {mod_name!r}: {type(exc).__name__}: {exc}") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit at import too: one line naming the module
+        raise InvalidArgument(f"cannot import conjunct module {mod_name!r}: {plugin_fault(exc)}") from None
     obj = getattr(mod, attr, None)
     if obj is None:
         raise InvalidArgument(f"module {mod_name!r} has no attribute {attr!r}")

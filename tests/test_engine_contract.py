@@ -177,10 +177,19 @@ def test_a_real_ctrl_c_in_a_stuck_decide_is_one_line(tmp_path: Path) -> None:
 
     marker = tmp_path / "marker"
     env = {**os.environ, "KVSTAB_TEST_MARKER": str(marker), "PYTHONPATH": str(Path(__file__).parent / "plugins")}
+
+    def as_at_a_terminal() -> None:
+        # Ctrl-C reaches a foreground job with SIGINT at its default and unblocked; the test runner may
+        # not have it so (a suite started as a background job of a non-interactive shell, `pytest &`
+        # in a CI script, inherits SIGINT ignored, and an ignored SIGINT stays ignored across exec and
+        # in Python, so the signal below would be dropped and decide would spin forever)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
     proc = subprocess.Popen(
         [sys.executable, "-m", "kvstab.cli", "replay", "--scheduler", "sample_plugins:STUCK", "--M", "100",
          "--chunk", "8", "--requests", "0:3:3"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_at_a_terminal,
     )
     try:
         deadline = time.monotonic() + 120  # a guard against a broken run, not a timed assertion

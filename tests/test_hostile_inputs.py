@@ -41,13 +41,16 @@ CASES: list[tuple[list[str], str]] = [
     (["simulate", "--slots", "1e99999"], "too large"),
     (["simulate", "--bbar", "1e300"], "the batch time b̄ must be at most"),
     (["simulate", "--bbar", "-0.1"], "the batch time b̄ must be a positive number"),
+    # a denormal b̄ made μ and λ infinite, and the line blamed the arrival rate λ, which was not given
+    (["simulate", "--bbar", "1e-320"], "the batch time b̄ must be at least 1e-09 s"),
+    (["mu", "--bbar", "1e-320"], "the batch time b̄ must be at least 1e-09 s"),
     (["simulate", "--seed", "-1"], "the seed must be a non-negative integer"),
     (["simulate", "--seed", "1e30"], "the seed is too large"),
     (["simulate", "--seed", "x"], "the seed must be an integer"),
     (["simulate", "--warmup", "1"], "must be a number in [0, 1)"),
     (["simulate", "--window", "0"], "the queue window must be a positive integer"),
     (["simulate", "--window", "1e20"], "the queue window is too large"),
-    (["simulate", "--decide-timeout", "0"], "the decide timeout must be a positive number"),
+    (["simulate", "--decide-timeout", "-1"], "the decide timeout must be a non-negative number"),
     (["simulate", "--decide-timeout", "inf"], "the decide timeout must be a finite number"),
     (["simulate", "--g", "fuzzy"], "invalid choice: 'fuzzy'"),
     (["simulate", "--time-scale", "1e300"], "the time scale must be at most"),
@@ -116,6 +119,8 @@ CASES: list[tuple[list[str], str]] = [
     ([*CHECK, "--requests", "0:1:1", "--token-budget", "1e30"], "the token budget is too large"),
     (["check", "--scheduler", "nope", "--M", "100", "--chunk", "8", "--requests", "0:1:1"], "unknown scheduler 'nope'"),
     (["check", "--scheduler", "sample_plugins:RAISES", "--M", "100", "--chunk", "8", "--requests", "0:1:1"], "decide raised ZeroDivisionError"),
+    # --- empirical: the seed was a bare int, and a negative one reached numpy (a traceback)
+    (["empirical", "compare", "--seed", "-1"], "the seed must be a non-negative integer"),
     # --- schedulers
     (["schedulers", "--bogus"], "unrecognized arguments: --bogus"),
     (["schedulers", "extra"], "unrecognized arguments: extra"),

@@ -224,3 +224,36 @@ def test_simulate_refuses_in_one_line(extra: list[str], match: str, capsys: pyte
     rc, out, err = _cli([*SHARED_SIM, *extra], capsys)
     assert rc == 2
     assert match in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
+
+
+# ---- kvstab replay / check ----
+
+
+def test_a_replay_line_names_the_shared_prefix_and_replays_the_same_run(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvstab.replay import parse_requests, replay, replay_command
+
+    plan = parse_requests("0:100:20:96,0:100:20:96,1:120:10:96,2:50:5")
+    assert plan.prompts is not None
+    server = ModelParams(M=256, chunk=64, block=16, token_budget=64, max_num_seqs=8, prefix_caching=True)
+    line = replay_command("vllm-v1", server, plan)
+    assert "--prefix-caching on" in line and "0:100:20:96" in line and "2:50:5" in line
+    first = replay("vllm-v1", server, plan)
+    again = replay("vllm-v1", server, parse_requests(line.split("--requests ")[1].strip("'")))
+    assert [r.memory for r in first.records] == [r.memory for r in again.records]
+    plain = replay("vllm-v1", replace(server, prefix_caching=False), plan)
+    assert max(r.memory for r in first.records) < max(r.memory for r in plain.records)  # the 96 tokens held once
+    rc, out, err = _cli(["replay", *line.split()[2:]], capsys)
+    assert rc == 0 and "prefix caching" in out, err
+
+
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["replay", "--requests", "0:10:2:11"], "shared prefix P=11 exceeds S=10"),
+        (["replay", "--requests", "0:10:2:x"], "--requests item"),
+        (["check", "--prefix-caching", "on", "--requests", "0:10:2:5"], "without shared blocks"),
+    ],
+)
+def test_replay_and_check_refuse_in_one_line(argv: list[str], match: str, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _cli([argv[0], "--scheduler", "vllm-v1", "--M", "256", "--chunk", "64", *argv[1:]], capsys)
+    assert rc == 2 and match in err and "Traceback" not in err, err

@@ -41,8 +41,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AuditConfig", "AuditResult", "Check", "run_audit", "SECTIONS", "SKIPPABLE", "EXIT", "SCHEMA_VERSION",
-    "TheorySection", "Certificate", "ProofsSection", "InvariantResult", "MarginResult", "ClaimsResult", "ClaimResult",
+    "TheorySection", "Certificate", "MU_NO_SHARING", "caching_lines", "ProofsSection", "InvariantResult", "MarginResult", "ClaimsResult", "ClaimResult",
 ]
+
+#: what every output of an audit with prefix caching says, until the theory gives μ under sharing (issue 25)
+MU_NO_SHARING = (
+    "μ is the no-sharing formula (every request holds its own KV): with prefix caching shared prompt blocks "
+    "count once against M and skip their prefill, so measured/μ may exceed 1"
+)
 
 #: the version of ``report.json``'s schema (docs/audit.md, "report.json")
 SCHEMA_VERSION = "kvstab.audit/1"
@@ -248,6 +254,10 @@ class AuditResult:
     checks: list[Check] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     complete: bool = False
+    #: the audited scheduler's λ* with prefix caching the other way round from the run's (a workload with
+    #: prefix structure only), and why there is none where there is none
+    other_caching: StabilityRegion | None = None
+    caching_note: str = ""
 
     @property
     def verdict(self) -> str:
@@ -278,7 +288,8 @@ class AuditResult:
             "scheduler": c.scheduler,
             "baselines": list(c.baselines),
             "server": {"M": c.params.M, "chunk": c.params.chunk, "block": c.params.block, "g": c.params.g,
-                       "token_budget": c.params.token_budget, "max_num_seqs": c.params.max_num_seqs, "bbar_s": c.params.bbar},
+                       "token_budget": c.params.token_budget, "max_num_seqs": c.params.max_num_seqs, "bbar_s": c.params.bbar,
+                       "prefix_caching": c.params.prefix_caching},
             "workload": c.workload,
             "profile": c.profile.name if c.profile else None,
             "seed": c.seed,
@@ -290,11 +301,50 @@ class AuditResult:
             "properties": to_json(self.properties),
             "stability": to_json(self.regions),
             "checks": to_json(self.checks),
+            "prefix_caching": self.caching_json(),
             "complete": self.complete,
             "verdict": self.verdict,
             "exit_status": self.exit_status,
             "seconds": self.seconds,
         }
+
+
+    def caching_json(self) -> dict[str, Any]:
+        """``report.json``'s ``prefix_caching``: whether the runs cached prefixes, that ``μ`` is the
+        no-sharing formula, measured/μ per scheduler, and λ* with and without caching side by side."""
+        on = self.config.params.prefix_caching
+        main = self.regions.get(self.config.scheduler)
+        comparison = None
+        if main is not None and self.other_caching is not None:
+            with_, without = (main, self.other_caching) if on else (self.other_caching, main)
+            comparison = {
+                "scheduler": self.config.scheduler,
+                "with_caching": _caching_summary(with_),
+                "without_caching": _caching_summary(without),
+                "ratio_with_over_without": with_.critical_rate / without.critical_rate if without.critical_rate else None,
+                "other_search": self.other_caching.to_json(),
+            }
+        return {
+            "enabled": on,
+            "mu_formula": MU_NO_SHARING,
+            "measured_over_mu": {name: r.saturated.throughput.value / r.mu for name, r in self.regions.items()},
+            "comparison": comparison,
+            "comparison_note": self.caching_note,
+        }
+
+
+def _caching_summary(r: StabilityRegion) -> dict[str, Any]:
+    """λ*, its interval and the saturated throughput of one search, beside the no-sharing μ."""
+    sat = r.saturated.throughput
+    return {
+        "critical_rate_per_s": r.critical_rate,
+        "critical_rate_ci_per_s": [r.low, r.high],
+        "critical_over_mu": r.critical_rate / r.mu,
+        "saturated_throughput_per_s": [sat.value, sat.low, sat.high],
+        "saturated_over_mu": sat.value / r.mu,
+        "resolved": r.resolved,
+        "method": r.method,
+    }
 
 
 def theory_section(scheduler: Scheduler, params: ModelParams, workload: str,
@@ -702,6 +752,7 @@ def run_audit(
 
     if "stability" in config.skip:
         res.checks.append(Check("stability", "skipped", "not run (--skip stability)"))
+        res.checks += _check_caching(res)
         res.complete = True
         return res
     t = time.perf_counter()
@@ -726,10 +777,91 @@ def run_audit(
         res.regions[name] = region
         log(f"  λ* = {region.critical_rate:.5g}/s [{region.low:.5g}, {region.high:.5g}] = {region.critical_rate / mu:.4f}·μ")
         on_progress(res)
+    broke = _caching_comparison(res, w, sched, scheduler_object, mu, profile, executor, log)
     res.seconds["stability"] = time.perf_counter() - t
     res.checks += _check_stability(res, res.regions[config.scheduler])
+    if broke is None:
+        res.checks += _check_caching(res)
+    else:
+        res.checks.append(broke)
     res.complete = True
     return res
+
+
+def _caching_comparison(
+    res: AuditResult, w: Any, sched: Scheduler, scheduler_object: Scheduler | None, mu: float,
+    profile: AuditProfile, executor: Executor | None, log: Callable[[str], None],
+) -> Check | None:
+    """On a workload with prefix structure, λ* of the audited scheduler again with prefix caching the
+    other way round (kept in ``res.other_caching``; ``res.caching_note`` says why not where it is not
+    run).  A model broken by the second search is returned as the failing check."""
+    from kvstab.audit.properties import violation_replay
+
+    config = res.config
+    flipped = not config.params.prefix_caching
+    if w.prefix is None:
+        res.caching_note = ("the workload has no prefix structure (no prefix= law): nothing is shared between "
+                            "requests, so λ* was searched once")
+        if config.workload.strip().startswith("trace("):
+            # a trace's rows resampled as a length law keep no content: its hash_ids replay only with its own arrivals
+            res.caching_note += ("; a trace's rows as a length law carry no prompt content (kvstab simulate "
+                                 "--trace-arrivals replays a Mooncake trace's hash_ids)")
+        return None
+    if flipped and sched.name == "sglang":
+        res.caching_note = "no λ* with caching: SGLang's radix cache is not modelled yet"
+        return None
+    word = "on" if flipped else "off"
+    log(f"stability: {config.scheduler} with prefix caching {word} (the workload has prefix structure)")
+    try:
+        region = find_critical_rate(
+            config.scheduler, dataclasses.replace(config.params, prefix_caching=flipped), config.workload, mu,
+            profile, scheduler_object=scheduler_object, seed=config.seed, executor=executor, log=log,
+            window=config.window,
+        )
+    except (InvariantViolation, InvalidScheduler) as exc:
+        replay = violation_replay(exc, config.scheduler)[0] if isinstance(exc, InvariantViolation) else ""
+        res.caching_note = f"the search with prefix caching {word} broke the model"
+        return Check(f"simulation of {config.scheduler} with prefix caching {word}", "fail",
+                     f"{type(exc).__name__}: {exc}", replay or None)
+    res.other_caching = region
+    log(f"  λ* = {region.critical_rate:.5g}/s [{region.low:.5g}, {region.high:.5g}] = {region.critical_rate / mu:.4f}·μ "
+        f"with prefix caching {word}")
+    return None
+
+
+def caching_lines(data: dict[str, Any]) -> list[str]:
+    """What report.json's ``prefix_caching`` says, in lines for the terminal and the reports: caching on
+    or off, μ the no-sharing formula with measured/μ, and λ* with and without caching side by side."""
+    pc = data.get("prefix_caching")
+    if not pc:
+        return []
+    on = pc["enabled"]
+    lines = [f"prefix caching {'on' if on else 'off'}; {pc['mu_formula']}"
+             # the proofs and the property suite take no server flags: they are of the model without the pool
+             + ("; the proofs and properties check the model without caching" if on else "")]
+    if pc["measured_over_mu"]:
+        lines.append("measured/μ (saturated throughput / μ): "
+                     + ", ".join(f"{name} {x:.4f}" for name, x in pc["measured_over_mu"].items()))
+    cmp_ = pc.get("comparison")
+    if cmp_ is not None:
+        def one(d: dict[str, Any]) -> str:
+            lo, hi = d["critical_rate_ci_per_s"]
+            return f"λ* = {d['critical_rate_per_s']:.5g}/s [{lo:.5g}, {hi:.5g}] = {d['critical_over_mu']:.4f}·μ"
+
+        ratio = cmp_["ratio_with_over_without"]
+        lines.append(f"{cmp_['scheduler']} with prefix caching: {one(cmp_['with_caching'])}; without: "
+                     f"{one(cmp_['without_caching'])}" + (f"; with/without = {ratio:.3f}×" if ratio is not None else ""))
+    elif pc.get("comparison_note"):
+        lines.append(f"λ* with and without caching: {pc['comparison_note']}")
+    return lines
+
+
+def _check_caching(res: AuditResult) -> list[Check]:
+    """An ``info`` line where caching matters: caching on, or a comparison run (the audit's every
+    output then says that μ is the no-sharing formula)."""
+    if not res.config.params.prefix_caching and res.other_caching is None:
+        return []
+    return [Check("prefix caching", "info", "; ".join(caching_lines({"prefix_caching": res.caching_json()})))]
 
 
 def _check_stability(res: AuditResult, r: StabilityRegion) -> list[Check]:

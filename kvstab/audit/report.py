@@ -106,6 +106,25 @@ def _replay_lines(data: dict[str, Any]) -> list[str]:
     return ["### Replay each failure", "", *[f"- {what}: `{cmd}`" for what, cmd in got], ""]
 
 
+def _caching(data: dict[str, Any]) -> list[str]:
+    """The prefix-caching lines every report carries where caching matters (the ``prefix caching``
+    check is there: caching on, or λ* searched both ways): on or off, μ the no-sharing formula with
+    measured/μ, and λ* with and without caching side by side."""
+    from kvstab.audit.audit import caching_lines
+
+    if not any(c["name"] == "prefix caching" for c in data["checks"]):
+        return []
+    return caching_lines(data)
+
+
+def _caching_md(data: dict[str, Any]) -> list[str]:
+    """report.md's prefix-caching section (nothing where caching does not matter)."""
+    got = _caching(data)
+    if not got:
+        return []
+    return ["## Prefix caching", "", *[f"- {line}" for line in got], ""]
+
+
 def markdown(data: dict[str, Any]) -> str:
     """``report.md``."""
     th = data["theory"]
@@ -128,6 +147,7 @@ def markdown(data: dict[str, Any]) -> str:
         f"**{data['verdict']}** (exit status {data['exit_status']}).",
         "",
         *_replay_lines(data),
+        *_caching_md(data),
         "## Theory",
         "",
         f"- E[g] = {_f(th['E_g'], 7)} token-slots; μ = {_f(th['mu_per_s'])} req/s ({_f(th['mu_per_slot'])} per slot)",
@@ -222,6 +242,8 @@ def _html(data: dict[str, Any], plots: dict[str, Path]) -> str:
         *(["<h3>Replay each failure</h3><ul>"]
           + [f"<li>{esc(what)}: <code>{esc(cmd)}</code></li>" for what, cmd in replays(data)] + ["</ul>"]
           if replays(data) else []),
+        *(["<h2>Prefix caching</h2><ul>"] + [f"<li>{esc(line)}</li>" for line in _caching(data)] + ["</ul>"]
+          if _caching(data) else []),
         f"<h2>Theory</h2><p>E[g] = {_f(th['E_g'], 7)}; μ = {_f(th['mu_per_s'])} req/s; δ = {th['delta']:.5f}; "
         f"μ(1−δ) = {_f(th['mu_1_minus_delta_per_s'])} req/s; certified: {esc(th['certified_basis'])}</p>",
     ]
@@ -297,6 +319,7 @@ def tex(data: dict[str, Any]) -> str:
         f"\\caption{{Critical arrival rates measured by \\texttt{{kvstab audit}} (profile {data['profile']}). "
         f"Verdict: {data['verdict']}.}}\\label{{tab:kvstab-audit}}",
         "\\end{table}",
+        *[_tex_escape(line) + "\\par" for line in _caching(data)],
         "",
     ]
     return "\n".join(out)

@@ -281,6 +281,7 @@ def run_model(
     plugins_on_reference: bool = False,
     spec: str | None = None,
     decide_timeout: float | None = None,
+    lifecycle: Literal["kvstab", "vllm"] = "kvstab",
 ) -> ModelRun:
     """Run ``plan`` for ``slots`` slots on the fastest engine that is exact for ``scheduler``
     (:func:`kvstab.engine.run`; ``engine`` as there, ``progress(slot)`` now and then).
@@ -292,7 +293,7 @@ def run_model(
     first (the audit's points)."""
     from kvstab.engine import run as engine_run
 
-    if plugins_on_reference:
+    if plugins_on_reference and lifecycle == "kvstab":
         from kvstab.engine.driver import has_fast_path
         from kvstab.engine.stream import StreamStats
         from kvstab.simulator import simulate
@@ -312,7 +313,7 @@ def run_model(
         engine = "fast"
     out = engine_run(
         scheduler, params, plan, slots, window=window, engine=engine, record=record, warmup=warmup,
-        progress=None if progress is None else (lambda t, _n: progress(t)),
+        progress=None if progress is None else (lambda t, _n: progress(t)), lifecycle=lifecycle,
     )
     # the compiled engine runs head-of-line built-ins, whose decisions the window never changes, and does
     # not count the slots it hid requests in: unknown (None), not 0
@@ -448,6 +449,10 @@ class SimulationReport(JsonRecord):
         default=False,
         metadata={"help": "whether the server ran with prefix caching (μ is then still the no-sharing formula)"},
     )
+    lifecycle: str = field(
+        default="kvstab",
+        metadata={"help": "request lifecycle: 'kvstab' (restart on preemption) or 'vllm' (vLLM's: outputs kept)"},
+    )
 
 
 def simulate_prepared(
@@ -460,6 +465,7 @@ def simulate_prepared(
     window: int = 8,
     decide_timeout: float | None = None,
     progress: Callable[[int], None] | None = None,
+    lifecycle: Literal["kvstab", "vllm"] = "kvstab",
 ) -> SimulationReport:
     """Run ``setup`` (streamed on the fast engine: no per-slot arrays; the reference engine for a
     rule without a compiled path, see :func:`run_model`) and set the run beside the theory."""
@@ -468,7 +474,7 @@ def simulate_prepared(
     t0 = time.perf_counter()
     out = run_model(scheduler, params, setup.plan, setup.slots, engine=engine, record=False, warmup=setup.warmup,
                     window=window, progress=progress, plugins_on_reference=True, spec=spec,
-                    decide_timeout=decide_timeout)
+                    decide_timeout=decide_timeout, lifecycle=lifecycle)
     wall = time.perf_counter() - t0
     summ, th, law = out.summary, setup.theory, setup.law
     thr, slope = summ.throughput, summ.queue_slope
@@ -526,4 +532,5 @@ def simulate_prepared(
         engine_reason=out.reason,
         wall_s=wall,
         prefix_caching=params.prefix_caching,
+        lifecycle=lifecycle,
     )

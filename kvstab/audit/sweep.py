@@ -23,7 +23,7 @@ import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,8 @@ CSV_COLUMNS = [
     "seed", "slots", "arrived", "completed", "throughput_per_s", "growth_per_slot", "in_system_end",
     "memory_utilisation", "waste_fraction", "preemptions", "ttft_p50_slots", "ttft_p90_slots", "ttft_p99_slots",
     "e2e_p50_slots", "e2e_p90_slots", "e2e_p99_slots", "fit_probability", "dropped_oversize",
+    # μ is the no-sharing formula: with prefix caching measured/μ may exceed 1
+    "prefix_caching", "measured_over_mu",
 ]
 
 
@@ -60,11 +62,19 @@ class SweepGrid:
     drop_oversize: bool = field(
         default=False, metadata={"help": "drop requests that cannot fit in M; μ is then of the law given fitting"}
     )
+    prefix_caching: tuple[bool, ...] = field(
+        default=(),
+        metadata={"help": "whether each scheduler's points run with prefix caching, in the order of schedulers "
+                  "(empty: off for all; the command line fills it as each engine modelled runs by default)"},
+    )
 
     def __post_init__(self) -> None:
         for name in ("schedulers", "workloads", "M", "chunk", "bbar"):
             if not getattr(self, name):
                 raise InvalidArgument(f"the sweep grid needs at least one value of {name}")
+        if self.prefix_caching and len(self.prefix_caching) != len(self.schedulers):
+            raise InvalidArgument(f"the sweep grid has {len(self.schedulers)} schedulers but "
+                                  f"{len(self.prefix_caching)} prefix-caching settings (one per scheduler)")
         if not self.rates and not self.loads:
             raise InvalidArgument("the sweep grid needs rates (--rates λ,…) or loads (--loads λ/μ,…)")
 
@@ -75,6 +85,8 @@ def point_key(p: Point, replicate: int) -> str:
                       p.slots, replicate]
     if p.drop_oversize:  # named only when set, so checkpoints written before the flag keep their keys
         key.append("drop-oversize")
+    if p.params.prefix_caching:  # likewise
+        key.append("prefix-caching")
     return json.dumps(key)
 
 
@@ -104,10 +116,12 @@ def grid_points(grid: SweepGrid) -> list[_Cell]:
         law, fit_p = load_workload(wl).given_fit(params) if grid.drop_oversize else (load_workload(wl), 1.0)
         mu = stability_report(law, params).mu_per_s
         rates = [*grid.rates, *(x * mu / fit_p for x in grid.loads)]
+        caching = dict(zip(grid.schedulers, grid.prefix_caching))
         for sched, rate, rep in itertools.product(grid.schedulers, rates, range(grid.replicates)):
-            # the seed ignores the scheduler: every scheduler meets the same arrivals
+            # the seed ignores the scheduler (and caching): every scheduler meets the same arrivals
             seed = derive_seed("sweep", grid.seed, wl, M, chunk, grid.block, bbar, repr(rate), grid.slots, rep)
-            point = Point(sched, params, wl, rate, grid.slots, seed, drop_oversize=grid.drop_oversize)
+            server = replace(params, prefix_caching=caching.get(sched, False))
+            point = Point(sched, server, wl, rate, grid.slots, seed, drop_oversize=grid.drop_oversize)
             cells.append(_Cell(point, rep, mu, fit_p))
     return cells
 
@@ -124,6 +138,7 @@ def _row(cell: _Cell, r: PointResult) -> dict[str, Any]:
         **{f"ttft_p{q}_slots": v for q, v in zip((50, 90, 99), r.ttft)},
         **{f"e2e_p{q}_slots": v for q, v in zip((50, 90, 99), r.e2e)},
         "fit_probability": cell.fit_p, "dropped_oversize": r.dropped,
+        "prefix_caching": p.params.prefix_caching, "measured_over_mu": r.throughput / p.params.bbar / cell.mu,
     }
 
 

@@ -124,6 +124,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
+    except BaseException as exc:
+        if isinstance(exc, Exception):
+            raise  # a fault in kvstab itself keeps its traceback
+        # SystemExit, GeneratorExit or another BaseException inside a command comes from a plug-in's
+        # code (kvstab's own exits happen while parsing, above): it must not end kvstab silently
+        sys.stderr.write(f"kvstab {args.command}: error: {_plugin_blame(args, exc)}\n")
+        return 2
+
+
+#: the flags through which a command loads code of the user's (``module:attr``)
+_PLUGIN_FLAGS = ("scheduler", "schedulers", "baseline", "baselines", "replica", "router", "routers", "strengthen")
+
+
+def _plugin_blame(args: argparse.Namespace, exc: BaseException) -> str:
+    """The line for a ``BaseException`` a plug-in raised inside a command: what it
+    raised, and which plug-in (the module of the deepest frame outside kvstab and
+    the standard library, else the plug-ins the command line names)."""
+    from kvstab.errors import plugin_fault
+
+    given: list[str] = []
+    for key in _PLUGIN_FLAGS:
+        value = getattr(args, key, None)
+        given += [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)]
+    named = ", ".join(repr(g) for g in given) or "a plug-in"
+    module = _plugin_module(exc)
+    where = f" (module {module!r})" if module is not None else ""
+    return f"plug-in {named}{where} raised {plugin_fault(exc)}"
+
+
+def _plugin_module(exc: BaseException) -> str | None:
+    """The module of the deepest traceback frame outside kvstab and the standard library."""
+    import sysconfig
+    import traceback
+
+    stdlib = sysconfig.get_paths()["stdlib"]
+    found = None
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        name = str(frame.f_globals.get("__name__", ""))
+        if name == "kvstab" or name.startswith("kvstab.") or frame.f_code.co_filename.startswith(stdlib):
+            continue
+        found = name
+    return found
 
 
 def _one_line(exc: BaseException) -> str:

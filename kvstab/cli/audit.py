@@ -60,6 +60,15 @@ def workload_spec(workload: str | None, trace: str | None) -> str:
     return spec
 
 
+def _check_caching(name: str, caching: bool, what: str) -> None:
+    """Refuse, before any work, a run with prefix caching of a rule whose cache kvstab does not model."""
+    if caching and name == "sglang":
+        raise InvalidArgument(
+            f"--prefix-caching on: {what} is sglang, whose radix cache is not modelled yet (kvstab models vLLM's "
+            "block pool); pass --prefix-caching off, or leave sglang out"
+        )
+
+
 def _log(enabled: bool) -> Callable[[str], None]:
     def log(line: str) -> None:
         if enabled:
@@ -73,16 +82,16 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from kvstab.audit.audit import AuditConfig, AuditResult, run_audit
     from kvstab.audit.profiles import get_profile
     from kvstab.audit.report import write_report
-    from kvstab.cli.flags import server_params
+    from kvstab.cli.flags import prefix_caching_for, server_params
     from kvstab.registry import load_scheduler
 
     out = writable_dir(args.out)
-    params = server_params(args)
+    # caching as the audited engine runs by default (vllm-v1: on), the same server for every baseline
+    params = server_params(args, prefix_caching=prefix_caching_for(args, load_scheduler(args.scheduler).name))
     spec = workload_spec(args.workload, args.trace)
-    load_scheduler(args.scheduler)
     baselines = tuple(b for b in (args.baseline or ["current-fit", "vllm-v1"]) if b != "none")
     for b in baselines:
-        load_scheduler(b)
+        _check_caching(load_scheduler(b).name, params.prefix_caching, f"baseline {b}")
     config = AuditConfig(
         scheduler=args.scheduler, params=params, workload=spec, baselines=baselines,
         profile=get_profile(args.profile), skip=tuple(args.skip), strict=args.strict,
@@ -104,6 +113,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _print_summary(data: dict[str, Any], files: dict[str, Path]) -> None:
+    from kvstab.audit.audit import caching_lines
     from kvstab.audit.properties import short_name
     from kvstab.audit.report import HEADER, scope_line, summary_rows
 
@@ -114,6 +124,7 @@ def _print_summary(data: dict[str, Any], files: dict[str, Path]) -> None:
     md = th["mu_1_minus_delta_per_s"]
     print(f"  μ = {th['mu_per_s']:.5g}/s   μ(1−δ) = {md:.5g}/s   δ = {th['delta']:.4f}" if md is not None
           else f"  μ = {th['mu_per_s']:.5g}/s   δ = {th['delta']:.4f} (no μ(1−δ))")
+
     if data["stability"]:
         # λ*, the saturated throughput, and the latency at the measured load nearest below λ*
         cols = [0, 1, 2, 3, HEADER.index("measured load nearest below λ* (req/s)"),
@@ -122,7 +133,13 @@ def _print_summary(data: dict[str, Any], files: dict[str, Path]) -> None:
         widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
         for r in rows:
             print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    caching = caching_lines(data) if any(c["name"] == "prefix caching" for c in data["checks"]) else []
+    for line in caching:
+        # with and without caching side by side, under the table (the check below says the same)
+        print(f"  {line}")
     for c in data["checks"]:
+        if c["name"] == "prefix caching" and caching:
+            continue
         print(f"  [{c['status']:>7}] {c['name']}: {c['detail']}")
         if c.get("replay_command"):
             print(f"            replay: {c['replay_command']}")
@@ -199,12 +216,18 @@ def _dask_executor(address: str, workers: int) -> _DaskExecutor:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from kvstab.audit.sweep import SweepGrid, json_row, run_sweep
+    from kvstab.cli.flags import prefix_caching_for
     from kvstab.registry import load_scheduler
 
     out = writable_dir(args.out)
     schedulers = tuple(_flatten(args.scheduler) or ["current-fit"])
+    caching = []
     for s in schedulers:
-        load_scheduler(s)
+        # each scheduler's points cache prefixes as its engine runs by default, unless --prefix-caching says
+        name = load_scheduler(s).name
+        on = prefix_caching_for(args, name)
+        _check_caching(name, on, f"scheduler {s}")
+        caching.append(on)
     specs = [workload_spec(w, None) for w in args.workload or []]
     specs += [workload_spec(None, t) for t in args.trace or []]
     grid = SweepGrid(
@@ -212,7 +235,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         workloads=tuple(specs or [workload_spec(None, None)]),
         M=tuple(args.M), chunk=tuple(args.chunk), bbar=tuple(args.bbar), block=args.block,
         rates=tuple(args.rates or ()), loads=tuple(args.loads or ()), slots=args.slots,
-        replicates=args.replicates, seed=args.seed, drop_oversize=args.drop_oversize,
+        replicates=args.replicates, seed=args.seed, drop_oversize=args.drop_oversize, prefix_caching=tuple(caching),
     )
     with _executor(args.workers, args.dask) as ex:
         rows = run_sweep(grid, out, executor=ex, resume=args.resume, log=_log(not args.quiet and not args.json))
@@ -220,7 +243,19 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(json.dumps([json_row(r) for r in rows], indent=2, allow_nan=False))
     else:
         print(f"kvstab sweep: {len(rows)} points → {out / 'sweep.csv'} (checkpoint {out / 'points.jsonl'}, plot {out / 'sweep.png'})")
+        if any(caching):
+            from kvstab.audit.audit import MU_NO_SHARING
+
+            print(f"prefix caching on for {', '.join(s for s, on in zip(schedulers, caching) if on)}: {MU_NO_SHARING} "
+                  "(sweep.csv's measured_over_mu)")
     return 0
+
+
+def _on_off(text: str) -> bool:
+    """``on`` or ``off``, as every command's ``--prefix-caching`` reads it."""
+    from kvstab.cli.flags import _on_off as on_off
+
+    return on_off(text)
 
 
 def _flatten(values: list[list[str]] | None) -> list[str]:
@@ -258,7 +293,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("audit", help="audit a scheduler end to end: theory, proofs, properties, stability region, report")
     # --scheduler and --window as every command that runs a scheduler takes them
     add_run_arguments(p, timeout=False)
-    add_server_arguments(p)
+    add_server_arguments(p, caching=True)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--workload", default=None, help="workload spec (default paper-1:1); Poisson arrivals at each rate")
     src.add_argument("--trace", default=None, metavar="PATH", help="a trace's (s, o) rows as the length law (file or shipped name)")
@@ -289,6 +324,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--bbar", type=_list_of(_flag_type("--bbar")), default=[0.0372],
                    help="batch times b̄ in s (comma list)")
     s.add_argument("--block", type=_flag_type("--block"), default=1, help="KV block size B (default 1)")
+    s.add_argument("--prefix-caching", dest="prefix_caching", type=_on_off, default=None, metavar="on|off",
+                   help="prefix caching on every point (default: as each engine modelled — on for vllm-v1, as "
+                   "vLLM's default; off for the paper's rules and sglang); μ stays the no-sharing formula")
     s.add_argument("--rates", type=_list_of(rate), default=None, help="arrival rates λ in req/s (comma list)")
     s.add_argument("--loads", type=_list_of(arg_type(v.positive_float, "a load λ/μ", maximum=100.0)), default=None,
                    help="arrival rates as multiples of each configuration's μ (comma list)")

@@ -76,7 +76,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``kvstab empirical`` and its sub-commands."""
-    from kvstab.cli.flags import SERVER_FLAGS, add_server_arguments, fraction, positive_float, positive_int
+    from kvstab.cli.flags import add_prefix_caching, fraction, positive_float, positive_int, seed
 
     p = subparsers.add_parser(
         "empirical",
@@ -107,7 +107,7 @@ def register(subparsers: Any) -> None:
     c.add_argument("--plot-steps", type=positive_int, default=6_000, help="steps of the plotted runs (default 6000)")
     c.add_argument("--load", type=positive_float, default=1.3, help="arrival rate as a multiple of μ_paper (default 1.3)")
     c.add_argument("--warmup", type=fraction, default=0.25, help="warm-up fraction excluded (default 0.25)")
-    c.add_argument("--seed", type=int, default=0, help="seed of the arrival plans (default 0)")
+    c.add_argument("--seed", type=seed, default=0, help="seed of the arrival plans (default 0)")
     c.add_argument("--data", default=None, help="data folder with traces/ and profiles/ (default: $KVSTAB_DATA, else the data shipped with kvstab)")
     c.add_argument("--no-vllm", action="store_true", help="model only (no vLLM column)")
     c.add_argument("--no-profile", action="store_true", help="skip the A100 profile (b̄, requests/s, batch-time fit)")
@@ -118,7 +118,7 @@ def register(subparsers: Any) -> None:
         "on, as the compiled engine has no prefix cache yet), fast (compiled) or reference; identical step logs",
     )
     # the cases fix the server; of the server flags compare takes only --prefix-caching (default: on, as vLLM's)
-    add_server_arguments(c, caching=True, omit=[f for f, _ in SERVER_FLAGS.values() if f != "prefix_caching"])
+    add_prefix_caching(c, follows_engine=True)
     c.add_argument(
         "--sglang", action="store_true",
         help="also replay every case on kvstab's sglang model and SGLang 0.5.23's own scheduler "

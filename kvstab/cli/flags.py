@@ -38,6 +38,10 @@ __all__ = [
     "bbar",
     "window",
     "decide_timeout",
+    "DEFAULT_DECIDE_TIMEOUT_S",
+    "MIN_BBAR",
+    "asked_decide_timeout",
+    "decide_limit",
     "add_run_arguments",
 ]
 
@@ -68,8 +72,20 @@ rate = arg_type(v.positive_float, "the arrival rate", maximum=v.MAX_RATE)
 #: the longest batch time a command line accepts, in seconds (an hour a slot is a typo, not a server)
 MAX_BBAR = 3600.0
 
+#: the shortest batch time a command line accepts, in seconds: below it μ = M/(b̄·E[g]) and the rates
+#: built on it overflow to infinity (1e-320 s made λ = inf, refused as a bad arrival rate)
+MIN_BBAR = 1e-9
+
+
+def _batch_time(name: str, value: object, *, maximum: float) -> float:
+    b = v.positive_float(name, value, maximum=maximum)
+    if b < MIN_BBAR:
+        raise InvalidArgument(f"{name} must be at least {MIN_BBAR:g} s (a slot shorter than a nanosecond), got {value!r}")
+    return b
+
+
 #: the batch time b̄ in seconds per slot (ModelParams.bbar's flag; also sweep's and live's --bbar)
-bbar = arg_type(v.positive_float, "the batch time b̄", maximum=MAX_BBAR)
+bbar = arg_type(_batch_time, "the batch time b̄", maximum=MAX_BBAR)
 
 #: flag name, ModelParams field, argparse type of each server flag
 SERVER_FLAGS: dict[str, tuple[str, Callable[[str], Any] | None]] = {
@@ -134,11 +150,7 @@ def add_server_arguments(
         if field_name == "g":
             kwargs["choices"] = ("exact", "continuous")
         elif field_name == "prefix_caching":
-            p.add_argument(
-                flag, dest=field_name, type=_on_off, default=None, metavar="on|off",
-                help=f"{help_text} (default: as the engine modelled — on for "
-                f"{', '.join(sorted(CACHING_BY_DEFAULT))}, as vLLM's default; off for the paper's rules and sglang)",
-            )  # fmt: skip
+            add_prefix_caching(p, follows_engine=True)
             continue
         else:
             kwargs["type"] = kind
@@ -148,6 +160,22 @@ def add_server_arguments(
             kwargs["default"] = default
             kwargs["help"] = f"{help_text} (default {default})"
         p.add_argument(flag, **kwargs)
+
+
+def add_prefix_caching(p: argparse.ArgumentParser, *, follows_engine: bool) -> None:
+    """``--prefix-caching on|off`` (:class:`ModelParams`' ``prefix_caching``).  With
+    ``follows_engine`` its default is "as the engine modelled" (:func:`prefix_caching_for`);
+    without, off (``kvstab replay``/``check``: a line printed before caching existed must
+    replay as it did)."""
+    help_text = ModelParams.help()["prefix_caching"]
+    default = (
+        f"as the engine modelled — on for {', '.join(sorted(CACHING_BY_DEFAULT))}, as vLLM's default; off for the "
+        "paper's rules and sglang" if follows_engine else "off"
+    )
+    p.add_argument(
+        "--prefix-caching", dest="prefix_caching", type=_on_off, default=None, metavar="on|off",
+        help=f"{help_text} (default: {default})",
+    )  # fmt: skip
 
 
 def _on_off(text: str) -> bool:
@@ -175,8 +203,47 @@ def server_params(args: argparse.Namespace, **override: Any) -> ModelParams:
 
 #: the queue-head window (a count of requests)
 window = arg_type(v.positive_int, "the queue window", maximum=v.MAX_COUNT)
-#: a per-decision wall-clock limit in seconds
-decide_timeout = arg_type(v.positive_float, "the decide timeout", maximum=86_400.0)
+
+
+class _DefaultLimit(float):
+    """The default decide limit: a float kvstab set, told apart from one the user asked for
+    (``replay`` keeps the fast engine for a built-in unless a limit was asked for)."""
+
+
+#: the default limit on one call of a plug-in's ``decide`` on the command line, in seconds.
+#: Measured on the reference engine at 1.5·μ, paper-1:1, M = 131000, ŝ = 512 (the suite's
+#: workload): the built-ins' slowest call is lookahead's, 74 ms (the others ≤ 8.3 ms); 60 s is
+#: about 800 times that, so a plug-in of that cost is far from it while one that never returns
+#: ends within a minute with one line instead of hanging.  The built-ins run with no default
+#: limit: lookahead's reference-engine step grows steeply with the active set (44 s with 309
+#: requests of ≤ 16 tokens at M = 8000), so no fixed limit fits them all, and they are kvstab's
+#: own code (see docs/scheduler-contract.md).
+DEFAULT_DECIDE_TIMEOUT_S = _DefaultLimit(60.0)
+
+
+def _limit_or_none(name: str, value: object, *, maximum: float) -> float | None:
+    limit = v.nonneg_float(name, value, maximum=maximum)
+    return None if limit == 0 else limit  # 0: no limit
+
+
+#: a per-decision wall-clock limit in seconds (0: none)
+decide_timeout = arg_type(_limit_or_none, "the decide timeout", maximum=86_400.0)
+
+
+def decide_limit(args: argparse.Namespace, scheduler: object) -> float | None:
+    """The limit on each call of ``scheduler``'s ``decide``: ``--decide-timeout`` as given
+    (0: none); by default :data:`DEFAULT_DECIDE_TIMEOUT_S` for a plug-in and none for a
+    built-in (kvstab's own rules, whose cost grows with the state, not a hang)."""
+    limit = getattr(args, "decide_timeout", None)
+    if isinstance(limit, _DefaultLimit) and type(scheduler).__module__.startswith("kvstab.schedulers."):
+        return None
+    return None if limit is None else float(limit)
+
+
+def asked_decide_timeout(args: argparse.Namespace) -> float | None:
+    """The ``--decide-timeout`` the user gave (``None`` for the default or 0)."""
+    limit = getattr(args, "decide_timeout", None)
+    return None if limit is None or isinstance(limit, _DefaultLimit) else float(limit)
 
 
 def add_run_arguments(
@@ -206,7 +273,8 @@ def add_run_arguments(
     p.add_argument(
         "--decide-timeout",
         type=decide_timeout,
-        default=None,
+        default=DEFAULT_DECIDE_TIMEOUT_S,
         metavar="S",
-        help="fail if one call of the scheduler's decide takes longer than S seconds (default: no limit)",
+        help=f"fail if one call of the scheduler's decide takes longer than S seconds (default "
+        f"{DEFAULT_DECIDE_TIMEOUT_S:g} for a plug-in, none for a built-in; 0: no limit)",
     )

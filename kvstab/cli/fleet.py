@@ -9,6 +9,7 @@ as :class:`~kvstab.errors.InvalidArgument`, printed by ``kvstab.cli``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -76,7 +77,31 @@ def _replicas(args: argparse.Namespace) -> list[Any]:
         out += parse_replica(s)
         if len(out) > MAX_REPLICAS:
             raise InvalidArgument(f"at most {MAX_REPLICAS} replicas, got more")
-    return out
+    caching = _caching(args)
+    # each replica is a server: caching as its engine runs by default unless --prefix-caching says
+    return [dataclasses.replace(r, params=dataclasses.replace(r.params, prefix_caching=caching(r.scheduler)))
+            for r in out]
+
+
+def _caching(args: argparse.Namespace) -> Any:
+    """Whether a replica of a scheduler (a spec) runs with prefix caching: ``--prefix-caching``, else as
+    the engine modelled (vllm-v1 on, as vLLM's default; the paper's rules off; sglang refused on)."""
+    from kvstab.registry import load_scheduler
+
+    return lambda spec: flags.prefix_caching_for(args, load_scheduler(spec).name)
+
+
+def _caching_note(replicas: list[Any], measured: float | None, mu_total: float) -> str:
+    """The line a fleet command prints where replicas cache prefixes ("" where none does)."""
+    from kvstab.fleet.simulate import caching_replicas
+
+    cached = caching_replicas(replicas)
+    if not cached:
+        return ""
+    ratio = "" if measured is None else f"; measured/Σμ = {measured / mu_total:.4f}"
+    return (f"prefix caching on replica(s) {', '.join(cached)}, each on its own block pool (nothing is shared "
+            f"across replicas; --prefix-caching off to compare): μ is the no-sharing formula, so measured/μ may "
+            f"exceed 1{ratio}")
 
 
 def _workload(args: argparse.Namespace, trace: Any) -> Any:
@@ -136,7 +161,7 @@ def _rates(args: argparse.Namespace, trace: Any) -> tuple[Any, float]:
     return window_rates(trace, args.window) / args.time_scale, args.window * args.time_scale
 
 
-def _arrivals(args: argparse.Namespace, workload: Any, trace: Any) -> Any:
+def _arrivals(args: argparse.Namespace, workload: Any, trace: Any, prompts: bool = False) -> Any:
     from kvstab.fleet.arrivals import piecewise_poisson, poisson_times
 
     _arrival_source(args, trace, "Poisson arrivals")
@@ -146,8 +171,9 @@ def _arrivals(args: argparse.Namespace, workload: Any, trace: Any) -> Any:
                 "--horizon is how long Poisson arrivals at --lambda run; a --trace runs for its own span: drop --horizon"
             )
         rates, window = _rates(args, trace)
-        return piecewise_poisson(workload, rates, window, seed=args.seed)
-    return poisson_times(workload, args.lam, args.horizon if args.horizon is not None else 600.0, seed=args.seed)
+        return piecewise_poisson(workload, rates, window, seed=args.seed, prompts=prompts)
+    return poisson_times(workload, args.lam, args.horizon if args.horizon is not None else 600.0, seed=args.seed,
+                         prompts=prompts)
 
 
 def _est(e: Any) -> str:
@@ -159,15 +185,21 @@ def _pct(d: dict[str, float]) -> str:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from kvstab.fleet.simulate import simulate_fleet
+    from kvstab.fleet.simulate import caching_replicas, simulate_fleet
 
     replicas = _replicas(args)
     trace = _load_trace(args)
     workload = _workload(args, trace)
-    arrivals = _arrivals(args, workload, trace)
+    arrivals = _arrivals(args, workload, trace, prompts=bool(caching_replicas(replicas)))
     res = simulate_fleet(replicas, args.router, workload, arrivals, seed=args.seed, path=args.path)
+    mu_total = sum(r.info.mu for r in res.replicas)
+    measured = None if res.fleet.throughput is None else res.fleet.throughput.value
+    note = _caching_note(replicas, measured, mu_total)
     if args.json:
-        print(json.dumps({"workload": workload.describe(), **res.as_dict()}, indent=2))
+        print(json.dumps({"workload": workload.describe(), **res.as_dict(),
+                          "prefix_caching_replicas": caching_replicas(replicas),
+                          "measured_over_mu": None if measured is None else measured / mu_total,
+                          "prefix_caching_note": note or None}, indent=2))  # fmt: skip
         return 0
     print(f"kvstab fleet simulate: {len(replicas)} replicas, router {res.router}, {workload.describe()}, "
           f"{len(arrivals)} requests over {res.horizon_s:g} s (λ = {res.rate_per_s:.5g}/s)")  # fmt: skip
@@ -185,6 +217,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     print(f"  {'fleet':<14} {sum(r.info.mu for r in res.replicas):>9.4g} {f.arrived:>8} {_est(f.throughput):>30} "
           f"{_est(f.queue_slope):>30} {f.utilisation:>5.2f} {_pct(f.e2e_s):>20}")  # fmt: skip
     print(f"  fleet TTFT p50/p90/p99: {_pct(f.ttft_s)} s; preemptions {f.preemptions}; in system at the end {f.in_system_end}")
+    if note:
+        print(f"  {note}")
     return 0
 
 
@@ -203,6 +237,7 @@ def _cmd_critical(args: argparse.Namespace) -> int:
         "saturated_throughput_per_s": None if cr.saturated is None else [cr.saturated.value, cr.saturated.low,
                                                                           cr.saturated.high],
         "resolved": cr.resolved, "notes": list(cr.notes),
+        "measured_over_mu": None if cr.saturated is None else cr.saturated.value / cr.mu_total,
     }  # fmt: skip
     if args.json:
         print(json.dumps(out, indent=2))
@@ -211,8 +246,11 @@ def _cmd_critical(args: argparse.Namespace) -> int:
     print(f"  Σ μ_i = {cr.mu_total:.5g}/s; the router's critical rate by theory: {cr.theory_rate:.5g}/s")
     print(f"  λ* = {cr.critical:.5g}/s [{cr.low:.5g}, {cr.high:.5g}]{'' if cr.resolved else ' (unresolved)'}"
           f" = {cr.critical / cr.theory_rate:.4f} × theory")  # fmt: skip
+    print(f"  growth threshold h = {cr.threshold:.4g}/s: a rate is stable when its queue growth is below h, not below 0 "
+          "(above λ* the growth is λ − λ*: the search finds λ* + h and reports λ* = that − h)")  # fmt: skip
     if cr.saturated is not None:
-        print(f"  saturated throughput under overload: {_est(cr.saturated)}/s")
+        print(f"  saturated throughput under overload: {_est(cr.saturated)}/s "
+              f"(measured/Σμ = {cr.saturated.value / cr.mu_total:.4f})")
     for n in cr.notes:
         print(f"  note: {n}")
     return 0
@@ -270,6 +308,10 @@ def _markdown(plan: Any, ver: Any, source: str) -> str:
             f"on {ver.latency_run}: KV utilisation {ver.utilisation:.2f}; TTFT p50/p90/p99 {_pct(ver.ttft_s)} s; "
             f"end-to-end {_pct(ver.e2e_s)} s.",
         ]
+        if ver.prefix_caching:
+            lines.append(f"Prefix caching on replica(s) {', '.join(ver.prefix_caching)}, each on its own block pool "
+                         f"(no sharing across replicas): the plan's μ is the no-sharing formula; measured capacity / "
+                         f"planned Σ n·μ = {ver.measured_over_planned:.4f}.")
         for o in d["slo"]:
             lines.append(f"- SLO {o['objective']} ≤ {o['target_s']:g} s: measured {o['measured_s']:.4g} s — "
                          f"{'met' if o['met'] else 'MISSED'}")  # fmt: skip
@@ -281,6 +323,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from kvstab.fleet.plan import example_menu_path, load_menu, solve_plan, verify_plan
 
     menu = load_menu(args.menu if args.menu is not None else example_menu_path())
+    caching = _caching(args)
+    prompts = any(caching(t.scheduler) for t in menu)  # checked before any work (sglang refuses caching on)
     trace = _load_trace(args)
     workload = _workload(args, trace)
     arrivals = None
@@ -293,7 +337,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         source = (f"peak of trace {args.trace}: window {w} of {len(rates)}, {args.window:g} s each"
                   f"{'' if args.time_scale == 1 else f', time ×{args.time_scale:g}'}")  # fmt: skip
         if not args.no_verify:
-            arrivals = piecewise_poisson(workload, rates, window, seed=args.seed)  # the trace's rate, replayed
+            # the trace's rate, replayed
+            arrivals = piecewise_poisson(workload, rates, window, seed=args.seed, prompts=prompts)
     else:
         lam = args.lam
         source = "--lambda"
@@ -302,7 +347,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     ver = None
     if not args.no_verify:
         ver = verify_plan(plan, workload, router=args.router, horizon_s=args.horizon, slos=slos, seed=args.seed,
-                          arrivals=arrivals)  # fmt: skip
+                          arrivals=arrivals, caching=caching)  # fmt: skip
     elif slos:
         raise InvalidArgument("--slo-ttft / --slo-e2e are checked by simulation; drop --no-verify")
     if args.json:
@@ -321,6 +366,21 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", default=None, help="workload spec (default paper-1:1, or the trace's own law)")
     p.add_argument("--seed", type=flags.seed, default=0)
     p.add_argument("--json", action="store_true")
+    _caching_flag(p)
+
+
+def _caching_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--prefix-caching", dest="prefix_caching", type=_on_off, default=None, metavar="on|off",
+        help="prefix caching on every replica, each on its own block pool (default: as each replica's engine "
+        "runs — on for vllm-v1, as vLLM's default; off for the paper's rules and sglang); the state-dependent "
+        "routers' event loop does not carry it and refuses it",
+    )  # fmt: skip
+
+
+def _on_off(text: str) -> bool:
+    """``on`` or ``off``, as every command's ``--prefix-caching`` reads it."""
+    return flags._on_off(text)
 
 
 def register(subparsers: Any) -> None:
@@ -366,6 +426,7 @@ def register(subparsers: Any) -> None:
     plan.add_argument("--horizon", type=_horizon, default=None, help="verification horizon, seconds (default: 40 lifetimes)")
     plan.add_argument("--no-verify", action="store_true", help="solve only; no simulation")
     plan.add_argument("--seed", type=flags.seed, default=0)
+    _caching_flag(plan)
     out = plan.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="JSON output")
     out.add_argument("--markdown", action="store_true", help="Markdown output (the default)")

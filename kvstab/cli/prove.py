@@ -331,10 +331,14 @@ def _claims_text(out: _Outcome) -> list[str]:
 
 
 def _cmd_prove(args: argparse.Namespace) -> int:
+    from kvstab.cli.flags import decide_limit
+    from kvstab.proofs.encoding import decide_time_limit
     from kvstab.proofs.solver import Interrupted, ctrl_c_stops_solving
+    from kvstab.registry import load_scheduler
 
     try:
-        with ctrl_c_stops_solving():
+        limit = decide_limit(args, load_scheduler(args.scheduler))
+        with ctrl_c_stops_solving(), decide_time_limit(limit):
             out = _run(args)
     except Interrupted as exc:
         sys.stderr.write(f"kvstab prove: {exc}\n")
@@ -354,7 +358,15 @@ def _cmd_prove(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``kvstab prove`` to the CLI."""
     from kvstab import validation as v
-    from kvstab.cli.flags import add_server_arguments, arg_type, nonneg_int, positive_float, positive_int
+    from kvstab.cli.flags import (
+        DEFAULT_DECIDE_TIMEOUT_S,
+        add_server_arguments,
+        arg_type,
+        decide_timeout,
+        nonneg_int,
+        positive_float,
+        positive_int,
+    )
     from kvstab.proofs.solver import DEFAULT_TOTAL_S, MAX_RLIMIT
 
     p = sub.add_parser("prove", help="prove (z3) or refute a scheduler's per-slot memory invariant")
@@ -415,6 +427,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=DEFAULT_TOTAL_S,
         help=f"wall-clock budget of the whole run, seconds (default {DEFAULT_TOTAL_S:g}); what is undecided "
         "when it ends is Unknown and says so",
+    )
+    p.add_argument(
+        "--decide-timeout",
+        type=decide_timeout,
+        default=DEFAULT_DECIDE_TIMEOUT_S,
+        metavar="S",
+        help=f"fail if one call of the rule's decide (on symbolic values or a decoded state) takes longer than "
+        f"S seconds (default {DEFAULT_DECIDE_TIMEOUT_S:g} for a plug-in, none for a built-in; 0: no limit)",
     )
     p.add_argument("--seed", type=nonneg_int, default=0, help="z3 random seed (default 0)")
     p.add_argument("--smt2-dir", default=None, help="keep every obligation here as SMT-LIB (certificates)")

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = simulate_prepared(
             args.scheduler, scheduler, params, setup, engine=args.engine, window=args.window,
-            decide_timeout=args.decide_timeout, progress=bar,
+            decide_timeout=flags.decide_limit(args, scheduler), progress=bar, lifecycle=args.lifecycle,
         )
     finally:
         bar.close()
@@ -138,6 +138,8 @@ def _print(o: SimulationReport) -> None:
     if o.window_hid_slots and "fcfs" not in o.scheduler_traits:  # a head-of-line rule is not affected by what lies behind its head
         t.add_row("slots the queue window hid requests", f"{o.window_hid_slots} (window {o.window})", "")
     c.print(t)
+    if o.lifecycle != "kvstab":
+        c.print(f"request lifecycle: {o.lifecycle}'s (requests in its terms: o = max_tokens)")
     if o.prefix_caching:
         c.print(
             "prefix caching on (as the engine modelled runs by default; --prefix-caching off to compare): shared "
@@ -178,6 +180,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--engine", choices=("auto", "fast", "reference"), default="auto",
         help="auto (default): the compiled fast engine for built-ins, the reference engine for plug-ins; "
         "fast refuses a scheduler without a fast path; reference: the readable slot loop",
+    )
+    sim.add_argument(
+        "--lifecycle", choices=("kvstab", "vllm"), default="kvstab",
+        help="request lifecycle: kvstab (default: a preempted request restarts from scratch) or vllm "
+        "(vLLM's: output token 1 in the last prefill step, a preempted request keeps its outputs as prompt; "
+        "requests in vLLM's terms, o = max_tokens)",
     )
     sim.add_argument("--json", action="store_true", help="machine-readable output")
     sim.add_argument("--no-progress", action="store_true", help="no progress bar")

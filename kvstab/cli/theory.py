@@ -150,7 +150,11 @@ def _cmd_mu(args: argparse.Namespace) -> int:
         if fleet is not None:
             print("\n".join(fleet.lines()))
     if rep.guarantee_empty:
-        sys.stderr.write(f"kvstab mu: {EMPTY_GUARANTEE}\n")
+        # μ is what was asked for and it still holds: only the sufficient side is empty
+        sys.stderr.write(
+            f"kvstab mu: μ = {rep.mu_per_s:.6g} req/s is still the necessary bound (no scheduler is stable above "
+            f"it); only the sufficient one is lost: {EMPTY_GUARANTEE}\n"
+        )
         return 1
     return 0
 
@@ -173,7 +177,8 @@ def _print_mu(rep: StabilityReport, derivation: bool) -> None:
         ]
     lines += [
         f"E[g]            = {rep.E_g:.6g} token-slots",
-        f"μ = M/(b̄·E[g])  = {rep.mu_per_s:.6g} req/s  ({rep.mu_per_slot:.6g} req/slot)",
+        f"μ = M/(b̄·E[g])  = {rep.mu_per_s:.6g} req/s  ({rep.mu_per_slot:.6g} req/slot)"
+        + ("  (the necessary bound: no scheduler is stable above it, whatever δ)" if rep.guarantee_empty else ""),
         f"δ = S/M         = {rep.delta:.6g}  (S = ess sup(s+o) = {rep.ess_sup_total})",
     ]
     if rep.guarantee_per_s is None:

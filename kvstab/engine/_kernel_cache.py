@@ -82,9 +82,9 @@ R_ARR = 3
 R_FIRST = 4
 R_FIN = 5
 R_NPRE = 6
-R_SERVED = 7
+R_SERVED = 7  # area charged for the slots before R_SINCE (the rest is held × slots since: kept lazily)
 R_WASTED = 8
-R_ATT = 9
+R_ATT0 = 9  # R_SERVED when the current attempt began (its area is what the attempt added)
 R_HIT = 10  # blocks of its hit
 R_NOWN = 11  # own blocks
 R_OHEAD = 12  # own blocks: first and last block id (-1: none)
@@ -96,7 +96,7 @@ R_HOFF = 17
 R_CACHED = 18  # tokens of its hit at its latest admission
 R_RECOMP = 19
 R_PRIOR = 20
-R_GRANT = 21  # tokens granted this slot
+R_SINCE = 21  # the first slot whose charge is not yet in R_SERVED
 R_SIZE = 22
 
 # output rows
@@ -291,6 +291,7 @@ def run_cached(
     st: Any, R: Any, hP: Any, arr_slot: Any, seg_d: Any, seg_len: Any, seg_off: Any,
     ref: Any, bhash: Any, hashed: Any, fprev: Any, fnext: Any, dprev: Any, dnext: Any, onext: Any, oprev: Any,
     hkeys: Any, hfirst: Any, hlast: Any, hused: Any, run: Any, wq: Any, scratch: Any, victims: Any,
+    memo: Any, memo_P: Any,
     rule: int, life: int, B: int, chunk: int, budget0: int, max_seqs: int, usable: int,
     CR: Any, SEED: Any, K1: Any, K2: Any, t_end: int, drain: bool, out: Any,
 ) -> int:
@@ -332,6 +333,7 @@ def run_cached(
             reserved -= tabs - (usable - st[C_NFREE])
         # --- the running requests, oldest admission first
         budget = budget0 if (rule == RULE_VLLM_V1 and budget0 >= 0) else (1 << 62)
+        tokens = 0
         nvict = 0
         j = 0
         self_out = False
@@ -351,6 +353,7 @@ def run_cached(
                     return BROKEN
                 v = run[nrun - 1]
                 nrun -= 1
+                R[v, R_SERVED] += (R[v, R_HIT] + R[v, R_NOWN]) * B * (t - R[v, R_SINCE])  # charged to t - 1
                 _release(v, R, B, ref, bhash, hashed, fprev, fnext, st, oprev, seg_d, seg_len, seg_off, hkeys, hfirst,
                          hused, scratch, CR, SEED, K1, K2)
                 victims[nvict] = v
@@ -361,17 +364,15 @@ def run_cached(
             if self_out:
                 break
             if need > 0 or newp // B > R[r, R_NCACHED]:  # a block to take or one newly full to cache
-                _grow(r, need, newp, R, B, ref, bhash, hashed, fprev, fnext, dprev, dnext, st, onext, oprev,
+                _grow(r, need, newp, t, R, B, ref, bhash, hashed, fprev, fnext, dprev, dnext, st, onext, oprev,
                       seg_d, seg_len, hP, hkeys, hfirst, hlast, hused, CR, K1, K2)
-            R[r, R_GRANT] = g
+            # only newer requests can still be preempted in this slot: the work is done now
+            R[r, R_P] = newp
+            tokens += g
             budget -= g
             j += 1
-        for k in range(j, nrun):
-            R[run[k], R_GRANT] = 0
         # --- admissions, in queue order, only in a slot that preempted nobody
         admitted = 0
-        tokens = 0
-        nkept = nrun
         if nvict == 0:
             while st[C_WLEN] > 0:
                 if rule == RULE_VLLM_V1 and budget <= 0:
@@ -381,7 +382,7 @@ def run_cached(
                 w = wq[st[C_WHEAD]]
                 s = R[w, R_S]
                 hit, evictable = _lookup(w, s, R, B, ref, seg_d, seg_len, seg_off, hP, hkeys, hfirst, hused,
-                                         scratch, CR, SEED, K1, K2)
+                                         scratch, memo, memo_P, CR, SEED, K1, K2)
                 shared = hit - evictable
                 c = hit * B
                 if rule == RULE_VLLM_V1:
@@ -415,36 +416,26 @@ def run_cached(
                 R[w, R_CPTR] = -1
                 R[w, R_NCACHED] = hit
                 R[w, R_CACHED] = c
-                R[w, R_P] = c
-                _grow(w, (c + first + B - 1) // B - hit, c + first, R, B, ref, bhash, hashed, fprev, fnext,
+                R[w, R_SINCE] = t  # charged from this slot on
+                R[w, R_ATT0] = R[w, R_SERVED]
+                _grow(w, (c + first + B - 1) // B - hit, c + first, t, R, B, ref, bhash, hashed, fprev, fnext,
                       dprev, dnext, st, onext, oprev, seg_d, seg_len, hP, hkeys, hfirst, hlast, hused, CR, K1, K2)
-                R[w, R_GRANT] = first
+                R[w, R_P] = c + first
+                tokens += first
                 budget -= first
                 if R[w, R_FIRST] < 0:
                     R[w, R_FIRST] = t
                 run[nrun] = w
                 nrun += 1
                 admitted += 1
-        # --- the work, the charge
-        for k in range(nrun):
-            r = run[k]
-            g = R[r, R_GRANT]
-            if k < nkept:
-                R[r, R_P] += g
-            else:
-                R[r, R_P] = R[r, R_CACHED] + g
-            tokens += g
-            held = (R[r, R_HIT] + R[r, R_NOWN]) * B
-            R[r, R_SERVED] += held
-            R[r, R_ATT] += held
         memory = (usable - st[C_NFREE]) * B
         # --- victims: progress lost (vLLM: outputs kept as prompt), back to the head, oldest first
         wasted = 0
         for k in range(nvict):  # newest first: pushing each to the front leaves the oldest at the head
             v = victims[k]
-            wasted += R[v, R_ATT]
-            R[v, R_WASTED] += R[v, R_ATT]
-            R[v, R_ATT] = 0
+            lost = R[v, R_SERVED] - R[v, R_ATT0]  # the attempt's area (its charge was settled when freed)
+            wasted += lost
+            R[v, R_WASTED] += lost
             R[v, R_NPRE] += 1
             p = R[v, R_P]
             if life == LIFE_VLLM:
@@ -466,6 +457,7 @@ def run_cached(
             r = run[k]
             if R[r, R_P] >= R[r, R_S] + R[r, R_O]:
                 R[r, R_FIN] = t
+                R[r, R_SERVED] += (R[r, R_HIT] + R[r, R_NOWN]) * B * (t + 1 - R[r, R_SINCE])  # charged to t
                 _release(r, R, B, ref, bhash, hashed, fprev, fnext, st, oprev, seg_d, seg_len, seg_off, hkeys, hfirst,
                          hused, scratch, CR, SEED, K1, K2)
                 completed += 1
@@ -491,18 +483,40 @@ def run_cached(
 
 @_njit(cache=True)
 def _lookup(w: int, s: int, R: Any, B: int, ref: Any, seg_d: Any, seg_len: Any, seg_off: Any, hP: Any,
-            hkeys: Any, hfirst: Any, hused: Any, scratch: Any, CR: Any, SEED: Any, K1: Any, K2: Any) -> Any:
+            hkeys: Any, hfirst: Any, hused: Any, scratch: Any, memo: Any, memo_P: Any, CR: Any, SEED: Any,
+            K1: Any, K2: Any) -> Any:
     """The longest cached prefix of ``w`` with ``s`` tokens (at most ``s − 1`` tokens, whole
     blocks): its blocks into ``scratch``; returns ``(blocks, of them free)``.  The request's
-    hash cursor is left after the hit."""
+    hash cursor is left after the hit.
+
+    A refused head is looked up again every slot: its chain (a request's content never
+    changes) is kept in ``memo`` — row 0 its rid and how many blocks are hashed, then per
+    block the hash and the cursor after it (``memo_P`` the chain state) — so only the table
+    is probed again."""
     limit = (s - 1) // B
-    seg = seg_off[w]
-    off = 0
-    P = SEED
+    if memo[0, 0] != w:
+        memo[0, 0] = w
+        memo[0, 1] = 0
     hit = 0
     evictable = 0
     while hit < limit:
-        h, P2, seg2, off2 = _block_hash(seg_d, seg_len, seg, off, P, B, CR, K1, K2)
+        if hit < memo[0, 1]:
+            h = memo[hit + 1, 0]
+        else:
+            if hit == 0:
+                seg = seg_off[w]
+                off = 0
+                P = SEED
+            else:
+                seg = memo[hit, 1]
+                off = memo[hit, 2]
+                P = memo_P[hit]
+            h, P2, seg2, off2 = _block_hash(seg_d, seg_len, seg, off, P, B, CR, K1, K2)
+            memo[hit + 1, 0] = h
+            memo[hit + 1, 1] = seg2
+            memo[hit + 1, 2] = off2
+            memo_P[hit + 1] = P2
+            memo[0, 1] = hit + 1
         i = _find(hkeys, hused, h)
         if i < 0:
             break
@@ -511,19 +525,27 @@ def _lookup(w: int, s: int, R: Any, B: int, ref: Any, seg_d: Any, seg_len: Any, 
         if ref[b] == 0:
             evictable += 1
         hit += 1
-        P, seg, off = P2, seg2, off2
-    hP[w] = P
-    R[w, R_HSEG] = seg
-    R[w, R_HOFF] = off
+    if hit == 0:
+        hP[w] = SEED
+        R[w, R_HSEG] = seg_off[w]
+        R[w, R_HOFF] = 0
+    else:
+        hP[w] = memo_P[hit]
+        R[w, R_HSEG] = memo[hit, 1]
+        R[w, R_HOFF] = memo[hit, 2]
     return hit, evictable
 
 
 @_njit(cache=True)
-def _grow(r: int, need: int, upto: int, R: Any, B: int, ref: Any, bhash: Any, hashed: Any, fprev: Any, fnext: Any,
+def _grow(r: int, need: int, upto: int, t: int, R: Any, B: int, ref: Any, bhash: Any, hashed: Any, fprev: Any, fnext: Any,
           dprev: Any, dnext: Any, st: Any, onext: Any, oprev: Any, seg_d: Any, seg_len: Any, hP: Any,
           hkeys: Any, hfirst: Any, hlast: Any, hused: Any, CR: Any, K1: Any, K2: Any) -> None:
     """Take ``need`` blocks from the head of the free queue for ``r`` (evicting their hashes),
-    then cache its blocks full by ``upto`` tokens (allocation time, as vLLM)."""
+    then cache its blocks full by ``upto`` tokens (allocation time, as vLLM).  New blocks change
+    what ``r`` is charged from slot ``t`` on: the slots before are settled first."""
+    if need > 0:
+        R[r, R_SERVED] += (R[r, R_HIT] + R[r, R_NOWN]) * B * (t - R[r, R_SINCE])
+        R[r, R_SINCE] = t
     for _ in range(need):
         b = st[C_FHEAD]
         _free_remove(st, fprev, fnext, b)

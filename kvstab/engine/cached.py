@@ -129,6 +129,8 @@ def run_cached(
     longest = int(np.max((plan.s + plan.o + B - 1) // B)) if n else 1
     scratch = np.zeros(longest + 2, dtype=np.int64)
     victims = np.zeros(max(n, 1), dtype=np.int64)
+    memo = np.full((longest + 2, 3), -1, dtype=np.int64)  # the queue head's chain, hashed once
+    memo_P = np.zeros(longest + 2, dtype=np.uint64)
     st = np.zeros(KC.C_SIZE, dtype=np.int64)
     st[KC.C_NFREE] = usable
     st[KC.C_FHEAD] = 1 if usable else -1
@@ -147,7 +149,8 @@ def run_cached(
         out = np.zeros((len(KC.COLUMNS), t_end - t0), dtype=np.int64)
         status = KC.run_cached(
             st, R, hP, plan.slot, seg_d, seg_len, seg_off, ref, bhash, hashed, fprev, fnext, dprev, dnext,
-            onext, oprev, hkeys, hfirst, hlast, hused, run, wq, scratch, victims, rule, life, B, params.chunk,
+            onext, oprev, hkeys, hfirst, hlast, hused, run, wq, scratch, victims, memo, memo_P, rule, life, B,
+            params.chunk,
             budget, seqs, usable, CR, SEED, K1, K2, t_end, draining, out,
         )  # fmt: skip
         if status == KC.BROKEN:
@@ -163,6 +166,11 @@ def run_cached(
                 raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
             if not drain:
                 break
+    # the running requests' charge since their last change of blocks, up to now (kept lazily by the loop)
+    T = int(st[KC.C_T])
+    for r in run[: int(st[KC.C_NRUN])]:
+        R[r, KC.R_SERVED] += (R[r, KC.R_HIT] + R[r, KC.R_NOWN]) * B * (T - R[r, KC.R_SINCE])
+        R[r, KC.R_SINCE] = T
     whole = np.concatenate(cols, axis=1) if cols else np.zeros((len(KC.COLUMNS), 0), dtype=np.int64)
     arrived = int(st[KC.C_I])
     c = {name: whole[k] for k, name in enumerate(KC.COLUMNS)}

@@ -21,6 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kvstab.errors import InvalidArgument
+from kvstab.prefix import PromptSet
+from kvstab.prefix_laws import Conversation
 from kvstab.traces import Trace
 from kvstab.validation import MAX_RATE, positive_float
 from kvstab.workload import Workload
@@ -43,11 +45,15 @@ class FleetArrivals:
     s: IntArray
     o: IntArray
     horizon_s: float
+    #: the requests' prompt content, for replicas with prefix caching (``None``: every prompt its own)
+    prompts: PromptSet | None = None
 
     def __post_init__(self) -> None:
         n = self.time.size
         if self.s.size != n or self.o.size != n:
             raise InvalidArgument("fleet arrivals: time, s and o must have the same length")
+        if self.prompts is not None and len(self.prompts) != n:
+            raise InvalidArgument(f"fleet arrivals: {len(self.prompts)} prompts for {n} requests")
         if n and (np.any(np.diff(self.time) < 0) or self.time[0] < 0 or not np.all(np.isfinite(self.time))):
             raise InvalidArgument("fleet arrivals: times must be finite, non-negative and non-decreasing")
         if not (math.isfinite(self.horizon_s) and self.horizon_s > 0):
@@ -65,8 +71,23 @@ def _expect(expected: float) -> None:
         )
 
 
-def poisson_times(workload: Workload, rate: float, horizon_s: float, seed: int = 0) -> FleetArrivals:
-    """A Poisson stream of rate ``rate`` (req/s) over ``[0, horizon_s)``, lengths i.i.d. from ``workload``."""
+def _prompts(workload: Workload, rng: np.random.Generator, s: IntArray, wanted: bool) -> PromptSet | None:
+    """The prompts of the workload's prefix law for lengths ``s`` (drawn after the lengths, so the times
+    and lengths are those drawn without them), where ``wanted`` and the workload has one."""
+    if not wanted or workload.prefix is None:
+        return None
+    if isinstance(workload.prefix, Conversation):
+        raise InvalidArgument(
+            "prefix=chat(K,T): a fleet's arrivals are a stream of single requests, and a conversation's turns "
+            "arrive one after another; with prefix caching a fleet takes prefix=shared, tenants or fewshot"
+        )
+    return workload.prefix.prompts(rng, s)
+
+
+def poisson_times(workload: Workload, rate: float, horizon_s: float, seed: int = 0, *,
+                  prompts: bool = False) -> FleetArrivals:
+    """A Poisson stream of rate ``rate`` (req/s) over ``[0, horizon_s)``, lengths i.i.d. from ``workload``
+    (with ``prompts``, their content from its prefix law too: for replicas with prefix caching)."""
     rate = positive_float("the arrival rate λ", rate, maximum=MAX_RATE)
     horizon_s = positive_float("the horizon (seconds)", horizon_s, maximum=1e9)
     _expect(rate * horizon_s)
@@ -75,12 +96,15 @@ def poisson_times(workload: Workload, rate: float, horizon_s: float, seed: int =
     # given the count, Poisson arrival times are uniform order statistics
     time = np.sort(rng.uniform(0.0, horizon_s, size=n))
     s, o = workload.sample(rng, n)
-    return FleetArrivals(time, np.asarray(s, dtype=np.int64), np.asarray(o, dtype=np.int64), float(horizon_s))
+    s = np.asarray(s, dtype=np.int64)
+    return FleetArrivals(time, s, np.asarray(o, dtype=np.int64), float(horizon_s), _prompts(workload, rng, s, prompts))
 
 
-def piecewise_poisson(workload: Workload, rates: npt.ArrayLike, window_s: float, seed: int = 0) -> FleetArrivals:
+def piecewise_poisson(workload: Workload, rates: npt.ArrayLike, window_s: float, seed: int = 0, *,
+                      prompts: bool = False) -> FleetArrivals:
     """Poisson arrivals with rate ``rates[w]`` in window ``[w·W, (w+1)·W)``; the
-    horizon is ``len(rates)·W``.  A window of rate 0 gets no arrivals."""
+    horizon is ``len(rates)·W``.  A window of rate 0 gets no arrivals.  ``prompts``: as
+    :func:`poisson_times`."""
     window_s = positive_float("the window (seconds)", window_s, maximum=1e9)
     r = np.asarray(rates, dtype=np.float64).ravel()
     if r.size == 0 or not np.all(np.isfinite(r)) or np.any(r < 0) or r.max() > MAX_RATE or r.max() == 0:
@@ -91,7 +115,9 @@ def piecewise_poisson(workload: Workload, rates: npt.ArrayLike, window_s: float,
     start = np.repeat(np.arange(r.size, dtype=np.float64) * window_s, counts)
     time = np.sort(start + rng.uniform(0.0, window_s, size=start.size))
     s, o = workload.sample(rng, int(time.size))
-    return FleetArrivals(time, np.asarray(s, dtype=np.int64), np.asarray(o, dtype=np.int64), float(r.size * window_s))
+    s = np.asarray(s, dtype=np.int64)
+    return FleetArrivals(time, s, np.asarray(o, dtype=np.int64), float(r.size * window_s),
+                         _prompts(workload, rng, s, prompts))
 
 
 def window_rates(trace: Trace, window_s: float) -> FloatArray:

@@ -31,8 +31,15 @@ from scipy import stats
 
 from kvstab.errors import InvalidArgument
 from kvstab.fleet.arrivals import poisson_times
-from kvstab.fleet.simulate import SLOPE_START, FleetResult, Replica, replica_infos, simulate_fleet
-from kvstab.metrics import Estimate
+from kvstab.fleet.simulate import (
+    SLOPE_START,
+    FleetResult,
+    Replica,
+    caching_replicas,
+    replica_infos,
+    simulate_fleet,
+)
+from kvstab.metrics import Estimate, against_threshold
 from kvstab.model import prefill_slots
 from kvstab.validation import positive_float, positive_int
 from kvstab.workload import Workload
@@ -100,13 +107,14 @@ def evaluate_rate(
     """Replicate ``rate`` and classify it against the growth threshold ``threshold`` (req/s)."""
     slopes: list[float] = []
     thr: list[float] = []
+    caching = bool(caching_replicas(replicas))  # replicas with caching need the prompts' content
     first: FleetResult | None = None
     reps = 0
     decided = False
     while True:
         target = seeds if reps == 0 else min(2 * reps, max_seeds)
         while reps < target:
-            arr = poisson_times(workload, rate, horizon_s, seed=seed * 1_000_003 + reps)
+            arr = poisson_times(workload, rate, horizon_s, seed=seed * 1_000_003 + reps, prompts=caching)
             res = simulate_fleet(replicas, router, workload, arr, seed=seed * 1_000_003 + reps)
             first = first or res
             sl, th = _batches(res)
@@ -188,10 +196,12 @@ def find_fleet_critical_rate(
         v = evaluate_rate(replicas, router, workload, rate, horizon_s, seeds=seeds, max_seeds=max_seeds,
                           threshold=h, seed=seed)  # fmt: skip
         evals.append(v)
-        log(f"  λ = {rate:.5g}/s: growth {v.slope.value:+.4g} [{v.slope.low:+.4g}, {v.slope.high:+.4g}]/s → "
-            f"{v.verdict} ({v.decided_by}, {v.seeds} seeds); throughput {v.throughput.value:.5g}/s")  # fmt: skip
+        log(f"  λ = {rate:.5g}/s: {against_threshold(v.slope, h)}, {v.seeds} seeds; "
+            f"throughput {v.throughput.value:.5g}/s")  # fmt: skip
         if v.decided_by != "interval":
-            notes.append(f"λ = {rate:.5g}/s stayed undecided at {v.seeds} seeds: classified by its point estimate")
+            side = "above" if v.verdict == "unstable" else "below"
+            notes.append(f"λ = {rate:.5g}/s stayed undecided at {v.seeds} seeds: classified {v.verdict} by its point "
+                         f"estimate {v.slope.value:+.4g}/s, {side} the growth threshold h = {h:.4g}/s")  # fmt: skip
         return v
 
     lo, hi = 0.9 * theory, 1.1 * theory
@@ -216,15 +226,20 @@ def find_fleet_critical_rate(
             lo = mid
         else:
             hi = mid
+    if caching_replicas(replicas):
+        notes.append("prefix caching on replica(s) " + ", ".join(caching_replicas(replicas)) + " (each its own block "
+                     "pool): Σμ and the theory's rate use the no-sharing μ, which shared blocks can exceed")
     resolved = low_ok and high_ok and (hi - lo) / 2 <= tol * (1 + 1e-9)
     if not resolved:
         notes.append(f"the interval did not reach ±{tol:.4g}/s within {max_evaluations} evaluations")
     saturated = None
     if overload is not None:
-        sat = evaluate_rate(replicas, router, workload, overload * theory, horizon_s, seeds=seeds, classify=False,
+        # with prefix caching the fleet can serve more than the no-sharing theory: overload past what it kept up with
+        base = max(theory, hi) if caching_replicas(replicas) else theory
+        sat = evaluate_rate(replicas, router, workload, overload * base, horizon_s, seeds=seeds, classify=False,
                             seed=seed)  # fmt: skip
         saturated = sat.throughput
-        log(f"  saturated throughput at λ = {overload * theory:.5g}/s: {sat.throughput.value:.5g}/s "
+        log(f"  saturated throughput at λ = {overload * base:.5g}/s: {sat.throughput.value:.5g}/s "
             f"[{sat.throughput.low:.5g}, {sat.throughput.high:.5g}]")  # fmt: skip
     return CriticalRate(
         router=rt.name, critical=(lo + hi) / 2 - h, low=max(lo - h, 0.0), high=hi - h, threshold=h,

@@ -37,7 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from kvstab.errors import InvalidArgument
+from kvstab.errors import InvalidArgument, plugin_fault
 from kvstab.model import ModelParams
 from kvstab.validation import positive_float, positive_int
 
@@ -352,8 +352,10 @@ def _resolve(spec: str) -> Any:
     mod_name, _, attr = spec.partition(":")
     try:
         obj: Any = importlib.import_module(mod_name)
-    except Exception as exc:  # any import-time failure of user code is one line
-        raise InvalidArgument(f"cannot import router module {mod_name!r}: {type(exc).__name__}: {exc}") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # any import-time failure of user code is one line, SystemExit too
+        raise InvalidArgument(f"cannot import router module {mod_name!r}: {plugin_fault(exc)}") from None
     for part in attr.split("."):
         if not part or not hasattr(obj, part):
             raise InvalidArgument(f"module {mod_name!r} has no attribute {attr!r}")
@@ -389,10 +391,10 @@ def router_names() -> list[str]:
 def _build(factory: Any, arg: str | None, spec: str) -> Any:
     try:
         obj = factory(arg)
-    except InvalidArgument:
+    except (InvalidArgument, KeyboardInterrupt):
         raise
-    except Exception as exc:
-        raise InvalidArgument(f"cannot build router {spec!r}: {type(exc).__name__}: {exc}") from None
+    except BaseException as exc:  # a factory calling sys.exit must not end kvstab silently
+        raise InvalidArgument(f"cannot build router {spec!r}: {plugin_fault(exc)}") from None
     problem = check_router_shape(obj)
     if problem is not None:
         raise InvalidArgument(f"{spec!r} is not a router: {problem}")

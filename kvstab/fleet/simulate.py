@@ -53,6 +53,7 @@ __all__ = [
     "ReplicaResult",
     "FleetResult",
     "simulate_fleet",
+    "caching_replicas",
     "replica_infos",
     "GRID",
     "WARMUP",
@@ -320,7 +321,10 @@ def _static(
         ids = np.flatnonzero(where == i).astype(np.int64)
         t = arrivals.time[ids]
         slots = _slots(arrivals.horizon_s, rep.params)
-        plan = ArrivalPlan(np.floor(t / rep.params.bbar).astype(np.int64), arrivals.s[ids], arrivals.o[ids])
+        # each replica's pool is its own: a replica with caching shares blocks only among the requests it gets
+        prompts = arrivals.prompts.take(ids) if arrivals.prompts is not None and rep.params.prefix_caching else None
+        plan = ArrivalPlan(np.floor(t / rep.params.bbar).astype(np.int64), arrivals.s[ids], arrivals.o[ids],
+                           prompts=prompts)
         out = run(sched, rep.params, plan, slots, check=check, engine="auto", record=True)
         res = out.result
         assert res is not None  # record=True
@@ -403,6 +407,36 @@ def _event(
     return outs
 
 
+def caching_replicas(replicas: Sequence[Replica]) -> list[str]:
+    """The labels of the replicas that run with prefix caching."""
+    return [r.name or f"{i}:{r.scheduler}" for i, r in enumerate(replicas) if r.params.prefix_caching]
+
+
+def _check_caching(replicas: Sequence[Replica], workload: Workload, arrivals: FleetArrivals, router: str,
+                   path: str, dependent: bool) -> None:
+    """Refuse a fleet with prefix caching the chosen path cannot carry, rather than ignore the caching.
+
+    The event loop steps reference engines whose requests arrive as lengths, and its routers read each
+    request's own tokens, not a shared block pool: it does not carry prefix caching.  On the static path
+    each replica with caching runs on its own block pool (no sharing across replicas), and needs the
+    arrivals' prompts where the workload has prefix structure."""
+    cached = caching_replicas(replicas)
+    if not cached:
+        return
+    if path == "event":
+        why = f"router {router!r} reads the replicas' state" if dependent else "path 'event' was asked for"
+        raise InvalidArgument(
+            f"prefix caching on replica(s) {', '.join(cached)}: the fleet's event loop ({why}) does not carry prefix "
+            "caching (its routers read each request's own tokens, not a shared block pool); use a state-independent "
+            "router (kvstab fleet routers) on the static path, or --prefix-caching off"
+        )
+    if workload.prefix is not None and arrivals.prompts is None:
+        raise InvalidArgument(
+            f"prefix caching on replica(s) {', '.join(cached)} but the arrivals carry no prompts for the workload's "
+            f"prefix={workload.prefix.describe()}: draw them with prompts=True"
+        )
+
+
 def simulate_fleet(
     replicas: Sequence[Replica],
     router: str | Any,
@@ -436,6 +470,7 @@ def simulate_fleet(
     if path == "static" and dependent:
         raise InvalidArgument(f"router {rt.name!r} reads the replicas' state: it needs the event loop (path 'event')")
     chosen = "event" if dependent or path == "event" else "static"
+    _check_caching(replicas, workload, arrivals, rt.name, chosen, dependent)
     infos, deltas = replica_infos(replicas, workload)
     schedulers = [load_scheduler(r.scheduler) for r in replicas]
     if chosen == "static":

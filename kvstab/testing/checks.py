@@ -216,7 +216,8 @@ class Auditor:
     the scheduler is named in replay commands (a registered name or
     ``module:attr``; default its ``name``); ``window`` is the queue window the
     engine shows the rule; ``margin`` replaces the declared ``Δ`` of property 6
-    (e.g. by a proved one).
+    (e.g. by a proved one); ``decide_timeout`` is :class:`Engine`'s (``kvstab check``'s
+    ``--decide-timeout``).
     """
 
     def __init__(
@@ -228,6 +229,7 @@ class Auditor:
         spec: str | None = None,
         window: int = DEFAULT_WINDOW,
         margin: int | None = None,
+        decide_timeout: float | None = None,
     ) -> None:
         if params.g != "exact":
             raise InvalidArgument("the audit compares served area with the exact g; use ModelParams(g='exact')")
@@ -240,7 +242,7 @@ class Auditor:
             raise InvalidArgument(f"unknown property numbers {sorted(unknown)}; valid: {sorted(ALL_PROPERTIES)}")
         self.spec = spec or scheduler.name
         self.window = positive_int("window", window, maximum=MAX_WINDOW)
-        self.engine = Engine(scheduler, params, check=False, window=self.window)
+        self.engine = Engine(scheduler, params, check=False, window=self.window, decide_timeout=decide_timeout)
         #: Δ for property 6 in place of the declared one (a proved margin), or None
         self.margin = None if margin is None else as_int("margin", margin, minimum=0, maximum=params.M)
         self.requests: list[tuple[int, int, int]] = []  # (arrival slot, s, o), for replay
@@ -620,11 +622,12 @@ def audit_plan(
     spec: str | None = None,
     window: int = DEFAULT_WINDOW,
     margin: int | None = None,
+    decide_timeout: float | None = None,
 ) -> Auditor:
     """Run ``plan`` to the end and drain, checking the selected properties
     after every slot; raise :class:`PropertyViolation` at the first failure."""
     __tracebackhide__ = True  # the user sees the property, the workload and the replay line
-    aud = Auditor(scheduler, params, select=select, spec=spec, window=window, margin=margin)
+    aud = Auditor(scheduler, params, select=select, spec=spec, window=window, margin=margin, decide_timeout=decide_timeout)
     n = len(plan)
     i = 0
     while i < n:

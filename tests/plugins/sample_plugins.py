@@ -263,3 +263,56 @@ class StuckAfterMarking:
 
 
 STUCK = StuckAfterMarking()
+
+
+class _EndsTheProcess(BaseException):
+    """Neither an ``Exception`` nor Ctrl-C: what a plug-in might raise to stop everything."""
+
+
+@dataclass(frozen=True)
+class ExitsInDecide:
+    """Calls ``sys.exit(0)`` inside ``decide`` (kvstab must not end silently with status 0)."""
+
+    name: str = "exits-in-decide"
+    description: str = "decide calls sys.exit(0)"
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        import sys
+
+        sys.exit(0)
+
+
+EXITS_IN_DECIDE = ExitsInDecide()
+
+
+@dataclass(frozen=True)
+class RaisesBaseInDecide:
+    """Raises a bare ``BaseException`` subclass inside ``decide``."""
+
+    name: str = "raises-base-in-decide"
+    description: str = "decide raises a BaseException that is not an Exception"
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        raise _EndsTheProcess("stop")
+
+
+RAISES_BASE_IN_DECIDE = RaisesBaseInDecide()
+
+
+@dataclass(frozen=True)
+class ExitsInMargin:
+    """A sound rule (admits nothing) whose declared ``margin`` calls ``sys.exit(0)``."""
+
+    name: str = "exits-in-margin"
+    description: str = "margin calls sys.exit(0)"
+
+    def margin(self, params: object, max_s: int, max_o: int) -> int:
+        import sys
+
+        sys.exit(0)
+
+    def decide(self, view: View, ops: Ops) -> Decision:
+        return Decision(admit=tuple(False for _ in view.waiting), preempt=tuple(False for _ in view.active))
+
+
+EXITS_IN_MARGIN = ExitsInMargin()
