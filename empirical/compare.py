@@ -14,7 +14,7 @@ and the two engines' gaps side by side.  Output: Markdown, CSV, LaTeX, PNG
 
 Prefix caching is on by default, as vLLM 0.33 runs (``caching=True``): every
 vLLM case is replayed with ``enable_prefix_caching`` on and off, on vLLM and on
-the model (the reference engine: the compiled one has no block pool yet), the
+the model (the reference engine: the compiled step-log replay has no block pool yet), the
 caching-off rate beside the caching-on one, and the gap between them decomposed
 (:func:`kvstab.empirical.decompose.decompose_caching`) into the prefill compute
 the hits saved and the memory the shared blocks saved.  The paper's ``μ`` is the
@@ -837,7 +837,7 @@ class Report:
         out = ["## Prefix caching on vs off (vLLM's block pool, `enable_prefix_caching`)", ""]
         out.append(
             "The same plan on the same server with caching on and off; the model with caching runs the reference "
-            "engine (the compiled one has no block pool yet).  `on / off` gives the range the two 95 % intervals "
+            "engine (the compiled step-log replay has no block pool yet).  `on / off` gives the range the two 95 % intervals "
             "allow.  μ paper is the no-sharing formula: a rate of sharing is not in it yet."
         )
         out += ["", _md_table(self.CACHING_HEADER, self.caching_rows()), ""]
@@ -1007,14 +1007,15 @@ def model_replay(engine: str, caching: bool = False) -> Callable[[ArrivalPlan, R
     """The replay of the ``vllm-v1`` model on ``engine``: ``"fast"`` (the compiled
     engine, :func:`kvstab.engine.replay_model`), ``"reference"``, or ``"auto"``
     (the fast one unless ``caching``); both give the same :class:`StepLog` step for
-    step (``tests/test_engine_*``).  The compiled engine has no block pool yet, so
+    step (``tests/test_engine_*``).  The compiled replay has no block pool yet (the
+    compiled prefix-cache loop of ``kvstab.engine.run`` records no step log), so
     a replay with prefix caching on runs the reference engine, and ``"fast"`` with
     ``caching`` is refused."""
     if engine not in ENGINES:
         raise InvalidArgument(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine == "fast" and caching:
         raise InvalidArgument(
-            "--engine fast: the compiled engine has no prefix cache yet; with --prefix-caching on use "
+            "--engine fast: the compiled step-log replay has no prefix cache yet; with --prefix-caching on use "
             "--engine auto or reference (the reference engine), or pass --prefix-caching off"
         )
     if engine == "fast" or (engine == "auto" and not caching):

@@ -115,7 +115,7 @@ def register(subparsers: Any) -> None:
     c.add_argument(
         "--engine", choices=("auto", "fast", "reference"), default="auto",
         help="engine of the vllm-v1 model's replay: auto (default: fast with caching off, reference with caching "
-        "on, as the compiled engine has no prefix cache yet), fast (compiled) or reference; identical step logs",
+        "on, as the compiled step-log replay has no prefix cache yet), fast (compiled) or reference; identical step logs",
     )
     # the cases fix the server; of the server flags compare takes only --prefix-caching (default: on, as vLLM's)
     add_prefix_caching(c, follows_engine=True)
