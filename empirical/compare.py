@@ -11,6 +11,16 @@ also replayed on kvstab's ``sglang`` model and SGLang 0.5.23's own scheduler,
 with SGLang's own decomposition (:mod:`kvstab.empirical.decompose_sglang`)
 and the two engines' gaps side by side.  Output: Markdown, CSV, LaTeX, PNG
 (``queue.png``, ``kv.png``, ``gap.png``).
+
+Prefix caching is on by default, as vLLM 0.33 runs (``caching=True``): every
+vLLM case is replayed with ``enable_prefix_caching`` on and off, on vLLM and on
+the model (the reference engine: the compiled step-log replay has no block pool yet), the
+caching-off rate beside the caching-on one, and the gap between them decomposed
+(:func:`kvstab.empirical.decompose.decompose_caching`) into the prefill compute
+the hits saved and the memory the shared blocks saved.  The paper's ``μ`` is the
+no-sharing formula; its own decomposition is taken on the caching-off run, the
+world it describes.  The ``shared-prompt@64k`` case is issue 25's headline: every
+request a 1,280-token prompt whose first 1,024 tokens are one system prompt.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ import csv
 import os
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +37,14 @@ import numpy as np
 
 from kvstab.arrivals import ArrivalPlan, poisson_arrivals
 from kvstab.empirical.batchtime import A100Profile, BatchTimeModel, FitReport, fit_batch_time
-from kvstab.empirical.decompose import TERMS, GapDecomposition, decompose_gap
+from kvstab.empirical.decompose import (
+    CACHING_TERMS,
+    TERMS,
+    CachingDecomposition,
+    GapDecomposition,
+    decompose_caching,
+    decompose_gap,
+)
 from kvstab.empirical.decompose_sglang import SGLANG_TERMS, decompose_sglang_gap, sglang_window
 from kvstab.empirical.estimators import (
     bbar_estimates,
@@ -48,7 +65,7 @@ from kvstab.steplog import ReplayConfig, SglangModelLog, StepLog
 from kvstab.theory.area import expected_g
 from kvstab.theory.latex import tex_text
 from kvstab.traces import load_trace
-from kvstab.workload import PAPER_WORKLOADS, Workload
+from kvstab.workload import PAPER_WORKLOADS, Workload, parse_workload
 
 __all__ = [
     "Case",
@@ -61,6 +78,9 @@ __all__ = [
     "compare",
     "SMALL_M",
     "TRACE_FILES",
+    "SHARED_SPEC",
+    "SHARED_M",
+    "shared_prompt_case",
 ]
 
 #: The small capacity of the issue: about a dozen paper-workload requests fit.
@@ -71,6 +91,10 @@ TRACE_FILES = {
     "sharegpt": "sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
     "arxiv": "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
 }
+#: Issue 25's headline workload: a 1,024-token system prompt shared by every request, 256 own tokens, 256 out.
+SHARED_SPEC = "s=const(1280),o=const(256),prefix=shared(1024)"
+#: Its capacity (4,096 blocks of 16).
+SHARED_M = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +105,19 @@ class Case:
     M: int
     first: Workload
     second: Workload | None = None  # the mixed workload switches to this law half-way
+    #: arrivals as a multiple of μ_paper when the run's ``load`` would not flood this case (sharing
+    #: lifts the saturated rate above the no-sharing μ_paper); the larger of the two is used
+    load: float | None = None
+    #: the most steps this case runs (its caching-on replays take the reference engine)
+    max_steps: int | None = None
+
+    def steps(self, steps: int) -> int:
+        """The horizon of this case for a run of ``steps`` steps."""
+        return steps if self.max_steps is None else min(steps, self.max_steps)
+
+    def load_for(self, load: float) -> float:
+        """The arrival rate (× μ_paper) of this case for a run at ``load``."""
+        return load if self.load is None else max(load, self.load)
 
     def expected_g(self, chunk: int) -> float:
         """The paper's ``E[g]`` (continuous form) of the law, the two halves averaged when mixed."""
@@ -99,8 +136,15 @@ class Case:
         return ArrivalPlan(np.concatenate([a.slot, b.slot + half]), np.concatenate([a.s, b.s]), np.concatenate([a.o, b.o]))
 
 
+def shared_prompt_case() -> Case:
+    """Issue 25's headline case: :data:`SHARED_SPEC` at ``M =`` :data:`SHARED_M`, flooded (4 × μ_paper:
+    with caching vLLM completes about 3 × μ_paper), at most 8,000 steps."""
+    return Case("shared-prompt@64k", SHARED_M, parse_workload(SHARED_SPEC), load=4.0, max_steps=8_000)
+
+
 def default_cases(data_dir: str | None, which: str = "all") -> list[Case]:
-    """The issue's cases: paper workloads at ``M = 131000`` and ``16384``, and the traces at ``131000``."""
+    """The issues' cases: paper workloads at ``M = 131000`` and ``16384``, the traces at ``131000``,
+    and the shared system prompt (:func:`shared_prompt_case`, case set ``prefix``)."""
     paper = [(n.removeprefix("paper-"), PAPER_WORKLOADS[n]) for n in ("paper-1:1", "paper-2:1", "paper-1:2")]
     cases: list[Case] = []
     for M, tag in ((PAPER_M, ""), (SMALL_M, "@16k")):
@@ -113,8 +157,10 @@ def default_cases(data_dir: str | None, which: str = "all") -> list[Case]:
         for name, f in TRACE_FILES.items():
             tr = load_trace(os.path.join(data_dir, "traces", f))
             cases.append(Case(name, PAPER_M, Workload.joint(tr.s, tr.o, name=name)))
+    if which in ("all", "prefix"):
+        cases.append(shared_prompt_case())
     if not cases:
-        raise InvalidArgument(f"unknown case set {which!r}; valid: all, paper, small, traces")
+        raise InvalidArgument(f"unknown case set {which!r}; valid: all, paper, small, traces, prefix")
     return cases
 
 
@@ -132,8 +178,10 @@ class CaseResult:
     mu_vllm: Estimate | None
     difference: str | None  # first step where the model departs from vLLM (None: identical)
     slope: Estimate
-    decomposition: GapDecomposition
+    decomposition: GapDecomposition  # of the caching-off run when caching is on (the formula's world)
     dropped: int
+    #: the caching-off replays beside the caching-on ones (None: the run was with caching off)
+    off: CachingOff | None = None
 
     @property
     def measured(self) -> StepLog:
@@ -143,6 +191,33 @@ class CaseResult:
     @property
     def mu_measured(self) -> Estimate:
         """vLLM's rate when it ran, else the model's."""
+        return self.mu_vllm if self.mu_vllm is not None else self.mu_model
+
+    @property
+    def caching(self) -> bool:
+        """Whether the replays ran with vLLM's prefix caching on."""
+        return self.config.enable_prefix_caching
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CachingOff:
+    """The same plan with prefix caching off, beside a caching-on case, and the gap between them."""
+
+    model: StepLog
+    vllm: StepLog | None
+    mu_model: Estimate
+    mu_vllm: Estimate | None
+    difference: str | None  # first step where the model departs from vLLM, caching off (None: identical)
+    gap: CachingDecomposition  # measured on against measured off (vLLM's logs when it ran)
+
+    @property
+    def measured(self) -> StepLog:
+        """vLLM's caching-off log when it ran, else the model's."""
+        return self.vllm if self.vllm is not None else self.model
+
+    @property
+    def mu_measured(self) -> Estimate:
+        """vLLM's caching-off rate when it ran, else the model's."""
         return self.mu_vllm if self.mu_vllm is not None else self.mu_model
 
 
@@ -157,21 +232,38 @@ def run_case(
     budget: int = PAPER_CHUNK,
     max_num_seqs: int = 256,
     block: int = 16,
-    engine: str = "fast",
+    engine: str = "auto",
+    caching: bool = False,
 ) -> CaseResult:
-    """Replay one overloaded plan (rate ``load × μ_paper``) on vLLM and on the model
-    (``engine``: the fast engine's replay or the reference one; identical logs)."""
+    """Replay one overloaded plan (rate ``load × μ_paper``, or the case's own load) on vLLM and on the
+    model (``engine``: see :func:`model_replay`; identical logs); with ``caching``, with vLLM's prefix
+    caching on and again off, the gap between the two decomposed (:func:`decompose_caching`)."""
     if not load > 1:
         raise InvalidArgument(f"a saturated-rate run needs load > 1 (arrivals above μ), got {load}")
-    cfg = ReplayConfig.for_capacity(case.M, block, max_num_batched_tokens=budget, max_num_seqs=max_num_seqs)
+    replay_on = model_replay(engine, caching)  # a fast engine asked for with caching is refused first
+    cfg_off = ReplayConfig.for_capacity(case.M, block, max_num_batched_tokens=budget, max_num_seqs=max_num_seqs)
+    cfg = replace(cfg_off, enable_prefix_caching=caching)
     Eg = case.expected_g(budget)
     mu_paper = case.M / Eg
-    plan = case.plan(steps, load * mu_paper, seed)
+    plan = case.plan(steps, case.load_for(load) * mu_paper, seed)
     before = len(plan)
     plan = plan.fit_to(ModelParams(M=cfg.M, chunk=budget, block=block), drop_oversize=True)
-    model = model_replay(engine)(plan, cfg, steps)
+    model = replay_on(plan, cfg, steps)
     vlog = replay_vllm(plan, cfg, steps) if use_vllm else None
     measured = vlog if vlog is not None else model
+    off = None
+    if caching:
+        model_off = model_replay(engine)(plan, cfg_off, steps)
+        vlog_off = replay_vllm(plan, cfg_off, steps) if use_vllm else None
+        off_measured = vlog_off if vlog_off is not None else model_off
+        off = CachingOff(
+            model=model_off,
+            vllm=vlog_off,
+            mu_model=saturated_rate(model_off, warmup),
+            mu_vllm=saturated_rate(vlog_off, warmup) if vlog_off is not None else None,
+            difference=vlog_off.first_difference(model_off) if vlog_off is not None else None,
+            gap=decompose_caching(measured, off_measured, warmup),
+        )
     return CaseResult(
         case=case,
         config=cfg,
@@ -183,8 +275,9 @@ def run_case(
         mu_vllm=saturated_rate(vlog, warmup) if vlog is not None else None,
         difference=vlog.first_difference(model) if vlog is not None else None,
         slope=queue_growth(measured, warmup),
-        decomposition=decompose_gap(measured, case.M, Eg, warmup),
+        decomposition=decompose_gap(off.measured if off is not None else measured, case.M, Eg, warmup),
         dropped=before - len(plan),
+        off=off,
     )
 
 
@@ -248,7 +341,7 @@ def run_sglang_case(
     params = ModelParams(M=case.M, chunk=chunk, max_num_seqs=max_num_seqs)
     Eg = case.expected_g(chunk)
     mu_paper = case.M / Eg
-    plan = case.plan(steps, load * mu_paper, seed)
+    plan = case.plan(steps, case.load_for(load) * mu_paper, seed)
     keep = np.array([_sglang_fits(rule, params, int(s), int(o)) for s, o in zip(plan.s, plan.o)], dtype=bool)
     kept = ArrivalPlan(plan.slot[keep], plan.s[keep], plan.o[keep])
     model = replay_sglang_model(kept, rule, params, steps)
@@ -322,6 +415,13 @@ def _case_notes(results: Sequence[CaseResult | SglangCaseResult], departs: str, 
     return out
 
 
+def _ratio(on: Estimate, off: Estimate) -> str:
+    """``on / off`` with the range the two 95 % intervals allow (``low_on / high_off`` to ``high_on / low_off``)."""
+    lo = on.low / off.high if off.high > 0 else float("nan")
+    hi = on.high / off.low if off.low > 0 else float("inf")
+    return f"{on.value / off.value:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
 def _decomposition_head(terms: tuple[tuple[str, str], ...]) -> list[str]:
     """The CSV columns of a decomposition: one per term, the residual and the total (%)."""
     return [f"decomp {k} %" for k, _ in terms] + ["decomp residual %", "decomp total %"]
@@ -364,6 +464,10 @@ class Report:
                     f"{_per_completion(r.measured, r.measured.recomputed, self.warmup):.1f}",
                     f"{_per_completion(r.model, r.model.recomputed, self.warmup):.1f}",
                     f"{r.slope.value:+.4f}",
+                    "on" if r.caching else "off",
+                    _pm(r.off.mu_measured) if r.off is not None else "n/a",
+                    _ratio(r.mu_measured, r.off.mu_measured) if r.off is not None else "n/a",
+                    f"{meas / r.mu_paper:.3f}",
                 ]
             )
         return rows
@@ -381,7 +485,99 @@ class Report:
         "recomputed tok /completion (vLLM)",
         "recomputed tok /completion (model)",
         "queue slope (/step)",
+        "prefix caching",
+        "μ measured, caching off (/step)",
+        "caching on / off",
+        "measured / μ paper",
     ]
+
+    def caching_rows(self) -> list[list[str]]:
+        """Prefix caching on beside off, one row per case that ran both: the rates, model and vLLM,
+        their ratio and each over the no-sharing ``μ_paper``."""
+        rows = []
+        for r in self.results:
+            if r.off is None:
+                continue
+            on, off = r.mu_measured, r.off.mu_measured
+            same = ["n/a" if v is None else ("yes" if d is None else "no")
+                    for v, d in ((r.vllm, r.difference), (r.off.vllm, r.off.difference))]
+            rows.append(
+                [
+                    r.case.name,
+                    str(r.config.M),
+                    f"{r.mu_paper:.5f}",
+                    _pm(r.mu_model),
+                    _pm(r.mu_vllm),
+                    _pm(r.off.mu_model),
+                    _pm(r.off.mu_vllm),
+                    _ratio(on, off),
+                    f"{on.value / r.mu_paper:.3f}",
+                    f"{off.value / r.mu_paper:.3f}",
+                    " / ".join(same),
+                ]
+            )
+        return rows
+
+    CACHING_HEADER = [
+        "case",
+        "M (tokens)",
+        "μ paper, no sharing (/step)",
+        "μ model on (/step)",
+        "μ vLLM on (/step)",
+        "μ model off (/step)",
+        "μ vLLM off (/step)",
+        "on / off (measured)",
+        "measured on / μ paper",
+        "measured off / μ paper",
+        "step-identical on / off",
+    ]
+
+    def caching_gap_rows(self) -> list[list[str]]:
+        """``ln(μ_on / μ_off)`` term by term (log points), one column per case that ran both."""
+        gaps = [r.off.gap for r in self.results if r.off is not None]
+        cols = [dict(g.rows()) for g in gaps]
+        labels = [label for _, label in CACHING_TERMS] + ["residual", "total: ln(μ_on / μ_off)"]
+        return [[label] + [f"{c[label]:+.2f}" for c in cols] for label in labels]
+
+    def compute_rows(self) -> list[list[str]]:
+        """What the hits saved, one row per term, one column per case that ran both: prefill tokens
+        computed per completion, and the compute ceilings ``budget / tokens computed per completion``."""
+        gaps = [r.off.gap for r in self.results if r.off is not None]
+        ceil = [g.ceilings() for g in gaps]
+        table: list[tuple[str, list[float], str]] = [
+            ("prompt tokens /completion", [g.on.prompt for g in gaps], ".1f"),
+            ("prefill tokens computed /completion, off", [g.off.prefill for g in gaps], ".1f"),
+            ("prefill tokens computed /completion, on", [g.on.prefill for g in gaps], ".1f"),
+            ("(a) prefill tokens saved by hits /completion", [g.saved for g in gaps], ".1f"),
+            ("tokens computed /completion (prefill + decode), off", [g.off.computed for g in gaps], ".1f"),
+            ("tokens computed /completion (prefill + decode), on", [g.on.computed for g in gaps], ".1f"),
+            ("compute ceiling off: budget / tokens (/step)", [c[0] for c in ceil], ".4f"),
+            ("compute ceiling on (/step)", [c[1] for c in ceil], ".4f"),
+            ("compute ceiling on without the saving (/step)", [c[2] for c in ceil], ".4f"),
+            ("steps with the budget spent, off", [g.off.budget_spent for g in gaps], ".3f"),
+            ("steps with the budget spent, on", [g.on.budget_spent for g in gaps], ".3f"),
+            ("(b) sharing on: own tables / memory in use", [g.on.sharing for g in gaps], ".3f"),
+            ("sharing off (1: nothing shared)", [g.off.sharing for g in gaps], ".3f"),
+        ]
+        if self.profile is not None:
+            # in seconds the steps differ too: fewer prefill tokens, but more requests attending longer contexts
+            per_s = [(self._rate_per_s(r.measured), self._rate_per_s(r.off.measured))
+                     for r in self.results if r.off is not None]
+            table += [
+                ("μ on, A100 profile step times (req/s)", [on for on, _ in per_s], ".3f"),
+                ("μ off, A100 profile step times (req/s)", [off for _, off in per_s], ".3f"),
+                ("on / off in req/s (A100 profile)", [on / off for on, off in per_s], ".3f"),
+            ]
+        return [[label] + [format(v, fmt) for v in vals] for label, vals, fmt in table]
+
+    def _rate_per_s(self, log: StepLog) -> float:
+        """Completions per second over the window with the A100 profile's step times."""
+        assert self.profile is not None
+        return saturated_rate_per_second(log, np.maximum(self.profile.step_times(log), 1e-12), self.warmup).value
+
+    def caching_names(self) -> list[str]:
+        """The cases that ran with caching on and off."""
+        return [r.case.name for r in self.results if r.off is not None]
 
     def sglang_rows(self) -> list[list[str]]:
         """μ per step on SGLang: the formula, the ``sglang`` model, SGLang's own scheduler; one row per case."""
@@ -539,15 +735,30 @@ class Report:
         out = ["# kvstab empirical compare", ""]
         out.append(
             "μ per step: the paper's `M / E[g]` (continuous g, chunk 512), kvstab's `vllm-v1` model and vLLM 0.33.0's "
-            "own v1 scheduler, on the same overloaded Poisson plan (load 1.3 × μ_paper); steady-state window after "
-            f"{int(100 * self.warmup)} % warm-up; ± is a 95 % batch-means half-width.  Gaps are (predicted − measured)"
-            " / measured."
+            "own v1 scheduler, on the same overloaded Poisson plan (load 1.3 × μ_paper, or the case's own load when "
+            f"that would not flood it); steady-state window after {int(100 * self.warmup)} % warm-up; ± is a 95 % "
+            "batch-means half-width.  Gaps are (predicted − measured) / measured."
         )
+        caching = [r for r in self.results if r.caching]
+        if caching:
+            out += [
+                "",
+                "**Prefix caching is on** (vLLM 0.33's default; `--prefix-caching off` for the paper's world): the μ "
+                "columns are with caching on, the caching-off rate and the ratio beside them.  **μ paper is the "
+                "no-sharing formula** (`M / E[g]`, each request charged its whole prompt): with shared prefixes "
+                "the measured rate exceeds it, and `measured / μ paper` says by how much.",
+            ]
         out += ["", _md_table(self.MAIN_HEADER, self.main_rows()), ""]
         out += _case_notes(
             self.results, "the model departs from vLLM", "requests whose peak exceeds M were dropped from the plan"
         )
         out += ["", "## Decomposition of the paper formula's gap (log points, %)", ""]
+        if caching:
+            out += [
+                "Taken on the caching-off runs (the formula's world, no shared blocks); the caching section below "
+                "decomposes the rest of the way to the caching-on rate.",
+                "",
+            ]
         out.append(
             "Each term is `100·ln` of a ratio (see `kvstab.empirical.decompose`); the terms and the residual add up to "
             "the total `100·ln(μ_paper / μ_measured)`. Positive terms make the formula optimistic. The window boundary "
@@ -555,6 +766,8 @@ class Report:
             "progress at its end); longer runs shrink it."
         )
         out += ["", _md_table(["term"] + [r.case.name for r in self.results], self.decomposition_rows()), ""]
+        if caching:
+            out += self._caching_markdown()
         if self.sglang:
             out += ["## SGLang 0.5.23 (issue 16)", ""]
             out.append(
@@ -618,17 +831,60 @@ class Report:
             out += ["", "## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in self.plots]
         return "\n".join(out) + "\n"
 
+    def _caching_markdown(self) -> list[str]:
+        """The prefix-caching section: on beside off, the gap decomposed, what the hits saved."""
+        names = self.caching_names()
+        out = ["## Prefix caching on vs off (vLLM's block pool, `enable_prefix_caching`)", ""]
+        out.append(
+            "The same plan on the same server with caching on and off; the model with caching runs the reference "
+            "engine (the compiled step-log replay has no block pool yet).  `on / off` gives the range the two 95 % intervals "
+            "allow.  μ paper is the no-sharing formula: a rate of sharing is not in it yet."
+        )
+        out += ["", _md_table(self.CACHING_HEADER, self.caching_rows()), ""]
+        out += ["### The caching gap, decomposed (log points, %)", ""]
+        out.append(
+            "`C/T = Ū · σ · f / ḡ` in each run (`kvstab.empirical.decompose.decompose_caching`), so the terms add up "
+            "to `100·ln(μ_on / μ_off)`: **(b) shared memory** is `ln(σ_on / σ_off)`, σ the requests' own block "
+            "tables summed over the memory in use (a block held by k requests is one block of M, in k tables; "
+            "σ = 1 without sharing); **(a) saved prefill compute** shows here as the area per completed request "
+            "(a hit's prefill starts past its cached blocks, so its lifetime loses the steps that would compute "
+            "them); then memory in use, preemption waste and the window boundary."
+        )
+        out += ["", _md_table(["term"] + names, self.caching_gap_rows()), ""]
+        out += ["### (a) The prefill compute the hits saved, and what it is worth", ""]
+        out.append(
+            "Prefill tokens computed per completion off and on (a hit is not computed; the last token of a "
+            "whole-prompt hit is), and the compute ceiling `budget / tokens computed per completion`: the most "
+            "completions a step's token budget allows.  *On without the saving* is that ceiling for a server "
+            "that shared the memory but computed every prompt token: when the measured caching-on rate is above "
+            "it, shared memory alone could not have reached it — the saved compute is what keeps the server "
+            "memory-bound.  In seconds the steps differ too (fewer prefill tokens, but more running requests "
+            "attending their whole contexts, the shared prefix included): with the A100 profile the last rows "
+            "price both runs' steps."
+        )
+        out += ["", _md_table(["quantity"] + names, self.compute_rows()), ""]
+        return out
+
     def write_csv(self, path: str) -> None:
         """One row per case: the main table, then every decomposition term (%)."""
         with open(path, "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
             head = list(self.MAIN_HEADER) + _decomposition_head(TERMS)
+            head += [f"caching {k} %" for k, _ in CACHING_TERMS] + ["caching residual %", "caching total %"]
+            head += ["prefill tokens saved /completion"]
             if self.profile is not None:
                 head += self.A100_HEADER[1:]
             w.writerow(head)
             a100 = self.a100_rows()
             for i, (row, r) in enumerate(zip(self.main_rows(), self.results)):
-                w.writerow(row + _decomposition_cells(r.decomposition, TERMS) + (a100[i][1:] if a100 else []))
+                gap = r.off.gap if r.off is not None else None
+                cells = (
+                    [f"{100 * gap.terms[k]:.4f}" for k, _ in CACHING_TERMS]
+                    + [f"{100 * gap.residual:.4f}", f"{100 * gap.gap:.4f}", f"{gap.saved:.1f}"]
+                    if gap is not None
+                    else ["n/a"] * (len(CACHING_TERMS) + 3)
+                )
+                w.writerow(row + _decomposition_cells(r.decomposition, TERMS) + cells + (a100[i][1:] if a100 else []))
 
     def write_sglang_csv(self, path: str) -> None:
         """One row per SGLang case: the SGLang table, then every term of its decomposition (%)."""
@@ -642,6 +898,10 @@ class Report:
         """The main and decomposition tables as LaTeX ``tabular`` environments."""
         parts = [_tex_table(self.MAIN_HEADER, self.main_rows())]
         parts.append(_tex_table(["term"] + [r.case.name for r in self.results], self.decomposition_rows()))
+        if self.caching_names():
+            parts.append(_tex_table(self.CACHING_HEADER, self.caching_rows()))
+            parts.append(_tex_table(["term"] + self.caching_names(), self.caching_gap_rows()))
+            parts.append(_tex_table(["quantity"] + self.caching_names(), self.compute_rows()))
         if self.profile is not None:
             parts.append(_tex_table(self.A100_HEADER, self.a100_rows()))
         if self.sglang:
@@ -739,20 +999,33 @@ def writable_folder(out_dir: str) -> None:
         ) from None
 
 
-def model_replay(engine: str) -> Callable[[ArrivalPlan, ReplayConfig, int], StepLog]:
+#: the engines of the ``vllm-v1`` model's replay (:func:`model_replay`)
+ENGINES = ("auto", "fast", "reference")
+
+
+def model_replay(engine: str, caching: bool = False) -> Callable[[ArrivalPlan, ReplayConfig, int], StepLog]:
     """The replay of the ``vllm-v1`` model on ``engine``: ``"fast"`` (the compiled
-    engine, :func:`kvstab.engine.replay_model`) or ``"reference"``; both give
-    the same :class:`StepLog` step for step (``tests/test_engine_*``)."""
-    if engine == "fast":
+    engine, :func:`kvstab.engine.replay_model`), ``"reference"``, or ``"auto"``
+    (the fast one unless ``caching``); both give the same :class:`StepLog` step for
+    step (``tests/test_engine_*``).  The compiled replay has no block pool yet (the
+    compiled prefix-cache loop of ``kvstab.engine.run`` records no step log), so
+    a replay with prefix caching on runs the reference engine, and ``"fast"`` with
+    ``caching`` is refused."""
+    if engine not in ENGINES:
+        raise InvalidArgument(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "fast" and caching:
+        raise InvalidArgument(
+            "--engine fast: the compiled step-log replay has no prefix cache yet; with --prefix-caching on use "
+            "--engine auto or reference (the reference engine), or pass --prefix-caching off"
+        )
+    if engine == "fast" or (engine == "auto" and not caching):
         from kvstab.engine import replay_model as fast
 
         return lambda plan, cfg, steps: fast(plan, cfg, steps)
-    if engine == "reference":
-        return lambda plan, cfg, steps: replay_model(plan, cfg, steps)
-    raise InvalidArgument(f"engine must be 'fast' or 'reference', got {engine!r}")
+    return lambda plan, cfg, steps: replay_model(plan, cfg, steps)
 
 
-def plot_queues(out_dir: str, steps: int, seed: int, use_vllm: bool, engine: str = "fast") -> list[str]:
+def plot_queues(out_dir: str, steps: int, seed: int, use_vllm: bool, engine: str = "auto") -> list[str]:
     """Queue length and KV utilisation over time for P/D 1:1 at ``M = 131000``, at 0.8 μ and 1.2 μ."""
     plt = _pyplot()
     case = Case("P/D 1:1", PAPER_M, PAPER_WORKLOADS["paper-1:1"])
@@ -842,13 +1115,15 @@ def compare(
     plots: bool = True,
     plot_steps: int = 6000,
     progress: Callable[[str], None] | None = None,
-    engine: str = "fast",
+    engine: str = "auto",
     sglang: bool = False,
     use_sglang: bool = True,
     ignore_eos: bool = False,
+    caching: bool = True,
 ) -> Report:
-    """Run every case, fit the batch-time model on the measured logs, write the report files into ``out_dir``."""
-    model_replay(engine)  # a bad engine name is one line before any work
+    """Run every case, fit the batch-time model on the measured logs, write the report files into ``out_dir``;
+    ``caching``: the vLLM cases with prefix caching on, and off beside them (vLLM's default is on)."""
+    model_replay(engine, caching)  # a bad engine name, or fast with caching, is one line before any work
     writable_folder(out_dir)  # checked before any case runs, so no work is lost
     if plots:
         _pyplot()  # likewise: a missing matplotlib is one line before the runs
@@ -856,14 +1131,16 @@ def compare(
     for c in cases:
         if progress is not None:
             progress(f"{c.name} (M={c.M})")
-        n = small_steps if (small_steps is not None and c.M <= SMALL_M) else steps
-        results.append(run_case(c, n, load=load, seed=seed, warmup=warmup, use_vllm=use_vllm, engine=engine))
+        n = c.steps(small_steps if (small_steps is not None and c.M <= SMALL_M) else steps)
+        results.append(
+            run_case(c, n, load=load, seed=seed, warmup=warmup, use_vllm=use_vllm, engine=engine, caching=caching)
+        )
     sg_results = []
     if sglang:
         for c in cases:
             if progress is not None:
                 progress(f"{c.name} (M={c.M}) on SGLang")
-            n = small_steps if (small_steps is not None and c.M <= SMALL_M) else steps
+            n = c.steps(small_steps if (small_steps is not None and c.M <= SMALL_M) else steps)
             sg_results.append(
                 run_sglang_case(c, n, load=load, seed=seed, warmup=warmup, use_sglang=use_sglang, ignore_eos=ignore_eos)
             )

@@ -32,11 +32,19 @@ preemption stopped admission, where the token budget was spent with requests
 waiting (the server is compute-bound, not memory-bound: the formula's premise
 fails), and the rest (the whole-prompt admission check, head-of-line blocking).  Terms are natural logs; ``100·term`` is the share of
 the gap in percent (log points).
+
+With prefix caching on, the same plan runs on the same server twice, caching on
+and off, and :func:`decompose_caching` splits ``ln(μ_on / μ_off)`` the same way:
+shared memory (a block held by several requests counts once in ``Ū`` but is part
+of each holder's own table), the area per completed request (a hit's prefill
+starts past its cached blocks), memory in use, waste and the window boundary;
+:class:`CachingDecomposition` also gives the prefill tokens the hits saved per
+completion and the compute ceilings they move.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -44,7 +52,16 @@ from kvstab.errors import InvalidArgument
 from kvstab.steplog import StepLog
 from kvstab.theory.area import g_blocks, g_continuous, g_exact
 
-__all__ = ["GapDecomposition", "decompose_gap", "TERMS"]
+__all__ = [
+    "GapDecomposition",
+    "decompose_gap",
+    "TERMS",
+    "CACHING_TERMS",
+    "CachingDecomposition",
+    "WindowAccount",
+    "decompose_caching",
+    "window_account",
+]
 
 #: (key, label) of every term, in the order of the accounting above.
 TERMS: tuple[tuple[str, str], ...] = (
@@ -158,6 +175,27 @@ def waste_to_first_token(
     }
 
 
+def _boundary(log: StepLog, w: slice, done: np.ndarray) -> tuple[float, float, float]:
+    """The area thrown away in the window ``w`` (its part before ``w`` taken off), the area served before
+    ``w`` to the attempts that complete in it, and the area in ``w`` of the attempts still in progress at
+    the end; the last two are 0 unless the replay recorded its checkpoint at ``w``'s start."""
+    wasted_total = float(log.wasted[w].sum())
+    before = after = 0.0
+    if (
+        log.checkpoint == w.start
+        and log.area_at_checkpoint is not None
+        and log.preemptions_at_checkpoint is not None
+        and log.area_at_end is not None
+    ):
+        A0 = log.area_at_checkpoint.astype(np.float64)
+        same = log.preemptions == log.preemptions_at_checkpoint  # the attempt of the checkpoint goes on
+        before = float(A0[done & same].sum())  # served before W to attempts that complete in W
+        wasted_total -= float(A0[~same].sum())  # the part before W of attempts thrown away in W
+        open_ = log.finish < 0
+        after = float((log.area_at_end[open_] - np.where(same[open_], A0[open_], 0.0)).sum())
+    return wasted_total, before, after
+
+
 def decompose_gap(log: StepLog, M_paper: int, E_g_paper: float, warmup: float = 0.25) -> GapDecomposition:
     """Decompose ``ln(M_paper / E_g_paper / (C/T))`` for ``log`` (see the module docstring).
 
@@ -180,20 +218,7 @@ def decompose_gap(log: StepLog, M_paper: int, E_g_paper: float, warmup: float = 
     mem = log.memory[w].astype(np.float64)
     Mv = float(cfg.M)
     U = float(mem.mean())
-    wasted_total = float(log.wasted[w].sum())
-    before = after = 0.0  # the window boundary, when the replay recorded it at this window's start
-    if (
-        log.checkpoint == w.start
-        and log.area_at_checkpoint is not None
-        and log.preemptions_at_checkpoint is not None
-        and log.area_at_end is not None
-    ):
-        A0 = log.area_at_checkpoint.astype(np.float64)
-        same = log.preemptions == log.preemptions_at_checkpoint  # the attempt of the checkpoint goes on
-        before = float(A0[done & same].sum())  # served before W to attempts that complete in W
-        wasted_total -= float(A0[~same].sum())  # the part before W of attempts thrown away in W
-        open_ = log.finish < 0
-        after = float((log.area_at_end[open_] - np.where(same[open_], A0[open_], 0.0)).sum())
+    wasted_total, before, after = _boundary(log, w, done)
     wasted = wasted_total / T
     useful = U - wasted
     if useful <= 0 or useful - (after - before) / T <= 0:
@@ -227,3 +252,143 @@ def decompose_gap(log: StepLog, M_paper: int, E_g_paper: float, warmup: float = 
         "token_budget": float(np.log(a_final / a_resumed)),
     }
     return GapDecomposition.of(mu_paper, mu_meas, terms, T, C)
+
+
+#: (key, label) of every term of the caching gap ``ln(μ_on / μ_off)`` (:func:`decompose_caching`), in order.
+CACHING_TERMS: tuple[tuple[str, str], ...] = (
+    ("shared", "(b) shared memory: blocks counted once (sharing on / off)"),
+    ("area", "(a) saved prefill compute: area per completed request (hits skip prefill steps)"),
+    ("idle", "memory in use (on / off)"),
+    ("waste", "preemption waste"),
+    ("boundary", "window boundary"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowAccount:
+    """One replay's steady-state window as the caching accounting reads it (per step unless said)."""
+
+    steps: int  # T
+    completed: int  # C
+    memory: float  # Ū: distinct KV tokens in use (a shared block once)
+    charged: float  # Ā: Σ of every request's own block table (a shared block once per holder)
+    wasted: float  # w̄: area preemptions threw away
+    boundary: float  # (area in progress at the end − area served before the window) / T
+    area: float  # ḡ: mean area of the completing attempts (their own tables)
+    prompt: float  # prompt tokens per completion
+    prefill: float  # prefill tokens computed per completion (hits are not computed)
+    computed: float  # tokens computed per completion, prefill and decode
+    budget_spent: float  # share of steps whose token budget was spent with requests waiting
+
+    @property
+    def sharing(self) -> float:
+        """σ = Ā / Ū: how many requests' tables the memory in use holds per token (1 without sharing)."""
+        return self.charged / self.memory
+
+    @property
+    def rate(self) -> float:
+        """Completions per step, ``C / T``."""
+        return self.completed / self.steps
+
+
+def window_account(log: StepLog, warmup: float = 0.25) -> WindowAccount:
+    """The steady-state window of ``log``: ``C/T = (Ā − w̄ − boundary) / ḡ`` exactly, where ``Ā`` is the
+    requests' own block tables summed (the per-request areas the replay recorded), so ``Ā = Ū`` when
+    nothing is shared and ``Ā > Ū`` when blocks are held by several requests at once."""
+    from kvstab.empirical.estimators import window
+
+    w = window(log, warmup)
+    T = w.stop - w.start
+    done = (log.finish >= w.start) & (log.finish < w.stop)
+    C = int(done.sum())
+    if C == 0:
+        raise InvalidArgument("no request completed in the steady-state window; run longer")
+    wasted_total, before, after = _boundary(log, w, done)
+    served = float(log.area[done].sum())
+    # every token-step a request's own table held in W: its completing, thrown-away and open attempts
+    charged = (served - before + wasted_total + after) / T
+    waiting = log.queue[w] > 0
+    spent = (log.tokens[w] >= log.config.max_num_batched_tokens) & waiting
+    return WindowAccount(
+        steps=T,
+        completed=C,
+        memory=float(log.memory[w].mean()),
+        charged=charged,
+        wasted=wasted_total / T,
+        boundary=(after - before) / T,
+        area=served / C,
+        prompt=float(log.s[done].mean()),
+        prefill=float(log.prefill_tokens[w].sum()) / C,
+        computed=float(log.tokens[w].sum()) / C,
+        budget_spent=float(spent.mean()),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CachingDecomposition:
+    """Prefix caching on against off on the same plan: ``ln(μ_on / μ_off)`` term by term
+    (:data:`CACHING_TERMS`), and the prefill compute the hits saved."""
+
+    on: WindowAccount
+    off: WindowAccount
+    gap: float  # ln(μ_on / μ_off), μ = C / T of each run
+    terms: dict[str, float]
+    residual: float  # gap − Σ terms: rounding when both replays recorded the window boundary
+    budget: int  # the token budget of one step
+
+    @property
+    def ratio(self) -> float:
+        """μ_on / μ_off."""
+        return float(np.exp(self.gap))
+
+    @property
+    def saved(self) -> float:
+        """Prefill tokens per completion not computed thanks to hits (off's less on's)."""
+        return self.off.prefill - self.on.prefill
+
+    def ceilings(self) -> tuple[float, float, float]:
+        """The compute ceilings ``budget / tokens computed per completion`` (completions per step) off,
+        on, and on without the saving (sharing memory but computing every prompt token)."""
+        b = float(self.budget)
+        return b / self.off.computed, b / self.on.computed, b / (self.on.computed + self.saved)
+
+    def rows(self) -> list[tuple[str, float]]:
+        """``(label, log points)`` for every term, then the residual and the total."""
+        out = [(label, 100.0 * self.terms[key]) for key, label in CACHING_TERMS]
+        out.append(("residual", 100.0 * self.residual))
+        out.append(("total: ln(μ_on / μ_off)", 100.0 * self.gap))
+        return out
+
+
+def decompose_caching(on: StepLog, off: StepLog, warmup: float = 0.25) -> CachingDecomposition:
+    """Why caching on completes more requests per step than off, on the same plan and server.
+
+    With ``f = (Ā − w̄ − boundary)/Ā`` the share of the charged area that completes in the window,
+    ``C/T = Ū · σ · f / ḡ`` in each run, so ``ln(μ_on/μ_off)`` is exactly the sum of: shared memory
+    ``ln(σ_on/σ_off)`` (a shared block is one block of ``Ū`` but part of every holder's table), the
+    area per completed request ``ln(ḡ_off/ḡ_on)`` (a hit's prefill starts past the cached blocks, so
+    its lifetime loses the prefill steps that computed them), memory in use ``ln(Ū_on/Ū_off)``,
+    preemption waste and the window boundary (``f`` in two links).
+    """
+    if not on.config.enable_prefix_caching or replace(on.config, enable_prefix_caching=False) != off.config:
+        raise InvalidArgument("the caching decomposition compares two runs of one server, caching on and off")
+    a, b = window_account(on, warmup), window_account(off, warmup)
+
+    def links(x: WindowAccount) -> tuple[float, float]:
+        useful = x.charged - x.wasted
+        return useful / x.charged, (useful - x.boundary) / useful
+
+    (wa, ba), (wb, bb) = links(a), links(b)
+    terms = {
+        "shared": float(np.log(a.sharing / b.sharing)),
+        "area": float(np.log(b.area / a.area)),
+        "idle": float(np.log(a.memory / b.memory)),
+        "waste": float(np.log(wa / wb)),
+        "boundary": float(np.log(ba / bb)),
+    }
+    gap = float(np.log(a.rate / b.rate))
+    return CachingDecomposition(
+        on=a, off=b, gap=gap, terms=terms, residual=gap - float(sum(terms.values())),
+        budget=off.config.max_num_batched_tokens,
+    )
+

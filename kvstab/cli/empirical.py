@@ -17,11 +17,14 @@ def _data_dir(arg: str | None) -> str:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    from kvstab.cli.flags import prefix_caching_for
     from kvstab.empirical.batchtime import load_profile
-    from kvstab.empirical.compare import compare, default_cases
+    from kvstab.empirical.compare import compare, default_cases, model_replay
     from kvstab.empirical.vllm_driver import VllmUnavailable, load_vllm
     from kvstab.errors import InvalidArgument
 
+    caching = prefix_caching_for(args, "vllm-v1")  # the vLLM cases: on unless --prefix-caching off
+    model_replay(args.engine, caching)  # --engine fast with caching is one line before any work
     if args.sglang_ignore_eos and (not args.sglang or args.no_sglang_real):
         raise InvalidArgument("--sglang-ignore-eos replays on SGLang's own scheduler: it needs --sglang, without --no-sglang-real")
     if not args.no_vllm:
@@ -63,6 +66,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         sglang=args.sglang,
         use_sglang=not args.no_sglang_real,
         ignore_eos=args.sglang_ignore_eos,
+        caching=caching,
     )
     print(report.markdown())
     extra = (", compare-sglang.csv" if report.sglang else "") + (", " + ", ".join(os.path.basename(p) for p in report.plots) if report.plots else "")
@@ -72,7 +76,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``kvstab empirical`` and its sub-commands."""
-    from kvstab.cli.flags import fraction, positive_float, positive_int, seed
+    from kvstab.cli.flags import add_prefix_caching, fraction, positive_float, positive_int, seed
 
     p = subparsers.add_parser(
         "empirical",
@@ -85,11 +89,15 @@ def register(subparsers: Any) -> None:
         help="μ from the paper's formula, kvstab's vllm-v1 model and vLLM's scheduler, with the gap decomposition",
         description=(
             "Replay overloaded Poisson plans on vLLM's scheduler and on kvstab's vllm-v1 model for the paper's "
-            "workloads (M = 131000 and 16384) and the real traces; write compare.md/.csv/.tex and PNG plots."
+            "workloads (M = 131000 and 16384), the real traces and a shared system prompt (M = 65536), with "
+            "prefix caching on and off (vLLM's default is on); write compare.md/.csv/.tex and PNG plots."
         ),
     )
     c.add_argument("--out", default="empirical-report", help="output folder (default empirical-report)")
-    c.add_argument("--cases", choices=("all", "paper", "small", "traces"), default="all", help="which cases (default all)")
+    c.add_argument(
+        "--cases", choices=("all", "paper", "small", "traces", "prefix"), default="all",
+        help="which cases (default all; prefix: the shared system prompt, shared-prompt@64k)",
+    )
     c.add_argument(
         "--only", action="append", metavar="CASE", default=[],
         help="run only this case of --cases (repeatable), e.g. --only sharegpt or --only 'P/D 1:1@16k'",
@@ -105,9 +113,12 @@ def register(subparsers: Any) -> None:
     c.add_argument("--no-profile", action="store_true", help="skip the A100 profile (b̄, requests/s, batch-time fit)")
     c.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     c.add_argument(
-        "--engine", choices=("fast", "reference"), default="fast",
-        help="engine of the vllm-v1 model's replay: fast (default, compiled) or reference; identical step logs",
+        "--engine", choices=("auto", "fast", "reference"), default="auto",
+        help="engine of the vllm-v1 model's replay: auto (default: fast with caching off, reference with caching "
+        "on, as the compiled step-log replay has no prefix cache yet), fast (compiled) or reference; identical step logs",
     )
+    # the cases fix the server; of the server flags compare takes only --prefix-caching (default: on, as vLLM's)
+    add_prefix_caching(c, follows_engine=True)
     c.add_argument(
         "--sglang", action="store_true",
         help="also replay every case on kvstab's sglang model and SGLang 0.5.23's own scheduler "

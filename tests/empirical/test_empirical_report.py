@@ -11,7 +11,9 @@ import pytest
 
 from kvstab.arrivals import poisson_arrivals
 from kvstab.cli import main
-from kvstab.empirical.decompose import area, decompose_gap
+from kvstab.empirical.batchtime import load_profile
+from kvstab.empirical.compare import compare, shared_prompt_case
+from kvstab.empirical.decompose import CACHING_TERMS, area, decompose_gap
 from kvstab.empirical.estimators import bbar_estimates, queue_growth, saturated_rate, saturated_rate_per_second
 from kvstab.empirical.replay import replay_model
 from kvstab.errors import InvalidArgument
@@ -101,7 +103,8 @@ def test_compare_model_only_writes_every_format(tmp_path: Path, data_dir: Path) 
     out = tmp_path / "rep"
     code = main(
         ["empirical", "compare", "--no-vllm", "--cases", "small", "--steps", "300", "--small-steps", "1500",
-         "--no-plots", "--quiet", "--out", str(out), "--data", str(data_dir), "--sglang", "--no-sglang-real"]
+         "--no-plots", "--quiet", "--out", str(out), "--data", str(data_dir), "--sglang", "--no-sglang-real",
+         "--prefix-caching", "off"]  # the caching column has its own test below (its reference replays are slower)
     )
     assert code == 0
     md = (out / "compare.md").read_text()
@@ -140,3 +143,53 @@ def test_compare_only_names_a_valid_case(tmp_path: Path, capsys: pytest.CaptureF
                  "--no-plots", "--quiet", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "'P/D 9:9@16k' is not a case" in err and "P/D 1:1@16k" in err
+
+
+def test_compare_with_caching_shows_the_off_column_and_decomposes_the_gap(tmp_path: Path, data_dir: Path) -> None:
+    """Issue 25's shared system prompt on the model (caching on by default, as vLLM's): the caching-off
+    rate beside the caching-on one, ``ln(μ_on / μ_off)`` split exactly into its terms, shared memory the
+    largest, the hits' saved prefill counted, and μ_paper named the no-sharing formula."""
+    out = tmp_path / "rep"
+    profile = load_profile(str(data_dir / "profiles" / "a100-llama-3-8b"))
+    report = compare([shared_prompt_case()], str(out), steps=900, use_vllm=False, plots=False, profile=profile)
+    (r,) = report.results
+    assert r.caching and r.off is not None and r.off.vllm is None
+    gap = r.off.gap
+    on, off = r.mu_measured.value, r.off.mu_measured.value
+    assert on > 2 * off, (on, off)  # vLLM measures 3.4x on this case; the model is vLLM step for step
+    assert gap.ratio == pytest.approx(gap.on.rate / gap.off.rate, rel=1e-12)
+    assert abs(gap.residual) < 1e-9  # both replays recorded the window boundary: the accounting is exact
+    assert gap.off.sharing == pytest.approx(1.0, abs=1e-9) and gap.on.sharing > 2  # nothing shared when off
+    assert gap.terms["shared"] == max(gap.terms.values()) and gap.terms["shared"] > np.log(2)
+    assert gap.saved > 900  # most of the 1,024 shared prompt tokens are hits, not computed
+    no_saving = gap.ceilings()[2]
+    assert gap.on.rate > no_saving  # sharing memory alone, computing every prompt token, could not reach it
+    # the paper formula's decomposition is the caching-off run's (the formula's world), exact too
+    assert abs(r.decomposition.residual) < 1e-9 and r.decomposition.mu_measured == pytest.approx(gap.off.rate)
+    md = (out / "compare.md").read_text()
+    assert "μ paper is the no-sharing formula" in md and "Prefix caching on vs off" in md
+    assert "measured / μ paper" in md and f"{on / r.mu_paper:.3f}" in md
+    assert "on / off in req/s (A100 profile)" in md  # both runs' steps priced by the profile
+    rows = list(csv.reader((out / "compare.csv").open()))
+    row = dict(zip(rows[0], rows[1]))
+    assert row["prefix caching"] == "on" and row["caching on / off"].startswith(f"{on / off:.3f} [")
+    terms = sum(float(row[f"caching {k} %"]) for k, _ in CACHING_TERMS) + float(row["caching residual %"])
+    assert terms == pytest.approx(float(row["caching total %"]), abs=1e-3)
+    assert float(row["caching total %"]) == pytest.approx(100 * gap.gap, abs=1e-3)
+    # the total is C/T over the whole window, the μ columns its batch means (whole batches): close, not equal
+    assert gap.gap == pytest.approx(np.log(on / off), abs=0.05)
+
+
+def test_compare_caching_off_and_the_fast_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--prefix-caching off`` runs the paper's world alone (no caching column); the compiled engine,
+    which has no prefix cache yet, is refused with caching on in one line before any run."""
+    args = ["empirical", "compare", "--no-vllm", "--cases", "prefix", "--steps", "300", "--no-profile",
+            "--no-plots", "--quiet", "--out", str(tmp_path)]
+    assert main([*args, "--engine", "fast"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "no prefix cache" in err and "--prefix-caching off" in err
+    assert main([*args, "--engine", "fast", "--prefix-caching", "off"]) == 0
+    md = (tmp_path / "compare.md").read_text()
+    assert "Prefix caching on vs off" not in md and "| shared-prompt@64k |" in md
+    row = dict(zip(*list(csv.reader((tmp_path / "compare.csv").open()))[:2]))
+    assert row["prefix caching"] == "off" and row["caching on / off"] == "n/a"
