@@ -167,3 +167,24 @@ def test_chat_api_cannot_carry_prefixes_and_is_refused_with_caching(tmp_path: Pa
     with pytest.raises(SystemExit) as exc:
         main(["bench", "--url", "http://x", "--rate", "1", "--prefix-caching", "maybe"])
     assert exc.value.code == 2
+
+
+def test_vllms_own_scheduler_with_caching_finds_the_same_hits(tmp_path: Path) -> None:
+    from kvstab.empirical.vllm_driver import VllmUnavailable, load_vllm
+
+    try:
+        load_vllm()
+    except VllmUnavailable:
+        pytest.skip("vLLM 0.33.0 is not installed (scripts/install-vllm.sh)")
+    vllm = ReplayConfig.for_capacity(1024, 16, max_num_batched_tokens=256)
+    params = replace(vllm.params(), bbar=0.0372, prefix_caching=True)
+    h = start_in_thread(EmulatorConfig(server=params, speedup=10.0, scheduler="vllm"))
+    try:
+        assert h.emulator is not None and h.emulator.backend.name == "vLLM scheduler"
+        rc, doc = _bench(tmp_path, h.url)
+    finally:
+        h.stop()
+    pc = doc["runs"][0]["prefix_cache"]  # type: ignore[index]
+    # vLLM's own counters (make_prefix_cache_stats) agree with the model's pool
+    assert rc == 0 and pc["hits"] == 39 * 48
+    assert pc["queries"] == int(poisson_schedule(parse_workload(SHARED), 30.0, 40, 0, prompts=True).s.sum())
