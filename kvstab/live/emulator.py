@@ -229,7 +229,9 @@ class ModelBackend:
             if r.progress > p0:
                 work.append((p0, r.progress - p0, p0 < s0))
         # after the step's releases, as vLLM reports its pool between steps
-        held = sum(int(tokens_held(r.progress, self.block)) for r in eng.active)
+        # with caching, a block several requests share counts once (the pool's referenced blocks)
+        held = (eng.cache.used_tokens if eng.cache is not None
+                else sum(int(tokens_held(r.progress, self.block)) for r in eng.active))
         queries = hits = 0
         if self.caching:
             # vLLM records a request's lookup at its first admission only (vllm/v1/metrics/stats.py:146-150)
@@ -254,6 +256,8 @@ class ModelBackend:
             self.engine.waiting.remove(r)
         elif r in self.engine.active:
             self.engine.active.remove(r)
+            if self.engine.cache is not None:
+                self.engine.cache.free(rid)  # the pool's blocks are not freed by leaving the list
 
 
 class Emulator:

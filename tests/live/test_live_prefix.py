@@ -188,3 +188,24 @@ def test_vllms_own_scheduler_with_caching_finds_the_same_hits(tmp_path: Path) ->
     # vLLM's own counters (make_prefix_cache_stats) agree with the model's pool
     assert rc == 0 and pc["hits"] == 39 * 48
     assert pc["queries"] == int(poisson_schedule(parse_workload(SHARED), 30.0, 40, 0, prompts=True).s.sum())
+
+
+def test_an_aborted_request_gives_its_blocks_back_to_the_pool() -> None:
+    from kvstab.live.emulator import ModelBackend
+
+    vllm = ReplayConfig.for_capacity(256, 16, max_num_batched_tokens=256, enable_prefix_caching=True)
+    backend = ModelBackend(vllm)
+    shared = list(range(2000, 2064))
+    rids = [backend.arrive(96, 40, shared + [3000 + 100 * i + j for j in range(32)]) for i in range(2)]
+    out = backend.step()
+    # as in vLLM, the second finds the first's shared blocks, cached as the same step allocated them
+    assert out.running == 2 and out.prefix_queries == 192 and out.prefix_hits == 64
+    assert out.kv_tokens == 64 + 2 * 32  # the shared 4 blocks once, then each one's own 2
+    backend.abort(rids[0])
+    # the aborted request's blocks are free again: the rest runs to the end within M, and leaves nothing held
+    while not backend.idle:
+        out = backend.step()
+    assert out.kv_tokens == 0
+    late = backend.arrive(96, 4, shared + list(range(5000, 5032)))
+    out = backend.step()
+    assert late == 2 and out.prefix_queries == 96 and out.prefix_hits == 64  # the shared blocks stayed cached
