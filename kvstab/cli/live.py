@@ -51,6 +51,13 @@ def _batch_time(text: str) -> Any:
     return BatchTimeModel(*vals)
 
 
+def _on_off(text: str) -> bool:
+    """``on`` or ``off``, as vLLM's ``--enable-prefix-caching`` / ``--no-enable-prefix-caching``."""
+    if text not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+    return text == "on"
+
+
 def _writable(path: str) -> None:
     """Refuse an output path before any work (a finished run must not be lost to a bad --out)."""
     folder = os.path.dirname(os.path.abspath(path))
@@ -96,13 +103,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             print(f"kvstab serve: {exc}; batching with kvstab's vllm-v1 model instead", file=sys.stderr)
             scheduler = "model"
     cfg = EmulatorConfig(
-        server=dataclasses.replace(vllm.params(), bbar=args.bbar), max_model_len=vllm.max_model_len,
+        server=dataclasses.replace(vllm.params(), bbar=args.bbar, prefix_caching=args.prefix_caching),
+        max_model_len=vllm.max_model_len,
         batch_time=args.batch_time, speedup=args.speedup, model=args.model,
         honour_min_tokens=not args.ignore_min_tokens, eos_after=args.eos_after, scheduler=scheduler,
     )
     print(
         f"kvstab serve: emulating vLLM ({'its own scheduler' if scheduler == 'vllm' else 'kvstab vllm-v1 model'}) with M={vllm.M} tokens ({vllm.num_blocks} blocks of {vllm.block_size}), "
-        f"budget {vllm.max_num_batched_tokens}, b̄={args.bbar} s / speedup {args.speedup} on http://{args.host}:{args.port}",
+        f"budget {vllm.max_num_batched_tokens}, prefix caching {'on' if args.prefix_caching else 'off'}, "
+        f"b̄={args.bbar} s / speedup {args.speedup} on http://{args.host}:{args.port}",
         file=sys.stderr,
     )
     try:
@@ -222,15 +231,23 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             "--time-scale stretches a --trace's own arrival times; with --rate the arrivals are Poisson and it does "
             "nothing: drop --time-scale, or --rate to replay the trace's times"
         )
+    caching = args.prefix_caching
+    structured = workload.prefix is not None or (trace is not None and trace.prompts is not None)
+    if caching and structured and args.api == "chat":
+        raise InvalidArgument(
+            "--api chat sends calibrated text, not the workload's prompt content, so its shared prefixes would not "
+            "reach the server: use --api completions (token ids), or --prefix-caching off"
+        )
     cfg = BenchConfig(
         url=args.url, api=args.api, model=args.model, stream=not args.no_stream, duration=args.duration,
         warmup=args.warmup, scrape_interval=args.scrape_interval, timeout=args.timeout, chunk=args.chunk,
-        seed=args.seed,
+        seed=args.seed, prefix_caching=caching,
     )
     # a trace with --rate lends its lengths (their joint law) to Poisson arrivals; without, its own times
     schedules = (
-        [trace_schedule(trace, args.time_scale or 1.0, args.requests)] if args.rate is None
-        else [poisson_schedule(workload, lam, args.requests, args.seed + i) for i, lam in enumerate(args.rate)]
+        [trace_schedule(trace, args.time_scale or 1.0, args.requests, prompts=caching)] if args.rate is None
+        else [poisson_schedule(workload, lam, args.requests, args.seed + i, prompts=caching)
+              for i, lam in enumerate(args.rate)]
     )
     # a request longer than the server's context is refused by it (HTTP 400): find out before sending any
     try:
@@ -256,7 +273,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     reports: list[dict[str, Any]] = []
     doc: dict[str, Any] = {"url": args.url, "api": args.api, "workload": workload.describe(), "chunk": args.chunk,
                            "max_model_len": max_len, "theory_workload": law.describe(), "fit_probability": fit_p,
-                           "runs": runs}
+                           "prefix_caching": caching, "mu_formula": _MU_NOTE, "runs": runs}
     status = 0
     for sched in schedules:
         bar = _Progress(enabled=not args.json and not args.no_progress)
@@ -298,6 +315,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return status
 
 
+#: what μ is until kvstab has μ under sharing (issue 25: the next issue)
+_MU_NOTE = "μ = M/(b̄·E[g]) is the no-sharing formula: it does not count prefix-cache hits"
+
+
 def _fmt(x: Any, spec: str = ".4f") -> str:
     return "—" if x is None else format(x, spec)
 
@@ -312,9 +333,14 @@ def _print_run(o: BenchSummary) -> None:
     print(f"  throughput      {_fmt(o.throughput_per_s)} req/s  [{_fmt(lo)}, {_fmt(hi)}]")
     busy = None if est is None else est.busy_fraction
     busy_bbar = None if est is None else est.bbar_busy_s
-    print(f"  μ = M/(b̄·E[g])  {_fmt(o.mu_per_s)} req/s   (M={o.M}, b̄={_fmt(o.bbar_s, '.5f')} s"
+    print(f"  μ = M/(b̄·E[g])  {_fmt(o.mu_per_s)} req/s   (no-sharing formula; M={o.M}, b̄={_fmt(o.bbar_s, '.5f')} s"
           f"{f' over busy steps, busy {100 * busy:.0f} %' if busy is not None and o.bbar_s == busy_bbar else ''})")
     print(f"  measured / μ    {_fmt(o.measured_over_mu)}")
+    pc = o.prefix_cache
+    if pc is not None and pc.hit_rate is not None:
+        print(f"  prefix cache    hit rate {pc.hit_rate:.4f} ({pc.hits} of {pc.queries} prompt tokens found cached)")
+    elif pc is not None:
+        print(f"  prefix cache    {pc.missing}")
     ci = (est.queue_slope_ci95 if est is not None else None) or (None, None)
     print(f"  queue slope     {_fmt(None if est is None else est.queue_slope_per_s)} req/s  [{_fmt(ci[0])}, {_fmt(ci[1])}]"
           f"   KV use {_fmt(None if est is None else est.kv_utilisation, '.3f')}   "
@@ -323,6 +349,14 @@ def _print_run(o: BenchSummary) -> None:
         print(f"  /metrics: {o.server.metrics_error}")
     if o.saturation_warning:
         print(f"  warning: {o.saturation_warning}")
+    if o.prefix_caching:
+        sent = ("the workload's shared prefixes were sent as token ids" if o.prompts_shared
+                else "the workload has no prefix structure: every prompt was random ids of its own")
+        print(f"  prefix caching on (--prefix-caching off to compare): {sent}; {_MU_NOTE}, so measured / μ may "
+              "exceed 1 when the server hits its cache")
+    if pc is not None and pc.server_caching is not None and pc.server_caching != o.prefix_caching:
+        print(f"  note: the server reports enable_prefix_caching={pc.server_caching} but bench ran with "
+              f"--prefix-caching {'on' if o.prefix_caching else 'off'}")
 
 
 _port = arg_type(lambda name, value: v.as_int(name, value, minimum=0, maximum=65535), "the port")
@@ -352,6 +386,9 @@ def register(subparsers: Any) -> None:
                    help="batching: vLLM's own scheduler (vllm, needs scripts/install-vllm.sh), kvstab's vllm-v1 model, "
                    "or auto: vLLM's when installed (default auto)")
     s.add_argument("--eos-after", type=positive_int, default=16, help="emulated EOS position when allowed (default 16)")
+    s.add_argument("--prefix-caching", type=_on_off, default=True, metavar="on|off",
+                   help="vLLM's automatic prefix caching: prompts sent as token ids share the KV blocks of equal "
+                   "prefixes, counted in vllm:prefix_cache_hits (default on, as vLLM's server)")
     s.add_argument("--ignore-min-tokens", action="store_true",
                    help="rehearse a server that ignores min_tokens and ignore_eos")
     s.set_defaults(func=_cmd_serve)
@@ -389,6 +426,10 @@ def register(subparsers: Any) -> None:
     b.add_argument("--drop-oversize", action="store_true",
                    help="leave out requests longer (s + o) than the server's max_model_len, and count them; "
                    "μ is then of the law given fitting")
+    b.add_argument("--prefix-caching", type=_on_off, default=True, metavar="on|off",
+                   help="on (default, as vLLM's server runs): send the workload's real shared prefixes (prefix=… laws, "
+                   "Mooncake hash_ids) as token ids, so the server's prefix cache hits them; off: random ids of "
+                   "each request's own, as against a server run with --no-enable-prefix-caching")
     b.add_argument("--json", action="store_true", help="print the result as JSON")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.set_defaults(func=_cmd_bench)

@@ -4,7 +4,7 @@
   --emulate``, a server whose batching is kvstab's ``vllm-v1`` model, with vLLM's
   metric names;
 * :mod:`~kvstab.live.bench` — ``kvstab bench``, the load generator;
-* :mod:`~kvstab.live.scrape` — reading ``/metrics`` (M, b̄, queue slope, KV use);
+* :mod:`~kvstab.live.scrape` — reading ``/metrics`` (M, b̄, queue slope, KV use, prefix-cache hits);
 * :mod:`~kvstab.live.formats` — ``vllm bench serve`` and AIPerf results in,
   llm-d benchmark reports out.
 

@@ -18,6 +18,16 @@ queue did not grow, or whose server sat idle, is flagged below saturation
 (``saturated``, ``saturation_warning``): its throughput is the offered rate,
 and ``b̄`` comes from smaller batches than a saturated server runs.
 
+With prefix caching on (``--prefix-caching on``, the default, as vLLM's
+server runs), a workload with prefix structure (``prefix=…`` laws, Mooncake
+``hash_ids``) sends each request's real prompt content as token ids
+(:meth:`kvstab.prefix.PromptSet.token_ids`, mapped into ``[1000, 20000)``, ids
+every tokenizer has), so requests that share a prefix in the workload share
+it on the wire and a server with prefix caching hits it; ``/metrics`` then
+gives the hit rate (:func:`kvstab.live.scrape.prefix_cache_hits`).  ``μ``
+stays the no-sharing formula.  With caching off, or a workload without prefix
+structure, every prompt is random ids of its own.
+
 Errors that make the measurement meaningless — the URL does not answer, the
 server is not OpenAI-compatible, it returns fewer tokens than ``min_tokens``
 — end the run with one line (:class:`BenchError`), and what was measured up
@@ -40,14 +50,25 @@ import numpy as np
 
 from kvstab.errors import InvalidArgument, KvstabError
 from kvstab.jsonform import JsonRecord
-from kvstab.live.scrape import MetricsUnavailable, ServerEstimates, Snapshot, parse_metrics, server_estimates
+from kvstab.live.scrape import (
+    MetricsUnavailable,
+    PrefixCacheHits,
+    ServerEstimates,
+    Snapshot,
+    parse_metrics,
+    prefix_cache_hits,
+    server_estimates,
+)
 from kvstab.metrics import batch_means
 from kvstab.model import ModelParams
+from kvstab.prefix import PromptSet
+from kvstab.prefix_laws import Conversation
 from kvstab.traces import Trace
 from kvstab.workload import Workload
 
 __all__ = ["BenchConfig", "BenchError", "RequestRecord", "RunResult", "run_bench", "Schedule", "poisson_schedule",
-           "trace_schedule", "server_max_model_len", "BenchSummary", "ServerFigures"]
+           "trace_schedule", "server_max_model_len", "BenchSummary", "ServerFigures", "prompt_ids",
+           "PROMPT_ID_LOW", "PROMPT_ID_SPAN"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +113,15 @@ class BenchSummary(JsonRecord):
     mu_per_s: float | None = field(metadata={"help": "μ = M/(b̄·E[g]) (None: M or b̄ unknown)"})
     measured_over_mu: float | None = field(metadata={"help": "throughput / μ"})
     mu_missing: str | None = field(default=None, metadata={"json": "optional", "help": "why μ is unknown"})
+    prefix_caching: bool = field(
+        default=False, metadata={"help": "--prefix-caching: the workload's shared prefixes were sent (when it has some)"}
+    )
+    prompts_shared: bool = field(
+        default=False, metadata={"help": "prompts carried the workload's prefix structure (else random ids)"}
+    )
+    prefix_cache: PrefixCacheHits | None = field(
+        default=None, metadata={"help": "the server's prefix-cache hits over the run (None: no scrapes)"}
+    )
 
 
 #: the error of a request still in flight when the run ended (not a failure: the run stops an overloaded server)
@@ -111,27 +141,56 @@ class Schedule:
     o: np.ndarray
     rate: float | None  # the offered rate, None for a trace's own times
     dropped: int = 0  # requests left out because s + o exceeds the server's max_model_len
+    prompts: PromptSet | None = None  # the requests' prompt content (None: random ids of their own)
 
     def fitting(self, max_total: int) -> Schedule:
         """The requests with ``s + o ≤ max_total``, at their own times (the rest counted in ``dropped``)."""
         keep = self.s + self.o <= max_total
-        return Schedule(self.t[keep], self.s[keep], self.o[keep], self.rate, self.dropped + int((~keep).sum()))
+        prompts = None if self.prompts is None else self.prompts.take(keep)
+        return Schedule(self.t[keep], self.s[keep], self.o[keep], self.rate, self.dropped + int((~keep).sum()), prompts)
 
 
-def poisson_schedule(workload: Workload, rate: float, n: int, seed: int) -> Schedule:
-    """``n`` requests of ``workload`` with exponential gaps of mean ``1/rate``."""
+def poisson_schedule(workload: Workload, rate: float, n: int, seed: int, *, prompts: bool = False) -> Schedule:
+    """``n`` requests of ``workload`` with exponential gaps of mean ``1/rate``; with ``prompts``
+    and a workload with a prefix law, their prompt content too (drawn after the lengths, so the
+    times and lengths are those without it; a ``chat`` law: :func:`conversation_schedule`)."""
+    if prompts and isinstance(workload.prefix, Conversation):
+        return conversation_schedule(workload.prefix, rate, n, seed)
     rng = np.random.default_rng(seed)
     t = np.cumsum(rng.exponential(1.0 / rate, size=n))
     s, o = workload.sample(rng, n)
-    return Schedule(t, np.asarray(s), np.asarray(o), rate)
+    s = np.asarray(s)
+    content = workload.prefix.prompts(rng, s.astype(np.int64)) if prompts and workload.prefix is not None else None
+    return Schedule(t, s, np.asarray(o), rate, prompts=content)
 
 
-def trace_schedule(trace: Trace, time_scale: float, n: int) -> Schedule:
-    """The first ``n`` rows of ``trace`` at their own times (× ``time_scale``)."""
+def conversation_schedule(law: Conversation, rate: float, n: int, seed: int) -> Schedule:
+    """``n`` requests of multi-turn conversations, ``rate`` requests per second on average:
+    conversations start as a Poisson process of rate ``rate / E[K]`` and each turn arrives an
+    exponential think time after the previous turn's arrival (open loop, as
+    :func:`kvstab.arrivals.conversation_arrivals` in continuous time); the first ``n`` by time."""
+    rng = np.random.default_rng(seed)
+    conversations = max(1, math.ceil(n / max(law.mean_turns, 1.0)))
+    start = np.cumsum(rng.exponential(law.mean_turns / rate, size=conversations))
+    d = law.draw(rng, conversations)
+    gap = rng.exponential(law.think, size=d.turn.size) if law.think > 0 else np.zeros(d.turn.size)
+    gap[d.turn == 0] = 0.0
+    elapsed = np.cumsum(gap)
+    first = np.flatnonzero(d.turn == 0)
+    conv_start = np.repeat(elapsed[first], np.diff(np.append(first, d.turn.size)))
+    when = start[d.conversation] + (elapsed - conv_start)
+    order = np.argsort(when, kind="stable")[:n]
+    return Schedule(when[order], d.s[order], d.o[order], rate, prompts=d.prompts.take(order))
+
+
+def trace_schedule(trace: Trace, time_scale: float, n: int, *, prompts: bool = False) -> Schedule:
+    """The first ``n`` rows of ``trace`` at their own times (× ``time_scale``); with ``prompts``,
+    their content (a Mooncake trace's ``hash_ids``) when the trace has it."""
     if trace.arrival is None:
         raise InvalidArgument(f"trace {trace.path} records no arrival times; give --rate for Poisson arrivals")
     k = min(n, len(trace))
-    return Schedule(trace.arrival[:k] * time_scale, trace.s[:k], trace.o[:k], None)
+    content = trace.prompts.take(np.arange(k)) if prompts and trace.prompts is not None else None
+    return Schedule(trace.arrival[:k] * time_scale, trace.s[:k], trace.o[:k], None, prompts=content)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +207,7 @@ class BenchConfig:
     timeout: float = 10.0  # connecting and each response's first byte
     chunk: int = 512  # ŝ for μ (vLLM: max_num_batched_tokens), not in /metrics
     seed: int = 0
+    prefix_caching: bool = False  # --prefix-caching: send the schedule's prompts (when it has some)
 
 
 @dataclass(slots=True)
@@ -157,6 +217,7 @@ class RequestRecord:
     s: int
     o: int
     sent: float
+    index: int = -1  # the request's row in its schedule (its prompt in Schedule.prompts)
     first_token: float | None = None
     done: float | None = None
     tokens: int = 0
@@ -176,6 +237,7 @@ class RunResult:
     error: str | None = None
     metrics_error: str | None = None
     dropped: int = 0  # requests of the schedule left out: s + o above the server's max_model_len
+    prompts_shared: bool = False  # the prompts carried the schedule's prefix structure
 
     def busy_time(self, start: float, end: float) -> float:
         """How long within ``[start, end]`` some request of this run was in flight (sent, not yet done).
@@ -253,6 +315,7 @@ class RunResult:
             e_g, mu = rep.E_g, rep.mu_per_s
         else:
             missing = "μ needs M and b̄: /metrics did not give them; pass --M and --bbar"
+        caching = prefix_cache_hits(self.snapshots[0], self.snapshots[-1]) if len(self.snapshots) >= 2 else None
         return BenchSummary(
             offered_rate_per_s=self.rate,
             elapsed_s=self.elapsed,
@@ -277,6 +340,9 @@ class RunResult:
             mu_per_s=mu,
             measured_over_mu=thr / mu if thr is not None and mu is not None else None,
             mu_missing=missing,
+            prefix_caching=cfg.prefix_caching,
+            prompts_shared=self.prompts_shared,
+            prefix_cache=caching,
         )
 
 
@@ -296,9 +362,22 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def _prompt_ids(rng: np.random.Generator, s: int) -> list[int]:
-    # random ids: identical prompts would hit vLLM's prefix cache, which kvstab's model does not have
-    return [int(x) for x in rng.integers(1000, 20000, size=s)]
+#: prompt token ids lie in [PROMPT_ID_LOW, PROMPT_ID_LOW + PROMPT_ID_SPAN): ids every tokenizer has, above
+#: the special tokens at the bottom of most vocabularies
+PROMPT_ID_LOW = 1000
+PROMPT_ID_SPAN = 19_000
+
+
+def prompt_ids(rng: np.random.Generator, s: int, prompts: PromptSet | None = None, index: int = -1) -> list[int]:
+    """The token ids bench sends as request ``index``'s prompt of ``s`` tokens: its content in
+    ``prompts`` (equal content, equal ids: a shared prefix is shared on the wire), else random ids
+    of its own (which share no block with any other prompt)."""
+    if prompts is not None:
+        ids = prompts.token_ids(index, PROMPT_ID_SPAN) + PROMPT_ID_LOW
+        if ids.size != s:
+            raise InvalidArgument(f"request {index}: its prompt content has {ids.size} tokens, but s={s}")
+        return [int(x) for x in ids]
+    return [int(x) for x in rng.integers(PROMPT_ID_LOW, PROMPT_ID_LOW + PROMPT_ID_SPAN, size=s)]
 
 
 class _Client:
@@ -362,7 +441,9 @@ class _Client:
             k = max(1, k - (n - s))
         raise BenchError(f"cannot build a chat prompt of exactly {s} tokens with the server's tokenizer")
 
-    async def send(self, rec: RequestRecord, rng: np.random.Generator, t0: float) -> None:
+    async def send(
+        self, rec: RequestRecord, rng: np.random.Generator, t0: float, prompts: PromptSet | None = None
+    ) -> None:
         cfg = self.cfg
         body: dict[str, Any] = {
             "model": self.model, "max_tokens": rec.o, "min_tokens": rec.o, "ignore_eos": True,
@@ -372,7 +453,7 @@ class _Client:
             body["messages"] = [{"role": "user", "content": await self.chat_text(rec.s)}]
             path = "/v1/chat/completions"
         else:
-            body["prompt"] = _prompt_ids(rng, rec.s)
+            body["prompt"] = prompt_ids(rng, rec.s, prompts, rec.index)
             path = "/v1/completions"
         if cfg.stream:
             body["stream_options"] = {"include_usage": True}
@@ -430,7 +511,9 @@ async def run_bench(
     stop: asyncio.Event | None = None,
 ) -> RunResult:
     """Send ``schedule`` to the server; returns what was measured even when the run ends early."""
-    res = RunResult(rate=schedule.rate, dropped=schedule.dropped)
+    # the workload's prompts go out only with caching on and on the completions API (token ids)
+    prompts = schedule.prompts if cfg.prefix_caching and cfg.api == "completions" else None
+    res = RunResult(rate=schedule.rate, dropped=schedule.dropped, prompts_shared=prompts is not None)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.timeout, sock_read=max(cfg.timeout, 60.0))
     stop = stop if stop is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -459,7 +542,7 @@ async def run_bench(
                     await asyncio.sleep(cfg.scrape_interval)
 
             async def one(rec: RequestRecord) -> None:
-                await client.send(rec, rng, t0)
+                await client.send(rec, rng, t0, prompts)
                 if rec.error is None and rec.tokens != rec.o and res.error is None:
                     res.error = (
                         f"the server returned {rec.tokens} tokens for max_tokens = min_tokens = {rec.o} with "
@@ -487,7 +570,7 @@ async def run_bench(
                         pass
                 if stop.is_set():
                     break
-                rec = RequestRecord(int(schedule.s[i]), int(schedule.o[i]), time.perf_counter() - t0)
+                rec = RequestRecord(int(schedule.s[i]), int(schedule.o[i]), time.perf_counter() - t0, index=i)
                 res.records.append(rec)
                 task = asyncio.create_task(one(rec))
                 tasks.add(task)

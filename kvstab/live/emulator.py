@@ -11,6 +11,14 @@ the emulator is simply a server that many times faster, and every time it
 reports (``/metrics``, its ground truth) is wall-clock seconds.  Tokens a step
 produces are delivered when the step ends, as a GPU's would be.
 
+With prefix caching (``server.prefix_caching``, vLLM's
+``enable_prefix_caching``) the ``vllm-v1`` model runs vLLM's block pool: a
+request sent as token ids shares the KV blocks of every full block of ids it
+has in common with an earlier prompt (:func:`prompt_content`), and
+``/metrics`` counts the prompt tokens looked up and found cached at each
+request's first admission under vLLM's names (``vllm:prefix_cache_queries``,
+``vllm:prefix_cache_hits``).
+
 The emulator keeps its own ground truth (:class:`GroundTruth`): step
 durations, completions and ``M``, so that a test can check what a client
 measuring it over HTTP recovers.
@@ -31,11 +39,21 @@ from kvstab.empirical.replay import composition
 from kvstab.errors import InvalidArgument
 from kvstab.lifecycles.vllm import VllmEngine
 from kvstab.model import ModelParams, tokens_held
+from kvstab.prefix import Prompt
 from kvstab.schedulers.vllm_v1 import SCHEDULER
 from kvstab.steplog import ReplayConfig
 from kvstab.validation import positive_float
 
-__all__ = ["EmulatorConfig", "Emulator", "LiveRequest", "GroundTruth", "Backend", "ModelBackend", "StepOutcome"]
+__all__ = [
+    "EmulatorConfig",
+    "Emulator",
+    "LiveRequest",
+    "GroundTruth",
+    "Backend",
+    "ModelBackend",
+    "StepOutcome",
+    "prompt_content",
+]
 
 #: vLLM's buckets (``vllm/v1/metrics/loggers.py``) for the histograms the harness reads
 _ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0)
@@ -141,6 +159,8 @@ class StepOutcome:
     running: int
     waiting: int
     kv_tokens: int  # KV held after the step (blocks × B)
+    prefix_queries: int = 0  # prompt tokens of the requests first admitted in the step (vLLM's "queries")
+    prefix_hits: int = 0  # of them, tokens found in the prefix cache
 
 
 class Backend(Protocol):
@@ -148,7 +168,7 @@ class Backend(Protocol):
 
     name: str
 
-    def arrive(self, s: int, o: int) -> int: ...
+    def arrive(self, s: int, o: int, ids: list[int] | None = None) -> int: ...
     def step(self) -> StepOutcome: ...
     def emitted(self, rid: int) -> int: ...
     def abort(self, rid: int) -> None: ...
@@ -156,6 +176,22 @@ class Backend(Protocol):
     def idle(self) -> bool: ...
     @property
     def waiting(self) -> int: ...
+
+
+def prompt_content(ids: list[int], block: int) -> Prompt:
+    """A prompt of token ``ids`` as content (:mod:`kvstab.prefix`) whose block-hash chain shares
+    block ``k`` with another prompt's exactly when their ids agree up to the end of block ``k``:
+    one segment per block of ``block`` ids (the last may be partial), its content id a hash of
+    the ids up to its end (chained through the previous segment's), as vLLM chains its block
+    hashes.  Python's hash of a tuple of ints is not salted, and the emulator's pool lives in
+    one process, so equal ids give equal content."""
+    segments: list[tuple[int, int]] = []
+    parent = 0
+    for a in range(0, len(ids), block):
+        piece = tuple(ids[a:a + block])
+        parent = hash((parent, piece))
+        segments.append((parent, len(piece)))
+    return Prompt(tuple(segments))
 
 
 class ModelBackend:
@@ -166,9 +202,13 @@ class ModelBackend:
     def __init__(self, config: ReplayConfig) -> None:
         self.block = config.block_size
         self.engine = VllmEngine(SCHEDULER, config.params())
+        self.caching = config.enable_prefix_caching
+        self._looked_up: set[int] = set()  # requests whose first admission was counted (vLLM counts only that one)
 
-    def arrive(self, s: int, o: int) -> int:
-        return self.engine.arrive(s, o)
+    def arrive(self, s: int, o: int, ids: list[int] | None = None) -> int:
+        # without ids (a text prompt) the request's content is its own: it shares nothing
+        prompt = prompt_content(ids, self.block) if self.caching and ids is not None else None
+        return self.engine.arrive(s, o, prompt)
 
     @property
     def idle(self) -> bool:
@@ -189,9 +229,19 @@ class ModelBackend:
             if r.progress > p0:
                 work.append((p0, r.progress - p0, p0 < s0))
         # after the step's releases, as vLLM reports its pool between steps
-        held = sum(int(tokens_held(r.progress, self.block)) for r in eng.active)
+        # with caching, a block several requests share counts once (the pool's referenced blocks)
+        held = (eng.cache.used_tokens if eng.cache is not None
+                else sum(int(tokens_held(r.progress, self.block)) for r in eng.active))
+        queries = hits = 0
+        if self.caching:
+            # vLLM records a request's lookup at its first admission only (vllm/v1/metrics/stats.py:146-150)
+            for r in worked:
+                if r.rid not in before and r.rid not in self._looked_up:
+                    self._looked_up.add(r.rid)
+                    queries += r.s
+                    hits += r.cached
         return StepOutcome(rec.completed, len(rec.preempted), rec.tokens, composition(work), len(eng.active),
-                           len(eng.waiting), held)
+                           len(eng.waiting), held, queries, hits)
 
     def emitted(self, rid: int) -> int:
         """Output tokens produced so far (see ``kvstab.lifecycles.vllm``)."""
@@ -206,6 +256,8 @@ class ModelBackend:
             self.engine.waiting.remove(r)
         elif r in self.engine.active:
             self.engine.active.remove(r)
+            if self.engine.cache is not None:
+                self.engine.cache.free(rid)  # the pool's blocks are not freed by leaving the list
 
 
 class Emulator:
@@ -253,22 +305,31 @@ class Emulator:
             "kvstab:step_duration_seconds", "Wall duration of each engine step (emulator only).", labels,
             buckets=_ITL_BUCKETS, registry=r,
         ).labels(model)
+        # vLLM's names (vllm/v1/metrics/loggers.py:661-679); exported with caching off too, as vLLM does
+        self.m_prefix_queries = Counter(
+            "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", labels,
+            registry=r,
+        ).labels(model)
+        self.m_prefix_hits = Counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", labels, registry=r
+        ).labels(model)
         info = Gauge(
             "vllm:cache_config_info", "Information of the KV cache configuration.",
             ["block_size", "num_gpu_blocks", "cache_dtype", "enable_prefix_caching"], registry=r,
         )
         cfg = self.config.vllm
-        info.labels(str(cfg.block_size), str(cfg.num_blocks), "auto", "False").set(1)
+        info.labels(str(cfg.block_size), str(cfg.num_blocks), "auto", str(cfg.enable_prefix_caching)).set(1)
 
     # --- requests
-    def submit(self, s: int, o: int) -> LiveRequest:
-        """A request with prompt ``s`` and ``max_tokens = o`` arrives now (``InvalidArgument`` if it never fits)."""
+    def submit(self, s: int, o: int, ids: list[int] | None = None) -> LiveRequest:
+        """A request with prompt ``s`` and ``max_tokens = o`` arrives now (``InvalidArgument`` if it never fits);
+        ``ids``: its prompt's token ids, when it was sent as ids (what the prefix cache matches)."""
         if s + o > self.config.model_len:
             raise InvalidArgument(
                 f"this model's maximum context length is {self.config.model_len} tokens; the request has "
                 f"{s} prompt tokens and max_tokens={o}"
             )
-        rid = self.backend.arrive(s, o)
+        rid = self.backend.arrive(s, o, ids)
         req = LiveRequest(rid=rid, s=s, o=o, arrived=self.clock())
         self.live[rid] = req
         self.m_waiting.set(self.backend.waiting)
@@ -325,6 +386,9 @@ class Emulator:
         self.m_gen.inc(out.composition["decode_tokens"])
         if out.preempted:
             self.m_preempt.inc(out.preempted)
+        if out.prefix_queries:
+            self.m_prefix_queries.inc(out.prefix_queries)
+            self.m_prefix_hits.inc(out.prefix_hits)
         self.m_running.set(out.running)
         self.m_waiting.set(out.waiting)
         self.m_kv.set(out.kv_tokens / self.config.vllm.M)

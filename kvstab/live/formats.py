@@ -256,7 +256,7 @@ def llmd_report(
             },
             "observability": {
                 "kvstab": {k: kvstab.get(k) for k in ("M", "bbar_s", "mu_per_s", "measured_over_mu", "E_g_tokens_slots",
-                                                      "server", "window_s")},
+                                                      "server", "window_s", "prefix_caching", "prefix_cache")},
                 "window_s": span,
             },
         },

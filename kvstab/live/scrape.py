@@ -20,7 +20,12 @@ snapshots of a window into the quantities ``μ`` needs:
   a 95 % Student-t interval (samples are autocorrelated: read the interval as
   indicative);
 * mean KV use (``vllm:kv_cache_usage_perc``, a fraction) and the preemptions
-  in the window (``vllm:num_preemptions_total``).
+  in the window (``vllm:num_preemptions_total``);
+* the prefix cache's hit rate, :func:`prefix_cache_hits`: cached prompt tokens
+  over prompt tokens looked up (``vllm:prefix_cache_hits_total`` over
+  ``vllm:prefix_cache_queries_total``, both counted when a request is first
+  admitted), and whether the server runs with prefix caching
+  (``enable_prefix_caching`` of ``vllm:cache_config_info``).
 """
 
 from __future__ import annotations
@@ -36,7 +41,15 @@ from scipy import stats
 from kvstab.errors import InvalidArgument
 from kvstab.jsonform import JsonRecord
 
-__all__ = ["Snapshot", "parse_metrics", "ServerEstimates", "server_estimates", "MetricsUnavailable"]
+__all__ = [
+    "Snapshot",
+    "parse_metrics",
+    "ServerEstimates",
+    "server_estimates",
+    "MetricsUnavailable",
+    "PrefixCacheHits",
+    "prefix_cache_hits",
+]
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -46,6 +59,12 @@ STEPS = "vllm:iteration_tokens_total_count"
 STEP_TOKENS = "vllm:iteration_tokens_total_sum"
 ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
 CACHE_INFO = "vllm:cache_config_info"
+# vLLM 0.33 counts, at a request's first admission, its prompt tokens looked up and those found
+# cached (vllm/v1/core/kv_cache_manager.py:255-264, called from vllm/v1/core/sched/scheduler.py:1510);
+# the counters are vllm/v1/metrics/loggers.py:661-679 ("vllm:prefix_cache_queries", ":prefix_cache_hits"),
+# which Prometheus exposes with the suffix _total
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
 
 
 class MetricsUnavailable(InvalidArgument):
@@ -184,3 +203,34 @@ def server_estimates(snaps: list[Snapshot], busy_s: float | None = None) -> Serv
         bbar_busy_s=busy_s / steps if busy_s is not None and steps else None,
         window_s=b.t - a.t,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCacheHits(JsonRecord):
+    """The prefix cache over a run, from ``/metrics``: prompt tokens looked up, found cached, their ratio."""
+
+    server_caching: bool | None = field(
+        metadata={"help": "enable_prefix_caching of vllm:cache_config_info (None: not exported)"}
+    )
+    queries: int | None = field(metadata={"help": "prompt tokens looked up (vllm:prefix_cache_queries_total)"})
+    hits: int | None = field(metadata={"help": "of them, tokens found cached (vllm:prefix_cache_hits_total)"})
+    hit_rate: float | None = field(metadata={"help": "hits / queries (None: no counters, or no lookup)"})
+    missing: str | None = field(metadata={"help": "why there is no hit rate (None: there is)"})
+
+
+def prefix_cache_hits(first: Snapshot, last: Snapshot) -> PrefixCacheHits:
+    """The prefix cache's hits between two scrapes (a run's first and last)."""
+    flag = last.cache_info.get("enable_prefix_caching")
+    caching = None if flag is None else flag.strip().lower() == "true"
+    queries, hits = _delta(first, last, PREFIX_QUERIES), _delta(first, last, PREFIX_HITS)
+    if queries is None or hits is None:
+        return PrefixCacheHits(
+            caching, None, None, None,
+            f"the server's /metrics has no prefix-cache counters ({PREFIX_QUERIES}, {PREFIX_HITS}): no hit rate",
+        )
+    if queries <= 0:
+        why = "the server looked up no prompt tokens in its prefix cache during the run" + (
+            " (it runs with prefix caching off)" if caching is False else ""
+        )
+        return PrefixCacheHits(caching, int(queries), int(hits), None, why)
+    return PrefixCacheHits(caching, int(queries), int(hits), hits / queries, None)

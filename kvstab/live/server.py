@@ -2,7 +2,9 @@
 
 Routes (the subset of vLLM's OpenAI server that load generators use):
 
-* ``POST /v1/completions`` — ``prompt`` as text or token ids (a list of ints);
+* ``POST /v1/completions`` — ``prompt`` as text or token ids (a list of ints;
+  with prefix caching on, equal leading blocks of ids share KV and count as
+  hits in ``/metrics``);
 * ``POST /v1/chat/completions`` — ``messages`` with string contents;
 * both honour ``max_tokens``, ``min_tokens``, ``ignore_eos`` and ``stream``
   (server-sent events ending in ``data: [DONE]``, with a final ``usage`` chunk
@@ -52,7 +54,8 @@ def _int_field(body: dict[str, Any], name: str, default: int | None, least: int)
     return v
 
 
-def _prompt_tokens(body: dict[str, Any], chat: bool) -> int:
+def _prompt_tokens(body: dict[str, Any], chat: bool) -> tuple[int, list[int] | None]:
+    """The prompt's length in tokens, and its token ids when it was sent as ids (else ``None``)."""
     if chat:
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs:
@@ -63,12 +66,12 @@ def _prompt_tokens(body: dict[str, Any], chat: bool) -> int:
             if not isinstance(content, str):
                 raise InvalidArgument("each message needs a string content")
             n += len(content.split())
-        return n
+        return n, None
     prompt = body.get("prompt")
     if isinstance(prompt, str):
-        return len(prompt.split())
+        return len(prompt.split()), None
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return len(prompt)
+        return len(prompt), prompt
     raise InvalidArgument("prompt must be a string or a non-empty list of token ids")
 
 
@@ -94,12 +97,12 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     if not isinstance(body, dict):
         return _error(400, "the request body must be a JSON object")
     try:
-        s = _prompt_tokens(body, chat)
+        s, ids = _prompt_tokens(body, chat)
         if s < 1:
             raise InvalidArgument("the prompt has no tokens")
         max_tokens = _int_field(body, "max_tokens", 16, 1) or 16
         o = _output_length(emu, body, max_tokens)
-        req = emu.submit(s, o)
+        req = emu.submit(s, o, ids)
     except InvalidArgument as exc:
         return _error(400, str(exc))
     rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"

@@ -6,7 +6,9 @@
 ``ModelRunnerOutput`` that samples one token for every request whose
 computed tokens reach its length, then ``update_from_output``.  No model
 runs; only the scheduling decisions, the KV pool and the request lifecycle
-are vLLM's.
+are vLLM's.  With prefix caching on, a prompt sent as token ids is given to
+vLLM as those ids (so its own block pool finds shared prefixes), and vLLM's
+own prefix-cache counters feed ``/metrics``.
 """
 
 from __future__ import annotations
@@ -35,13 +37,26 @@ class VllmBackend:
         self._next = 0
         self._o: dict[int, int] = {}
         self._prompt_end: dict[str, int] = {}  # where each request's (re)prefill ends
+        self.caching = config.enable_prefix_caching
+        kv = self.sched.kv_cache_manager
+        if self.caching and kv.prefix_cache_stats is None:
+            # the driver's scheduler logs no stats; vLLM's own counting (kv_cache_manager.py:255-264) needs them
+            from vllm.v1.metrics.stats import PrefixCacheStats
 
-    def arrive(self, s: int, o: int) -> int:
+            kv.log_stats = True
+            kv.prefix_cache_stats = PrefixCacheStats()
+
+    def arrive(self, s: int, o: int, ids: list[int] | None = None) -> int:
         if s + o > self.max_model_len:
             raise InvalidArgument(f"s + o = {s + o} exceeds max_model_len={self.max_model_len}")
         rid = self._next
         self._next += 1
-        self.sched.add_request(self.driver.request(rid, s, o))
+        request = self.driver.request(rid, s, o)
+        if self.caching and ids is not None:
+            v = self.driver.v
+            request = v.Request(str(rid), list(ids), v.SamplingParams(max_tokens=o, ignore_eos=True), None,
+                                arrival_time=0.0, block_hasher=self.driver.hasher)
+        self.sched.add_request(request)
         self._prompt_end[str(rid)] = s
         self._o[rid] = o
         return rid
@@ -78,6 +93,7 @@ class VllmBackend:
         for rid in done:
             self._prompt_end.pop(str(rid), None)
         free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+        stats = sched.kv_cache_manager.make_prefix_cache_stats() if self.caching else None
         return StepOutcome(
             completed=done,
             preempted=len(preempted),
@@ -86,6 +102,8 @@ class VllmBackend:
             running=len(sched.running),
             waiting=self.waiting,
             kv_tokens=(self.driver.usable - free) * self.block,
+            prefix_queries=0 if stats is None else int(stats.queries),
+            prefix_hits=0 if stats is None else int(stats.hits),
         )
 
     def emitted(self, rid: int) -> int:
