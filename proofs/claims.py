@@ -279,10 +279,18 @@ def _lone_head(step: StepTerms, setting: Setting, prem: list[z3.BoolRef], budget
     witness = ""
     if isinstance(v, Refuted) and m is not None:
         _, wait = _state(m, step.pre)
-        witness = (
-            f"M={decode_int(m, setting.M_term)}: empty server, waiting {list(wait)}{_sched(m, step.pre)}: "
-            "nobody is admitted"
+        admitted = [
+            j
+            for j, e in enumerate(step.pre.waiting)
+            if z3.is_true(m.eval(z3.And(e.present, step.admit[j]), model_completion=True))
+        ]
+        # said from the model: an FCFS refutation only knows the head is left out, not that nobody is admitted
+        outcome = (
+            "the head (request 0) is not admitted" + (f"; it admits {admitted}" if admitted else "")
+            if fcfs
+            else "nobody is admitted"
         )
+        witness = f"M={decode_int(m, setting.M_term)}: empty server, waiting {list(wait)}{_sched(m, step.pre)}: {outcome}"
     name = "empty server admits" if not fcfs else "lone head admitted"
     return Claim(name, v, tuple(obs), witness, state=_concrete(m, step.pre, setting))
 
