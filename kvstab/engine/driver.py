@@ -280,23 +280,30 @@ def run(
                 return Run("fast-plugin", summ, res, time.perf_counter() - start, why)
     if engine == "fast" and not handed_over:
         raise InvalidArgument(f"scheduler {scheduler.name!r} has no fast path ({why}); use engine='reference'")
-    if lifecycle == "vllm":
-        res = _reference_vllm(scheduler, params, plan, slots, drain, check, window, max_slots)
-    else:
-        on_slot = None if progress is None else (lambda t: progress(t + 1, slots) if (t + 1) % 4096 == 0 else None)
-        res = reference_simulate(
-            scheduler,
-            params,
-            plan,
-            slots,
-            drain=drain,
-            check=check,
-            window=window,
-            on_slot=on_slot,
-            max_slots=max_slots,
-        )
+    on_slot = None if progress is None else (lambda t: progress(t + 1, slots) if (t + 1) % 4096 == 0 else None)
+    res = _reference(scheduler, params, plan, slots, drain, check, window, lifecycle, max_slots, on_slot)
     summ = StreamStats.of_result(res, slots is not None and not drain, warmup, batches)
     return Run("reference", summ, res if record else None, time.perf_counter() - start, why)
+
+
+def _reference(
+    scheduler: Scheduler,
+    params: ModelParams,
+    plan: ArrivalPlan,
+    slots: int | None,
+    drain: bool,
+    check: bool,
+    window: int,
+    lifecycle: Lifecycle,
+    max_slots: int,
+    on_slot: Callable[[int], None] | None = None,
+) -> SimResult:
+    """The reference engine under kvstab's or vLLM's lifecycle (the engine of last resort)."""
+    if lifecycle == "vllm":
+        return _reference_vllm(scheduler, params, plan, slots, drain, check, window, max_slots)
+    return reference_simulate(
+        scheduler, params, plan, slots, drain=drain, check=check, window=window, on_slot=on_slot, max_slots=max_slots
+    )
 
 
 def _run_cached(
@@ -336,12 +343,7 @@ def _run_cached(
         raise InvalidArgument(f"no compiled prefix-cache path for this run ({why}); use engine='reference'")
     else:
         why = f"prefix caching on the reference engine: {why}"
-    if lifecycle == "vllm":
-        res = _reference_vllm(scheduler, params, plan, slots, drain, check, window, max_slots)
-    else:
-        res = reference_simulate(
-            scheduler, params, plan, slots, drain=drain, check=check, window=window, max_slots=max_slots
-        )
+    res = _reference(scheduler, params, plan, slots, drain, check, window, lifecycle, max_slots)
     summ = StreamStats.of_result(res, slots is not None and not drain, warmup, batches)
     return Run("reference", summ, res if record else None, time.perf_counter() - start, why)
 
