@@ -19,6 +19,8 @@ import numpy.typing as npt
 from kvstab.arrivals import ArrivalPlan
 from kvstab.contract import Scheduler
 from kvstab.engine import _kernel_cache as KC
+from kvstab.engine._drive import Requests, finish
+from kvstab.engine.stream import StreamStats, Summary
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
 from kvstab.prefix import PromptSet, chain_constants, content_ids, segment_digests
@@ -82,9 +84,14 @@ def run_cached(
     lifecycle: str,
     max_slots: int,
     progress: Callable[[int, int | None], None] | None = None,
-) -> SimResult | None:
-    """The run as the reference engine would record it, or ``None`` when the kernel met what
-    only the reference engine reports exactly (the caller then runs the reference)."""
+    record: bool = True,
+    warmup: float = 0.25,
+    batches: int = 20,
+) -> tuple[Summary, SimResult | None] | None:
+    """The run's :class:`Summary` and (with ``record``) the :class:`SimResult` the reference
+    engine would record — without ``record`` the rows stream into the summary, none is kept —
+    or ``None`` when the kernel met what only the reference engine reports exactly (the
+    caller then runs the reference)."""
     rule = cached_rule(scheduler)
     if rule is None or why_not_cached(scheduler, params, lifecycle):
         raise InvalidArgument(f"no compiled prefix-cache path: {why_not_cached(scheduler, params, lifecycle)}")
@@ -140,7 +147,7 @@ def run_cached(
     budget = -1 if params.token_budget is None else params.token_budget
     seqs = -1 if params.max_num_seqs is None else params.max_num_seqs
     fixed_end = 0 if slots is None else slots  # a drained run still reaches `slots` if given
-    cols: list[IntArray] = []
+    stats = StreamStats(params.M, None if drain or slots is None else slots, warmup, batches, keep_all=record)
     while True:
         t0 = int(st[KC.C_T])
         draining = drain and t0 >= fixed_end
@@ -156,7 +163,7 @@ def run_cached(
         if status == KC.BROKEN:
             return None
         t = int(st[KC.C_T])
-        cols.append(out[:, : t - t0])
+        stats.add(out[:, : t - t0])
         if progress is not None:
             progress(t, None if drain else end)
         if status == KC.DRAINED:
@@ -171,29 +178,9 @@ def run_cached(
     for r in run[: int(st[KC.C_NRUN])]:
         R[r, KC.R_SERVED] += (R[r, KC.R_HIT] + R[r, KC.R_NOWN]) * B * (T - R[r, KC.R_SINCE])
         R[r, KC.R_SINCE] = T
-    whole = np.concatenate(cols, axis=1) if cols else np.zeros((len(KC.COLUMNS), 0), dtype=np.int64)
     arrived = int(st[KC.C_I])
-    c = {name: whole[k] for k, name in enumerate(KC.COLUMNS)}
-    return SimResult(
-        scheduler=scheduler.name,
-        params=params,
-        slots=whole.shape[1],
-        arrived=c["arrived"],
-        admitted=c["admitted"],
-        preempted=c["preempted"],
-        completed=c["completed"],
-        running=c["running"],
-        memory=c["memory"],
-        wasted=c["wasted"],
-        tokens=c["tokens"],
-        queue=c["queue"],
-        s=R[:arrived, KC.R_S].copy(),
-        o=R[:arrived, KC.R_O].copy(),
-        arrival=R[:arrived, KC.R_ARR].copy(),
-        first_admit=R[:arrived, KC.R_FIRST].copy(),
-        finish=R[:arrived, KC.R_FIN].copy(),
-        preemptions=R[:arrived, KC.R_NPRE].copy(),
-        served=R[:arrived, KC.R_SERVED].copy(),
-        request_wasted=R[:arrived, KC.R_WASTED].copy(),
-        dropped=plan.dropped,
-    )
+    req = Requests(
+        R[:, KC.R_S], R[:, KC.R_O], R[:, KC.R_ARR], R[:, KC.R_FIRST], R[:, KC.R_FIN], R[:, KC.R_NPRE],
+        R[:, KC.R_SERVED], R[:, KC.R_WASTED],
+    )  # fmt: skip
+    return finish(stats, scheduler.name, params, T, arrived, req, plan.dropped, record)

@@ -221,7 +221,7 @@ def run(
     start = time.perf_counter()
     if params.prefix_caching:
         return _run_cached(scheduler, params, plan, slots, drain, check, window, lifecycle, record, engine,
-                           max_slots, warmup, batches, start)
+                           max_slots, warmup, batches, start, progress)
     if lifecycle == "sglang" and not isinstance(scheduler, Sglang):
         raise InvalidArgument(
             f"lifecycle must be 'kvstab' or 'vllm' for {scheduler.name!r} ('sglang' is SGLang's own lifecycle, "
@@ -321,9 +321,11 @@ def _run_cached(
     warmup: float,
     batches: int,
     start: float,
+    progress: Callable[[int, int | None], None] | None,
 ) -> Run:
-    """:func:`run` with prefix caching: only the reference engine carries vLLM's block pool
-    (:mod:`kvstab.prefix_cache`), and only vLLM's cache is modelled, not SGLang's radix tree."""
+    """:func:`run` with prefix caching: the compiled pool (:mod:`kvstab.engine.cached`) for the rules
+    it carries, else the reference engine (:mod:`kvstab.prefix_cache`); only vLLM's cache is
+    modelled, not SGLang's radix tree."""
     if lifecycle == "sglang" or isinstance(scheduler, Sglang):
         raise InvalidArgument(
             "prefix caching is modelled as vLLM's block pool; SGLang's radix cache is not modelled yet "
@@ -332,10 +334,10 @@ def _run_cached(
     why = "asked for" if engine == "reference" else why_not_cached(scheduler, params, lifecycle)
     if engine != "reference" and not why:
         checked = _check_plan(plan, params, lifecycle)
-        res = run_cached(scheduler, params, checked, slots, drain=drain, lifecycle=lifecycle, max_slots=max_slots)
-        if res is not None:
-            summ = StreamStats.of_result(res, slots is not None and not drain, warmup, batches)
-            return Run("fast", summ, res if record else None, time.perf_counter() - start,
+        out = run_cached(scheduler, params, checked, slots, drain=drain, lifecycle=lifecycle, max_slots=max_slots,
+                         progress=progress, record=record, warmup=warmup, batches=batches)
+        if out is not None:
+            return Run("fast", out[0], out[1], time.perf_counter() - start,
                        "compiled prefix-cache path of a built-in rule")
         # a rule that never preempts met a full pool: the reference engine raises it exactly
         why = "the compiled prefix-cache loop met a full pool; ran the reference engine"
