@@ -334,6 +334,7 @@ def run_cached(
         # --- the running requests, oldest admission first
         budget = budget0 if (rule == RULE_VLLM_V1 and budget0 >= 0) else (1 << 62)
         tokens = 0
+        finishing = False  # whether a request reached its end this slot (else the release walk is skipped)
         nvict = 0
         j = 0
         self_out = False
@@ -368,6 +369,8 @@ def run_cached(
                       seg_d, seg_len, hP, hkeys, hfirst, hlast, hused, CR, K1, K2)
             # only newer requests can still be preempted in this slot: the work is done now
             R[r, R_P] = newp
+            if newp >= s + R[r, R_O]:
+                finishing = True
             tokens += g
             budget -= g
             j += 1
@@ -421,6 +424,8 @@ def run_cached(
                 _grow(w, (c + first + B - 1) // B - hit, c + first, t, R, B, ref, bhash, hashed, fprev, fnext,
                       dprev, dnext, st, onext, oprev, seg_d, seg_len, hP, hkeys, hfirst, hlast, hused, CR, K1, K2)
                 R[w, R_P] = c + first
+                if c + first >= s + R[w, R_O]:
+                    finishing = True
                 tokens += first
                 budget -= first
                 if R[w, R_FIRST] < 0:
@@ -452,8 +457,10 @@ def run_cached(
         running = nrun
         # --- releases at the end of the slot, in the order the slot scheduled them
         completed = 0
-        kept = 0
-        for k in range(nrun):
+        kept = nrun
+        if finishing:
+            kept = 0
+        for k in range(nrun if finishing else 0):
             r = run[k]
             if R[r, R_P] >= R[r, R_S] + R[r, R_O]:
                 R[r, R_FIN] = t
