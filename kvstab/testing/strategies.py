@@ -33,6 +33,8 @@ Names follow Hypothesis: plural nouns, ``min_value``/``max_value``,
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -77,18 +79,28 @@ def model_params(
     if min_M < 2 or max_M < min_M:
         raise InvalidArgument(f"model_params needs 2 <= min_M <= max_M, got min_M={min_M}, max_M={max_M}")
 
-    @st.composite
-    def build(draw: st.DrawFn) -> ModelParams:
-        M = draw(st.integers(min_M, max_M))
-        # chunk = M is the "no chunked prefill" server: a whole prompt in one slot
-        chunk = draw(st.one_of(st.integers(1, max(1, min(max_chunk, M))), st.just(M)))
-        block = draw(st.sampled_from([b for b in blocks if 2 * b <= M] or [1]))
-        seqs = draw(st.none() | st.integers(1, 8)) if max_num_seqs else None
-        return ModelParams(M=M, chunk=chunk, block=block, max_num_seqs=seqs)
-
-    return build()
+    return _model_params(min_M, max_M, max_chunk, blocks, max_num_seqs)
 
 
+# The composites are defined once, at module level, and take their settings as
+# arguments: ``st.composite`` reads its function's source (``inspect.getsource``,
+# milliseconds), and strategies built per example (a server drawn inside a
+# scenario) paid that on every example and every shrink step.
+@st.composite
+def _model_params(draw: st.DrawFn, min_M: int, max_M: int, max_chunk: int, blocks: tuple[int, ...],
+                  max_num_seqs: bool) -> ModelParams:
+    M = draw(st.integers(min_M, max_M))
+    # chunk = M is the "no chunked prefill" server: a whole prompt in one slot
+    chunk = draw(st.one_of(st.integers(1, max(1, min(max_chunk, M))), st.just(M)))
+    block = draw(st.sampled_from([b for b in blocks if 2 * b <= M] or [1]))
+    seqs = draw(st.none() | st.integers(1, 8)) if max_num_seqs else None
+    return ModelParams(M=M, chunk=chunk, block=block, max_num_seqs=seqs)
+
+
+# One strategy per server and bounds, built once: the stateful machine draws a request for its
+# server on every rule, and building this one_of anew each time made Hypothesis validate it again
+# (most of a shrink's time went there).
+@functools.lru_cache(maxsize=512)
 def request_lengths(
     params: ModelParams,
     *,
@@ -238,17 +250,18 @@ def scenarios(
     from :func:`arrivals`, or (when ``max_size ≥ 2``) a packed set from
     :func:`packed_arrivals`: the input of one audited run."""
 
-    @st.composite
-    def build(draw: st.DrawFn) -> tuple[ModelParams, ArrivalPlan]:
-        params = draw(model_params(min_M=min_M, max_M=max_M, max_num_seqs=max_num_seqs))
-        plans = arrivals(params, min_size=min_size, max_size=max_size, max_gap=max_gap)
-        if max_size >= 2:
-            # sets whose totals meet M exactly: rare under independent draws
-            plans = plans | packed_arrivals(params, min_size=max(2, min_size), max_size=min(4, max_size))
-        plan = draw(plans)
-        return params, plan
+    return _scenarios(min_M, max_M, min_size, max_size, max_gap, max_num_seqs)
 
-    return build()
+
+@st.composite
+def _scenarios(draw: st.DrawFn, min_M: int, max_M: int, min_size: int, max_size: int, max_gap: int,
+               max_num_seqs: bool) -> tuple[ModelParams, ArrivalPlan]:
+    params = draw(model_params(min_M=min_M, max_M=max_M, max_num_seqs=max_num_seqs))
+    plans = arrivals(params, min_size=min_size, max_size=max_size, max_gap=max_gap)
+    if max_size >= 2:
+        # sets whose totals meet M exactly: rare under independent draws
+        plans = plans | packed_arrivals(params, min_size=max(2, min_size), max_size=min(4, max_size))
+    return params, draw(plans)
 
 
 def saturated_scenarios(
@@ -270,23 +283,20 @@ def saturated_scenarios(
     if min_M < 16 or max_M < min_M:
         raise InvalidArgument(f"saturated_scenarios needs 16 <= min_M <= max_M, got {min_M}, {max_M}")
 
-    @st.composite
-    def build(draw: st.DrawFn) -> tuple[ModelParams, ArrivalPlan]:
-        params = draw(model_params(min_M=min_M, max_M=max_M, blocks=(1, 1, 2, 4)))
-        small = max(2, largest_total(params) // 8)
-        per_slot = draw(st.integers(2, max(2, max_per_slot)))
-        slots = draw(st.integers(3, max(3, max_slots)))
-        reqs = draw(
-            st.lists(
-                request_lengths(params, max_value=small),
-                min_size=per_slot * slots,
-                max_size=per_slot * slots,
-            )
-        )
-        rows = [(0 if i % per_slot else (1 if i else 0), r) for i, r in enumerate(reqs)]
-        return params, _plan(rows)
+    return _saturated_scenarios(min_M, max_M, max_per_slot, max_slots)
 
-    return build()
+
+@st.composite
+def _saturated_scenarios(draw: st.DrawFn, min_M: int, max_M: int, max_per_slot: int,
+                         max_slots: int) -> tuple[ModelParams, ArrivalPlan]:
+    params = draw(model_params(min_M=min_M, max_M=max_M, blocks=(1, 1, 2, 4)))
+    small = max(2, largest_total(params) // 8)
+    per_slot = draw(st.integers(2, max(2, max_per_slot)))
+    slots = draw(st.integers(3, max(3, max_slots)))
+    reqs = draw(st.lists(request_lengths(params, max_value=small), min_size=per_slot * slots,
+                         max_size=per_slot * slots))
+    rows = [(0 if i % per_slot else (1 if i else 0), r) for i, r in enumerate(reqs)]
+    return params, _plan(rows)
 
 
 def windows(*, min_value: int = 1, max_value: int = 8) -> st.SearchStrategy[int]:
@@ -316,39 +326,40 @@ def packed_arrivals(
     """
     if min_size < 2 or max_size < min_size:
         raise InvalidArgument(f"packed_arrivals needs 2 <= min_size <= max_size, got {min_size}, {max_size}")
+    return _packed_arrivals(params, min_size, max_size, max_slot)
+
+
+@st.composite
+def _packed_arrivals(draw: st.DrawFn, params: ModelParams, min_size: int, max_size: int,
+                     max_slot: int) -> ArrivalPlan:
     top, B, chunk = largest_total(params), params.block, params.chunk
     blocks_in_M = params.M // B
-
-    @st.composite
-    def build(draw: st.DrawFn) -> ArrivalPlan:
-        # one block over M is the overflow corner, so it is drawn most often
-        target = blocks_in_M + draw(st.sampled_from([1, 0, 1, -1]))
-        by_first_chunk = draw(st.sampled_from([False, False, False, True]))  # peaks, or first chunks
-        # each part, in blocks: at least 2 tokens (s, o ≥ 1) and at most what fits
-        least = -(-2 // B)
-        most = (top - 1) // B if by_first_chunk else top // B
-        if by_first_chunk:
-            most = min(most, max(least, int(tokens_held(chunk, B)) // B))
-        k = draw(st.integers(min_size, max_size))
-        k = max(1, min(k, target // least))
-        target = min(target, k * most)
-        parts = _split(draw, target, k, least, most)
-        if by_first_chunk:
-            rows = [_with_first_chunk(draw, b * B, params) for b in parts]
-        else:
-            # a peak on a block boundary, or one token past the previous one (the corners of rounding)
-            under = st.sampled_from([0, B - 1]) | st.integers(0, B - 1)
-            rows = _same_finish(draw, [b * B - draw(under) for b in parts], params)
-        slot = draw(st.integers(0, max(0, max_slot)))
-        # all together, or the last one a few slots later, into a busy server
-        late = draw(st.sampled_from([0, 0, 0, 1, 2, 3]))
-        return ArrivalPlan(
-            np.asarray([slot] * (len(rows) - 1) + [slot + late], dtype=np.int64),
-            np.asarray([r.s for r in rows], dtype=np.int64),
-            np.asarray([r.o for r in rows], dtype=np.int64),
-        )
-
-    return build()
+    # one block over M is the overflow corner, so it is drawn most often
+    target = blocks_in_M + draw(st.sampled_from([1, 0, 1, -1]))
+    by_first_chunk = draw(st.sampled_from([False, False, False, True]))  # peaks, or first chunks
+    # each part, in blocks: at least 2 tokens (s, o ≥ 1) and at most what fits
+    least = -(-2 // B)
+    most = (top - 1) // B if by_first_chunk else top // B
+    if by_first_chunk:
+        most = min(most, max(least, int(tokens_held(chunk, B)) // B))
+    k = draw(st.integers(min_size, max_size))
+    k = max(1, min(k, target // least))
+    target = min(target, k * most)
+    parts = _split(draw, target, k, least, most)
+    if by_first_chunk:
+        rows = [_with_first_chunk(draw, b * B, params) for b in parts]
+    else:
+        # a peak on a block boundary, or one token past the previous one (the corners of rounding)
+        under = st.sampled_from([0, B - 1]) | st.integers(0, B - 1)
+        rows = _same_finish(draw, [b * B - draw(under) for b in parts], params)
+    slot = draw(st.integers(0, max(0, max_slot)))
+    # all together, or the last one a few slots later, into a busy server
+    late = draw(st.sampled_from([0, 0, 0, 1, 2, 3]))
+    return ArrivalPlan(
+        np.asarray([slot] * (len(rows) - 1) + [slot + late], dtype=np.int64),
+        np.asarray([r.s for r in rows], dtype=np.int64),
+        np.asarray([r.o for r in rows], dtype=np.int64),
+    )
 
 
 def _split(draw: st.DrawFn, total: int, k: int, least: int, most: int) -> list[int]:

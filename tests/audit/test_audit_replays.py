@@ -11,7 +11,6 @@ import json
 import re
 import shlex
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,21 +45,33 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-@pytest.fixture(scope="module")
-def audits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[str, Path, dict[str, Any]]]]:
-    """Each plug-in's audit: (terminal output, report folder, report.json)."""
-    sys.path[:0] = [str(TESTS), str(TESTS / "proofs")]
-    try:
-        got = {}
-        for spec, skip in PLUGINS.items():
-            out = tmp_path_factory.mktemp("replays")
-            code, text, _ = _run(["audit", "--scheduler", spec, *SMALL, "--profile", "dev", "--baseline", "none",
-                               *skip, "--out", str(out), "--quiet"])
+class _Audits:
+    """Each plug-in's audit — (terminal output, report folder, report.json) — run the first time a test asks
+    for it, so that a worker runs only the audits of the tests it was given (the mutant's alone shrinks
+    Hypothesis failures for about a minute; the claims' plug-ins take seconds)."""
+
+    def __init__(self, tmp: pytest.TempPathFactory) -> None:
+        self.tmp = tmp
+        self.done: dict[str, tuple[str, Path, dict[str, Any]]] = {}
+
+    def __getitem__(self, spec: str) -> tuple[str, Path, dict[str, Any]]:
+        if spec not in self.done:
+            out = self.tmp.mktemp("replays")
+            sys.path[:0] = [str(TESTS), str(TESTS / "proofs")]
+            try:
+                code, text, _ = _run(["audit", "--scheduler", spec, *SMALL, "--profile", "dev", "--baseline", "none",
+                                      *PLUGINS[spec], "--out", str(out), "--quiet"])
+            finally:
+                del sys.path[:2]
             assert code == 1, (spec, text)
-            got[spec] = (text, out, json.loads((out / "report.json").read_text()))
-        yield got
-    finally:
-        del sys.path[:2]
+            self.done[spec] = (text, out, json.loads((out / "report.json").read_text()))
+        return self.done[spec]
+
+
+@pytest.fixture(scope="module")
+def audits(tmp_path_factory: pytest.TempPathFactory) -> _Audits:
+    """Each plug-in's audit, run on first use."""
+    return _Audits(tmp_path_factory)
 
 
 def _printed(text: str) -> list[tuple[str, str]]:
@@ -100,7 +111,7 @@ def _violation(text: str) -> tuple[int, int] | None:
 
 @pytest.mark.parametrize("spec", list(PLUGINS))
 def test_every_printed_failure_line_is_in_every_report_and_replays_the_same_violation(
-    spec: str, audits: dict[str, tuple[str, Path, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+    spec: str, audits: _Audits, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(TESTS))
     monkeypatch.syspath_prepend(str(TESTS / "proofs"))
@@ -164,7 +175,7 @@ def _shows_the_same(what: str, line: str) -> None:
 
 
 def test_a_two_state_refutation_keeps_both_states_in_the_json(
-    audits: dict[str, tuple[str, Path, dict[str, Any]]],
+    audits: _Audits,
 ) -> None:
     _, _, data = audits["claims_plugins:PEAK_CHECK_FOLDS"]
     (check,) = [c for c in data["checks"] if c["name"] == "claim: non-clairvoyant"]
@@ -184,7 +195,7 @@ def test_a_group_of_failures_keeps_each_members_message_and_line() -> None:
 
 
 def test_the_proof_scope_and_why_it_is_bounded_are_in_the_terminal_and_report_md(
-    audits: dict[str, tuple[str, Path, dict[str, Any]]],
+    audits: _Audits,
 ) -> None:
     text, out, data = audits["mutants.chunk_off_by_one:SCHEDULER"]
     inv = data["proofs"]["invariant"]
