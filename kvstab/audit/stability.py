@@ -387,6 +387,7 @@ def _bisect(
     hi: float | None = None  # lowest rate seen unstable
     step = tol
     probe = [guess - step, guess + step]
+    undecided: list[RateEvaluation] = []  # one note names them all, not one note each
     budget = len(evaluations) + profile.max_evaluations
     while len(evaluations) < budget:
         if probe:
@@ -412,7 +413,14 @@ def _bisect(
         else:
             hi = rate if hi is None else min(hi, rate)
         if ev.decided_by != "interval":
-            notes.append(f"λ = {rate:.5g}/s stayed undecided at {len(ev.runs)} seeds and was classified by its point estimate")
+            undecided.append(ev)
+    if undecided:
+        rates = ", ".join(f"{e.rate:.5g}" for e in sorted(undecided, key=lambda e: e.rate))
+        seeds = sorted({len(e.runs) for e in undecided})
+        n = len(undecided)
+        notes.append(f"{n} rate{'s' if n > 1 else ''} (λ = {rates}/s) stayed undecided at "
+                     f"{'/'.join(map(str, seeds))} seeds (the growth interval straddles h = {h:.3g}/s) and "
+                     f"{'were' if n > 1 else 'was'} classified by the point estimate")
     if lo is None or hi is None:
         notes.append("the search did not bracket λ* within the evaluation budget")
     resolved = lo is not None and hi is not None and (hi - lo) / 2 <= tol * (1 + 1e-9)

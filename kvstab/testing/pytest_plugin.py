@@ -185,6 +185,16 @@ def announce(line: str) -> None:
         sys.stderr.flush()
 
 
+def clip(text: str, width: int) -> str:
+    """``text`` within ``width`` characters, cut at a word boundary and marked with ``…`` when it is
+    cut (a message cut mid-word reads as a different word)."""
+    if len(text) <= width:
+        return text
+    head = text[: width - 1]
+    cut = head.rfind(" ")
+    return (head[:cut] if cut > width // 2 else head).rstrip(" ,;:") + "…"
+
+
 class ShrinkNotice:
     """Say once, on the first failure of a property test, that Hypothesis is
     now shrinking it and for how long at most (a silent shrink of slow
@@ -201,7 +211,7 @@ class ShrinkNotice:
         b = budget()
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         announce(
-            f"\nkvstab: {self.what} failed ({first[:160]}); Hypothesis is shrinking the counterexample, "
+            f"\nkvstab: {self.what} failed ({clip(first, 160)}); Hypothesis is shrinking the counterexample, "
             f"for at most {b.shrink_seconds} s under profile {b.profile!r} (KVSTAB_PROFILE sets it)"
         )
 
