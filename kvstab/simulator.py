@@ -143,13 +143,15 @@ class DecideInterrupted(KeyboardInterrupt):
     names the scheduler and the slot (a rule that never returns is the usual cause)."""
 
 
-class _DecideTimeout(Exception):
-    """Raised by the alarm handler inside a ``decide`` that ran past its limit."""
+class DecideTimeout(BaseException):
+    """Raised by the alarm handler inside a ``decide`` that ran past its limit.  A
+    ``BaseException``, as ``KeyboardInterrupt`` is: a rule's own ``except Exception``
+    (or a caller's that turns a rule's error into a fallback) must not swallow it."""
 
 
 @contextmanager
-def _time_limit(seconds: float | None) -> Iterator[None]:
-    """Raise :class:`_DecideTimeout` in the main thread after ``seconds`` of wall time.
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`DecideTimeout` in the main thread after ``seconds`` of wall time.
 
     ``signal.setitimer`` is the only way to interrupt pure-Python code that
     never returns without a second process; it works in the main thread only,
@@ -160,7 +162,7 @@ def _time_limit(seconds: float | None) -> Iterator[None]:
         return
 
     def on_alarm(signum: int, frame: FrameType | None) -> None:
-        raise _DecideTimeout
+        raise DecideTimeout
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -400,9 +402,9 @@ class Engine:
         where = f"scheduler {self.spec!r} in slot {self.slot}"
         shown = visible_view(view, self.traits, self.spec)
         try:
-            with _time_limit(self.decide_timeout):
+            with time_limit(self.decide_timeout):
                 decision = self.scheduler.decide(shown, CONCRETE)
-        except _DecideTimeout:
+        except DecideTimeout:
             raise InvalidScheduler(
                 f"{where}: decide did not return within the {self.decide_timeout:g} s limit (--decide-timeout)"
             ) from None

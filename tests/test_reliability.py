@@ -125,6 +125,9 @@ def test_the_ctrl_c_test_passes_when_the_runner_ignores_sigint() -> None:
 
 LIMITED = {
     "simulate": ["simulate", "--no-progress", "--slots", "50", "--workload", "s=U(1,5),o=U(1,5)", "--rate", "300"],
+    # the plug-in path (taping and asking the rule) under the same limit, not only the reference engine
+    "simulate-fast": ["simulate", "--no-progress", "--slots", "50", "--workload", "s=U(1,5),o=U(1,5)", "--rate", "300",
+                      "--engine", "fast"],
     "replay": ["replay", *RUN, "--requests", "0:3:3"],
     "check": ["check", *RUN, "--requests", "0:3:3"],
     "prove": ["prove", "--K", "2", "--Q", "2"],

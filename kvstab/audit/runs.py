@@ -288,9 +288,9 @@ def run_model(
 
     ``plugins_on_reference`` keeps a rule without a compiled built-in path on the
     reference engine (:func:`kvstab.simulator.simulate`) under ``auto`` too, where a
-    plug-in's faults are named by ``spec`` and ``decide_timeout`` applies, and every
-    slot is recorded (``kvstab simulate``); otherwise ``auto`` tries the plug-in path
-    first (the audit's points)."""
+    plug-in's faults are named by ``spec``, and every slot is recorded (``kvstab
+    simulate``); otherwise ``auto`` tries the plug-in path first (the audit's points).
+    ``decide_timeout`` limits each call of a plug-in's ``decide`` on either path."""
     from kvstab.engine import run as engine_run
 
     if plugins_on_reference and lifecycle == "kvstab":
@@ -314,6 +314,7 @@ def run_model(
     out = engine_run(
         scheduler, params, plan, slots, window=window, engine=engine, record=record, warmup=warmup,
         progress=None if progress is None else (lambda t, _n: progress(t)), lifecycle=lifecycle,
+        decide_timeout=decide_timeout, spec=spec,
     )
     # the compiled engine runs head-of-line built-ins, whose decisions the window never changes, and does
     # not count the slots it hid requests in: unknown (None), not 0

@@ -186,6 +186,8 @@ def run(
     max_slots: int = 10_000_000,
     warmup: float = 0.25,
     batches: int = 20,
+    decide_timeout: float | None = None,
+    spec: str | None = None,
 ) -> Run:
     """Run ``plan`` through ``scheduler`` like :func:`kvstab.simulator.simulate`
     (``slots`` slots, or with ``drain`` until every request has finished) on the
@@ -203,7 +205,9 @@ def run(
     horizon then keeps O(batches) numbers; a drained run keeps three compact
     series).  ``progress(slot, total)`` is called after every batch of slots.
     Raises :class:`InvariantViolation` like the reference engine (unless
-    ``check=False``).
+    ``check=False``).  ``decide_timeout`` limits each call of a plug-in's ``decide``
+    on the plug-in path and the reference engine alike (a built-in's compiled path
+    calls no ``decide``), and ``spec`` names the plug-in in what a fault raises.
     """
     if engine not in ("auto", "fast", "reference"):
         raise InvalidArgument(f"engine must be 'auto', 'fast' or 'reference', got {engine!r}")
@@ -262,12 +266,13 @@ def run(
     if engine == "auto" and not long_run:
         why += f"; the plug-in path pays off only from {PLUGIN_MIN_SLOTS} slots (taping costs ~1 ms per view shape)"
     elif engine != "reference":
-        path, why = plugin_path(scheduler, lifecycle)
+        path, why = plugin_path(scheduler, lifecycle, decide_timeout, spec)
         if path is not None:
             try:
                 summ, res = path.run(
                     params, plan, slots, drain=drain, check=check, window=window, max_slots=max_slots,
                     record=record, progress=progress, warmup=warmup, batches=batches,
+                    decide_timeout=decide_timeout, spec=spec,
                 )  # fmt: skip
             except Untraceable as exc:
                 # met a view shape the rule cannot be taped on: nothing is lost, run the reference engine
@@ -281,7 +286,8 @@ def run(
     if engine == "fast" and not handed_over:
         raise InvalidArgument(f"scheduler {scheduler.name!r} has no fast path ({why}); use engine='reference'")
     on_slot = None if progress is None else (lambda t: progress(t + 1, slots) if (t + 1) % 4096 == 0 else None)
-    res = _reference(scheduler, params, plan, slots, drain, check, window, lifecycle, max_slots, on_slot)
+    res = _reference(scheduler, params, plan, slots, drain, check, window, lifecycle, max_slots, on_slot,
+                     decide_timeout=decide_timeout, spec=spec)
     summ = StreamStats.of_result(res, slots is not None and not drain, warmup, batches)
     return Run("reference", summ, res if record else None, time.perf_counter() - start, why)
 
@@ -297,12 +303,18 @@ def _reference(
     lifecycle: Lifecycle,
     max_slots: int,
     on_slot: Callable[[int], None] | None = None,
+    *,
+    decide_timeout: float | None = None,
+    spec: str | None = None,
 ) -> SimResult:
-    """The reference engine under kvstab's or vLLM's lifecycle (the engine of last resort)."""
+    """The reference engine under kvstab's or vLLM's lifecycle (the engine of last resort);
+    ``decide_timeout`` and ``spec`` (the name a plug-in's faults are reported under) as
+    :class:`kvstab.simulator.Engine`'s, under kvstab's lifecycle."""
     if lifecycle == "vllm":
         return _reference_vllm(scheduler, params, plan, slots, drain, check, window, max_slots)
     return reference_simulate(
-        scheduler, params, plan, slots, drain=drain, check=check, window=window, on_slot=on_slot, max_slots=max_slots
+        scheduler, params, plan, slots, drain=drain, check=check, window=window, on_slot=on_slot, max_slots=max_slots,
+        decide_timeout=decide_timeout, spec=spec,
     )
 
 

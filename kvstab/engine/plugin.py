@@ -35,7 +35,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +64,7 @@ from kvstab.engine.tape import LIMIT, Tape, Untraceable, active_entry, trace_tap
 from kvstab.errors import InvalidArgument, InvalidScheduler
 from kvstab.model import ModelParams
 from kvstab.ops import CONCRETE
-from kvstab.simulator import SimResult
+from kvstab.simulator import DecideTimeout, SimResult, time_limit
 
 __all__ = ["plugin_path", "PluginPath", "Untraceable", "trace_rule", "Bail"]
 
@@ -465,11 +466,15 @@ class PluginPath:
         progress: Callable[[int, int | None], None] | None = None,
         warmup: float = 0.25,
         batches: int = 20,
+        decide_timeout: float | None = None,
+        spec: str | None = None,
     ) -> tuple[Summary, SimResult | None]:
         """:func:`kvstab.simulator.simulate`'s run on the compiled loop: the summary and
         (with ``record``) the :class:`SimResult`.  Raises :class:`Bail` where the
         reference engine must run instead, :class:`Untraceable` for a shape the rule
-        cannot be taped on."""
+        cannot be taped on, and :class:`InvalidScheduler` (naming ``spec``) when a call of
+        the rule — taping a shape calls ``decide`` once, asking it once per slot — runs
+        past ``decide_timeout`` seconds, as the reference engine does."""
         if slots is None and not drain:
             raise InvalidArgument("simulate needs a number of slots, or drain=True")
         plan = plan.fit_to(params)
@@ -512,6 +517,11 @@ class PluginPath:
         budget = -1 if params.token_budget is None else params.token_budget
         maxseq = -1 if params.max_num_seqs is None else params.max_num_seqs
 
+        who = spec or self.scheduler.name
+
+        def limited() -> AbstractContextManager[None]:
+            return decide_limited(decide_timeout, who, int(st[L.ST_T]))
+
         def step(t_end: int, out: np.ndarray, bins: object) -> int:
             """Run the loop to ``t_end``, taping or asking the rule for each shape it needs."""
             t0 = int(st[L.ST_T])
@@ -533,18 +543,22 @@ class PluginPath:
                     bank.drop(shape)
                     ask = False
                     st[L.ST_ASK] = 0
-                    bank.add(trace_rule(self.scheduler, params, *shape, ask=False), int(st[L.ST_T]))
+                    with limited():
+                        tape = trace_rule(self.scheduler, params, *shape, ask=False)
+                    bank.add(tape, int(st[L.ST_T]))
                     _within_budget(bank, int(st[L.ST_T]))
                 elif not ask and bank.rental.tape_now(shape):
                     c0 = time.process_time()
-                    tape = trace_rule(self.scheduler, params, *shape, ask=shape not in bank.no_ask)
+                    with limited():
+                        tape = trace_rule(self.scheduler, params, *shape, ask=shape not in bank.no_ask)
                     bank.rental.taped(shape, shape[0] + shape[1] + 1, time.process_time() - c0)
                     bank.add(tape, int(st[L.ST_T]))
                     _within_budget(bank, int(st[L.ST_T]))
                 else:  # ski rental: ask the rule itself until the shape has cost what taping it would
                     c0 = time.process_time()
                     view = asker.view(shape, st, act, qbuf, ps, po, prog, sv, svf, svtag)
-                    asker.answer(view, st)
+                    with limited():
+                        asker.answer(view, st)
                     if not ask:
                         bank.rental.asked(shape, time.process_time() - c0)
             if status == L.BAIL:
@@ -561,17 +575,37 @@ class PluginPath:
                       window=window, window_hid_slots=int(st[L.ST_HID]))  # fmt: skip
 
 
-def plugin_path(scheduler: Scheduler, lifecycle: str) -> tuple[PluginPath | None, str]:
+@contextmanager
+def decide_limited(seconds: float | None, who: str, slot: int) -> Iterator[None]:
+    """Calls of the rule ``who`` inside this block (taping a shape, asking for a slot's decision)
+    end with the reference engine's :class:`InvalidScheduler` and words after ``seconds`` of wall
+    time (``None``: no limit); ``slot`` is the slot the run is at."""
+    if seconds is not None and threading.current_thread() is not threading.main_thread():
+        raise InvalidArgument("a decide timeout needs the main thread (it uses signal.setitimer)")
+    try:
+        with time_limit(seconds):
+            yield
+    except DecideTimeout:
+        raise InvalidScheduler(
+            f"scheduler {who!r} in slot {slot}: decide did not return within the {seconds:g} s limit (--decide-timeout)"
+        ) from None
+
+
+def plugin_path(
+    scheduler: Scheduler, lifecycle: str, decide_timeout: float | None = None, spec: str | None = None
+) -> tuple[PluginPath | None, str]:
     """The faster path for a plug-in rule, or ``None`` and the reason there is none.
 
     The rule is taped on a small view (2 active, 2 waiting entries) to find out
-    early whether it can be taped at all; every other shape is taped when the
+    early whether it can be taped at all (under ``decide_timeout``, naming the rule
+    ``spec``: :func:`decide_limited`); every other shape is taped when the
     run first meets it, and an untapeable shape there also falls back."""
     if lifecycle != "kvstab":
         return None, "the plug-in path runs kvstab's lifecycle only"
     try:
         traits_of(scheduler)
-        trace_tape(scheduler, ModelParams(M=64, chunk=4), 2, 2)
+        with decide_limited(decide_timeout, spec or scheduler.name, 0):
+            trace_tape(scheduler, ModelParams(M=64, chunk=4), 2, 2)
     except (Untraceable, InvalidScheduler) as exc:
         return None, f"the rule cannot be traced to a tape ({exc})"
     return PluginPath(scheduler), (
