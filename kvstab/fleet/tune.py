@@ -241,9 +241,10 @@ def vllm_engine(
     """vLLM's server for ``flags`` on ``gpu``: ``M`` (the accounting, or a measured/set size), b̄, the bounds."""
     B = flags.block_size
     if kv_tokens is not None:
-        cap: dict[str, Any] = {"M_tokens": kv_tokens // B * B, "source": "--kv-cache-tokens (vLLM's logged "
-                               "'GPU KV cache size', or a measured M)", "block_size": B}  # fmt: skip
-        M = kv_tokens // B * B
+        # vLLM logs num_blocks·B ("GPU KV cache size": get_kv_cache_capacity); one block is its null block
+        M = (kv_tokens // B - 1) * B
+        cap: dict[str, Any] = {"M_tokens": M, "num_gpu_blocks": kv_tokens // B, "block_size": B,
+                               "source": "--kv-cache-tokens (vLLM's logged 'GPU KV cache size', less the null block)"}
     elif flags.num_gpu_blocks_override is not None:
         M = (flags.num_gpu_blocks_override - 1) * B
         cap = {"M_tokens": M, "num_gpu_blocks": flags.num_gpu_blocks_override, "source": "--num-gpu-blocks-override",
