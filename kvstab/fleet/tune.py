@@ -189,9 +189,7 @@ class Bounds:
 
 def bounds(workload: Workload, params: ModelParams, mom: Moments, *, token_budget: bool = True) -> Bounds:
     """The three bounds of the module docstring for the server ``params``."""
-    from kvstab.theory import stability_report
-
-    mu = stability_report(workload, params).mu_per_s
+    mu = params.M / (params.bbar * _eg(workload, params.chunk, params.block))
     tok = params.token_budget / (params.bbar * mom.tokens) if token_budget and params.token_budget else None
     seqs = params.max_num_seqs / (params.bbar * mom.lifetime(params.chunk)) if params.max_num_seqs else None
     return Bounds(mu, tok, seqs)
@@ -228,10 +226,18 @@ class Recommendation:
 BbarFn = Callable[[int, int, float], tuple[float, str]]  # (M, budget, decoders) ↦ (b̄, source)
 
 
+#: E[g] by (workload, chunk, block): the search asks for the same few many times
+_EG: dict[tuple[str, int, int], float] = {}
+
+
 def _eg(workload: Workload, chunk: int, block: int) -> float:
+    """``E[g]`` of ``workload`` for chunk ``ŝ`` and block ``B`` (the closed forms of :mod:`kvstab.theory`)."""
     from kvstab.theory import stability_report
 
-    return stability_report(workload, ModelParams(M=PAPER_M, chunk=chunk, block=block)).E_g
+    key = (workload.describe(), chunk, block)
+    if key not in _EG:
+        _EG[key] = stability_report(workload, ModelParams(M=PAPER_M, chunk=chunk, block=block)).E_g
+    return _EG[key]
 
 
 def vllm_engine(
