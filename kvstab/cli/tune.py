@@ -62,26 +62,30 @@ def _workload(args: argparse.Namespace) -> tuple[Any, str]:
 def _bbar_fn(args: argparse.Namespace, shape: Any, gpu: Any, workload: Any, mom: Any) -> Any:
     """``(M, budget, decoders) ↦ (b̄, where it came from)``."""
     if args.bbar is not None:
-        return lambda _M, _b, _d: (args.bbar, "given (--bbar)")
+        return lambda _M, _b, _d, _e: (args.bbar, "given (--bbar)")
     if gpu.profile is None or not shape.is_llama3_8b:
         why = f"no batch-time profile ships for {gpu.name}" if gpu.profile is None else \
             "the shipped A100 profile is Llama-3-8B's and this model is another"
         raise InvalidArgument(f"{why}: give --bbar (seconds per step at saturation; kvstab bench measures it)")
-    from kvstab.fleet.tune import _eg, profile_bbar
-    from kvstab.model import PAPER_CHUNK
+    import numpy as np
 
-    s, _o = workload.sample(__import__("numpy").random.default_rng(0), 4096)
-    mean_s = float(s.mean())
+    from kvstab.fleet.tune import _eg, moments, profile_bbar
+    from kvstab.model import PAPER_CHUNK
     from kvstab.workload import parse_workload
 
+    s, o = workload.sample(np.random.default_rng(0), 4096)
+    mean_s, mean_o = float(np.mean(s)), float(np.mean(o))
     paper = parse_workload("paper-1:1")
-    from kvstab.fleet.tune import moments
-
     pm = moments(paper, n=8192)
     oracle = profile_bbar(paper, _eg(paper, PAPER_CHUNK, 1), pm.lifetime(PAPER_CHUNK), 805.0)
-    return lambda M, budget, d: (oracle.bbar(M, budget, d, mean_s),
-                                 f"the shipped A100 profile ({gpu.profile}) at this configuration's saturated step, "
-                                 "scaled to the paper's measured 0.0372 s")  # fmt: skip
+    where = f"the shipped A100 profile ({gpu.profile}), scaled to the paper's measured 0.0372 s"
+
+    def fn(M: int, budget: int, d: float, engine: str) -> tuple[float, str]:
+        if engine == "sglang":
+            return oracle.sglang_bbar(M, budget, d, mean_s, mean_o), where + ": prefill-only and decode-only steps"
+        return oracle.bbar(M, budget, d, mean_s), where + ": a saturated mixed step"
+
+    return fn
 
 
 def _pct(x: float | None) -> str:
@@ -149,16 +153,22 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         return _inverse(args, shape, gpu, workload, spec, mom, bbar_fn, avail, model, caching)
     if avail is not None:
         raise InvalidArgument("--available-kv-gib measures one deployment: it goes with --from-flags")
-    from kvstab.fleet.tune import recommend, verify
+    from kvstab.fleet.tune import recommend, sglang_search, verify
 
     rec = recommend(workload, shape, gpu, args.lam, args.margin, mom, bbar_fn,
                     prefix_caching=args.prefix_caching is not False)  # fmt: skip
     chosen = [rec.vllm if e == "vllm" else rec.sglang for e in engines]
     checks: dict[str, list[Any]] = {}
     if not args.no_verify:
-        for e in chosen:
-            checks[e.engine] = verify(e, workload, args.lam, args.margin, caching=caching, seeds=args.seeds,
-                                      seed=args.seed)  # fmt: skip
+        for i, e in enumerate(chosen):
+            if e.engine == "sglang":
+                # SGLang's prefill-only steps are beyond the closed forms: its flags come from simulation
+                chosen[i], checks["sglang"] = sglang_search(workload, shape, gpu, args.lam, args.margin, mom, bbar_fn,
+                                                            weights_bytes=shape.weights_bytes, seeds=args.seeds,
+                                                            seed=args.seed)  # fmt: skip
+            else:
+                checks[e.engine] = verify(e, workload, args.lam, args.margin, caching=caching, seeds=args.seeds,
+                                          seed=args.seed)  # fmt: skip
     passed = all(c.passed for cs in checks.values() for c in cs)
     if args.json:
         print(json.dumps({

@@ -51,7 +51,8 @@ from kvstab.workload import Workload
 
 __all__ = [
     "VllmFlags", "SglangFlags", "Bounds", "Engine", "ProfileBbar", "bounds", "recommend", "verify",
-    "parse_vllm_flags", "saturated_rate", "UTILISATIONS", "BUDGETS", "Recommendation", "Check",
+    "parse_vllm_flags", "saturated_rate", "UTILISATIONS", "BUDGETS", "FRACTIONS", "Recommendation", "Check",
+    "sglang_search",
 ]  # fmt: skip
 
 #: the gpu_memory_utilization grid the forward search walks (vLLM 0.33's default is 0.92)
@@ -149,6 +150,16 @@ class ProfileBbar:
         """Seconds per slot for the configuration."""
         return PAPER_BBAR * self.step_ms(M, budget, decoders, mean_s) / self.anchor_ms
 
+    def sglang_bbar(self, M: int, chunk: int, decoders: float, mean_s: float, mean_o: float) -> float:
+        """Seconds per step of SGLang's alternation: prefill-only steps of ``chunk`` tokens and decode-only
+        steps of ``decoders`` requests over ``M`` tokens of KV, weighted by their shares at saturation
+        (per request ``E[s]/chunk`` prefill steps and ``E[o]/decoders`` decode steps)."""
+        prefill = self.step_ms(M, chunk, 0.0, mean_s)
+        decode = self.step_ms(M, max(int(decoders), 1), decoders, mean_s)
+        p_steps, d_steps = mean_s / chunk, mean_o / max(decoders, 1.0)
+        share = p_steps / (p_steps + d_steps)
+        return PAPER_BBAR * (share * prefill + (1 - share) * decode) / self.anchor_ms
+
 
 def profile_bbar(workload: Workload, eg_paper: float, lifetime_paper: float, mean_s: float) -> ProfileBbar:
     """The anchored profile oracle (loads the shipped profile: a second or two of fits)."""
@@ -223,7 +234,8 @@ class Recommendation:
     considered: tuple[tuple[float, int, float], ...]  # (utilisation, budget, least bound) on the grid
 
 
-BbarFn = Callable[[int, int, float], tuple[float, str]]  # (M, budget, decoders) ↦ (b̄, source)
+#: (M, budget or chunk, decoders, engine) ↦ (b̄, where it came from)
+BbarFn = Callable[[int, int, float, str], tuple[float, str]]
 
 
 #: E[g] by (workload, chunk, block): the search asks for the same few many times
@@ -268,7 +280,7 @@ def vllm_engine(
         raise InvalidArgument(f"the KV pool holds {M} tokens: less than one block of {B}")
     eg = _eg(workload, flags.max_num_batched_tokens, B)
     decoders = M * mom.lifetime(flags.max_num_batched_tokens) / eg
-    bbar, how = bbar_fn(M, flags.max_num_batched_tokens, decoders)
+    bbar, how = bbar_fn(M, flags.max_num_batched_tokens, decoders, "vllm")
     params = ModelParams(M=M, chunk=flags.max_num_batched_tokens, block=B, token_budget=flags.max_num_batched_tokens,
                          max_num_seqs=flags.max_num_seqs, bbar=bbar, prefix_caching=flags.enable_prefix_caching)  # fmt: skip
     return Engine("vllm", params, flags, cap, bounds(workload, replace(params, prefix_caching=False), mom), how)
@@ -297,6 +309,61 @@ def sglang_engine(
                          bbar=like.params.bbar)  # fmt: skip
     return Engine("sglang", params, flags, cap.as_dict(), bounds(workload, params, mom, token_budget=False),
                   like.bbar_source + " (vLLM's, for the same chunk and pool)")  # fmt: skip
+
+
+#: the mem_fraction_static grid SGLang's simulated search walks
+FRACTIONS = (0.70, 0.74, 0.78, 0.80, 0.82, 0.84, 0.86, 0.88, 0.90, 0.92)
+
+
+def sglang_search(
+    workload: Workload, shape: ModelShape, gpu: GpuSpec, lam: float, margin: float, mom: Moments, bbar_fn: BbarFn,
+    *, weights_bytes: int | None = None, seeds: int = 2, seed: int = 0,
+) -> tuple[Engine, list[Check]]:
+    """SGLang's flags by simulation: SGLang runs prefill-only and decode-only steps (no mixed batches in
+    kvstab's model of it), which no closed-form bound here captures, so each ``mem_fraction_static`` on
+    :data:`FRACTIONS` (lowest first) and ``chunked_prefill_size`` on :data:`BUDGETS` is simulated under
+    overload (a fraction of a second each on the compiled engine); the first fraction at which some chunk
+    carries ``λ`` with the margin wins, with its best chunk, and is verified again on fresh seeds."""
+    need = lam / (1 - margin)
+    best: tuple[float, Engine] | None = None
+    for f in FRACTIONS:
+        try:
+            cap = sglang_capacity(shape, gpu, f, weights_bytes=weights_bytes)
+        except InvalidArgument:
+            continue  # the weights do not fit at this fraction
+        found: tuple[float, Engine] | None = None
+        for chunk in BUDGETS:
+            eg = _eg(workload, chunk, 1)
+            seqs = _seqs_for(cap.M, eg, mom.lifetime(chunk))
+            bbar, how = bbar_fn(cap.M, chunk, cap.M * mom.lifetime(chunk) / eg, "sglang")
+            params = ModelParams(M=cap.M, chunk=chunk, block=1, max_num_seqs=seqs, bbar=bbar)
+            try:
+                from kvstab.lifecycles.sglang import check_server
+
+                check_server(params)
+                if not params.fits_total(workload.max_total):
+                    continue
+            except InvalidArgument:
+                continue
+            eng = Engine("sglang", params, SglangFlags(f, seqs, chunk), cap.as_dict(),
+                         bounds(workload, params, mom, token_budget=False), how)  # fmt: skip
+            est, _u = saturated_rate("sglang", params, workload, 1.3 * eng.bounds.least, lifecycle="sglang",
+                                     seeds=seeds, seed=seed + 1)  # fmt: skip
+            if best is None or est.low > best[0]:
+                best = (est.low, eng)
+            if est.low >= need and (found is None or est.low > found[0]):
+                found = (est.low, eng)
+        if found is not None:
+            return found[1], verify(found[1], workload, lam, margin, seeds=seeds, seed=seed)
+    if best is None:
+        raise InvalidArgument(f"SGLang: no mem_fraction_static up to {FRACTIONS[-1]} leaves room for a KV cache "
+                              f"that holds every request on {gpu.name}")  # fmt: skip
+    raise InvalidArgument(
+        f"SGLang: λ = {lam:g} req/s is above anything one {gpu.name} carries with margin {margin:g}: the best "
+        f"simulated configuration (mem_fraction_static {best[1].flags.mem_fraction_static:g}, "  # type: ignore[union-attr]
+        f"chunked_prefill_size {best[1].params.chunk}) sustains λ* ≥ {best[0]:.4g} req/s; use --engine vllm or "
+        f"about {math.ceil(need / best[0])} replicas (kvstab plan)"
+    )
 
 
 def recommend(
