@@ -60,32 +60,12 @@ def _workload(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _bbar_fn(args: argparse.Namespace, shape: Any, gpu: Any, workload: Any, mom: Any) -> Any:
-    """``(M, budget, decoders) ↦ (b̄, where it came from)``."""
+    """``(M, budget, decoders, engine) ↦ (b̄, where it came from)``: ``--bbar``, or the shipped profile."""
+    from kvstab.fleet.tune import bbar_oracle
+
     if args.bbar is not None:
         return lambda _M, _b, _d, _e: (args.bbar, "given (--bbar)")
-    if gpu.profile is None or not shape.is_llama3_8b:
-        why = f"no batch-time profile ships for {gpu.name}" if gpu.profile is None else \
-            "the shipped A100 profile is Llama-3-8B's and this model is another"
-        raise InvalidArgument(f"{why}: give --bbar (seconds per step at saturation; kvstab bench measures it)")
-    import numpy as np
-
-    from kvstab.fleet.tune import _eg, moments, profile_bbar
-    from kvstab.model import PAPER_CHUNK
-    from kvstab.workload import parse_workload
-
-    s, o = workload.sample(np.random.default_rng(0), 4096)
-    mean_s, mean_o = float(np.mean(s)), float(np.mean(o))
-    paper = parse_workload("paper-1:1")
-    pm = moments(paper, n=8192)
-    oracle = profile_bbar(paper, _eg(paper, PAPER_CHUNK, 1), pm.lifetime(PAPER_CHUNK), 805.0)
-    where = f"the shipped A100 profile ({gpu.profile}), scaled to the paper's measured 0.0372 s"
-
-    def fn(M: int, budget: int, d: float, engine: str) -> tuple[float, str]:
-        if engine == "sglang":
-            return oracle.sglang_bbar(M, budget, d, mean_s, mean_o), where + ": prefill-only and decode-only steps"
-        return oracle.bbar(M, budget, d, mean_s), where + ": a saturated mixed step"
-
-    return fn
+    return bbar_oracle(shape, gpu, workload)
 
 
 def _pct(x: float | None) -> str:

@@ -52,7 +52,7 @@ from kvstab.workload import Workload
 __all__ = [
     "VllmFlags", "SglangFlags", "Bounds", "Engine", "ProfileBbar", "bounds", "recommend", "verify",
     "parse_vllm_flags", "saturated_rate", "UTILISATIONS", "BUDGETS", "FRACTIONS", "Recommendation", "Check",
-    "sglang_search",
+    "sglang_search", "bbar_oracle",
 ]  # fmt: skip
 
 #: the gpu_memory_utilization grid the forward search walks (vLLM 0.33's default is 0.92)
@@ -170,6 +170,31 @@ def profile_bbar(workload: Workload, eg_paper: float, lifetime_paper: float, mea
     raw = ProfileBbar(prof, 1.0)
     d = PAPER_M * lifetime_paper / eg_paper
     return ProfileBbar(prof, raw.step_ms(PAPER_M, PAPER_CHUNK, d, mean_s))
+
+
+def bbar_oracle(shape: ModelShape, gpu: GpuSpec, workload: Workload) -> BbarFn:
+    """b̄ from the shipped A100 / Llama-3-8B profile (:class:`ProfileBbar`) for ``workload``: a saturated mixed
+    step for vLLM, the prefill/decode alternation for SGLang; refused in one line where the profile does not
+    apply (another GPU, another model): ``--bbar`` is then the user's to give."""
+    if gpu.profile is None or not shape.is_llama3_8b:
+        why = f"no batch-time profile ships for {gpu.name}" if gpu.profile is None else \
+            "the shipped A100 profile is Llama-3-8B's and this model is another"
+        raise InvalidArgument(f"{why}: give --bbar (seconds per step at saturation; kvstab bench measures it)")
+    from kvstab.workload import parse_workload
+
+    s, o = workload.sample(np.random.default_rng(0), 4096)
+    mean_s, mean_o = float(np.mean(s)), float(np.mean(o))
+    paper = parse_workload("paper-1:1")
+    pm = moments(paper, n=8192)
+    oracle = profile_bbar(paper, _eg(paper, PAPER_CHUNK, 1), pm.lifetime(PAPER_CHUNK), 805.0)
+    where = f"the shipped A100 profile ({gpu.profile}), scaled to the paper's measured {PAPER_BBAR} s"
+
+    def fn(M: int, budget: int, d: float, engine: str) -> tuple[float, str]:
+        if engine == "sglang":
+            return oracle.sglang_bbar(M, budget, d, mean_s, mean_o), where + ": prefill-only and decode-only steps"
+        return oracle.bbar(M, budget, d, mean_s), where + ": a saturated mixed step"
+
+    return fn
 
 
 @dataclass(frozen=True, slots=True)
