@@ -23,7 +23,7 @@ _gib = flags.arg_type(v.positive_float, "a size in GiB", maximum=1e5)
 _gb = flags.arg_type(v.positive_float, "a size in GB", maximum=1e5)
 _kv_bytes = flags.arg_type(v.positive_int, "the KV bytes per token", maximum=2**40)
 _tokens = flags.arg_type(v.positive_int, "the KV capacity in tokens", maximum=v.MAX_TOKENS)
-_seeds = flags.arg_type(v.positive_int, "the seeds", maximum=64)
+_seeds = flags.arg_type(v.as_int, "the seeds (at least 2: an interval needs two)", minimum=2, maximum=64)
 
 
 def _shape(args: argparse.Namespace) -> Any:
