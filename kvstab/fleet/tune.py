@@ -304,7 +304,8 @@ def vllm_engine(
     if M < B:
         raise InvalidArgument(f"the KV pool holds {M} tokens: less than one block of {B}")
     eg = _eg(workload, flags.max_num_batched_tokens, B)
-    decoders = M * mom.lifetime(flags.max_num_batched_tokens) / eg
+    # the requests a full pool holds, as many as the running cap lets in
+    decoders = min(M * mom.lifetime(flags.max_num_batched_tokens) / eg, float(flags.max_num_seqs))
     bbar, how = bbar_fn(M, flags.max_num_batched_tokens, decoders, "vllm")
     params = ModelParams(M=M, chunk=flags.max_num_batched_tokens, block=B, token_budget=flags.max_num_batched_tokens,
                          max_num_seqs=flags.max_num_seqs, bbar=bbar, prefix_caching=flags.enable_prefix_caching)  # fmt: skip
