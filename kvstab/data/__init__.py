@@ -1,4 +1,4 @@
-"""The data kvstab ships: six real length traces (two with prefix structure) and an A100 batch-time profile.
+"""The data kvstab ships: six real length traces (two with prefix structure), an A100 batch-time profile and a model shape.
 
 Every file here is public data kept with its licence (``LICENSE-*`` beside it;
 ``kvstab/data/README.md`` says where each came from).  Code never builds a path
