@@ -128,3 +128,20 @@ def test_infeasible_lambda_names_the_best_and_replicas(capsys: pytest.CaptureFix
     rc, _out, err = run(["tune", "--config", "llama-3-8b", "--gpu", "A100-80GB", "--lambda", "500", "--no-verify"],
                         capsys)  # fmt: skip
     assert rc == 2 and "above anything one A100-80GB can carry" in err and "replicas" in err
+
+
+def test_plan_menu_uses_tunes_accounting(tmp_path: Path) -> None:
+    from kvstab.fleet.plan import load_menu
+    from kvstab.kv_capacity import vllm_reserve
+
+    menu = tmp_path / "m.toml"
+    menu.write_text('[[gpu]]\nname = "a"\ngpu = "A100-80GB"\nconfig = "llama-3-8b"\nmemory_utilisation = 0.92\n'
+                    'block = 16\nbbar = 0.05\ncost_per_hour = 2\navailable = 1\n')  # fmt: skip
+    (g,) = load_menu(menu)
+    shape = load_model_shape("llama-3-8b")
+    want = vllm_capacity(shape, gpu_spec("A100-80GB"), 0.92, block_size=16, reserve_bytes=vllm_reserve(shape, 2048, 256))
+    assert g.M == want.M and g.block == 16
+    menu.write_text('[[gpu]]\nname = "a"\ngpu = "B300"\nconfig = "llama-3-8b"\nbbar = 0.05\ncost_per_hour = 2\n'
+                    'available = 1\n')  # fmt: skip
+    with pytest.raises(InvalidArgument, match="unknown GPU 'B300'"):
+        load_menu(menu)
