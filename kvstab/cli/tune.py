@@ -133,22 +133,22 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         return _inverse(args, shape, gpu, workload, spec, mom, bbar_fn, avail, model, caching)
     if avail is not None:
         raise InvalidArgument("--available-kv-gib measures one deployment: it goes with --from-flags")
-    from kvstab.fleet.tune import recommend, sglang_search, verify
+    from kvstab.fleet.tune import recommend, recommend_verified, sglang_search
 
-    rec = recommend(workload, shape, gpu, args.lam, args.margin, mom, bbar_fn,
-                    prefix_caching=args.prefix_caching is not False)  # fmt: skip
-    chosen = [rec.vllm if e == "vllm" else rec.sglang for e in engines]
     checks: dict[str, list[Any]] = {}
-    if not args.no_verify:
-        for i, e in enumerate(chosen):
-            if e.engine == "sglang":
-                # SGLang's prefill-only steps are beyond the closed forms: its flags come from simulation
-                chosen[i], checks["sglang"] = sglang_search(workload, shape, gpu, args.lam, args.margin, mom, bbar_fn,
-                                                            weights_bytes=shape.weights_bytes, seeds=args.seeds,
-                                                            seed=args.seed)  # fmt: skip
-            else:
-                checks[e.engine] = verify(e, workload, args.lam, args.margin, caching=caching, seeds=args.seeds,
-                                          seed=args.seed)  # fmt: skip
+    on = args.prefix_caching is not False
+    if args.no_verify or "vllm" not in engines:
+        rec = recommend(workload, shape, gpu, args.lam, args.margin, mom, bbar_fn, prefix_caching=on)
+    else:
+        rec, checks["vllm"] = recommend_verified(workload, shape, gpu, args.lam, args.margin, mom, bbar_fn,
+                                                 prefix_caching=on, caching=caching, seeds=args.seeds,
+                                                 seed=args.seed)  # fmt: skip
+    chosen = [rec.vllm if e == "vllm" else rec.sglang for e in engines]
+    if not args.no_verify and "sglang" in engines:
+        # SGLang's prefill-only steps are beyond the closed forms: its flags come from simulation
+        chosen[-1], checks["sglang"] = sglang_search(workload, shape, gpu, args.lam, args.margin, mom, bbar_fn,
+                                                     weights_bytes=shape.weights_bytes, seeds=args.seeds,
+                                                     seed=args.seed)  # fmt: skip
     passed = all(c.passed for cs in checks.values() for c in cs)
     if args.json:
         print(json.dumps({
@@ -168,8 +168,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             print(line)
         print(f"  {e.flags.command(model)}")
     if not args.no_verify:
-        print(f"verdict: {'PASS' if passed else 'FAIL'}: every simulated model "
-              f"{'keeps' if passed else 'does not keep'} λ below (1 − margin)·λ* at its interval's lower end")  # fmt: skip
+        if passed:
+            print("verdict: PASS: every simulated model keeps λ below (1 − margin)·λ* at its interval's lower end")
+        else:
+            failed = [c.label for cs in checks.values() for c in cs if not c.passed]
+            print(f"verdict: FAIL: λ = {args.lam:g} is not below (1 − margin)·λ* (lower end) for {'; '.join(failed)}; "
+                  "nothing on the search's grid did better on this GPU: lower λ or the margin, or add replicas "
+                  "(kvstab plan)")  # fmt: skip
     return 0 if args.no_verify or passed else 1
 
 

@@ -52,7 +52,7 @@ from kvstab.workload import Workload
 __all__ = [
     "VllmFlags", "SglangFlags", "Bounds", "Engine", "ProfileBbar", "bounds", "recommend", "verify",
     "parse_vllm_flags", "saturated_rate", "UTILISATIONS", "BUDGETS", "FRACTIONS", "Recommendation", "Check",
-    "sglang_search", "bbar_oracle",
+    "sglang_search", "bbar_oracle", "recommend_verified",
 ]  # fmt: skip
 
 #: the gpu_memory_utilization grid the forward search walks (vLLM 0.33's default is 0.92)
@@ -517,6 +517,34 @@ def verify(
         out.append(Check(f"vllm-v1 (vLLM 0.33's rule), prefix caching {'on' if on else 'off'}", "vllm-v1", "vllm", on,
                          est, util, lam, margin))  # fmt: skip
     return out
+
+
+def recommend_verified(
+    workload: Workload, shape: ModelShape, gpu: GpuSpec, lam: float, margin: float, mom: Moments, bbar_fn: BbarFn,
+    *, prefix_caching: bool = True, weights_bytes: int | None = None, caching: Sequence[bool] = (False, True),
+    seeds: int = 3, seed: int = 0, tries: int = 3,
+) -> tuple[Recommendation, list[Check]]:
+    """:func:`recommend`, then :func:`verify` of its vLLM flags; where the simulated λ* falls short of the
+    bound the search used (blocks, recompute preemption, the budget shared by prefill and decode), the
+    search is asked again for λ scaled by that shortfall, up to ``tries`` times.  The last answer is
+    returned whether it passed or not (the caller prints the verdict)."""
+    target = lam
+    rec = recommend(workload, shape, gpu, target, margin, mom, bbar_fn, prefix_caching=prefix_caching,
+                    weights_bytes=weights_bytes)  # fmt: skip
+    checks = verify(rec.vllm, workload, lam, margin, caching=caching, seeds=seeds, seed=seed)
+    for _ in range(tries - 1):
+        if all(c.passed for c in checks):
+            break
+        worst = min(c.critical.low for c in checks)
+        target = max(target * 1.02, target * rec.vllm.bounds.least / max(worst, 1e-12) * 1.02)
+        try:
+            again = recommend(workload, shape, gpu, target, margin, mom, bbar_fn, prefix_caching=prefix_caching,
+                              weights_bytes=weights_bytes)  # fmt: skip
+        except InvalidArgument:
+            break  # nothing on the grid carries the corrected target: keep the failing answer and its verdict
+        rec = replace(again, lam=lam)
+        checks = verify(rec.vllm, workload, lam, margin, caching=caching, seeds=seeds, seed=seed)
+    return rec, checks
 
 
 #: ``vllm serve`` flags --from-flags reads, and the ones it accepts and ignores (they do not change the model)
