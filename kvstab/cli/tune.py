@@ -79,11 +79,13 @@ def _engine_lines(e: Any, model: str) -> list[str]:
     out: list[str] = []
     if isinstance(e.flags, VllmFlags):
         f = e.flags
-        if "available_kv_gib" in c:
+        if "available_kv_gib" in c and c["reserve_gib"] is not None:
             out.append(f"  gpu_memory_utilization {f.gpu_memory_utilization:g}: {c['total_gib']:.2f} GiB × "
-                       f"{f.gpu_memory_utilization:g} − weights {c['weights_gib'] or 0:.2f} GiB − "
-                       f"{'reserve ' + format(c['reserve_gib'], '.2f') + ' GiB' if c['reserve_gib'] is not None else '(measured)'}"
-                       f" → {c['available_kv_gib']:.2f} GiB of KV ({c['source']}) → {c['num_gpu_blocks']} blocks of "
+                       f"{f.gpu_memory_utilization:g} − weights {c['weights_gib'] or 0:.2f} GiB − reserve "
+                       f"{c['reserve_gib']:.2f} GiB → {c['available_kv_gib']:.2f} GiB of KV ({c['source']}) → "
+                       f"{c['num_gpu_blocks']} blocks of {f.block_size} → M = {p.M:,} tokens")  # fmt: skip
+        elif "available_kv_gib" in c:
+            out.append(f"  {c['available_kv_gib']:.2f} GiB of KV ({c['source']}) → {c['num_gpu_blocks']} blocks of "
                        f"{f.block_size} → M = {p.M:,} tokens")  # fmt: skip
         else:
             out.append(f"  M = {p.M:,} tokens ({c['source']})")
