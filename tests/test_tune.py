@@ -111,6 +111,10 @@ def test_from_flags_reproduces_the_papers_mu(capsys: pytest.CaptureFixture[str])
     ["--kv-bytes-per-token", "131072", "--gpu", "A100-80GB", "--lambda", "3", "--bbar", "0.04"],  # weights unknown
     ["--config", "/nonexistent/config.json", "--gpu", "A100-80GB", "--lambda", "3"],
     ["--config", "llama-3-8b", "--gpu", "A100-80GB", "--lambda", "-1"],
+    ["--config", "llama-3-8b", "--gpu", "L40S", "--bbar", "0.05", "--lambda", "1", "--workload",
+     "s=U(100,300000),o=U(1,10)", "--no-verify"],  # no pool on the GPU holds the largest request
+    ["--config", "llama-3-8b", "--gpu", "A100-80GB", "--bbar", "0.05", "--from-flags",
+     "--num-gpu-blocks-override 100", "--no-verify"],  # the deployment's pool holds no paper-1:1 request
 ])  # fmt: skip
 def test_bad_input_is_one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = run(["tune", *argv], capsys)

@@ -303,6 +303,10 @@ def vllm_engine(
         M, cap = c.M, c.as_dict()
     if M < B:
         raise InvalidArgument(f"the KV pool holds {M} tokens: less than one block of {B}")
+    peak = -(-workload.max_total // B) * B
+    if peak > M:
+        raise InvalidArgument(f"requests of {workload.describe()!r} need up to {peak} tokens at their peak but the "
+                              f"KV pool holds M = {M}: they could never run; a larger pool, or a workload that fits")  # fmt: skip
     eg = _eg(workload, flags.max_num_batched_tokens, B)
     # the requests a full pool holds, as many as the running cap lets in
     decoders = min(M * mom.lifetime(flags.max_num_batched_tokens) / eg, float(flags.max_num_seqs))
@@ -423,7 +427,9 @@ def recommend(
             sgl = sglang_engine(workload, shape, gpu, chosen, mom, weights_bytes=weights_bytes)
             return Recommendation(chosen, sgl, lam, margin, tuple(considered))
     if best is None:
-        raise InvalidArgument(f"no configuration on {gpu.name} leaves room for a KV cache for this model")
+        raise InvalidArgument(f"no configuration on {gpu.name} (gpu_memory_utilization up to {UTILISATIONS[-1]}) "
+                              f"leaves a KV cache that holds the workload's largest request ({workload.max_total} "
+                              "tokens): a larger GPU, or a workload that fits")  # fmt: skip
     reps = math.ceil(need / best[0])
     raise InvalidArgument(
         f"λ = {lam:g} req/s is above anything one {gpu.name} can carry with margin {margin:g}: the best "
