@@ -61,6 +61,7 @@ COMMANDS: tuple[Command, ...] = (
             "run the property suite (pytest --pyargs kvstab.props) against a scheduler"),
     Command("fleet", "kvstab.cli.fleet", "replicas behind a router: simulate, critical rate, routers"),
     Command("plan", "kvstab.cli.fleet", "the cheapest fleet from a GPU menu (MILP), verified by simulation"),
+    Command("tune", "kvstab.cli.tune", "vLLM/SGLang flags for a target λ, or λ* of existing flags (--from-flags)"),
 )
 
 _BY_NAME = {c.name: c for c in COMMANDS}

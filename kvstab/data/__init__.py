@@ -1,4 +1,4 @@
-"""The data kvstab ships: six real length traces (two with prefix structure) and an A100 batch-time profile.
+"""The data kvstab ships: six real length traces (two with prefix structure), an A100 batch-time profile and a model shape.
 
 Every file here is public data kept with its licence (``LICENSE-*`` beside it;
 ``kvstab/data/README.md`` says where each came from).  Code never builds a path
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kvstab.errors import InvalidArgument
 
-__all__ = ["data_dir", "trace_path", "profile_dir", "TRACES", "PROFILE"]
+__all__ = ["data_dir", "trace_path", "profile_dir", "model_config_path", "TRACES", "PROFILE", "MODELS"]
 
 #: the shipped traces, by short name
 TRACES: dict[str, str] = {
@@ -30,6 +30,9 @@ TRACES: dict[str, str] = {
 
 #: the shipped batch-time profile (Meta-Llama-3-8B on an A100, from microsoft/vidur)
 PROFILE = "a100-llama-3-8b"
+
+#: the shipped model shapes (``models/NAME/config.json``, written from public facts), by short name
+MODELS: tuple[str, ...] = ("llama-3-8b",)
 
 
 def data_dir(override: str | os.PathLike[str] | None = None) -> Path:
@@ -62,4 +65,19 @@ def profile_dir(name: str = PROFILE, override: str | os.PathLike[str] | None = N
     p = data_dir(override) / "profiles" / name
     if not p.is_dir():
         raise InvalidArgument(f"profile {name!r} not found at {p}")
+    return p
+
+
+def model_config_path(name_or_path: str, override: str | os.PathLike[str] | None = None) -> Path:
+    """A Hugging Face ``config.json``: a shipped model's by short name (``llama-3-8b``), a file, or a
+    folder holding one."""
+    if name_or_path in MODELS:
+        p = data_dir(override) / "models" / name_or_path / "config.json"
+    else:
+        p = Path(name_or_path)
+        if p.is_dir():
+            p = p / "config.json"
+    if not p.is_file():
+        raise InvalidArgument(f"config {name_or_path!r}: no such file (a config.json, a folder holding one, or a "
+                              f"shipped model: {', '.join(MODELS)})")
     return p

@@ -1,7 +1,8 @@
 """Capacity planning: the cheapest fleet from a GPU menu, then verified by simulation.
 
 **The program.**  A menu lists GPU types ``k`` with their KV capacity ``M_k``
-(given, or derived from GPU memory, model size and KV bytes per token),
+(given, or derived from GPU memory, model size and KV bytes per token by
+vLLM's accounting, :mod:`kvstab.kv_capacity`, the one ``kvstab tune`` uses),
 batch time ``b̄_k``, cost per hour ``c_k`` and how many are available
 ``a_k``.  For a workload, each type has ``μ_k = M_k/(b̄_k·E_k[g])``.  The plan
 chooses integer counts ``n_k`` and the routing flows ``x_k`` (requests per
@@ -46,11 +47,51 @@ from kvstab.workload import Workload
 
 __all__ = ["GpuType", "load_menu", "Plan", "solve_plan", "Verification", "verify_plan", "example_menu_path", "SLO"]
 
+#: the keys that derive M from memory (instead of giving M)
+_MEMORY_KEYS = ("gpu", "gpu_memory_gib", "config", "model_gib", "kv_bytes_per_token", "memory_utilisation",
+                "reserve_gib")  # fmt: skip
 #: every key a menu entry may have
-_KEYS = {
-    "name", "M", "gpu_memory_gib", "model_gib", "kv_bytes_per_token", "memory_utilisation", "bbar",
-    "cost_per_hour", "available", "chunk", "block", "scheduler",
-}  # fmt: skip
+_KEYS = {"name", "M", *_MEMORY_KEYS, "bbar", "cost_per_hour", "available", "chunk", "block", "scheduler"}
+
+
+def _memory_M(raw: dict[str, Any], block: int, chunk: int) -> int:
+    """``M`` of a menu entry from memory, by vLLM's accounting (:func:`kvstab.kv_capacity.vllm_capacity`, the
+    one ``kvstab tune`` uses): the GPU's total (``gpu`` from kvstab's menu, or ``gpu_memory_gib``) times
+    ``memory_utilisation`` (default 0.9), less the weights (``model_gib``, or the ``config``'s shape) and the
+    activation/CUDA-graph reserve (``reserve_gib``, default :func:`~kvstab.kv_capacity.vllm_reserve`), in
+    whole blocks of ``block`` tokens of ``kv_bytes_per_token`` (or the config's), one block being vLLM's
+    null block."""
+    from dataclasses import replace
+
+    from kvstab.kv_capacity import GIB, GpuSpec, ModelShape, gpu_spec, load_model_shape, vllm_capacity, vllm_reserve
+
+    if ("gpu" in raw) == ("gpu_memory_gib" in raw):
+        raise InvalidArgument("needs M, or the GPU's memory: gpu (a name kvstab knows) or gpu_memory_gib, "
+                              "with model_gib and kv_bytes_per_token (or config)")  # fmt: skip
+    if "config" in raw:
+        if "kv_bytes_per_token" in raw:
+            raise InvalidArgument("give config or kv_bytes_per_token, not both")
+        shape = load_model_shape(str(raw["config"]))
+    else:
+        missing = [k for k in ("model_gib", "kv_bytes_per_token") if k not in raw]
+        if missing:
+            raise InvalidArgument(f"needs M, or the model's size and KV bytes (missing {', '.join(missing)}; "
+                                  "or give config = a config.json)")  # fmt: skip
+        shape = ModelShape(int(positive_float("kv_bytes_per_token", raw["kv_bytes_per_token"], maximum=1e12)))
+    if "model_gib" in raw:
+        shape = replace(shape, weights_bytes=int(positive_float("model_gib", raw["model_gib"], maximum=1e6) * GIB))
+    if "gpu" in raw:
+        gpu = gpu_spec(str(raw["gpu"]))
+    else:
+        gpu = GpuSpec("gpu_memory_gib", positive_float("gpu_memory_gib", raw["gpu_memory_gib"], maximum=1e6))
+    util = unit_fraction("memory_utilisation", raw.get("memory_utilisation", 0.9))
+    reserve = (int(positive_float("reserve_gib", raw["reserve_gib"], maximum=1e6) * GIB) if "reserve_gib" in raw
+               else vllm_reserve(shape, max(chunk, 2048), 256))  # fmt: skip
+    try:
+        cap = vllm_capacity(shape, gpu, util, block_size=block, reserve_bytes=reserve)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"the model does not fit: {exc}") from None
+    return cap.M
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,32 +123,22 @@ def _entry(raw: Any, where: str) -> GpuType:
         raise InvalidArgument(f"{where}: every GPU entry needs a non-empty 'name'")
     where = f"{where} ({name})"
     try:
+        block = positive_int("block", raw.get("block", 1), maximum=MAX_TOKENS)
+        chunk = positive_int("chunk", raw.get("chunk", 512), maximum=MAX_TOKENS)
         if "M" in raw:
-            if any(k in raw for k in ("gpu_memory_gib", "model_gib", "kv_bytes_per_token")):
-                raise InvalidArgument("give either M or gpu_memory_gib + model_gib + kv_bytes_per_token, not both")
+            if any(k in raw for k in _MEMORY_KEYS):
+                raise InvalidArgument(f"give either M or the memory keys ({', '.join(_MEMORY_KEYS)}), not both")
             M = positive_int("M", raw["M"], maximum=MAX_TOKENS)
         else:
-            missing = [k for k in ("gpu_memory_gib", "model_gib", "kv_bytes_per_token") if k not in raw]
-            if missing:
-                raise InvalidArgument(f"needs M, or gpu_memory_gib, model_gib and kv_bytes_per_token (missing {', '.join(missing)})")
-            mem = positive_float("gpu_memory_gib", raw["gpu_memory_gib"], maximum=1e6)
-            model = positive_float("model_gib", raw["model_gib"], maximum=1e6)
-            kv = positive_float("kv_bytes_per_token", raw["kv_bytes_per_token"], maximum=1e12)
-            util = unit_fraction("memory_utilisation", raw.get("memory_utilisation", 0.9))
-            free = mem * util - model
-            if free <= 0:
-                raise InvalidArgument(f"the model ({model:g} GiB) does not fit in {util:g}·{mem:g} GiB: no KV cache left")
-            M = int(free * 2**30 // kv)
-            if M < 1:
-                raise InvalidArgument(f"{free:g} GiB left for KV holds no token of {kv:g} bytes")
+            M = _memory_M(raw, block, chunk)
         return GpuType(
             name=name.strip(),
             M=M,
             bbar=positive_float("bbar", raw.get("bbar"), maximum=3600.0),
             cost_per_hour=positive_float("cost_per_hour", raw.get("cost_per_hour"), maximum=1e9),
             available=nonneg_int("available", raw.get("available"), maximum=MAX_COUNT),
-            chunk=positive_int("chunk", raw.get("chunk", 512), maximum=MAX_TOKENS),
-            block=positive_int("block", raw.get("block", 1), maximum=MAX_TOKENS),
+            chunk=chunk,
+            block=block,
             scheduler=str(raw.get("scheduler", "current-fit")),
         )
     except InvalidArgument as exc:

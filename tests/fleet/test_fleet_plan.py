@@ -143,8 +143,12 @@ def test_a_plan_is_verified_by_simulation_and_an_overloaded_one_is_not() -> None
 def test_menus_load_from_toml_and_json_and_refuse_bad_entries(tmp_path: Path) -> None:
     menu = load_menu(example_menu_path())
     assert [g.name for g in menu][:1] == ["A100-40GB"] and menu[0].M == 131_000
-    # M from memory: (80·0.9 − 15) GiB / 128 KiB per token
-    assert menu[1].M == int((80 * 0.9 - 15) * 2**30 // 131072)
+    # M from memory by vLLM's accounting (kvstab.kv_capacity, as kvstab tune): ⌈80 GiB·0.9⌉ − 15 GiB − the
+    # activation/CUDA-graph reserve, in blocks of 1 token of 128 KiB, one of them vLLM's null block
+    from kvstab.kv_capacity import ModelShape, vllm_reserve
+
+    reserve = vllm_reserve(ModelShape(131072), 2048, 256)
+    assert menu[1].M == (int(80 * 0.9 * 2**30) - 15 * 2**30 - reserve) // 131072 - 1
     j = tmp_path / "m.json"
     j.write_text(json.dumps([{"name": "x", "M": 500, "bbar": 0.02, "cost_per_hour": 1, "available": 2}]))
     assert load_menu(j)[0].available == 2
