@@ -342,7 +342,8 @@ def view_premises(view: View, block: int) -> list[str]:
         if int(w.shared) < 0 or int(w.shared) % block:
             out.append(f"queued request {w.rid}: shared {w.shared} is not whole blocks ≥ 0")
         if not (0 <= int(w.cached) <= int(w.s) - 1) or int(w.cached) % block:
-            out.append(f"queued request {w.rid}: cached {w.cached} is not whole blocks in [0, s − 1] with s = {w.s} "
+            hit, s = int(w.cached) + int(w.shared), int(w.s) + int(w.shared)
+            out.append(f"queued request {w.rid}: a cache hit of {hit} tokens, not whole blocks in [0, s − 1 = {s - 1}] "
                        "(vLLM recomputes a prompt's last token)")
     return out
 

@@ -242,8 +242,8 @@ def classify(scheduler: Scheduler, setting: Setting) -> ClassCheck:
 
 #: why a suffix matters, as the verdict states it
 SUFFIX = (
-    "prefix caching: the preempted requests are a suffix of the active list (proved below: once a step "
-    "preempts, every later step does), so the survivors keep the oldest holder of every block they hold and "
+    "prefix caching: the preempted requests are a suffix of the active list (none for a rule that never "
+    "preempts; else proved by the 'suffix' obligations: once a step preempts, every later step does), so the survivors keep the oldest holder of every block they hold and "
     "the view's charges (entries net of shared) sum to the pool's distinct blocks in the slot "
     "(docs/MODEL.md, 'The model with prefix caching', item 4)"
 )
