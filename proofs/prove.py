@@ -25,7 +25,7 @@ from kvstab.proofs.bmc import bmc
 from kvstab.proofs.encoding import Setting, check_bounds
 from kvstab.proofs.induction import check_inductive, houdini
 from kvstab.proofs.invariants import Conjunct, menu
-from kvstab.proofs.sharing import SEARCH_TRIES, search_shared
+from kvstab.proofs.replaying import SEARCH_TRIES, search_shared
 from kvstab.proofs.solver import Budget
 from kvstab.proofs.unbounded import prove_unbounded
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict

@@ -23,8 +23,8 @@ from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
 from kvstab.proofs.encoding import Setting
 from kvstab.proofs.prove import prove
+from kvstab.proofs.replaying import search_shared
 from kvstab.proofs.selfcheck import CompiledStep, check_shared_run
-from kvstab.proofs.sharing import search_shared
 from kvstab.proofs.solver import Budget
 from kvstab.proofs.unbounded import SUFFIX, WHOLE_TABLES, prove_unbounded
 from kvstab.proofs.verdicts import Proved, Refuted
