@@ -133,3 +133,11 @@ def test_mutant_pools_are_caught_by_the_self_check_and_the_property(pool: str) -
     assert run_shared(load_scheduler(rule), rule, se.params(12), SHARED) is None
     failure = run_shared(load_scheduler(rule), rule, se.params(12), SHARED, install=install)
     assert failure is not None and "--prefix-caching on --requests 0:4:3:4," in failure
+
+
+
+def test_the_suffix_premise_has_teeth(budget: Budget) -> None:
+    """``keeps_behind_victim`` is proved without caching (its survivors fit; docs/proofs.md) but
+    not with it: its victims need not be a suffix, and the suffix obligation is what fails."""
+    v = prove_unbounded(load_scheduler("mutants.keeps_behind_victim:SCHEDULER"), Setting(prefix_caching=True), budget).verdict
+    assert not isinstance(v, Proved) and "suffix" in str(v) and "a step that preempts leaves I" in str(v), v
