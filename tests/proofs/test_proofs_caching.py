@@ -16,6 +16,7 @@ import random
 import shlex
 
 import pytest
+from mutants import CACHING_MUTANTS
 from mutants.pools import POOL_MUTANTS
 
 from kvstab.cli import main as cli_main
@@ -141,3 +142,22 @@ def test_the_suffix_premise_has_teeth(budget: Budget) -> None:
     not with it: its victims need not be a suffix, and the suffix obligation is what fails."""
     v = prove_unbounded(load_scheduler("mutants.keeps_behind_victim:SCHEDULER"), Setting(prefix_caching=True), budget).verdict
     assert not isinstance(v, Proved) and "suffix" in str(v) and "a step that preempts leaves I" in str(v), v
+
+
+#: each caching mutant's refutation (docs/proofs.md): M and the --requests line
+REFUTED = {
+    "evicts_referenced": (7, "0:4:3:1,1:2:1:1"),
+    "full_hit_no_recompute": (7, "0:4:3:1,1:2:1:1"),
+    "keeps_behind_victim": (6, "1:1:2:1,2:4:1:3,2:4:1:3"),
+}
+assert set(REFUTED) == set(CACHING_MUTANTS)
+
+
+@pytest.mark.parametrize("mutant", CACHING_MUTANTS)
+def test_caching_mutants_break_the_pool_check_where_current_fit_does_not(mutant: str) -> None:
+    M, requests = REFUTED[mutant]
+    params = ModelParams(M=M, chunk=512, block=1, prefix_caching=True)
+    spec = f"mutants.{mutant}:SCHEDULER"
+    failure = run_shared(load_scheduler(spec), spec, params, requests)
+    assert failure is not None and f"--prefix-caching on --requests {requests}" in failure
+    assert run_shared(load_scheduler("current-fit"), "current-fit", params, requests) is None
