@@ -105,18 +105,21 @@ class Setting:
         )
 
     @classmethod
-    def from_params(cls, params: ModelParams, *, symbolic_M: bool = False) -> Setting:
+    def from_params(cls, params: ModelParams, *, symbolic_M: bool = False, caching: bool = False) -> Setting:
         """The encoding's view of the server ``params``: ``M`` left symbolic
         (``symbolic_M``, the proof then holds for every ``M ≥ B``) or fixed to
         ``params.M``; ``ŝ``, ``B``, the token budget and ``max_num_seqs`` as
-        given.  ``b̄`` and the ``g`` convention do not enter a slot's step."""
+        given.  ``b̄`` and the ``g`` convention do not enter a slot's step.  Views with
+        shared blocks only with ``caching`` (``kvstab prove --prefix-caching on``) and
+        ``params.prefix_caching``: a caller that does not ask keeps the proofs of the
+        model without sharing, as before prefix caching existed."""
         return cls(
             M=None if symbolic_M else params.M,
             chunk=params.chunk,
             block=params.block,
             token_budget=params.token_budget,
             max_num_seqs=params.max_num_seqs,
-            prefix_caching=params.prefix_caching,
+            prefix_caching=caching and params.prefix_caching,
         )
 
     @property

@@ -107,7 +107,7 @@ def _run(args: argparse.Namespace) -> _Outcome:
         )
     # M left out is a symbolic M: the server's other fields fix the setting, M stands in at B
     server = server_params(args, M=args.M if args.M is not None else args.block, prefix_caching=caching)
-    setting = Setting.from_params(server, symbolic_M=args.M is None)
+    setting = Setting.from_params(server, symbolic_M=args.M is None, caching=caching)
     budget = Budget(
         rlimit=args.rlimit,
         seed=args.seed,
