@@ -243,9 +243,9 @@ def classify(scheduler: Scheduler, setting: Setting) -> ClassCheck:
 #: why a suffix matters, as the verdict states it
 SUFFIX = (
     "prefix caching: the preempted requests are a suffix of the active list (none for a rule that never "
-    "preempts; else proved by the 'suffix' obligations: once a step preempts, every later step does), so the survivors keep the oldest holder of every block they hold and "
-    "the view's charges (entries net of shared) sum to the pool's distinct blocks in the slot "
-    "(docs/MODEL.md, 'The model with prefix caching', item 4)"
+    "preempts; else proved by the 'suffix' obligations: once a step preempts, every later step does), so the "
+    "survivors keep the oldest holder of every block they hold and the view's charges (entries net of shared) "
+    "sum to the pool's distinct blocks in the slot (docs/MODEL.md, 'The model with prefix caching', item 4)"
 )
 
 
@@ -268,11 +268,11 @@ def _suffix_obligations(prog: Program, sides: Sides, setting: Setting, budget: B
     """With prefix caching the view charges each block to its oldest holder, exact in the
     slot only when the victims are a suffix of the active list (an older victim would hand
     its shared blocks to a younger survivor, who was shown them as free of charge).  For
-    each active host whose preempt flag is not the constant false, find a predicate
-    ``I`` on its accumulator — ``k < v`` for a leaf ``v`` and ``k`` the rule's ``M`` —
-    with: a step that preempts leaves ``I``; under ``I`` every step preempts; ``I`` is
-    kept.  By induction over the list, the flags are false up to some entry and true
-    from there on."""
+    each active host whose preempt flag is not the constant false, find ``J`` (the
+    accumulator leaves that stay ``≥ 0``: true at the start, kept by every step) and a
+    leaf ``v`` with ``I = M < v ∧ J`` such that: a step that preempts (from ``J``) leaves
+    ``I``; under ``I`` every step preempts; ``I`` is kept.  By induction over the list,
+    the flags are false up to some entry and true from there on."""
     obs: list[Obligation] = []
     M = setting.M_term
     base = setting.base_constraints()
