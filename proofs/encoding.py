@@ -85,6 +85,14 @@ class Setting:
     block: int = field(default=1, metadata={"help": "KV block size B (fixed)"})
     token_budget: int | None = field(default=None, metadata={"help": "tokens per slot, None = unlimited"})
     max_num_seqs: int | None = field(default=None, metadata={"help": "cap on running requests, None = none"})
+    prefix_caching: bool = field(
+        default=False,
+        metadata={
+            "help": "views with shared KV blocks (docs/MODEL.md, 'The model with prefix caching'): every entry "
+            "carries a symbolic shared (tokens an older request holds, whole blocks) and a waiting one a "
+            "symbolic cached prefix (whole blocks, at most s − 1); memory is the pool's distinct blocks"
+        },
+    )
 
     def __post_init__(self) -> None:
         # ModelParams validates the numbers (M only when fixed)
@@ -97,17 +105,21 @@ class Setting:
         )
 
     @classmethod
-    def from_params(cls, params: ModelParams, *, symbolic_M: bool = False) -> Setting:
+    def from_params(cls, params: ModelParams, *, symbolic_M: bool = False, caching: bool = False) -> Setting:
         """The encoding's view of the server ``params``: ``M`` left symbolic
         (``symbolic_M``, the proof then holds for every ``M ≥ B``) or fixed to
         ``params.M``; ``ŝ``, ``B``, the token budget and ``max_num_seqs`` as
-        given.  ``b̄`` and the ``g`` convention do not enter a slot's step."""
+        given.  ``b̄`` and the ``g`` convention do not enter a slot's step.  Views with
+        shared blocks only with ``caching`` (``kvstab prove --prefix-caching on``) and
+        ``params.prefix_caching``: a caller that does not ask keeps the proofs of the
+        model without sharing, as before prefix caching existed."""
         return cls(
             M=None if symbolic_M else params.M,
             chunk=params.chunk,
             block=params.block,
             token_budget=params.token_budget,
             max_num_seqs=params.max_num_seqs,
+            prefix_caching=caching and params.prefix_caching,
         )
 
     @property
@@ -123,7 +135,12 @@ class Setting:
         """The concrete :class:`ModelParams` for ``M`` (to replay a model in the simulator);
         ``Setting.from_params(s.params(M))`` is ``s`` with ``M`` fixed."""
         return ModelParams(
-            M=M, chunk=self.chunk, block=self.block, token_budget=self.token_budget, max_num_seqs=self.max_num_seqs
+            M=M,
+            chunk=self.chunk,
+            block=self.block,
+            token_budget=self.token_budget,
+            max_num_seqs=self.max_num_seqs,
+            prefix_caching=self.prefix_caching,
         )
 
     def assumptions(self) -> tuple[str, ...]:
@@ -137,6 +154,11 @@ class Setting:
             out.append(f"token budget = {self.token_budget}")
         if self.max_num_seqs is not None:
             out.append(f"max_num_seqs = {self.max_num_seqs}")
+        if self.prefix_caching:
+            out.append(
+                "prefix caching: memory is the pool's distinct blocks, each charged to its oldest holder "
+                "(the view's shared), cached free blocks evictable (free); any shared and cached a view can show"
+            )
         return tuple(out)
 
 
@@ -154,6 +176,9 @@ class Entry:
     s: z3.ArithRef
     o: z3.ArithRef
     p: z3.ArithRef
+    #: prefix caching: tokens of its blocks an older request holds (the view's ``shared``);
+    #: a waiting entry's ``p`` is then its cached prefix (the view's ``cached``, where its prefill starts)
+    shared: z3.ArithRef = z3.IntVal(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,22 +226,29 @@ def state_at_initial(state: SymState) -> z3.BoolRef:
     return z3.And(*cs) if cs else z3.BoolVal(True)
 
 
-def _fresh_entry(name: str, queued: bool) -> Entry:
+def _fresh_entry(name: str, queued: bool, caching: bool = False) -> Entry:
+    if queued:
+        p = z3.Int(f"{name}.cached") if caching else z3.IntVal(0)
+    else:
+        p = z3.Int(f"{name}.p")
     return Entry(
         present=z3.Bool(f"{name}.present"),
         rid=z3.Int(f"{name}.rid"),
         s=z3.Int(f"{name}.s"),
         o=z3.Int(f"{name}.o"),
-        p=z3.IntVal(0) if queued else z3.Int(f"{name}.p"),
+        p=p,
+        shared=z3.Int(f"{name}.shared") if caching else z3.IntVal(0),
     )
 
 
-def fresh_state(prefix: str, K: int, Q: int, svars: Sequence[StateVar] = ()) -> SymState:
+def fresh_state(prefix: str, K: int, Q: int, svars: Sequence[StateVar] = (), caching: bool = False) -> SymState:
     """A state of fresh variables named ``prefix.a<i>.*``, ``prefix.w<j>.*`` and
-    (for a stateful rule, ``svars``) ``prefix.state.<name>``."""
+    (for a stateful rule, ``svars``) ``prefix.state.<name>``.  With ``caching`` every
+    entry has a symbolic ``shared`` and a queued one a symbolic cached prefix (its ``p``):
+    the view of a state with shared blocks (:attr:`Setting.prefix_caching`)."""
     return SymState(
-        active=tuple(_fresh_entry(f"{prefix}.a{i}", False) for i in range(K)),
-        waiting=tuple(_fresh_entry(f"{prefix}.w{j}", True) for j in range(Q)),
+        active=tuple(_fresh_entry(f"{prefix}.a{i}", False, caching) for i in range(K)),
+        waiting=tuple(_fresh_entry(f"{prefix}.w{j}", True, caching) for j in range(Q)),
         sched=state_terms(prefix, svars),
         svars=tuple(svars),
     )
@@ -229,12 +261,19 @@ def well_formed(state: SymState, setting: Setting, aligned: bool) -> z3.BoolRef:
     whole chunks (``p < s ⇒ ŝ | p``)."""
     M = setting.M_term
     cs: list[z3.BoolRef] = []
+    caching = setting.prefix_caching
     for e in state.active + state.waiting:
         c = [e.s >= 1, e.o >= 1, held(e.s + e.o, setting) <= M]
+        if caching:
+            c += [e.shared >= 0, e.shared % setting.block == 0]
         cs.append(z3.Implies(e.present, z3.And(*c)))
+    if caching:  # a queued entry's cached prefix: whole blocks, at most s − 1 (the last token is recomputed)
+        for e in state.waiting:
+            c = [e.p >= 0, e.p <= e.s - 1, e.p % setting.block == 0]
+            cs.append(z3.Implies(e.present, z3.And(*c)))
     for e in state.active:
         c = [e.p > 0, e.p < e.s + e.o]
-        if aligned:
+        if aligned and not caching:
             c.append(z3.Implies(e.p < e.s, e.p % setting.chunk == 0))
         cs.append(z3.Implies(e.present, z3.And(*c)))
     return z3.And(*cs)
@@ -247,9 +286,20 @@ def memory(state: SymState, setting: Setting) -> z3.ArithRef:
 
 def view_of(state: SymState, setting: Setting) -> View:
     """The :class:`View` the rule sees: every value wrapped as :class:`Sym`."""
+    if setting.prefix_caching:
+        active = tuple(
+            ActiveEntry(Sym(e.rid), Sym(e.s), Sym(e.o), Sym(e.p), Sym(e.present), 0, Sym(e.shared)) for e in state.active
+        )
+        waiting = tuple(
+            WaitingEntry(Sym(e.rid), Sym(e.s), Sym(e.o), Sym(e.present), 0, Sym(e.p), Sym(e.shared))
+            for e in state.waiting
+        )
+    else:
+        active = tuple(ActiveEntry(Sym(e.rid), Sym(e.s), Sym(e.o), Sym(e.p), Sym(e.present)) for e in state.active)
+        waiting = tuple(WaitingEntry(Sym(e.rid), Sym(e.s), Sym(e.o), Sym(e.present)) for e in state.waiting)
     return View(
-        active=tuple(ActiveEntry(Sym(e.rid), Sym(e.s), Sym(e.o), Sym(e.p), Sym(e.present)) for e in state.active),
-        waiting=tuple(WaitingEntry(Sym(e.rid), Sym(e.s), Sym(e.o), Sym(e.present)) for e in state.waiting),
+        active=active,
+        waiting=waiting,
         M=Sym(setting.M_term) if setting.M is None else setting.M,
         chunk=setting.chunk,
         block=setting.block,
@@ -386,7 +436,14 @@ def _next_value(v: StateVar, x: Any, who: str) -> z3.ArithRef:
 
 def encode_step(scheduler: Scheduler, pre: SymState, setting: Setting, prefix: str) -> StepTerms:
     """Encode one engine slot from ``pre`` (the state the rule sees) into fresh
-    post-state variables named ``prefix.*``."""
+    post-state variables named ``prefix.*``.
+
+    With prefix caching ``pre`` is a view with shared blocks (:func:`fresh_state` with
+    ``caching``): entries net of what older holders hold, a queued entry starting at its
+    cached prefix.  The slot's charge is then the pool's distinct blocks when the victims
+    are a suffix (``docs/MODEL.md``, "The model with prefix caching", item 4); the post
+    state keeps each entry's shift (its memory is the pool's after the release; the next
+    slot's view charges the blocks a finished request shared to their next holder)."""
     svars = state_vars_of(scheduler)
     if tuple(svars) != pre.svars:
         # a programming error in kvstab (every caller builds the pre state from

@@ -410,6 +410,34 @@ def captured(step: Any) -> tuple[tuple[str, z3.ArithRef], ...]:
     return tuple(out)
 
 
+# --- one element of a list
+
+
+def fresh_element(tag: str, active: bool, caching: bool) -> Entry:
+    """The fresh terms of one entry a step reads (``tag.x.*``).  With prefix caching
+    every entry has a symbolic ``shared`` and a waiting one a symbolic cached prefix
+    (its ``p``: admitted, it starts there); without, both are the integer 0, built as
+    the same terms as before caching existed."""
+    if active:
+        p: z3.ArithRef = z3.Int(f"{tag}.x.p")
+    else:
+        p = z3.Int(f"{tag}.x.cached") if caching else z3.IntVal(0)
+    shared = z3.Int(f"{tag}.x.shared") if caching else z3.IntVal(0)
+    return Entry(z3.BoolVal(True), z3.Int(f"{tag}.x.rid"), z3.Int(f"{tag}.x.s"), z3.Int(f"{tag}.x.o"), p, shared)
+
+
+def entry_view(entry: Entry, active: bool, caching: bool) -> ActiveEntry | WaitingEntry:
+    """The view's entry a step is shown for ``entry`` (see :func:`fresh_element`)."""
+    rid, s, o = Sym(entry.rid), Sym(entry.s), Sym(entry.o)
+    if active:
+        if caching:
+            return ActiveEntry(rid, s, o, Sym(entry.p), True, 0, Sym(entry.shared))
+        return ActiveEntry(rid, s, o, Sym(entry.p), True, 0)
+    if caching:
+        return WaitingEntry(rid, s, o, True, 0, Sym(entry.p), Sym(entry.shared))
+    return WaitingEntry(rid, s, o, True, 0)
+
+
 # --- the recorder
 
 
@@ -434,9 +462,7 @@ class _Recorder:
         """What the step sees for one element of ``seq`` (entry terms are ``entry``'s)."""
         kind = seq.kind[0]
         if kind == "entries":
-            if seq.base == "active":
-                return ActiveEntry(Sym(entry.rid), Sym(entry.s), Sym(entry.o), Sym(entry.p), True, 0)
-            return WaitingEntry(Sym(entry.rid), Sym(entry.s), Sym(entry.o), True, 0)
+            return entry_view(entry, seq.base == "active", self.setting.prefix_caching)
         if kind == "out":
             j, c = seq.kind[1], seq.kind[2]
             src = self.folds[j].outs[c]
@@ -463,13 +489,7 @@ class _Recorder:
         n = len(self.folds)
         tag = f"fold{n}"
         base = seq.base
-        entry = Entry(
-            z3.BoolVal(True),
-            z3.Int(f"{tag}.x.rid"),
-            z3.Int(f"{tag}.x.s"),
-            z3.Int(f"{tag}.x.o"),
-            z3.Int(f"{tag}.x.p") if base == "active" else z3.IntVal(0),
-        )
+        entry = fresh_element(tag, base == "active", self.setting.prefix_caching)
         links: list[tuple[z3.ExprRef, int, int]] = []
         retracted: list[tuple[z3.ExprRef, int]] = []
         elem = self.element(seq, tag, entry, links, retracted)
@@ -527,8 +547,8 @@ class _Recorder:
                 raise NotAFold(f"the retraction's {what} {_qualname(fn)} may not be a pure function: {why}")
         r = len(self.retractions)
         tag = f"retract{r}"
-        entry = Entry(z3.BoolVal(True), z3.Int(f"{tag}.x.rid"), z3.Int(f"{tag}.x.s"), z3.Int(f"{tag}.x.o"), z3.Int(f"{tag}.x.p"))
-        elem = ActiveEntry(Sym(entry.rid), Sym(entry.s), Sym(entry.o), Sym(entry.p), True, 0)
+        entry = fresh_element(tag, True, self.setting.prefix_caching)
+        elem = entry_view(entry, True, self.setting.prefix_caching)
         self.depth += 1  # cost and key read one entry: no fold inside them
         try:
             c = _term(cost(elem), f"{tag}: the cost")

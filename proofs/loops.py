@@ -73,7 +73,7 @@ import z3
 
 from kvstab.model import progress_after
 from kvstab.proofs.encoding import OPS, Entry, Setting, held
-from kvstab.proofs.folds import Fold, Program, Retraction
+from kvstab.proofs.folds import Fold, Program, Retraction, fresh_element
 from kvstab.proofs.solver import Budget, Status, solve
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict
 from kvstab.symbolic import Sym, unwrap
@@ -382,13 +382,22 @@ def _wf_active(e: Entry, setting: Setting, aligned: bool) -> list[z3.BoolRef]:
     """A well-formed active entry (present: the lists hold only real requests)."""
     M = setting.M_term
     out = [e.s >= 1, e.o >= 1, held(e.s + e.o, setting) <= M, e.p > 0, e.p < e.s + e.o]
-    if aligned:
+    if setting.prefix_caching:
+        # the view's entry net of what older requests hold: its shared part is whole blocks; a
+        # prefill started past a cached prefix is not chunk-aligned (no alignment premise)
+        out += [e.shared >= 0, e.shared % setting.block == 0]
+    elif aligned:
         out.append(z3.Implies(e.p < e.s, e.p % setting.chunk == 0))
     return out
 
 
 def _wf_waiting(e: Entry, setting: Setting) -> list[z3.BoolRef]:
-    return [e.s >= 1, e.o >= 1, held(e.s + e.o, setting) <= setting.M_term]
+    out = [e.s >= 1, e.o >= 1, held(e.s + e.o, setting) <= setting.M_term]
+    if setting.prefix_caching:
+        # its cached prefix (e.p, net of the shared part) is whole blocks, at most s − 1 (vLLM
+        # recomputes the last prompt token: kv_cache_manager.py:295-302)
+        out += [e.p >= 0, e.p <= e.s - 1, e.p % setting.block == 0, e.shared >= 0, e.shared % setting.block == 0]
+    return out
 
 
 def _after(e: Entry, grant: z3.ArithRef | None, setting: Setting) -> z3.ArithRef:
@@ -401,7 +410,8 @@ def _after(e: Entry, grant: z3.ArithRef | None, setting: Setting) -> z3.ArithRef
 
 def rename_entry(term: z3.ExprRef, src: Entry, dst: Entry) -> z3.ExprRef:
     """``term`` written for ``src``'s entry variables, rewritten for ``dst``'s."""
-    pairs = [(a, b) for a, b in zip((src.rid, src.s, src.o, src.p), (dst.rid, dst.s, dst.o, dst.p)) if not a.eq(b)]
+    fields = zip((src.rid, src.s, src.o, src.p, src.shared), (dst.rid, dst.s, dst.o, dst.p, dst.shared))
+    pairs = [(a, b) for a, b in fields if not a.eq(b)]
     pairs = [(a, b) for a, b in pairs if z3.is_const(a) and a.decl().kind() == z3.Z3_OP_UNINTERPRETED]
     return z3.substitute(term, *pairs) if pairs else term
 
@@ -865,7 +875,7 @@ def _case(
         captured = list(f.consts)
     else:
         tag = "s2.entries"
-        e = Entry(z3.BoolVal(True), z3.Int(f"{tag}.x.rid"), z3.Int(f"{tag}.x.s"), z3.Int(f"{tag}.x.o"), z3.Int(f"{tag}.x.p"))
+        e = fresh_element(tag, True, se.prefix_caching)
         dummy = Fold(-1, "active", "the active list", e, (), (), (), (), (), ())
         gs, start, step, end = th.state_ghosts(dummy, tag, cost)
         pairs, flags, prem_r = _flags_of(th, None, tag, runs)
@@ -939,7 +949,7 @@ def _case(
         grant_w = sides.waiting_grant
         after_w = _after(x, grant_w, se)
         charge_w = z3.If(take, held(after_w, se), 0)
-        incs_w = {"Σcharge": charge_w, "Σgrowth": charge_w, "Σtokens": z3.If(take, after_w, 0), "#running": z3.If(take, 1, 0)}
+        incs_w = {"Σcharge": charge_w, "Σgrowth": charge_w, "Σtokens": z3.If(take, after_w - x.p if se.prefix_caching else after_w, 0), "#running": z3.If(take, 1, 0)}
         names = list(charge_names)
         if cost is not None:
             names.append("Σcost")

@@ -66,8 +66,9 @@ def projection_obligations(adm: ProjectedAdmission, setting: Setting, budget: Bu
         held(s + o, setting) <= M,
         p >= 0,
         p < s + o,
-        z3.Implies(p < s, p % setting.chunk == 0),
     ]
+    if not setting.prefix_caching:  # with caching a prefill starts at a cached prefix, not chunk-aligned
+        wf.append(z3.Implies(p < s, p % setting.chunk == 0))
     pr = _project(adm, s, o, p)
     f = unwrap(pr.f)
     P = lambda t: _at(adm, pr, t)  # noqa: E731  (a term of τ, read as the projection)

@@ -20,10 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvstab.contract import Scheduler
+from kvstab.errors import InvalidArgument
 from kvstab.proofs.bmc import bmc
 from kvstab.proofs.encoding import Setting, check_bounds
 from kvstab.proofs.induction import check_inductive, houdini
 from kvstab.proofs.invariants import Conjunct, menu
+from kvstab.proofs.replaying import SEARCH_TRIES, search_shared
 from kvstab.proofs.solver import Budget
 from kvstab.proofs.unbounded import prove_unbounded
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict
@@ -98,6 +100,8 @@ def prove(
     obs: list[Obligation] = []
     hlog: list[str] = []
     notes: list[str] = []
+    if setting.prefix_caching:
+        return _with_caching(sched, spec, K, Q, setting, strengthen, budget, unbounded, t0)
     if unbounded:
         budget.group("unbounded: class premises and per-request obligations")
         ub = prove_unbounded(sched, setting, budget)
@@ -111,6 +115,46 @@ def prove(
         notes.append(f"not proved for every number of requests ({why}); the verdict below is bounded by K and Q")
     rep = _bounded(sched, spec, K, Q, bmc_depth, setting, strengthen, use_houdini, arrivals_per_slot, budget, obs, hlog, t0)
     return dataclasses.replace(rep, notes=tuple(notes) + rep.notes)
+
+
+def _with_caching(
+    sched: Scheduler,
+    spec: str | None,
+    K: int,
+    Q: int,
+    setting: Setting,
+    strengthen: Sequence[Conjunct],
+    budget: Budget,
+    unbounded: bool,
+    t0: float,
+) -> ProofReport:
+    """Prefix caching: the prefix-fold theorem over views with shared blocks, else a
+    search for a shared-prefix run that breaks the pool's invariant (the bounded
+    encoding has no block pool, so its verdict would be about another model)."""
+    if not unbounded or strengthen:
+        raise InvalidArgument(
+            "with prefix caching kvstab prove proves for any number of requests only (the bounded encoding has no "
+            "block pool): drop --bounded and --strengthen, or prove with --prefix-caching off"
+        )
+    budget.group("unbounded with prefix caching: class premises and per-request obligations")
+    ub = prove_unbounded(sched, setting, budget)
+    obs = list(ub.obligations)
+    if isinstance(ub.verdict, Proved):
+        rep = _report(sched, spec, K, Q, setting, ub.verdict, obs, [], [], t0, (), unbounded=True)
+        return dataclasses.replace(rep, invariants=ub.invariants)
+    why = ub.verdict.reason if isinstance(ub.verdict, Unknown) else str(ub.verdict)
+    budget.group("prefix caching: a search over shared-prefix workloads on the reference engine")
+    left = budget.left()
+    trace = search_shared(sched, spec, setting, seed=budget.seed, seconds=left)
+    notes = (f"not proved for every number of requests ({why})",)
+    if trace is None:
+        verdict: Verdict = Unknown(
+            f"not proved with prefix caching ({why}), and {SEARCH_TRIES} shared-prefix workloads found no counterexample"
+        )
+    else:
+        verdict = Refuted(trace)
+        obs.append(Obligation("prefix caching", verdict, 0.0, conjunct="memory ≤ M on a shared-prefix run"))
+    return _report(sched, spec, K, Q, setting, verdict, obs, [], [], t0, notes, unbounded=True)
 
 
 def _bounded(

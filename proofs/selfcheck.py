@@ -17,6 +17,7 @@ cross-checks it against z3's own ``simplify`` on substituted values.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,12 +26,13 @@ from typing import Any
 
 import z3
 
-from kvstab.contract import Scheduler, initial_state, state_vars_of
+from kvstab.arrivals import ArrivalPlan
+from kvstab.contract import Decision, Scheduler, View, initial_state, state_vars_of
 from kvstab.proofs.encoding import Setting, encode_step, fresh_state
 from kvstab.proofs.replaying import same_state
 from kvstab.simulator import Engine
 
-__all__ = ["Concrete", "Outcome", "CompiledStep", "engine_step", "compare"]
+__all__ = ["Concrete", "Outcome", "CompiledStep", "engine_step", "compare", "SharedRun", "check_shared_run"]
 
 #: a concrete state: M, active ``(s, o, progress)`` in admission order, queued ``(s, o)`` in queue order,
 #: and (optionally, for a stateful rule) the scheduler's own state (default: its declared initial state)
@@ -163,7 +165,7 @@ class CompiledStep:
     def __init__(self, scheduler: Scheduler, setting: Setting, K: int, Q: int) -> None:
         self.scheduler, self.setting, self.K, self.Q = scheduler, setting, K, Q
         self.svars = state_vars_of(scheduler)
-        self.pre = fresh_state("pre", K, Q, self.svars)
+        self.pre = fresh_state("pre", K, Q, self.svars, caching=setting.prefix_caching)
         self.step = encode_step(scheduler, self.pre, setting, "post")
         defs = _definitions(self.step.frame)
         post = self.step.post
@@ -179,6 +181,33 @@ class CompiledStep:
         # z3's str() is slow: name the pre-state variables once
         self._active_names = [tuple(str(v) for v in (e.present, e.rid, e.s, e.o, e.p)) for e in self.pre.active]
         self._waiting_names = [tuple(str(v) for v in (e.present, e.rid, e.s, e.o)) for e in self.pre.waiting]
+        # prefix caching: each entry's shared, and a queued entry's cached prefix (its p)
+        self._active_shared = [str(e.shared) for e in self.pre.active]
+        self._waiting_extra = [(str(e.shared), str(e.p)) for e in self.pre.waiting]
+
+    def env_of_view(self, view: View) -> dict[str, Any]:
+        """The pre-state variables' values for a concrete view the engine showed (prefix
+        caching: entries net of shared, queued ones with their cached prefix)."""
+        if len(view.active) > self.K or len(view.waiting) > self.Q:
+            raise ValueError(f"view has {len(view.active)} active, {len(view.waiting)} queued; bounds K={self.K}, Q={self.Q}")
+        env: dict[str, Any] = {"M": int(view.M)}
+        for name, var, value in zip(self._state_names, self.svars, view.state or initial_state(self.svars)):
+            env[name] = Fraction(value) if var.real else value
+        for i, ((np_, nr, ns, no, npg), nsh) in enumerate(zip(self._active_names, self._active_shared)):
+            a = view.active[i] if i < len(view.active) else None
+            env[np_] = a is not None
+            env[nr], env[ns], env[no], env[npg] = (int(a.rid), int(a.s), int(a.o), int(a.progress)) if a else (-1, 0, 0, 0)
+            env[nsh] = int(a.shared) if a else 0
+        for j, ((np_, nr, ns, no), (nsh, nc)) in enumerate(zip(self._waiting_names, self._waiting_extra)):
+            w = view.waiting[j] if j < len(view.waiting) else None
+            env[np_] = w is not None
+            env[nr], env[ns], env[no] = (int(w.rid), int(w.s), int(w.o)) if w else (-1, 0, 0)
+            env[nsh], env[nc] = (int(w.shared), int(w.cached)) if w else (0, 0)
+        return env
+
+    def on_view(self, view: View) -> Outcome:
+        """The encoding's post state for a concrete view (entries as the view shows them)."""
+        return self._decode(self._fn(self.env_of_view(view)))
 
     def sched_of(self, state: Concrete) -> tuple[int | float, ...]:
         """The scheduler state of ``state`` (its 4th item, or the rule's initial state)."""
@@ -273,3 +302,110 @@ def compare(encoded: Outcome, engine: Outcome) -> list[str]:
     if not same_state(encoded.sched, engine.sched):
         out.append(f"scheduler state: encoding {list(encoded.sched)}, engine {list(engine.sched)}")
     return out
+
+
+# --- states with shared blocks (prefix caching)
+
+
+class _Recording(Engine):
+    """The reference engine, keeping the settled view and decision of each slot."""
+
+    seen: list[tuple[View, Decision]]
+
+    def decide(self) -> tuple[View, Decision]:
+        view, decision = super().decide()
+        self.seen.append((view, decision))
+        return view, decision
+
+
+@dataclass(frozen=True, slots=True)
+class SharedRun:
+    """What the self-check with shared blocks compared: slots checked, slots whose view
+    showed a shared block or a cached prefix, and the disagreements (empty: they agree)."""
+
+    slots: int
+    sharing: int
+    problems: tuple[str, ...]
+
+
+def view_premises(view: View, block: int) -> list[str]:
+    """The encoding's premises on a view with shared blocks that ``view`` breaks: every
+    ``shared`` whole blocks and ``≥ 0``, a queued entry's cached prefix whole blocks in
+    ``[0, s − 1]`` (net of its shared part, as the view shows both)."""
+    out = []
+    for a in view.active:
+        if int(a.shared) < 0 or int(a.shared) % block:
+            out.append(f"request {a.rid}: shared {a.shared} is not whole blocks ≥ 0")
+        if not 0 < int(a.progress) < int(a.s) + int(a.o):
+            out.append(f"request {a.rid}: progress {a.progress} outside (0, s + o) of the view's s = {a.s}, o = {a.o}")
+    for w in view.waiting:
+        if int(w.shared) < 0 or int(w.shared) % block:
+            out.append(f"queued request {w.rid}: shared {w.shared} is not whole blocks ≥ 0")
+        if not (0 <= int(w.cached) <= int(w.s) - 1) or int(w.cached) % block:
+            hit, s = int(w.cached) + int(w.shared), int(w.s) + int(w.shared)
+            out.append(f"queued request {w.rid}: a cache hit of {hit} tokens, not whole blocks in [0, s − 1 = {s - 1}] "
+                       "(vLLM recomputes a prompt's last token)")
+    return out
+
+
+def check_shared_run(
+    compiled: CompiledStep, plan: ArrivalPlan, *, slots: int = 60, engine: Callable[[Engine], None] | None = None
+) -> SharedRun:
+    """Run ``plan`` on the reference engine with prefix caching (``compiled.setting`` with
+    a fixed ``M``) and compare every slot with the encoding evaluated on the view the engine
+    settled on: the memory charged (the pool's distinct blocks), the tokens, the requests
+    run, and each running request's progress (the view's, plus its shared part).  The views
+    must satisfy the encoding's premises (:func:`view_premises`).  ``engine`` may change the
+    fresh engine first (a test installs a mutant block pool there).  A slot with more
+    requests than ``K``/``Q`` in view is run but not compared."""
+    se = compiled.setting
+    assert se.prefix_caching and se.M is not None, "the shared self-check runs a cached engine of a fixed M"
+    eng = _Recording(compiled.scheduler, se.params(se.M), check=True, window=compiled.Q)
+    eng.seen = []
+    if engine is not None:
+        engine(eng)
+    problems: list[str] = []
+    counts = [0, 0]  # slots compared, slots with sharing in view
+
+    def compare_slot(t: int) -> None:
+        shown, _ = eng.seen[-1]
+        # a rule that is not clairvoyant was shown no o: the encoding is evaluated on the true one
+        view = dataclasses.replace(
+            shown,
+            active=tuple(dataclasses.replace(a, o=eng.requests[int(a.rid)].o) for a in shown.active),
+            waiting=tuple(dataclasses.replace(w, o=eng.requests[int(w.rid)].o) for w in shown.waiting),
+        )
+        rec = eng.records[-1]
+        if len(view.active) > compiled.K or len(view.waiting) > compiled.Q:
+            return
+        bad = view_premises(view, se.block)
+        if bad:
+            problems.extend(f"slot {t}: {b}" for b in bad)
+            raise _Disagree
+        counts[0] += 1
+        if any(int(a.shared) for a in view.active) or any(int(w.cached) or int(w.shared) for w in view.waiting):
+            counts[1] += 1
+        enc = compiled.on_view(view)
+        shift = {int(a.rid): int(a.shared) for a in view.active} | {int(w.rid): int(w.shared) for w in view.waiting}
+        mine = sorted((rid, p + shift[rid]) for rid, _, _, p in enc.active)
+        theirs = sorted((r.rid, r.progress) for r in eng.active)
+        if (enc.charged, enc.tokens, enc.running) != (rec.memory, rec.tokens, rec.running):
+            problems.append(f"slot {t}: charged/tokens/running: encoding {(enc.charged, enc.tokens, enc.running)}, "
+                            f"engine {(rec.memory, rec.tokens, rec.running)}")
+        if mine != theirs:
+            problems.append(f"slot {t}: progress after the slot: encoding {mine}, engine {theirs}")
+        if problems:
+            raise _Disagree
+
+    try:
+        eng.run(plan, None, drain=True, skip_idle=True, on_slot=compare_slot, max_slots=slots)
+    except _Disagree:
+        pass
+    except Exception as exc:  # an overflow, or a pool that breaks its own checks
+        problems.append(f"slot {eng.slot}: the engine raised {type(exc).__name__}: {exc}")
+    checked, sharing = counts
+    return SharedRun(checked, sharing, tuple(problems))
+
+
+class _Disagree(Exception):
+    """Stops a run at the first slot where the encoding and the engine disagree."""

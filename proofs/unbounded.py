@@ -53,7 +53,7 @@ from kvstab.proofs.encoding import OPS, Entry, Setting, held, var_in_bounds
 from kvstab.proofs.folds import Fold, Lazy, NotAFold, Program, run_abstract
 from kvstab.proofs.loops import ActiveSide, Sides, free_constants, obligation, prove_folds, rename_entry
 from kvstab.proofs.projection import INVARIANT, projection_obligations
-from kvstab.proofs.solver import Budget
+from kvstab.proofs.solver import Budget, Status, solve
 from kvstab.proofs.verdicts import Obligation, Proved, Refuted, Unknown, Verdict, passed
 from kvstab.symbolic import Sym, unwrap
 
@@ -98,7 +98,8 @@ class UnboundedResult:
 
 def _mentions(term: z3.ExprRef, f: Fold) -> bool:
     """Whether ``term`` reads the fold's element or accumulator (else it is the same for every entry)."""
-    own = {v.get_id() for v in (f.entry.rid, f.entry.s, f.entry.o, f.entry.p, *f.acc, *(v for v, _, _ in f.links))}
+    e = f.entry
+    own = {v.get_id() for v in (e.rid, e.s, e.o, e.p, e.shared, *f.acc, *(v for v, _, _ in f.links))}
     return any(v.get_id() in own for v in free_constants(term))
 
 
@@ -237,6 +238,107 @@ def classify(scheduler: Scheduler, setting: Setting) -> ClassCheck:
     return ClassCheck(True, "made of folds", (form, P0), "fold", prog, sides)
 
 
+# --- prefix caching: the preempted requests are a newest-first suffix
+
+#: why a suffix matters, as the verdict states it
+SUFFIX = (
+    "prefix caching: the preempted requests are a suffix of the active list (none for a rule that never "
+    "preempts; else proved by the 'suffix' obligations: once a step preempts, every later step does), so the "
+    "survivors keep the oldest holder of every block they hold and the view's charges (entries net of shared) "
+    "sum to the pool's distinct blocks in the slot (docs/MODEL.md, 'The model with prefix caching', item 4)"
+)
+
+
+#: the cost invariant across slots under prefix caching (by hand, docs/proofs.md)
+COST_HANDOVER = (
+    "prefix caching, across slots (by hand, docs/proofs.md): c is taken on the view's entry, net of what older "
+    "requests hold; a finishing request hands its shared blocks to the next-oldest holder, whose c grows by at "
+    "most what the finishing one's c counted, so Σ_active c does not grow"
+)
+
+#: the projection form under prefix caching
+WHOLE_TABLES = (
+    "prefix caching: each request is projected with its whole table (shared added back, "
+    "kvstab.contract.fcfs_admit_projected), a waiting one from its cached progress; the pool's distinct blocks are "
+    "at most the sum of the tables, so Σ P(1) bounds the slot's memory and INV bounds every future slot's"
+)
+
+
+def _suffix_obligations(prog: Program, sides: Sides, setting: Setting, budget: Budget) -> list[Obligation]:
+    """With prefix caching the view charges each block to its oldest holder, exact in the
+    slot only when the victims are a suffix of the active list (an older victim would hand
+    its shared blocks to a younger survivor, who was shown them as free of charge).  For
+    each active host whose preempt flag is not the constant false, find ``J`` (the
+    accumulator leaves that stay ``≥ 0``: true at the start, kept by every step) and a
+    leaf ``v`` with ``I = M < v ∧ J`` such that: a step that preempts (from ``J``) leaves
+    ``I``; under ``I`` every step preempts; ``I`` is kept.  By induction over the list,
+    the flags are false up to some entry and true from there on."""
+    obs: list[Obligation] = []
+    M = setting.M_term
+    base = setting.base_constraints()
+    for side in sides.active:
+        if z3.is_false(z3.simplify(side.preempt)):
+            continue
+        if side.host is None:
+            return [Obligation("suffix", Unknown("preempt flags from a retraction: not proved a suffix under prefix caching"),
+                               0.0, conjunct="the preempted requests are a suffix")]
+        f = prog.folds[side.host]
+        if f.links:
+            return [Obligation("suffix", Unknown(f"fold {f.index} reads another fold's outputs: not proved a suffix"),
+                               0.0, conjunct="the preempted requests are a suffix")]
+        wf = base + _wf_active_caching(f.entry, setting)
+        nxt = list(zip(f.acc, f.nxt))
+        ints = [a for a in f.acc if isinstance(a, z3.ArithRef) and a.is_int()]
+        # J: the leaves that stay ≥ 0 (Houdini over "leaf ≥ 0": true at the start, kept by every step)
+        signs = [a >= 0 for a in ints]
+        start = list(zip(f.acc, f.init))
+        while True:
+            J = z3.And(*signs) if signs else z3.BoolVal(True)
+            keep = [c for c in signs
+                    if _holds(base + [z3.Not(z3.substitute(c, *start))], budget) is False
+                    and _holds(wf + [J, z3.Not(_stepped(c, nxt))], budget) is False]
+            if len(keep) == len(signs):
+                break
+            signs = keep
+        J = z3.And(*signs) if signs else z3.BoolVal(True)
+        tried: list[Obligation] = []
+        for leaf in ints:
+            inv = z3.And(M < leaf, J)
+            label = f"fold {f.index} ({f.where}): with I = M < {leaf}" + (f" ∧ {J}" if signs else "")
+            got = obligation("suffix", base, z3.substitute(J, *start), budget, f"{label}: J holds at the start")
+            got += obligation("suffix", wf + [J], _stepped(J, nxt), budget, f"{label}: every step keeps J")
+            got += obligation("suffix", wf + [J, side.preempt], _stepped(inv, nxt), budget,
+                              f"{label}: a step that preempts leaves I")
+            got += obligation("suffix", wf + [inv], side.preempt, budget, f"{label}: under I every step preempts")
+            got += obligation("suffix", wf + [inv], _stepped(inv, nxt), budget, f"{label}: I is kept")
+            if all(passed(o.verdict) for o in got):
+                obs += got
+                break
+            tried = tried or got
+        else:
+            return obs + (tried or [Obligation("suffix", Unknown(f"fold {f.index}: no accumulator leaf to try"), 0.0,
+                                               conjunct="the preempted requests are a suffix")])
+    return obs
+
+
+def _stepped(term: z3.BoolRef, nxt: list[tuple[z3.ExprRef, z3.ExprRef]]) -> z3.BoolRef:
+    """``term`` about the accumulator, after one step (each leaf replaced by its next value)."""
+    return z3.substitute(term, *nxt) if nxt else term  # type: ignore[return-value]
+
+
+def _holds(premises: list[z3.BoolRef], budget: Budget) -> bool | None:
+    """Whether ``premises`` are satisfiable (``None``: undecided) — a probe for the search, never a verdict."""
+    st = solve(premises, budget, "unbounded-suffix-search").status
+    return None if st is Status.UNKNOWN else st is Status.SAT
+
+
+def _wf_active_caching(e: Entry, setting: Setting) -> list[z3.BoolRef]:
+    """A well-formed active entry as a view with prefix caching shows it (no alignment)."""
+    M = setting.M_term
+    return [e.s >= 1, e.o >= 1, held(e.s + e.o, setting) <= M, e.p > 0, e.p < e.s + e.o,
+            e.shared >= 0, e.shared % setting.block == 0]
+
+
 # --- per-request facts (the same for every rule of the class)
 
 
@@ -259,25 +361,36 @@ def _per_request(setting: Setting, budget: Budget, grants: bool) -> list[Obligat
     M = setting.M_term
     x = _entry("x")
     g = z3.Int("x.grant") if grants else None
+    caching = setting.prefix_caching
+    aligned = not grants and not caching  # a prefill started past a cached prefix is not chunk-aligned
     wf = [M >= max(1, setting.block), x.s >= 1, x.o >= 1, held(x.s + x.o, setting) <= M, x.p > 0, x.p < x.s + x.o]
-    if not grants:
+    if aligned:
         wf.append(z3.Implies(x.p < x.s, x.p % setting.chunk == 0))
     a = _after(x, g, setting)
     obs = obligation("per request", wf, held(a, setting) >= 0, budget, "post-slot memory ≥ 0")
     stays = a < x.s + x.o
     well = [a > 0, a < x.s + x.o]
-    if not grants:
+    if aligned:
         well.append(z3.Implies(a < x.s, a % setting.chunk == 0))
     obs += obligation("per request", wf + [stays], z3.And(*well), budget, "a running request that stays is well-formed")
     obs += obligation(
         "per request", wf, z3.If(stays, held(a, setting), 0) <= held(a, setting), budget,
         "what it keeps ≤ what the slot charged it",
     )
-    fresh = Entry(x.present, x.rid, x.s, x.o, z3.IntVal(0))
+    # an admitted request starts at its cached prefix (prefix caching: whole blocks, at most s − 1)
+    c = z3.Int("x.cached") if caching else z3.IntVal(0)
+    fresh = Entry(x.present, x.rid, x.s, x.o, c)
     a0 = _after(fresh, g, setting)
     new = [M >= max(1, setting.block), x.s >= 1, x.o >= 1, held(x.s + x.o, setting) <= M]
+    if caching:
+        new += [c >= 0, c <= x.s - 1, c % setting.block == 0]
     obs += obligation("per request", new, held(a0, setting) >= 0, budget, "an admitted request's memory ≥ 0")
-    if not grants:  # with grants, the queue's fold proves that an admitted request makes progress
+    if caching and not grants:
+        obs += obligation(
+            "per request", new, z3.And(a0 > c, a0 < x.s + x.o), budget,
+            "an admitted request's first unit past its cached prefix leaves it well-formed",
+        )
+    elif not grants:  # with grants, the queue's fold proves that an admitted request makes progress
         obs += obligation(
             "per request", new, z3.And(a0 > 0, z3.Implies(a0 < x.s, a0 % setting.chunk == 0)), budget,
             "an admitted request's first unit leaves it well-formed",
@@ -291,7 +404,7 @@ def _cost_facts(cost: z3.ArithRef, src: Entry, setting: Setting, budget: Budget,
     M = setting.M_term
     y = _entry("y")
     prem = [M >= max(1, setting.block), y.s >= 1, y.o >= 1, held(y.s + y.o, setting) <= M, y.p >= 0, y.p < y.s + y.o]
-    if not grants:
+    if not grants and not setting.prefix_caching:
         prem.append(z3.Implies(y.p < y.s, y.p % setting.chunk == 0))
     c = rename_entry(cost, src, y)
     g = z3.Int("y.grant") if grants else None
@@ -331,11 +444,14 @@ def prove_unbounded(scheduler: Scheduler, setting: Setting, budget: Budget | Non
     svars = state_vars_of(scheduler)
     invariants: tuple[str, ...] = ()
     cost_line: tuple[str, ...] = ()
+    caching_lines: tuple[str, ...] = ()
     if check.form == "projection":
         assert prog.projected is not None
         grants = False
         obs = projection_obligations(prog.projected, setting, budget) + _per_request(setting, budget, False)
         method = PROJECTION_THEOREM
+        if setting.prefix_caching:
+            caching_lines = (WHOLE_TABLES,)
         invariants = (f"state invariant: {INVARIANT}",)
     else:
         assert check.sides is not None
@@ -351,9 +467,14 @@ def prove_unbounded(scheduler: Scheduler, setting: Setting, budget: Budget | Non
         if not isinstance(out.verdict, Proved):
             return UnboundedResult(_not_applicable(out.verdict), check, tuple(obs), invariants)
         obs += _per_request(setting, budget, grants)
+        if setting.prefix_caching:
+            obs += _suffix_obligations(prog, check.sides, setting, budget)
+            caching_lines = (SUFFIX,)
         if out.cost is not None and out.cost_entry is not None:
             obs += _cost_facts(out.cost, out.cost_entry, setting, budget, grants)
             cost_line = (f"state invariant: Σ_active c(a) ≤ M with c = {out.cost} (the rule's own sum)",)
+            if setting.prefix_caching:
+                cost_line += (COST_HANDOVER,)
         method = THEOREM
     bad = [o for o in obs if not passed(o.verdict)]
     if bad:
@@ -372,6 +493,7 @@ def prove_unbounded(scheduler: Scheduler, setting: Setting, budget: Budget | Non
             + (", the rule's state within its declared bounds" if svars else "")
             + (f", and {INVARIANT}" if check.form == "projection" else ""),
         )
+        + caching_lines
         + cost_line
         + check.premises
     )

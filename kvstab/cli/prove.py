@@ -91,7 +91,7 @@ def _to_stderr(line: str) -> None:
 
 def _run(args: argparse.Namespace) -> _Outcome:
     """Orchestration: validate, prove, and establish the margin."""
-    from kvstab.cli.flags import server_params
+    from kvstab.cli.flags import prefix_caching_for, server_params
     from kvstab.proofs.encoding import Setting
     from kvstab.proofs.invariants import MENU, load_conjunct
     from kvstab.proofs.margins import work_conservation_margin
@@ -99,9 +99,15 @@ def _run(args: argparse.Namespace) -> _Outcome:
     from kvstab.proofs.solver import Budget, progress_after
 
     smt2_dir = _check_smt2_dir(args.smt2_dir) if args.smt2_dir else None
+    caching = prefix_caching_for(args, args.scheduler) if args.prefix_caching else False
+    if caching and (args.claims or args.margin):
+        raise InvalidArgument(
+            "--prefix-caching on proves the memory invariant only (the claims and the margin are not yet proved with "
+            "shared blocks): drop --claims and --margin, or prove them with --prefix-caching off"
+        )
     # M left out is a symbolic M: the server's other fields fix the setting, M stands in at B
-    server = server_params(args, M=args.M if args.M is not None else args.block)
-    setting = Setting.from_params(server, symbolic_M=args.M is None)
+    server = server_params(args, M=args.M if args.M is not None else args.block, prefix_caching=caching)
+    setting = Setting.from_params(server, symbolic_M=args.M is None, caching=caching)
     budget = Budget(
         rlimit=args.rlimit,
         seed=args.seed,
@@ -360,6 +366,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from kvstab import validation as v
     from kvstab.cli.flags import (
         DEFAULT_DECIDE_TIMEOUT_S,
+        add_prefix_caching,
         add_server_arguments,
         arg_type,
         decide_timeout,
@@ -392,6 +399,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--bmc", type=bound, default=12, help="bounded-model-checking depth in slots (default 12)")
     p.add_argument("--arrivals", type=bound, default=2, help="arrivals per slot in BMC (default 2)")
     add_server_arguments(p, defaults={"M": None}, omit=("g", "bbar"))
+    add_prefix_caching(p, follows_engine=False)
     p.add_argument(
         "--strengthen",
         action="append",

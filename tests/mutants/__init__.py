@@ -23,3 +23,14 @@ MUTANTS: tuple[str, ...] = (
     "reserve_peak_off_by_one",
     "lookahead_idles",
 )
+
+#: rule mutants whose bug shows only with prefix caching (shared KV blocks): without
+#: caching each is current-fit's decision, so they are not in :data:`MUTANTS` (the
+#: mutation check runs without caching); ``tests/proofs/test_proofs_caching.py`` and
+#: ``props/test_props_caching.py`` catch them.  ``mutants.pools`` holds the mutant
+#: block pools (bugs of the mechanism, not of a rule).
+CACHING_MUTANTS: tuple[str, ...] = (
+    "evicts_referenced",
+    "full_hit_no_recompute",
+    "keeps_behind_victim",
+)
