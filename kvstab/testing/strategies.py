@@ -97,10 +97,6 @@ def _model_params(draw: st.DrawFn, min_M: int, max_M: int, max_chunk: int, block
     return ModelParams(M=M, chunk=chunk, block=block, max_num_seqs=seqs)
 
 
-# One strategy per server and bounds, built once: the stateful machine draws a request for its
-# server on every rule, and building this one_of anew each time made Hypothesis validate it again
-# (most of a shrink's time went there).
-@functools.lru_cache(maxsize=512)
 def request_lengths(
     params: ModelParams,
     *,
@@ -114,6 +110,14 @@ def request_lengths(
     docstring: ``o = 1``, ``s = 1``, ``s = k·ŝ ± 1``, ``s + o`` at or just below
     the maximum, and strongly correlated or heavy-tailed pairs.
     """
+    return _request_lengths(params, min_value, max_value)
+
+
+# One strategy per server and bounds, built once: the stateful machine draws a request for its
+# server on every rule, and building this one_of anew each time made Hypothesis validate it again
+# (most of a shrink's time went there).
+@functools.lru_cache(maxsize=512)
+def _request_lengths(params: ModelParams, min_value: int, max_value: int | None) -> st.SearchStrategy[Request]:
     top = largest_total(params) if max_value is None else int(max_value)
     if top > largest_total(params):
         raise InvalidArgument(
