@@ -58,7 +58,7 @@ from kvstab.theory.g import g_continuous_expr, g_exact_expr
 from kvstab.theory.laws import circular_convolve, law_of, residues, rounding
 from kvstab.theory.moments import eg_moments
 from kvstab.theory.symbols import B, Eo, Es, Es2, Eso, M, bbar, j, k, lam, n, o, s, shat
-from kvstab.workload import EmpiricalDist, Fixed, LengthDist, Uniform, Workload
+from kvstab.workload import Fixed, LengthDist, Uniform, Workload
 
 __all__ = [
     "P_sym",
