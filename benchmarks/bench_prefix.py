@@ -7,7 +7,8 @@ vLLM's lifecycle (the first output comes with the last prefill chunk: ``lifecycl
 theory too).  Each row floods the queue (Poisson at 1.3 × μ_share) and measures the saturated rate
 (completions per step after a 25 % warm-up, 95 % batch-means interval):
 
-* ``theory``: ``μ_share·b̄ = (M − H)/E[g_h]`` (:func:`kvstab.theory.sharing.sharing_report`);
+* ``theory``: ``μ_share·b̄ = (M − H)/E[g_h]``, or the cap or budget ceiling when one is lower
+  (``predicted_per_slot`` of :func:`kvstab.theory.sharing.sharing_report`);
 * ``fast``: the fast engine's ``vllm-v1`` with caching (the compiled block pool), ``--steps`` steps;
 * ``vLLM``: vLLM 0.33's own v1 scheduler with ``enable_prefix_caching=True`` on the same plan, driven
   as ``kvstab empirical compare --cases prefix`` does (:func:`kvstab.empirical.replay.replay_vllm`),
@@ -111,7 +112,7 @@ def table_a(steps: int, vllm_steps: int, use_vllm: bool) -> None:
     for label, spec in family_a():
         rep = sharing_report(parse_workload(spec), SERVER, "vllm")
         assert rep is not None
-        th = rep.mu_share_per_slot
+        th = rep.predicted_per_slot
         t0 = time.perf_counter()
         f = fast_rate("vllm-v1", spec, SERVER, LOAD * th, steps)
         v = vllm_rate(spec, LOAD * th, vllm_steps) if reason is None else None
@@ -133,7 +134,7 @@ def table_bounds(slots: int) -> None:
         for label, spec in cases:
             rep = sharing_report(parse_workload(spec), server, "vllm")
             assert rep is not None and rep.upper_per_slot is not None
-            rate = LOAD * rep.mu_share_per_slot
+            rate = LOAD * rep.predicted_per_slot
             on = fast_rate(rule, spec, server, rate, n)
             off = fast_rate(rule, spec, replace(server, prefix_caching=False), rate, n)
             ok_up = on.low <= rep.upper_per_slot

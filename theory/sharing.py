@@ -78,6 +78,7 @@ __all__ = [
     "drift_lower_share",
     "backward_area_expr",
     "referenced_expr",
+    "ceilings_expr",
     "sharing_claims",
     "SharingReport",
     "sharing_report",
@@ -176,6 +177,23 @@ def backward_area_expr() -> sp.Expr:
     ``n·u − ŝ·n(n − 1)/2 + Σ_j (u + j)`` (a sum sympy closes)."""
     prefill = sp.summation(u - k * shat, (k, 0, n - 1))
     return sp.expand(prefill + sp.summation(u + j, (j, 1, o)))
+
+
+#: the server's cap on running requests and its token budget per slot
+Nmax = sp.Symbol("N_max", positive=True)
+beta = sp.Symbol("beta", positive=True)
+#: E[slots a request is alive] and E[tokens it computes] past its hit
+Ealive = sp.Symbol("E_alive", positive=True)
+Ework = sp.Symbol("E_work", positive=True)
+
+
+def ceilings_expr() -> dict[str, sp.Expr]:
+    """The three ceilings on completions per slot, each from a balance over a long window:
+    memory ``(M − H)/E[g_h]``; the cap on running requests ``N_max/E[alive]`` (Little's law:
+    ``N̄ = λb̄·E[alive] ≤ N_max``); the token budget ``β/E[work]`` (each request computes
+    ``E[work] = E[s − h] + E[o]`` tokens, ``− 1`` under vLLM's lifecycle).  The saturated rate of a
+    rule that keeps the binding resource full is their minimum."""
+    return {"memory": (M - H) / Egh, "max_num_seqs": Nmax / Ealive, "token budget": beta / Ework}
 
 
 def referenced_expr() -> sp.Expr:
@@ -294,16 +312,19 @@ def _expected_last_hold(s_law: LengthDist, o_law: LengthDist, block: int) -> flo
     return mean + float(rounding(block, block) @ circular_convolve(ps, po))
 
 
-def _net_area(s_law: LengthDist, o_law: LengthDist, params: ModelParams, lifecycle: str) -> tuple[float, float]:
-    """``(E[g_h], E[slots alive])`` of requests whose prompt past the hit has law ``s_law``."""
+def _net_area(s_law: LengthDist, o_law: LengthDist, params: ModelParams,
+              lifecycle: str) -> tuple[float, float, float]:
+    """``(E[g_h], E[slots alive], E[tokens computed])`` of requests whose prompt past the hit has law ``s_law``."""
     w = Workload(s=s_law, o=o_law, name="past the hit")
     eg = expected_g(w, params)
     m = workload_moments(w, params.chunk)
     alive = m.En + m.Eo
+    work = m.Es + m.Eo
     if lifecycle == "vllm":
         eg -= _expected_last_hold(s_law, o_law, params.block)
         alive -= 1.0
-    return eg, alive
+        work -= 1.0
+    return eg, alive, work
 
 
 def _classes(workload: Workload, block: int) -> tuple[list[tuple[float, int]], list[tuple[float, int]]] | None:
@@ -348,6 +369,13 @@ class SharingReport:
         metadata={"help": "any policy: M/E[g⁻(s − h, o)] (backward area, B = 1); None if its support is too large to list"}
     )
 
+    seq_limit_per_slot: float | None = field(
+        default=None, metadata={"help": "max_num_seqs/E[slots alive] (Little's law); None without a cap"})
+    token_limit_per_slot: float | None = field(
+        default=None, metadata={"help": "token_budget/E[tokens computed past the hit]; None without a budget"})
+    binding: str = field(default="memory", metadata={"help": "the least ceiling: memory, max_num_seqs or token budget"})
+    predicted_per_slot: float = field(default=0.0, metadata={"help": "the saturated rate predicted: the least ceiling"})
+
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (no NaN: every field is finite or ``None``)."""
         return asdict(self)
@@ -361,24 +389,25 @@ def _check(workload: Workload, params: ModelParams, lifecycle: str) -> None:
 
 
 def _net_expectation(workload: Workload, params: ModelParams, classes: list[tuple[float, int]],
-                     lifecycle: str) -> tuple[float, float, int, float]:
-    """``(E[g_h], E[slots alive], S_h, E[backward area])`` over the hit classes."""
+                     lifecycle: str) -> tuple[float, float, float, int, float]:
+    """``(E[g_h], E[slots alive], E[tokens computed], S_h, E[backward area])`` over the hit classes."""
     Bk = params.block
-    eg = alive = lower = 0.0
+    eg = alive = work = lower = 0.0
     top = 0
     if workload.s is not None and workload.o is not None:
         o_law = workload.o
         for p, P in classes:
             for w, piece in _past_hit(workload.s, P, Bk):
-                g_, a_ = _net_area(piece, o_law, params, lifecycle)
+                g_, a_, k_ = _net_area(piece, o_law, params, lifecycle)
                 eg += p * w * g_
                 alive += p * w * a_
+                work += p * w * k_
                 try:
                     lower += p * w * _backward_mean(piece, o_law, params.chunk, lifecycle)
                 except InvalidArgument:
                     lower = math.nan  # a support too large to list: the bound is not computed
                 top = max(top, int(peak_tokens(piece.max + o_law.max, Bk)))
-        return eg, alive, top, lower
+        return eg, alive, work, top, lower
     assert workload.joint_s is not None and workload.joint_o is not None
     js, jo = workload.joint_s, workload.joint_o
     for p, P in classes:
@@ -387,15 +416,18 @@ def _net_expectation(workload: Workload, params: ModelParams, classes: list[tupl
         n_ = -(-sp_ // params.chunk)
         a_ = (n_ + jo).astype(np.float64)
         oo = jo
+        k_ = (sp_ + jo).astype(np.float64)
         if lifecycle == "vllm":
+            k_ = k_ - 1
             g_ = g_ - peak_tokens(sp_ + jo, Bk)
             a_ = a_ - 1
             oo = jo - 1
         eg += p * float(g_.mean())
         alive += p * float(a_.mean())
+        work += p * float(k_.mean())
         lower += p * float(_backward(sp_, oo, params.chunk).mean())
         top = max(top, int(peak_tokens(sp_ + jo, Bk).max()))
-    return eg, alive, top, lower
+    return eg, alive, work, top, lower
 
 
 def _backward(u_: npt.NDArray[np.int64], o_: npt.NDArray[np.int64], chunk: int) -> npt.NDArray[np.float64]:
@@ -429,11 +461,11 @@ def sharing_report(workload: Workload, params: ModelParams, lifecycle: str = "kv
     if found is None:
         return None
     classes, segments = found
-    eg_net, alive, top, lower = _net_expectation(workload, params, classes, lifecycle)
+    eg_net, alive, work, top, lower = _net_expectation(workload, params, classes, lifecycle)
     eg_paper = expected_g(workload, params)
     if lifecycle == "vllm":
         # the paper's E[g] under the same lifecycle, so the two μ compare like for like
-        eg_paper, _, _, _ = _net_expectation(workload, params, [(1.0, 0)], lifecycle)
+        eg_paper = _net_expectation(workload, params, [(1.0, 0)], lifecycle)[0]
     held_all = int(sum(tok for _, tok in segments))
     # premise (iii): a segment is held in a slot when one of the N̄ running requests references it;
     # N̄ = μ_share·E[alive] depends on H, so iterate (H falls as N̄ falls: a monotone fixed point)
@@ -442,12 +474,18 @@ def sharing_report(workload: Workload, params: ModelParams, lifecycle: str = "kv
     for _ in range(50):
         mu_slot = max(params.M - held, 0.0) / eg_net
         nbar = mu_slot * alive
+        if params.max_num_seqs is not None:
+            nbar = min(nbar, float(params.max_num_seqs))  # the cap binds first: at most N_max run
         new = float(sum(tok * (1.0 - (1.0 - p) ** nbar) if p < 1 else tok for p, tok in segments))
         if abs(new - held) < 1e-9 * max(1.0, held_all):
             held = new
             break
         held = new
     mu_slot = max(params.M - held, 0.0) / eg_net
+    seq_cap = params.max_num_seqs / alive if params.max_num_seqs is not None else None
+    token_cap = params.token_budget / work if params.token_budget is not None else None
+    limits = {"memory": mu_slot, "max_num_seqs": seq_cap, "token budget": token_cap}
+    binding = min((k_ for k_, v_ in limits.items() if v_ is not None), key=lambda k_: limits[k_] or 0.0)
     delta = top / (params.M - held) if params.M > held else None
     guarantee = (params.M - held - top) / (params.bbar * eg_net) if delta is not None and delta < 1 else None
     return SharingReport(
@@ -466,6 +504,10 @@ def sharing_report(workload: Workload, params: ModelParams, lifecycle: str = "kv
         delta_share=delta,
         guarantee_share_per_s=guarantee,
         upper_per_slot=params.M / lower if math.isfinite(lower) else None,
+        seq_limit_per_slot=seq_cap,
+        token_limit_per_slot=token_cap,
+        binding=binding,
+        predicted_per_slot=float(limits[binding] or 0.0),
     )
 
 

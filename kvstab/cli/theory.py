@@ -187,6 +187,7 @@ def _sharing_lines(sh: SharingReport, bbar: float) -> list[str]:
         "  δ_share       = " + ("none (H ≥ M)" if sh.delta_share is None else f"{sh.delta_share:.6g}")
         + f"  (S_h = {sh.ess_sup_net})",
         "  μ_share(1−δ)  = " + ("none" if g is None else f"{g:.6g} req/s"),
+        f"  saturated ≈     {sh.predicted_per_slot / bbar:.6g} req/s  (the least ceiling: {sh.binding})",
         "  any policy ≤    " + ("not computed" if up is None else f"{up / bbar:.6g} req/s  (M/(b̄·E[g⁻(s − h, o)]))"),
     ]
 
