@@ -1,6 +1,7 @@
 """μ with a shared prompt (theory/sharing.py) against the fast engine and vLLM 0.33's scheduler.
 
-Run: python benchmarks/bench_prefix.py [--steps 6000] [--vllm-steps 3000] [--no-vllm] [--bounds-slots 3000]
+Run: python benchmarks/bench_prefix.py [--steps 20000] [--vllm-steps 3000] [--no-vllm] [--bounds-slots 3000]
+                                      [--search 3000]
 
 Server: issue 25's (M = 65,536, B = 16, ŝ = budget = 512, max_num_seqs = 256), prefix caching on,
 vLLM's lifecycle (the first output comes with the last prefill chunk: ``lifecycle="vllm"`` in the
@@ -22,7 +23,8 @@ tenants and few-shot templates (all cached).
 The second table checks the bounds of (d) for every built-in with caching on: the saturated rate
 with caching is below the any-policy upper bound, and whether it is above the paper's μ and above
 the same rule's rate with caching off (``--bounds-slots`` slots; ``lookahead`` runs on the
-reference engine, on a fifth of them).
+reference engine, on a fifth of them).  ``--search N`` then looks, for each built-in, for small
+replays where caching on finishes later than off (docs/theory.md, bounds (d)).
 """
 
 from __future__ import annotations
@@ -144,12 +146,54 @@ def table_bounds(slots: int) -> None:
                   flush=True)
 
 
+def search_delays(rule: str, tries: int, seed: int = 1) -> list[str]:
+    """Random small replays (one shared prefix, drained on the reference engine) where caching on
+    finishes the last request later than caching off: each a ``kvstab replay`` line."""
+    from kvstab.errors import KvstabError
+    from kvstab.replay import parse_requests
+
+    rng = np.random.default_rng(seed)
+    sched = load_scheduler(rule)
+    found: list[str] = []
+    for _ in range(tries):
+        B = int(rng.choice([1, 2, 4]))
+        chunk = int(rng.integers(2, 12))
+        M = int(rng.integers(20, 60)) // B * B
+        P = int(rng.integers(1, 12))
+        items = []
+        for _ in range(int(rng.integers(2, 6))):
+            slot, s, o = int(rng.integers(0, 4)), int(rng.integers(P, P + 10)), int(rng.integers(1, 12))
+            if s + o <= M:
+                items.append((slot, f"{slot}:{s}:{o}:{P}"))
+        if len(items) < 2:
+            continue
+        text = ",".join(x for _, x in sorted(items, key=lambda it: it[0]))
+        plan = parse_requests(text)
+        end = {}
+        try:
+            for pc in (True, False):
+                p = ModelParams(M=M, chunk=chunk, block=B, prefix_caching=pc)
+                res = engine_run(sched, p, plan, drain=True, engine="reference").result
+                assert res is not None
+                end[pc] = int(res.finish.max())
+        except KvstabError:
+            continue  # a request the rule refuses: not a comparison
+        if end[True] > end[False]:
+            found.append(f"kvstab replay --scheduler {rule} --M {M} --chunk {chunk} --block {B} --requests {text} "
+                         f"--prefix-caching on   # last finish {end[True]} (off: {end[False]})")
+            if len(found) >= 3:
+                break
+    return found
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=20000, help="steps of each fast-engine run")
     ap.add_argument("--vllm-steps", type=int, default=3000, help="steps of each vLLM replay")
     ap.add_argument("--no-vllm", action="store_true", help="skip vLLM's scheduler")
     ap.add_argument("--bounds-slots", type=int, default=3000, help="slots of each run of the bounds table (0: skip)")
+    ap.add_argument("--search", type=int, default=0,
+                    help="random small replays per built-in searched for caching on finishing later than off (0: skip)")
     args = ap.parse_args()
     if args.steps < 200 or args.vllm_steps < 200:
         ap.error("--steps and --vllm-steps must be >= 200")
@@ -158,6 +202,13 @@ def main() -> None:
     table_a(args.steps, args.vllm_steps, not args.no_vllm)
     if args.bounds_slots:
         table_bounds(args.bounds_slots)
+    if args.search:
+        print(f"\ncaching on finishing later than off, {args.search} random small replays per rule:")
+        for rule in ("vllm-v1", "current-fit", "reserve", "lookahead"):
+            lines = search_delays(rule, args.search)
+            print(f"{rule}: " + ("none found" if not lines else f"{len(lines)} found"))
+            for ln in lines:
+                print("  " + ln)
 
 
 if __name__ == "__main__":
