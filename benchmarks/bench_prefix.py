@@ -40,7 +40,7 @@ from kvstab.engine import run as engine_run
 from kvstab.metrics import Estimate, batch_means
 from kvstab.model import ModelParams
 from kvstab.registry import load_scheduler
-from kvstab.theory.sharing import sharing_report
+from kvstab.theory.sharing_area import sharing_report
 from kvstab.workload import parse_workload
 
 SERVER = ModelParams(M=65_536, chunk=512, block=16, token_budget=512, max_num_seqs=256, bbar=1.0, prefix_caching=True)

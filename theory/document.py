@@ -34,6 +34,7 @@ from kvstab.theory.area import expected_g
 from kvstab.theory.claims import Claim
 from kvstab.theory.latex import latex, tex_text
 from kvstab.theory.report import EMPTY_GUARANTEE, Instance, StabilityReport, stability_report
+from kvstab.theory.sharing_area import sharing_report
 from kvstab.theory.symbols import (
     Eg,
     En,
@@ -541,7 +542,7 @@ def _fleet_numbers(rep: F.FleetReport) -> str:
 
 def _sharing_numbers(inst: Instance) -> str:
     """The sharing quantities of the instance, when its workload has a prefix law with a closed form."""
-    rep = Sh.sharing_report(inst.workload, inst.params)
+    rep = sharing_report(inst.workload, inst.params)
     if rep is None:
         return ""
     b = inst.params.bbar

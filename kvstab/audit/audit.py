@@ -338,7 +338,7 @@ def _mu_sharing(config: AuditConfig) -> dict[str, Any] | None:
     """μ with the shared part held once (``kvstab.theory.sharing``) beside the paper's μ, both per second,
     for a workload with a prefix law that has a closed form; ``None`` otherwise."""
     from kvstab.errors import KvstabError
-    from kvstab.theory.sharing import sharing_report
+    from kvstab.theory.sharing_area import sharing_report
     from kvstab.workload import parse_workload
 
     try:

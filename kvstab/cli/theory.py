@@ -36,7 +36,7 @@ from kvstab.model import PAPER_BBAR, PAPER_CHUNK, PAPER_M, ModelParams
 if TYPE_CHECKING:
     from kvstab.theory.fleet import FleetReport
     from kvstab.theory.report import StabilityReport
-    from kvstab.theory.sharing import SharingReport
+    from kvstab.theory.sharing_area import SharingReport
     from kvstab.workload import Workload
 
 __all__ = ["register"]
@@ -168,7 +168,7 @@ def _cmd_mu(args: argparse.Namespace) -> int:
 
 
 def _sharing(workload: Workload, params: ModelParams, lifecycle: str) -> SharingReport | None:
-    from kvstab.theory.sharing import sharing_report
+    from kvstab.theory.sharing_area import sharing_report
 
     return sharing_report(workload, params, lifecycle)
 

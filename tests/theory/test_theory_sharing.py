@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -22,8 +24,8 @@ from kvstab.theory.sharing import (
     eg_net_moments,
     net_area_expr,
     sharing_claims,
-    sharing_report,
 )
+from kvstab.theory.sharing_area import sharing_report
 from kvstab.workload import parse_workload
 
 
@@ -87,6 +89,15 @@ def test_no_prefix_and_chat_have_no_sharing_form() -> None:
     params = ModelParams(M=131_000)
     assert sharing_report(parse_workload("paper-1:1"), params) is None
     assert sharing_report(parse_workload("s=U(20,200),o=U(50,400),prefix=chat(U(1,8),30)"), params) is None
+
+
+def test_numeric_twin_does_not_import_sympy() -> None:
+    code = ("import sys; from kvstab.theory.sharing_area import mu_share; from kvstab.workload import parse_workload; "
+            "from kvstab.model import ModelParams as P; "
+            "mu_share(parse_workload('s=const(1280),o=U(10,500),prefix=shared(1024)'), P(M=65536, block=16)); "
+            "print('sympy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_report_json_has_no_nan() -> None:
