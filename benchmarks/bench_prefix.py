@@ -18,7 +18,8 @@ theory too).  Each row floods the queue (Poisson at 1.3 × μ_share) and measure
 
 Family (a) is ``s = const(1280)`` with ``o ~ U(10, 500)`` and a shared prompt of ``P/s = 0.1 … 0.9``;
 then the headline case (``o = const(256)``, whose synchronised cohorts the formula does not see),
-tenants and few-shot templates (all cached).
+tenants and few-shot templates; and (b), tenants whose prompts together exceed the pool (64 tenants
+of 1,024 tokens, Zipf(0.5); 256 uniform tenants, 4 × M of prompts).
 
 The second table checks the bounds of (d) for every built-in with caching on: the saturated rate
 with caching is below the any-policy upper bound, and whether it is above the paper's μ and above
@@ -57,6 +58,9 @@ def family_a() -> list[tuple[str, str]]:
         ("(a) headline o=256", "s=const(1280),o=const(256),prefix=shared(1024)"),
         ("(a) 4 tenants", "s=const(1280),o=U(10,500),prefix=tenants(4,const(1024),1.0)"),
         ("(a) few-shot 8", "s=U(1000,1400),o=U(10,500),prefix=fewshot(8,200,600,1.0)"),
+        # (b): more prompt tokens than the pool holds; under saturation a prompt is cached while referenced
+        ("(b) 64 tenants", "s=const(1280),o=U(10,500),prefix=tenants(64,const(1024),0.5)"),
+        ("(b) 256 tenants", "s=const(1280),o=U(10,500),prefix=tenants(256,const(1024),0)"),
     ]
     return rows
 

@@ -241,20 +241,26 @@ def sharing_report(workload: Workload, params: ModelParams, lifecycle: str = "kv
         # the paper's E[g] under the same lifecycle, so the two μ compare like for like
         eg_paper = _net_expectation(workload, params, [(1.0, 0)], lifecycle)[0]
     held_all = int(sum(tok for _, tok in segments))
-    # premise (iii): a segment is held in a slot when one of the N̄ running requests references it;
-    # N̄ = μ_share·E[alive] depends on H, so iterate (H falls as N̄ falls: a monotone fixed point)
-    held = float(held_all)
-    nbar = 0.0
-    for _ in range(50):
-        mu_slot = max(params.M - held, 0.0) / eg_net
-        nbar = mu_slot * alive
-        if params.max_num_seqs is not None:
-            nbar = min(nbar, float(params.max_num_seqs))  # the cap binds first: at most N_max run
-        new = float(sum(tok * (1.0 - (1.0 - p) ** nbar) if p < 1 else tok for p, tok in segments))
-        if abs(new - held) < 1e-9 * max(1.0, held_all):
-            held = new
-            break
-        held = new
+    # premise (iii): a segment is held in a slot when one of the N̄ running requests references it,
+    # and N̄ = μ_share·E[alive] depends on H: N̄ solves N̄ = E[alive]·(M − H(N̄))/E[g_h], whose right
+    # side falls as N̄ rises (H rises), so the root is unique; bisection finds it
+    cap = float(params.max_num_seqs) if params.max_num_seqs is not None else math.inf
+
+    def held_at(nb: float) -> float:
+        return float(sum(tok * (1.0 - (1.0 - p) ** nb) if p < 1 else tok for p, tok in segments))
+
+    def running(nb: float) -> float:
+        return min(max(params.M - held_at(nb), 0.0) / eg_net * alive, cap)  # the cap binds first
+
+    lo_n, hi_n = 0.0, max(running(0.0), 1e-12)
+    for _ in range(200):
+        mid = 0.5 * (lo_n + hi_n)
+        if running(mid) > mid:
+            lo_n = mid
+        else:
+            hi_n = mid
+    nbar = 0.5 * (lo_n + hi_n)
+    held = held_at(nbar)
     mu_slot = max(params.M - held, 0.0) / eg_net
     seq_cap = params.max_num_seqs / alive if params.max_num_seqs is not None else None
     token_cap = params.token_budget / work if params.token_budget is not None else None
