@@ -22,13 +22,14 @@ The memory balance of the paper (served area per slot ≤ ``M``) becomes
 stability constant ``δ`` becomes ``δ_share = S_h/(M − H)`` with
 ``S_h = ess sup B⌈(s + o − h)/B⌉`` (what one request needs past the shared part).
 
-Three premises, each named where it is used: (i) the shared prompts stay cached
-(the pool is large enough never to evict a referenced tenant's prompt: true for
-one prompt, and for tenants whose prompts together fit); (ii) under
-saturation the running set is never empty, so the shared part is referenced
-every slot; (iii) for tenants, a prompt is referenced in a slot when one of the
-``N̄`` running requests belongs to its tenant, with independent tenant draws:
-probability ``1 − (1 − π_t)^N̄`` (Little's law gives ``N̄``).
+Premises, each named where it is used: (i) a referenced prompt stays cached (vLLM never evicts a
+referenced block); (ii) under saturation the running set is never empty, so a shared part that
+every request has is referenced every slot; (iii) for tenants, a prompt is referenced in a slot
+when one of the ``N̄`` running requests belongs to its tenant, with independent tenant draws:
+probability ``1 − (1 − π_t)^N̄`` (Little's law gives ``N̄``).  Under saturation free memory is
+about zero, so an unreferenced prompt is evicted before it is asked for again: the same
+probability is then the tenant's hit rate, also when the prompts together exceed ``M``
+(docs/theory.md, "(b)").
 
 The numeric twins (:mod:`kvstab.theory.sharing_area`, which needs numpy only) evaluate ``E[g_h]`` exactly with the same code as the
 paper's ``E[g]`` (:func:`kvstab.theory.area.expected_g`), on the law of
