@@ -127,3 +127,18 @@ def test_mu_share_against_fast_engine(P: int) -> None:
     assert est.low * 0.98 <= rep.predicted_per_slot <= est.high * 1.02, (est, rep.predicted_per_slot)
     assert est.low <= rep.upper_per_slot  # (d): no policy beats the any-policy bound
     assert not math.isnan(rep.gain) and rep.gain > 1
+
+
+def test_mu_prints_mu_with_sharing_beside_the_papers(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvstab.cli import main
+
+    spec = "s=const(1280),o=U(10,500),prefix=shared(1024)"
+    assert main(["mu", "--workload", spec, "--M", "65536", "--block", "16"]) == 0
+    text = capsys.readouterr().out
+    assert "μ = M/(b̄·E[g])" in text and "μ_share       =" in text and "gain" in text
+    assert main(["mu", "--workload", spec, "--M", "65536", "--block", "16", "--json", "--lifecycle", "vllm"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    sh = data["sharing"]
+    assert sh["lifecycle"] == "vllm" and sh["mu_share_per_s"] > 3 * data["mu_per_s"]
+    assert main(["mu", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sharing"] is None
