@@ -27,12 +27,14 @@ from kvstab.theory import fleet as F
 from kvstab.theory import g as G
 from kvstab.theory import moments as Mo
 from kvstab.theory import provisioning as P
+from kvstab.theory import sharing as Sh
 from kvstab.theory import stability as St
 from kvstab.theory import wait as Wt
 from kvstab.theory.area import expected_g
 from kvstab.theory.claims import Claim
 from kvstab.theory.latex import latex, tex_text
 from kvstab.theory.report import EMPTY_GUARANTEE, Instance, StabilityReport, stability_report
+from kvstab.theory.sharing_area import sharing_report
 from kvstab.theory.symbols import (
     Eg,
     En,
@@ -62,6 +64,7 @@ CLAIM_GROUPS: dict[str, Callable[[], list[Claim]]] = {
     "stability": St.stability_claims,
     "provisioning": P.provisioning_claims,
     "fleet": F.fleet_claims,
+    "sharing": Sh.sharing_claims,
     "WAIT": Wt.wait_claims,
 }
 
@@ -444,6 +447,57 @@ stated; its second needs the drift argument over one round of the router, taken 
     return "".join(parts)
 
 
+def _section_sharing() -> str:
+    ceil = Sh.ceilings_expr()
+    share = "\\mu_{\\mathrm{share}}"
+    parts = [
+        r"""\section{Prefix caching: a shared prompt held once}
+With automatic prefix caching a request whose prompt begins with $P$ tokens that another request wrote
+\emph{hits} their full blocks; a hit on the whole prompt recomputes its last token. Its hit is
+""",
+        _eq("h", Sh.hit_expr()),
+        r"""tokens, a multiple of $B$. Its prefill starts at $h$, and of the $B\lceil x/B\rceil$ tokens it holds with
+$x$ computed, the $h$ hit tokens are blocks held once for all the requests that share them. Since $B \mid h$,
+what it holds \emph{net of the shared part} is what a request of prompt $s - h$ holds without sharing, so its
+net lifetime area is $g_h(s, o) = g(s - h, o)$:
+""",
+        _eq("g_h(s, o)", Sh.net_area_expr()),
+        "with $n = \\lceil (s - h)/\\hat{s}\\rceil$ here. In the continuous form one request no longer holds\n",
+        _eq("g(s, o) - g(s - h, o)", Sh.saved_area_expr()),
+        "and with one hit $h$ for all requests the expected net area, in the moments, is\n",
+        _eq("\\mathbb{E}[g_{h}]", Sh.eg_net_moments()),
+        r"""\paragraph{$\mu$ and $\delta$ with sharing.} Let $H$ be the tokens of the shared part held once (the
+full blocks of the shared prompt; for tenants, the tenants' prompts that a running request references, each
+with probability """,
+        f"${latex(Sh.referenced_expr())}$ among $\\bar{{N}}$ running requests). ",
+        "While the shared part is held a slot serves at most $M - H$ of net area, so the drift is at least\n",
+        _eq("\\mathbb{E}[\\Delta V_{h}]", Sh.drift_lower_share(), "\\geq"),
+        "which vanishes at\n",
+        _eq(share, Sh.mu_share_expr()),
+        _eq("\\delta_{\\mathrm{share}}", Sh.delta_share_expr()),
+        _eq(f"{share}(1 - \\delta_{{\\mathrm{{share}}}})", Sh.guarantee_share_expr()),
+        "with $S_{h} = \\operatorname{ess\\,sup} B\\lceil (s + o - h)/B\\rceil$. Beside the paper's $\\mu$:\n",
+        _eq(f"\\frac{{{share}}}{{\\mu}}", Sh.gain_expr()),
+        r"""\paragraph{Ceilings.} A server with a cap $N_{\max}$ on running requests and a token budget $\beta$ per
+slot has two more ceilings (Little's law; the token balance), and the saturated rate of a rule that keeps the
+binding resource full is the least of
+""",
+        "".join(_eq(f"\\text{{{tex_text(name)}}}", expr) for name, expr in ceil.items()),
+        r"""\paragraph{A bound for any reuse pattern.} Counted back from its last prefill slot, a request that computes
+at most $\hat{s}$ of its own $u$ tokens per slot holds at least $u, u - \hat{s}, \dots$, so its own area is at
+least
+""",
+        _eq("g^{-}(u, o)", Sh.backward_area_expr()),
+        r"""whatever the policy, its preemptions (in every run its progress rises by at most $\hat{s}$ per running
+slot) and the token budget. Its blocks past the longest prefix it can share, $\hat{h}$, are its own, distinct
+from every other request's, and a slot holds at most $M$: completions per slot are at most
+$M/\mathbb{E}[g^{-}(s - \hat{h}, o)]$ under any policy.
+""",
+        _claims_table(Sh.sharing_claims()),
+    ]
+    return "".join(parts)
+
+
 #: the document's sections, in order
 SECTIONS: tuple[Callable[[], str], ...] = (
     _section_definitions,
@@ -451,6 +505,7 @@ SECTIONS: tuple[Callable[[], str], ...] = (
     _section_expected_area,
     _section_service_rate,
     _section_theorems,
+    _section_sharing,
     _section_provisioning,
     _section_fleet,
     _section_wait,
@@ -485,6 +540,31 @@ def _fleet_numbers(rep: F.FleetReport) -> str:
     )
 
 
+def _sharing_numbers(inst: Instance) -> str:
+    """The sharing quantities of the instance, when its workload has a prefix law with a closed form."""
+    rep = sharing_report(inst.workload, inst.params)
+    if rep is None:
+        return ""
+    b = inst.params.bbar
+    rows = [
+        ("prefix law", tex_text(rep.law)),
+        ("$\\mathbb{E}[g]$ (paper) / $\\mathbb{E}[g_{h}]$ (net of the shared part)",
+         f"{_fmt(rep.E_g)} / {_fmt(rep.E_g_net)}"),
+        ("$H$ (tokens held once)", _fmt(rep.held_once)),
+        ("$\\mu$ / $\\mu_{\\mathrm{share}}$ (requests/s)", f"{_fmt(rep.mu_per_slot / b)} / {_fmt(rep.mu_share_per_s)}"),
+        ("$\\delta_{\\mathrm{share}}$", _fmt(rep.delta_share)),
+        ("$\\mu_{\\mathrm{share}}(1 - \\delta_{\\mathrm{share}})$", _fmt(rep.guarantee_share_per_s)),
+        ("least ceiling", tex_text(rep.binding)),
+    ]
+    body = "".join(f"{k} & {v} \\\\\n" for k, v in rows)
+    return (
+        "\\section{The numbers with prefix caching}\n"
+        "\\begin{center}\\begin{tabular}{lr}\n\\hline\nquantity & value \\\\\n\\hline\n"
+        + body
+        + "\\hline\n\\end{tabular}\\end{center}\n"
+    )
+
+
 def derivation_tex(instance: Instance | None = None, fleet: F.FleetReport | None = None) -> str:
     """The derivation document as a string (pure ASCII; compiles with ``pdflatex``).
 
@@ -494,6 +574,7 @@ def derivation_tex(instance: Instance | None = None, fleet: F.FleetReport | None
     sections = [section() for section in SECTIONS]
     if instance is not None:
         sections.append(_numbers(instance))
+        sections.append(_sharing_numbers(instance))
     if fleet is not None:
         sections.append(_fleet_numbers(fleet))
     text = _PREAMBLE + "".join(sections) + "\\end{document}\n"

@@ -43,6 +43,13 @@ SYMBOL_LATEX: dict[str, str] = {
     "t_p": r"t",
     "t_0": r"t_{0}",
     "mu_new": r"\mu_{\mathrm{new}}",
+    "E_gh": r"\mathbb{E}[g_{h}]",
+    "S_h": r"S_{h}",
+    "N_max": r"N_{\max}",
+    "Nbar": r"\bar{N}",
+    "pi_t": r"\pi_{t}",
+    "E_alive": r"\mathbb{E}[\mathrm{alive}]",
+    "E_work": r"\mathbb{E}[\mathrm{work}]",
 }
 
 # indexed families: lambda_3 -> \lambda_{3}, lp_2 -> l'_{2}, E_g1 -> \mathbb{E}_{1}[g]

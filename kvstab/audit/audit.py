@@ -330,7 +330,26 @@ class AuditResult:
             "measured_over_mu": {name: r.saturated.throughput.value / r.mu for name, r in self.regions.items()},
             "comparison": comparison,
             "comparison_note": self.caching_note,
+            "mu_sharing": _mu_sharing(self.config),
         }
+
+
+def _mu_sharing(config: AuditConfig) -> dict[str, Any] | None:
+    """μ with the shared part held once (``kvstab.theory.sharing``) beside the paper's μ, both per second,
+    for a workload with a prefix law that has a closed form; ``None`` otherwise."""
+    from kvstab.errors import KvstabError
+    from kvstab.theory.sharing_area import sharing_report
+    from kvstab.workload import parse_workload
+
+    try:
+        rep = sharing_report(parse_workload(config.workload), config.params)
+    except KvstabError:
+        return None  # a spec the theory cannot read (the audit has said so elsewhere)
+    if rep is None:
+        return None
+    b = config.params.bbar
+    return {"mu_per_s": rep.mu_per_slot / b, "mu_share_per_s": rep.mu_share_per_s,
+            "predicted_per_s": rep.predicted_per_slot / b, "binding": rep.binding, "report": rep.as_dict()}
 
 
 def _caching_summary(r: StabilityRegion) -> dict[str, Any]:
@@ -853,6 +872,10 @@ def caching_lines(data: dict[str, Any]) -> list[str]:
                      f"{one(cmp_['without_caching'])}" + (f"; with/without = {ratio:.3f}×" if ratio is not None else ""))
     elif pc.get("comparison_note"):
         lines.append(f"λ* with and without caching: {pc['comparison_note']}")
+    ms = pc.get("mu_sharing")
+    if ms is not None:
+        lines.append(f"μ with sharing (docs/theory.md, 'Prefix caching'): μ_share = {ms['mu_share_per_s']:.5g}/s beside the "
+                     f"paper's μ = {ms['mu_per_s']:.5g}/s; saturated ≈ {ms['predicted_per_s']:.5g}/s ({ms['binding']})")
     return lines
 
 

@@ -36,6 +36,7 @@ from kvstab.model import PAPER_BBAR, PAPER_CHUNK, PAPER_M, ModelParams
 if TYPE_CHECKING:
     from kvstab.theory.fleet import FleetReport
     from kvstab.theory.report import StabilityReport
+    from kvstab.theory.sharing_area import SharingReport
     from kvstab.workload import Workload
 
 __all__ = ["register"]
@@ -138,15 +139,22 @@ def _cmd_mu(args: argparse.Namespace) -> int:
     t1 = time.perf_counter()
     rep = stability_report(workload, params, lam=args.lam, rho=args.rho)
     fleet = _fleet(args, rep)
+    sharing = _sharing(workload, params, args.lifecycle)
     t_mu = time.perf_counter() - t1
     if args.json:
         out = rep.as_dict()
         if fleet is not None:
             out["fleet"] = fleet.as_dict()
+        out["sharing"] = sharing.as_dict() if sharing is not None else None
         out["timing_s"] = {"load": t_load, "compute": t_mu}
         print(json.dumps(out, indent=2))
     else:
         _print_mu(rep, args.derivation)
+        if sharing is not None:
+            print("\n".join(_sharing_lines(sharing, params.bbar)))
+        elif workload.prefix is not None:
+            print(f"μ with sharing  = not derived for prefix={workload.prefix.describe()} (closed forms: shared, "
+                  "tenants, fewshot)")
         if fleet is not None:
             print("\n".join(fleet.lines()))
     if rep.guarantee_empty:
@@ -157,6 +165,31 @@ def _cmd_mu(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _sharing(workload: Workload, params: ModelParams, lifecycle: str) -> SharingReport | None:
+    from kvstab.theory.sharing_area import sharing_report
+
+    return sharing_report(workload, params, lifecycle)
+
+
+def _sharing_lines(sh: SharingReport, bbar: float) -> list[str]:
+    """``μ`` with the shared prompt held once, beside the paper's (theory/sharing.py)."""
+    g = sh.guarantee_share_per_s
+    up = sh.upper_per_slot
+    return [
+        f"with prefix caching ({sh.law}, {sh.lifecycle} lifecycle; docs/theory.md, 'Prefix caching'):",
+        f"  E[g_h]        = {sh.E_g_net:.6g} token-slots  (area net of the shared part; paper's E[g] = {sh.E_g:.6g})",
+        f"  H             = {sh.held_once:.6g} tokens held once  (all shared segments: {sh.held_once_all}; "
+        f"N̄ = {sh.mean_running:.4g} running)",
+        f"  μ_share       = {sh.mu_share_per_s:.6g} req/s  ((M − H)/(b̄·E[g_h]); paper's μ = "
+        f"{sh.mu_per_slot / bbar:.6g}, gain {sh.gain:.3f}×)",
+        "  δ_share       = " + ("none (H ≥ M)" if sh.delta_share is None else f"{sh.delta_share:.6g}")
+        + f"  (S_h = {sh.ess_sup_net})",
+        "  μ_share(1−δ)  = " + ("none" if g is None else f"{g:.6g} req/s"),
+        f"  saturated ≈     {sh.predicted_per_slot / bbar:.6g} req/s  (the least ceiling: {sh.binding})",
+        "  any policy ≤    " + ("not computed" if up is None else f"{up / bbar:.6g} req/s  (M/(b̄·E[g⁻(s − h, o)]))"),
+    ]
 
 
 def _print_mu(rep: StabilityReport, derivation: bool) -> None:
@@ -310,6 +343,13 @@ def register(subparsers: Any) -> None:
     add_server_arguments(mu, omit=_OMIT)
     _add_common(mu)
     mu.add_argument("--derivation", action="store_true", help="also print the moments and the E[g] formula used")
+    mu.add_argument(
+        "--lifecycle",
+        choices=("kvstab", "vllm"),
+        default="kvstab",
+        help="request lifecycle of μ with sharing (vllm: the first output comes with the last prefill chunk; "
+        "default kvstab)",
+    )
     mu.add_argument("--json", action="store_true", help="machine-readable output")
     mu.set_defaults(func=_cmd_mu)
 

@@ -58,6 +58,15 @@ def test_caching_raises_lambda_star_on_a_shared_prompt_and_both_are_reported(cac
     assert any(ln.startswith("vllm-v1 with prefix caching: λ* = ") and "; without: λ* = " in ln for ln in lines)
 
 
+def test_mu_with_sharing_is_shown_beside_the_papers_mu_and_lambda_star(cached: dict[str, Any]) -> None:
+    ms = cached["prefix_caching"]["mu_sharing"]
+    assert ms is not None and ms["mu_share_per_s"] > 1.5 * ms["mu_per_s"], ms
+    # λ* with caching stays below the any-policy bound of docs/theory.md, (d)
+    lo = cached["prefix_caching"]["comparison"]["with_caching"]["critical_rate_ci_per_s"][0]
+    assert lo <= ms["report"]["upper_per_slot"] / SERVER.bbar, (lo, ms)
+    assert any(ln.startswith("μ with sharing") and "beside the paper's μ" in ln for ln in caching_lines(cached))
+
+
 def test_the_overload_is_raised_until_a_caching_server_is_overloaded(cached: dict[str, Any]) -> None:
     st = cached["stability"]["vllm-v1"]
     # 1.2·μ does not overload a server whose shared blocks serve 3·μ: the saturated rate is measured higher
