@@ -156,6 +156,13 @@ def _cmd_import(args: argparse.Namespace) -> int:
             f"peak but --M is {args.M} (block {args.block}): no server with that capacity serves them; give the "
             "capacity of the server that ran the benchmark"
         )
+    if args.max_model_len is not None and workload.max_total > args.max_model_len:
+        # the server answers a request longer than its context with HTTP 400: it cannot have served these
+        raise InvalidArgument(
+            f"requests of {workload.describe()} have s + o up to {workload.max_total} tokens but --max-model-len is "
+            f"{args.max_model_len}: a server with that context refuses them; give the max_model_len of the server "
+            "that ran the benchmark, or the --workload it ran"
+        )
     rep = stability_report(workload, params)
     out = {
         "tool": res.tool, "path": res.path, "throughput_per_s": res.throughput_per_s, "completed": res.completed,
@@ -218,6 +225,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return _cmd_import(args)
     if not args.url:
         raise InvalidArgument("kvstab bench needs --url http://HOST:PORT (or --import FILE)")
+    if args.max_model_len is not None:
+        raise InvalidArgument(
+            "--max-model-len checks an --import's requests; against --url the server's own max_model_len is read "
+            "from GET /v1/models: drop --max-model-len"
+        )
     if not args.url.startswith(("http://", "https://")):
         raise InvalidArgument(f"--url must start with http:// or https://, got {args.url!r}")
     for path in (args.out, args.llmd_report):
@@ -423,6 +435,8 @@ def register(subparsers: Any) -> None:
     b.add_argument("--llmd-report", default=None, help="also write an llm-d benchmark report (v0.2) here")
     b.add_argument("--import", dest="import_result", default=None, metavar="FILE",
                    help="compare a 'vllm bench serve' result JSON or AIPerf profile_export_aiperf.json with μ")
+    b.add_argument("--max-model-len", type=_tokens, default=None,
+                   help="with --import: the server's max_model_len; requests with s + o above it are refused")
     b.add_argument("--drop-oversize", action="store_true",
                    help="leave out requests longer (s + o) than the server's max_model_len, and count them; "
                    "μ is then of the law given fitting")

@@ -12,8 +12,11 @@ Read (the fields relied on; everything else is ignored):
   (``{"unit": …, "avg": …}``) at the top level (or under ``records`` in older
   exports): ``request_throughput`` (requests/sec, required), ``request_count``,
   ``input_sequence_length`` / ``output_sequence_length`` (their ``avg``),
-  ``benchmark_duration``.  AIPerf keeps no per-request lengths here, so ``μ``
-  needs the workload (``--workload``).
+  ``benchmark_duration``.  The per-request lengths, the workload for
+  ``E[g]``, come from AIPerf's record export beside it (``profile_export.jsonl``
+  for ``profile_export_aiperf.json``: ``input_sequence_length`` and
+  ``output_sequence_length`` of each profiled request that did not fail);
+  without that file ``μ`` needs the workload (``--workload``).
 
 Written: the llm-d benchmark report, schema version 0.2
 (``llm-d-benchmark/benchmark_report/schema_v0_2.py``): ``version``, ``run``
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -127,10 +131,55 @@ def _aiperf(path: str, data: dict[str, Any]) -> ExternalResult:
     count = avg("request_count")
     extra = {k: v for k in ("input_sequence_length", "output_sequence_length", "output_token_throughput")
              if (v := avg(k)) is not None}
+    records = _aiperf_records_path(path)
     return ExternalResult(
         tool="aiperf", path=path, throughput_per_s=thr, completed=int(count) if count is not None else None,
-        duration_s=avg("benchmark_duration"), workload=None, extra=extra,
+        duration_s=avg("benchmark_duration"), workload=_aiperf_lengths(records) if records else None, extra=extra,
     )
+
+
+def _aiperf_records_path(path: str) -> str | None:
+    """AIPerf's per-request export beside its summary: ``X.jsonl`` for ``X_aiperf.json``, if it is there."""
+    base = os.path.basename(path)
+    if not base.endswith(_AIPERF_SUFFIX):
+        return None
+    records = os.path.join(os.path.dirname(path), base[: -len(_AIPERF_SUFFIX)] + ".jsonl")
+    return records if os.path.isfile(records) else None
+
+
+#: AIPerf names its summary PREFIX_aiperf.json and its per-request records PREFIX.jsonl (default PREFIX: profile_export)
+_AIPERF_SUFFIX = "_aiperf.json"
+
+
+def _aiperf_lengths(path: str) -> Workload | None:
+    """The joint law of the profiled requests in AIPerf's per-request export (one JSON record a line:
+    ``metadata.benchmark_phase``, ``metrics.input_sequence_length.value``, ``metrics.output_sequence_length.value``);
+    warm-up, cancelled and failed requests are left out.  ``None`` when no record has both lengths."""
+    pairs: list[tuple[int, int]] = []
+    with open(path, encoding="utf-8") as fh:
+        for k, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                meta, metrics = rec.get("metadata") or {}, rec.get("metrics") or {}
+            except (json.JSONDecodeError, AttributeError):
+                raise InvalidArgument(f"{path}: line {k} is not an AIPerf record (a JSON object)") from None
+            if meta.get("benchmark_phase", "profiling") != "profiling" or meta.get("was_cancelled") or rec.get("error"):
+                continue
+            s, o = (metrics.get(name, {}).get("value") if isinstance(metrics.get(name), dict) else None
+                    for name in ("input_sequence_length", "output_sequence_length"))
+            if s is None or o is None:
+                continue
+            if not (isinstance(s, int) and isinstance(o, int) and s >= 1 and o >= 1):
+                raise InvalidArgument(
+                    f"{path}: line {k} has input_sequence_length {s!r}, output_sequence_length {o!r}; valid: integers >= 1"
+                )
+            pairs.append((s, o))
+    if not pairs:
+        return None
+    s_arr, o_arr = np.array(pairs, dtype=np.int64).T
+    return Workload.joint(s_arr, o_arr, name=f"lengths of {path}")
 
 
 def load_result(path: str) -> ExternalResult:

@@ -187,3 +187,20 @@ def test_imported_requests_that_do_not_fit_M_are_one_line(tmp_path: Path, capsys
     assert main(["bench", "--import", str(f), "--M", "4096", "--bbar", "0.03", "--workload", "s=U(10,3000),o=const(2000)",
                  "--out", ""]) == 2
     assert "need up to 5008 KV tokens" in capsys.readouterr().err
+
+
+def test_imported_requests_longer_than_max_model_len_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(VLLM_RESULT))  # s + o up to 50
+    args = ["bench", "--import", str(f), "--M", "4096", "--bbar", "0.03", "--out", ""]
+    assert main([*args, "--max-model-len", "49"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "s + o up to 50" in err[0] and "--max-model-len is 49" in err[0]
+    assert main([*args, "--max-model-len", "50"]) == 0
+    # against a live server max_model_len is the server's: the flag would do nothing, so it is refused
+    capsys.readouterr()
+    assert main(["bench", "--url", "http://127.0.0.1:9", "--rate", "1", "--max-model-len", "50", "--out", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "GET /v1/models" in err[0]
