@@ -86,8 +86,8 @@ def server() -> Iterator[ServerHandle]:
     h.stop()
 
 
-def _run(cmd: list[str | Path], cwd: Path) -> None:
-    env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb"}
+def _run(cmd: list[str | Path], cwd: Path, **env_extra: str) -> None:
+    env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb", **env_extra}
     proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{cmd[0]} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
 
@@ -115,6 +115,8 @@ def _check_import(
     rate = N / (max(truth.completion_times[-N:]) - min(x[2] for x in served))
     assert out["throughput_per_s"] == pytest.approx(rate, rel=RATE_TOLERANCE)
     assert out["measured_over_mu"] == pytest.approx(rate / mu, rel=RATE_TOLERANCE)
+    print(f"{out['tool']}: imported {out['throughput_per_s']:.3f} req/s, emulator {rate:.3f} req/s; μ {mu:.3f} "
+          f"(import {out['mu_per_s']:.3f}); measured/μ {out['measured_over_mu']:.3f} vs {rate / mu:.3f}")
     return out
 
 
@@ -146,3 +148,18 @@ def test_aiperf_runs_against_the_emulator_and_its_export_imports(
           "--no-server-metrics", "--no-gpu-telemetry", "--artifact-dir", tmp_path / "aiperf"], tmp_path)
     out = _check_import(server, tmp_path / "aiperf" / "profile_export_aiperf.json", capsys)
     assert out["tool"] == "aiperf"
+
+
+def test_guidellm_runs_against_the_emulator_and_its_report_imports(
+    server: ServerHandle, tokenizer: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    guidellm = _client("guidellm")
+    report = tmp_path / "benchmarks.json"
+    _run([guidellm, "run", "--backend",
+          f"kind=openai_http,target={server.url},model=kvstab-emulator,request_format=/v1/completions,http2=false",
+          "--profile", "kind=poisson,rate=1000", "--constraint", f"kind=max_requests,count={N}",
+          "--data", "kind=synthetic_text,prompt_tokens=64,output_tokens=64",
+          "--tokenizer", f"kind=hf_auto,model={tokenizer}", "--output", f"kind=json,path={report}",
+          "--disable-progress"], tmp_path, GUIDELLM__MAX_WORKER_PROCESSES="1")  # one worker starts fastest
+    out = _check_import(server, report, capsys)
+    assert out["tool"] == "guidellm"
