@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
 import os
 import sys
 from datetime import UTC, datetime
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from kvstab import validation as v
 from kvstab.cli.flags import arg_type, bbar, positive_float, positive_int, rate, seed
 from kvstab.errors import InvalidArgument
+from kvstab.jsonform import dumps
 
 if TYPE_CHECKING:
     from kvstab.live.bench import BenchSummary
@@ -71,8 +71,7 @@ def _writable(path: str) -> None:
 
 def _write(path: str, data: Any) -> None:
     with open(path, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2)
-        fh.write("\n")
+        fh.write(dumps(data, indent=2) + "\n")
 
 
 # --- serve
@@ -86,6 +85,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     if not args.emulate:
         raise InvalidArgument("kvstab serve only emulates a server: pass --emulate")
+    if args.write_tokenizer:
+        from kvstab.live.tokenizer import write_tokenizer
+
+        folder = write_tokenizer(args.write_tokenizer)
+        print(f"kvstab serve: wrote the emulator's tokenizer (one token per word) to {folder}: give it to a load "
+              "generator as its tokenizer", file=sys.stderr)
     vllm = ReplayConfig.for_capacity(
         args.M, args.block, max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         max_model_len=args.max_model_len,
@@ -173,7 +178,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
     if args.out:
         _write(args.out, out)
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(dumps(out, indent=2))
     else:
         print(f"{res.tool} ({res.path}): {res.throughput_per_s:.4f} req/s measured; μ = {rep.mu_per_s:.4f} req/s "
               f"(M={args.M}, b̄={args.bbar} s, E[g]={rep.E_g:.1f}); measured/μ = {out['measured_over_mu']:.4f}")
@@ -321,7 +326,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             status = 130
             break
     if args.json:
-        print(json.dumps(doc, indent=2))
+        print(dumps(doc, indent=2))
     if args.out:
         sys.stderr.write(f"kvstab bench: wrote {args.out}" + (f" and {args.llmd_report}" if args.llmd_report else "") + "\n")
     return status
@@ -401,6 +406,9 @@ def register(subparsers: Any) -> None:
     s.add_argument("--prefix-caching", type=_on_off, default=True, metavar="on|off",
                    help="vLLM's automatic prefix caching: prompts sent as token ids share the KV blocks of equal "
                    "prefixes, counted in vllm:prefix_cache_hits (default on, as vLLM's server)")
+    s.add_argument("--write-tokenizer", default=None, metavar="DIR",
+                   help="first write the emulator's tokenizer (a Hugging Face tokenizer folder, one token per word) "
+                   "to DIR, for load generators that count tokens themselves (vllm bench serve, AIPerf, GuideLLM)")
     s.add_argument("--ignore-min-tokens", action="store_true",
                    help="rehearse a server that ignores min_tokens and ignore_eos")
     s.set_defaults(func=_cmd_serve)

@@ -12,12 +12,12 @@ runs on the fast engine where it gives the reference's records (``--engine``);
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from kvstab import validation
 from kvstab.cli import flags
 from kvstab.errors import InvalidArgument
+from kvstab.jsonform import dumps
 from kvstab.model import ModelParams
 from kvstab.simulator import SlotRecord
 
@@ -86,7 +86,7 @@ def run_replay(args: argparse.Namespace) -> int:
         )  # fmt: skip
     if args.json:
         print(
-            json.dumps(
+            dumps(
                 {
                     "scheduler": args.scheduler,
                     "engine": out.engine,

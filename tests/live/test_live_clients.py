@@ -74,6 +74,9 @@ def _client(name: str) -> Path:
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if importlib.util.find_spec("tokenizers") is None:
+        _missing("the tokenizers package is not installed (the clients' tokenizer is written with it)",
+                 "KVSTAB_REQUIRE_CLIENTS")
     return write_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
@@ -163,3 +166,18 @@ def test_guidellm_runs_against_the_emulator_and_its_report_imports(
           "--disable-progress"], tmp_path, GUIDELLM__MAX_WORKER_PROCESSES="1")  # one worker starts fastest
     out = _check_import(server, report, capsys)
     assert out["tool"] == "guidellm"
+
+
+
+def test_the_written_tokenizer_counts_words_as_the_emulator_does(tmp_path: Path) -> None:
+    if importlib.util.find_spec("tokenizers") is None:
+        _missing("the tokenizers package is not installed", "KVSTAB_REQUIRE_CLIENTS")
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(write_tokenizer(tmp_path) / "tokenizer.json"))
+    text = "Hello, world:  w17 tok\tunseen-words w3."
+    ids = tok.encode(text).ids
+    # the emulator's tokenizer: one token per whitespace-separated word
+    assert len(ids) == len(text.split()) == 6
+    again = tok.decode(ids)
+    assert len(tok.encode(again).ids) == len(again.split()) == 6
