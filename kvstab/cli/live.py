@@ -417,7 +417,7 @@ def register(subparsers: Any) -> None:
         "bench", help="load an OpenAI-compatible server and compare its saturated rate with μ",
         description="Send requests of exact lengths (max_tokens = min_tokens = o, ignore_eos) at a rate or a trace's "
         "times, scrape /metrics (vLLM's names) for M and b̄, and report throughput beside μ = M/(b̄·E[g]). "
-        "With --import, compare a 'vllm bench serve' or AIPerf result with μ instead.",
+        "With --import, compare a 'vllm bench serve', AIPerf or GuideLLM result with μ instead.",
     )
     b.add_argument("--url", default=None, help="the server, http://HOST:PORT")
     b.add_argument("--api", choices=("completions", "chat"), default="completions",
@@ -442,7 +442,8 @@ def register(subparsers: Any) -> None:
     b.add_argument("--out", default="bench.json", help="kvstab's JSON result (default bench.json; '' for none)")
     b.add_argument("--llmd-report", default=None, help="also write an llm-d benchmark report (v0.2) here")
     b.add_argument("--import", dest="import_result", default=None, metavar="FILE",
-                   help="compare a 'vllm bench serve' result JSON or AIPerf profile_export_aiperf.json with μ")
+                   help="compare a 'vllm bench serve' result JSON, AIPerf profile_export_aiperf.json or GuideLLM "
+                   "benchmarks.json with μ")
     b.add_argument("--max-model-len", type=_tokens, default=None,
                    help="with --import: the server's max_model_len; requests with s + o above it are refused")
     b.add_argument("--drop-oversize", action="store_true",
