@@ -8,15 +8,22 @@ e.g. a typed verdict a record spells out itself) or ``json="optional"`` (left
 out while it is ``None``, for a shape that has it only sometimes).  A record
 whose JSON is not its fields one for one overrides :meth:`JsonRecord.to_json`,
 so each record has exactly one JSON form, written where the record is.
+
+JSON has no NaN or infinity (a parser that follows the standard refuses the
+``NaN`` Python prints), so every JSON kvstab writes goes through
+:func:`dumps`: a number that is not finite becomes ``null``, and the object
+holding it gains an ``undefined`` object saying why, key by key.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["JsonRecord", "to_json", "record_json"]
+__all__ = ["JsonRecord", "to_json", "record_json", "finite_json", "dumps", "UNDEFINED_KEY"]
 
 
 def to_json(value: object) -> Any:
@@ -53,3 +60,46 @@ class JsonRecord:
     def to_json(self) -> dict[str, Any]:
         """The record as plain JSON data (its fields in order; see the module docstring)."""
         return record_json(self)
+
+
+#: the key an object gains when some of its values were not finite numbers: ``{key: why}``
+UNDEFINED_KEY = "undefined"
+
+
+def _why(x: float) -> str:
+    if math.isnan(x):
+        return "not a number (NaN): undefined for this run (nothing to divide by, or no sample)"
+    return f"{'+' if x > 0 else '-'}infinite: unbounded for this run"
+
+
+def finite_json(value: object) -> Any:
+    """``value`` (plain JSON data, or records) with every non-finite float replaced by ``None``;
+    a mapping holding one gains :data:`UNDEFINED_KEY` mapping the key to why (for a list, the
+    positions too).  A non-finite float outside any mapping is just ``None``."""
+    value = to_json(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, list):
+        return [finite_json(v) for v in value]
+    if not isinstance(value, Mapping):
+        return value
+    out: dict[str, Any] = {}
+    why: dict[str, str] = dict(value.get(UNDEFINED_KEY) or {}) if isinstance(value.get(UNDEFINED_KEY), Mapping) else {}
+    for k, v in value.items():
+        if k == UNDEFINED_KEY and isinstance(v, Mapping):
+            continue
+        if isinstance(v, float) and not math.isfinite(v):
+            why[str(k)] = _why(v)
+        elif isinstance(v, list | tuple):
+            bad = [i for i, x in enumerate(v) if isinstance(x, float) and not math.isfinite(x)]
+            if bad:
+                why[str(k)] = f"entries {bad} {_why(float(v[bad[0]]))}"
+        out[k] = finite_json(v)
+    if why:
+        out[UNDEFINED_KEY] = why
+    return out
+
+
+def dumps(value: object, **kwargs: Any) -> str:
+    """``json.dumps`` of :func:`finite_json` ``(value)``, strict (no ``NaN``/``Infinity`` can get out)."""
+    return json.dumps(finite_json(value), allow_nan=False, **kwargs)

@@ -9,7 +9,13 @@
 #   - pdflatex (Debian: texlive-latex-base) for the test that compiles
 #     `kvstab derive` output;
 #   - Chromium (Debian: chromium) for the test that renders `kvstab audit`'s
-#     HTML report in a real headless browser.
+#     HTML report in a real headless browser;
+#   - the load generators that tests/live/test_live_clients.py points at
+#     `kvstab serve --emulate`: `vllm bench serve` (vLLM's CLI also imports
+#     watchfiles, which the --no-deps install leaves out), and AIPerf 0.13 and
+#     GuideLLM 0.8, each in a virtual environment of its own under
+#     <PYTHON's environment>/clients/NAME, where the tests look for them (their
+#     pins clash with vLLM's and SGLang's: torch, transformers, pydantic).
 # The system packages come from apt and need root; without root, the script
 # names what is missing and stops, so the suite never runs half-equipped.
 #
@@ -33,3 +39,14 @@ fi
 
 bash "$here/install-vllm.sh" "$PY"
 bash "$here/install-sglang.sh" "$PY"
+"$PY" -m pip install -q watchfiles
+
+prefix="$("$PY" -c 'import sys; print(sys.prefix)')"
+for client in aiperf==0.13.0 guidellm==0.8.1; do
+  name="${client%%=*}"
+  if [ ! -x "$prefix/clients/$name/bin/$name" ]; then
+    echo "install-test-tools: $client in $prefix/clients/$name"
+    "$PY" -m venv "$prefix/clients/$name"
+    "$prefix/clients/$name/bin/python" -m pip install -q "$client"
+  fi
+done

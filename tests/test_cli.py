@@ -305,3 +305,12 @@ def test_the_dispatcher_lists_each_command_with_its_own_help() -> None:
     for c in COMMANDS:
         assert registered[c.name] == c.help, c.name
         assert importlib.import_module(c.module) is not None
+
+
+def test_replay_accepts_the_drop_oversize_its_error_names(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["replay", "--scheduler", "vllm-v1", "--M", "100", "--chunk", "64", "--requests", "0:200:10,0:20:10"]
+    assert main(argv) == 2
+    assert "pass --drop-oversize" in capsys.readouterr().err
+    assert main([*argv, "--drop-oversize"]) == 0
+    captured = capsys.readouterr()
+    assert "left out 1 request(s)" in captured.err and "no invariant violation" in captured.out

@@ -181,7 +181,12 @@ def read_checkpoint(path: Path) -> dict[str, dict[str, Any]]:
             rec = json.loads(line)
         except json.JSONDecodeError:
             break
-        done[rec["key"]] = rec["row"]
+        row = rec["row"]
+        # strict JSON holds an undefined value as null, named under "undefined": back to NaN, as the CSV has it
+        for k in row.pop("undefined", None) or {}:
+            if row.get(k) is None:
+                row[k] = math.nan
+        done[rec["key"]] = row
         good += len(line)
     if good < len(raw):
         with open(path, "r+b") as fh:
@@ -221,7 +226,7 @@ def run_sweep(
             if not handle:
                 handle.append(open(ck, "a", encoding="utf-8"))  # noqa: SIM115 - closed in the finally below
             fh = handle[0]
-            fh.write(json.dumps({"key": cell.key, "row": row}, allow_nan=True) + "\n")
+            fh.write(json.dumps({"key": cell.key, "row": json_row(row)}, allow_nan=False) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
             log(f"  {cell.point.scheduler} λ = {cell.point.rate:.5g}/s rep {cell.replicate}: "

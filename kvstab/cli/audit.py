@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kvstab.errors import InvalidArgument
+from kvstab.jsonform import dumps
 
 __all__ = ["register", "writable_dir", "workload_spec"]
 
@@ -99,14 +100,14 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     )
     def keep(partial: AuditResult) -> None:
         # what is done survives an interrupt: report.json after every section
-        (out / "report.json").write_text(json.dumps(partial.to_json(), indent=2) + "\n")
+        (out / "report.json").write_text(dumps(partial.to_json(), indent=2) + "\n")
 
     with _executor(args.workers, None) as ex:
         res = run_audit(config, executor=ex, smt2_dir=out / "smt2", log=_log(not args.quiet), on_progress=keep)
     files = write_report(res, out)
     data = res.to_json()
     if args.json:
-        print(json.dumps(data, indent=2))
+        print(dumps(data, indent=2))
     else:
         _print_summary(data, files)
     return res.exit_status

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from kvstab import validation as v
 from kvstab.cli import flags
 from kvstab.errors import InvalidArgument
+from kvstab.jsonform import dumps
 from kvstab.model import PAPER_BBAR, PAPER_CHUNK, PAPER_M, ModelParams
 
 __all__ = ["register", "parse_replica", "MAX_REPLICAS"]
@@ -196,7 +196,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     measured = None if res.fleet.throughput is None else res.fleet.throughput.value
     note = _caching_note(replicas, measured, mu_total)
     if args.json:
-        print(json.dumps({"workload": workload.describe(), **res.as_dict(),
+        print(dumps({"workload": workload.describe(), **res.as_dict(),
                           "prefix_caching_replicas": caching_replicas(replicas),
                           "measured_over_mu": None if measured is None else measured / mu_total,
                           "prefix_caching_note": note or None}, indent=2))  # fmt: skip
@@ -240,7 +240,7 @@ def _cmd_critical(args: argparse.Namespace) -> int:
         "measured_over_mu": None if cr.saturated is None else cr.saturated.value / cr.mu_total,
     }  # fmt: skip
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(dumps(out, indent=2))
         return 0
     print(f"kvstab fleet critical: {len(replicas)} replicas, router {cr.router}, {workload.describe()}")
     print(f"  Σ μ_i = {cr.mu_total:.5g}/s; the router's critical rate by theory: {cr.theory_rate:.5g}/s")
@@ -351,7 +351,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     elif slos:
         raise InvalidArgument("--slo-ttft / --slo-e2e are checked by simulation; drop --no-verify")
     if args.json:
-        print(json.dumps({"workload": workload.describe(), "source": source, "plan": plan.as_dict(),
+        print(dumps({"workload": workload.describe(), "source": source, "plan": plan.as_dict(),
                           "verification": None if ver is None else ver.as_dict()}, indent=2))  # fmt: skip
     else:
         print(_markdown(plan, ver, source))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
 import os
 import sys
 from datetime import UTC, datetime
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from kvstab import validation as v
 from kvstab.cli.flags import arg_type, bbar, positive_float, positive_int, rate, seed
 from kvstab.errors import InvalidArgument
+from kvstab.jsonform import dumps
 
 if TYPE_CHECKING:
     from kvstab.live.bench import BenchSummary
@@ -71,8 +71,7 @@ def _writable(path: str) -> None:
 
 def _write(path: str, data: Any) -> None:
     with open(path, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2)
-        fh.write("\n")
+        fh.write(dumps(data, indent=2) + "\n")
 
 
 # --- serve
@@ -86,6 +85,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     if not args.emulate:
         raise InvalidArgument("kvstab serve only emulates a server: pass --emulate")
+    if args.write_tokenizer:
+        from kvstab.live.tokenizer import write_tokenizer
+
+        folder = write_tokenizer(args.write_tokenizer)
+        print(f"kvstab serve: wrote the emulator's tokenizer (one token per word) to {folder}: give it to a load "
+              "generator as its tokenizer", file=sys.stderr)
     vllm = ReplayConfig.for_capacity(
         args.M, args.block, max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         max_model_len=args.max_model_len,
@@ -156,6 +161,13 @@ def _cmd_import(args: argparse.Namespace) -> int:
             f"peak but --M is {args.M} (block {args.block}): no server with that capacity serves them; give the "
             "capacity of the server that ran the benchmark"
         )
+    if args.max_model_len is not None and workload.max_total > args.max_model_len:
+        # the server answers a request longer than its context with HTTP 400: it cannot have served these
+        raise InvalidArgument(
+            f"requests of {workload.describe()} have s + o up to {workload.max_total} tokens but --max-model-len is "
+            f"{args.max_model_len}: a server with that context refuses them; give the max_model_len of the server "
+            "that ran the benchmark, or the --workload it ran"
+        )
     rep = stability_report(workload, params)
     out = {
         "tool": res.tool, "path": res.path, "throughput_per_s": res.throughput_per_s, "completed": res.completed,
@@ -166,7 +178,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
     if args.out:
         _write(args.out, out)
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(dumps(out, indent=2))
     else:
         print(f"{res.tool} ({res.path}): {res.throughput_per_s:.4f} req/s measured; μ = {rep.mu_per_s:.4f} req/s "
               f"(M={args.M}, b̄={args.bbar} s, E[g]={rep.E_g:.1f}); measured/μ = {out['measured_over_mu']:.4f}")
@@ -218,6 +230,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return _cmd_import(args)
     if not args.url:
         raise InvalidArgument("kvstab bench needs --url http://HOST:PORT (or --import FILE)")
+    if args.max_model_len is not None:
+        raise InvalidArgument(
+            "--max-model-len checks an --import's requests; against --url the server's own max_model_len is read "
+            "from GET /v1/models: drop --max-model-len"
+        )
     if not args.url.startswith(("http://", "https://")):
         raise InvalidArgument(f"--url must start with http:// or https://, got {args.url!r}")
     for path in (args.out, args.llmd_report):
@@ -309,7 +326,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             status = 130
             break
     if args.json:
-        print(json.dumps(doc, indent=2))
+        print(dumps(doc, indent=2))
     if args.out:
         sys.stderr.write(f"kvstab bench: wrote {args.out}" + (f" and {args.llmd_report}" if args.llmd_report else "") + "\n")
     return status
@@ -389,6 +406,9 @@ def register(subparsers: Any) -> None:
     s.add_argument("--prefix-caching", type=_on_off, default=True, metavar="on|off",
                    help="vLLM's automatic prefix caching: prompts sent as token ids share the KV blocks of equal "
                    "prefixes, counted in vllm:prefix_cache_hits (default on, as vLLM's server)")
+    s.add_argument("--write-tokenizer", default=None, metavar="DIR",
+                   help="first write the emulator's tokenizer (a Hugging Face tokenizer folder, one token per word) "
+                   "to DIR, for load generators that count tokens themselves (vllm bench serve, AIPerf, GuideLLM)")
     s.add_argument("--ignore-min-tokens", action="store_true",
                    help="rehearse a server that ignores min_tokens and ignore_eos")
     s.set_defaults(func=_cmd_serve)
@@ -397,7 +417,7 @@ def register(subparsers: Any) -> None:
         "bench", help="load an OpenAI-compatible server and compare its saturated rate with μ",
         description="Send requests of exact lengths (max_tokens = min_tokens = o, ignore_eos) at a rate or a trace's "
         "times, scrape /metrics (vLLM's names) for M and b̄, and report throughput beside μ = M/(b̄·E[g]). "
-        "With --import, compare a 'vllm bench serve' or AIPerf result with μ instead.",
+        "With --import, compare a 'vllm bench serve', AIPerf or GuideLLM result with μ instead.",
     )
     b.add_argument("--url", default=None, help="the server, http://HOST:PORT")
     b.add_argument("--api", choices=("completions", "chat"), default="completions",
@@ -422,7 +442,10 @@ def register(subparsers: Any) -> None:
     b.add_argument("--out", default="bench.json", help="kvstab's JSON result (default bench.json; '' for none)")
     b.add_argument("--llmd-report", default=None, help="also write an llm-d benchmark report (v0.2) here")
     b.add_argument("--import", dest="import_result", default=None, metavar="FILE",
-                   help="compare a 'vllm bench serve' result JSON or AIPerf profile_export_aiperf.json with μ")
+                   help="compare a 'vllm bench serve' result JSON, AIPerf profile_export_aiperf.json or GuideLLM "
+                   "benchmarks.json with μ")
+    b.add_argument("--max-model-len", type=_tokens, default=None,
+                   help="with --import: the server's max_model_len; requests with s + o above it are refused")
     b.add_argument("--drop-oversize", action="store_true",
                    help="leave out requests longer (s + o) than the server's max_model_len, and count them; "
                    "μ is then of the law given fitting")

@@ -9,13 +9,13 @@ points run too (:func:`kvstab.audit.runs.prepare_simulation` and
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
 from kvstab import validation
 from kvstab.cli import flags
+from kvstab.jsonform import dumps
 
 if TYPE_CHECKING:
     from kvstab.audit.runs import SimulationReport
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(dumps(report.to_json(), indent=2))
         return 0
     _print(report)
     return 0

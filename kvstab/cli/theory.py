@@ -20,7 +20,6 @@ starts, and a bad one is one line on stderr with exit status 2.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from kvstab import validation as v
 from kvstab.cli.flags import add_server_arguments, arg_type, rate, server_params
 from kvstab.errors import InvalidArgument
+from kvstab.jsonform import dumps
 from kvstab.model import PAPER_BBAR, PAPER_CHUNK, PAPER_M, ModelParams
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ def _cmd_mu(args: argparse.Namespace) -> int:
             out["fleet"] = fleet.as_dict()
         out["sharing"] = sharing.as_dict() if sharing is not None else None
         out["timing_s"] = {"load": t_load, "compute": t_mu}
-        print(json.dumps(out, indent=2))
+        print(dumps(out, indent=2))
     else:
         _print_mu(rep, args.derivation)
         if sharing is not None:

@@ -133,6 +133,9 @@ class GroundTruth:
     step_durations: list[float] = field(default_factory=list)
     completion_times: list[float] = field(default_factory=list)
     preemptions: int = 0
+    # (s, o, arrival) of every request accepted, o as the emulated model produces it: what a client's
+    # own result file should record
+    served: list[tuple[int, int, float]] = field(default_factory=list)
 
     def bbar(self, start: float = 0.0, end: float = float("inf")) -> float:
         """Mean step duration of the steps that ended in ``[start, end]``."""
@@ -332,6 +335,7 @@ class Emulator:
         rid = self.backend.arrive(s, o, ids)
         req = LiveRequest(rid=rid, s=s, o=o, arrived=self.clock())
         self.live[rid] = req
+        self.truth.served.append((s, o, req.arrived))
         self.m_waiting.set(self.backend.waiting)
         if self._wake is not None:
             self._wake.set()

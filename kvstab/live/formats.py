@@ -12,8 +12,19 @@ Read (the fields relied on; everything else is ignored):
   (``{"unit": …, "avg": …}``) at the top level (or under ``records`` in older
   exports): ``request_throughput`` (requests/sec, required), ``request_count``,
   ``input_sequence_length`` / ``output_sequence_length`` (their ``avg``),
-  ``benchmark_duration``.  AIPerf keeps no per-request lengths here, so ``μ``
-  needs the workload (``--workload``).
+  ``benchmark_duration``.  The per-request lengths, the workload for
+  ``E[g]``, come from AIPerf's record export beside it (``profile_export.jsonl``
+  for ``profile_export_aiperf.json``: ``input_sequence_length`` and
+  ``output_sequence_length`` of each profiled request that did not fail);
+  without that file ``μ`` needs the workload (``--workload``).
+
+* GuideLLM ``benchmarks.json`` (``guidellm run --output kind=json``): under
+  ``benchmarks``, one benchmark per profile rate, each with ``duration`` (s),
+  ``metrics.request_totals`` (``successful``, ``errored``) and
+  ``requests.successful`` (per request: ``prompt_tokens``, ``output_tokens``,
+  the workload).  The throughput is successful requests over ``duration``; of
+  several benchmarks (a sweep) the one with the highest throughput is taken,
+  its index in ``extra.benchmark``.
 
 Written: the llm-d benchmark report, schema version 0.2
 (``llm-d-benchmark/benchmark_report/schema_v0_2.py``): ``version``, ``run``
@@ -30,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -127,14 +139,99 @@ def _aiperf(path: str, data: dict[str, Any]) -> ExternalResult:
     count = avg("request_count")
     extra = {k: v for k in ("input_sequence_length", "output_sequence_length", "output_token_throughput")
              if (v := avg(k)) is not None}
+    records = _aiperf_records_path(path)
     return ExternalResult(
         tool="aiperf", path=path, throughput_per_s=thr, completed=int(count) if count is not None else None,
-        duration_s=avg("benchmark_duration"), workload=None, extra=extra,
+        duration_s=avg("benchmark_duration"), workload=_aiperf_lengths(records) if records else None, extra=extra,
+    )
+
+
+def _aiperf_records_path(path: str) -> str | None:
+    """AIPerf's per-request export beside its summary: ``X.jsonl`` for ``X_aiperf.json``, if it is there."""
+    base = os.path.basename(path)
+    if not base.endswith(_AIPERF_SUFFIX):
+        return None
+    records = os.path.join(os.path.dirname(path), base[: -len(_AIPERF_SUFFIX)] + ".jsonl")
+    return records if os.path.isfile(records) else None
+
+
+#: AIPerf names its summary PREFIX_aiperf.json and its per-request records PREFIX.jsonl (default PREFIX: profile_export)
+_AIPERF_SUFFIX = "_aiperf.json"
+
+
+def _aiperf_lengths(path: str) -> Workload | None:
+    """The joint law of the profiled requests in AIPerf's per-request export (one JSON record a line:
+    ``metadata.benchmark_phase``, ``metrics.input_sequence_length.value``, ``metrics.output_sequence_length.value``);
+    warm-up, cancelled and failed requests are left out.  ``None`` when no record has both lengths."""
+    pairs: list[tuple[int, int]] = []
+    with open(path, encoding="utf-8") as fh:
+        for k, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                meta, metrics = rec.get("metadata") or {}, rec.get("metrics") or {}
+            except (json.JSONDecodeError, AttributeError):
+                raise InvalidArgument(f"{path}: line {k} is not an AIPerf record (a JSON object)") from None
+            if meta.get("benchmark_phase", "profiling") != "profiling" or meta.get("was_cancelled") or rec.get("error"):
+                continue
+            s, o = (metrics.get(name, {}).get("value") if isinstance(metrics.get(name), dict) else None
+                    for name in ("input_sequence_length", "output_sequence_length"))
+            if s is None or o is None:
+                continue
+            if not (isinstance(s, int) and isinstance(o, int) and s >= 1 and o >= 1):
+                raise InvalidArgument(
+                    f"{path}: line {k} has input_sequence_length {s!r}, output_sequence_length {o!r}; valid: integers >= 1"
+                )
+            pairs.append((s, o))
+    if not pairs:
+        return None
+    s_arr, o_arr = np.array(pairs, dtype=np.int64).T
+    return Workload.joint(s_arr, o_arr, name=f"lengths of {path}")
+
+
+def _guidellm(path: str, data: dict[str, Any]) -> ExternalResult:
+    """GuideLLM's ``benchmarks.json``: one benchmark per profile rate; the one with the highest throughput is
+    compared (a sweep's saturated end), its per-request lengths the workload."""
+    runs = [b for b in data["benchmarks"] if isinstance(b, dict)]
+    rated: list[tuple[float, int, int, float, dict[str, Any]]] = []
+    for k, b in enumerate(runs):
+        try:
+            totals = b["metrics"]["request_totals"]
+            done, failed = int(totals["successful"]), int(totals.get("errored", 0))
+        except (KeyError, TypeError, ValueError):
+            raise InvalidArgument(f"{path}: benchmark {k} has no metrics.request_totals.successful") from None
+        duration = _number(path, f"benchmarks[{k}].duration", b.get("duration"))
+        rated.append((done / duration if duration > 0 else 0.0, done, failed, duration, b))
+    if not rated:
+        raise InvalidArgument(f"{path}: a GuideLLM report without benchmarks")
+    thr, done, failed, duration, best = max(rated, key=lambda r: r[0])
+    reqs = best.get("requests")
+    ok = reqs.get("successful") if isinstance(reqs, dict) else None
+    pairs: list[tuple[int, int]] = []
+    for k, r in enumerate(ok if isinstance(ok, list) else []):
+        s, o = (r.get("prompt_tokens"), r.get("output_tokens")) if isinstance(r, dict) else (None, None)
+        if not (isinstance(s, int) and isinstance(o, int) and s >= 1 and o >= 1):
+            raise InvalidArgument(
+                f"{path}: successful request {k} has prompt_tokens {s!r}, output_tokens {o!r}; valid: integers >= 1"
+            )
+        pairs.append((s, o))
+    workload = None
+    if pairs:
+        s_arr, o_arr = np.array(pairs, dtype=np.int64).T
+        workload = Workload.joint(s_arr, o_arr, name=f"lengths of {path}")
+    strategy = best.get("config", {}).get("strategy", {}) if isinstance(best.get("config"), dict) else {}
+    extra: dict[str, Any] = {"failed": failed, "benchmarks": len(rated), "benchmark": runs.index(best)}
+    if isinstance(strategy, dict) and strategy.get("type_"):
+        extra["strategy"] = strategy.get("type_")
+    return ExternalResult(
+        tool="guidellm", path=path, throughput_per_s=thr, completed=done, duration_s=duration,
+        workload=workload, extra=extra,
     )
 
 
 def load_result(path: str) -> ExternalResult:
-    """Read a ``vllm bench serve`` result or an AIPerf summary (detected by their keys)."""
+    """Read a ``vllm bench serve`` result, an AIPerf summary or a GuideLLM report (detected by their keys)."""
     try:
         with open(path, encoding="utf-8-sig") as fh:
             data = json.load(fh)
@@ -152,9 +249,11 @@ def load_result(path: str) -> ExternalResult:
         return _vllm(path, data)
     if isinstance(data.get("request_throughput"), dict) or isinstance(data.get("records"), dict):
         return _aiperf(path, data)
+    if isinstance(data.get("benchmarks"), list):
+        return _guidellm(path, data)
     raise InvalidArgument(
-        f"{path}: neither a 'vllm bench serve' result (request_throughput: number) nor an AIPerf "
-        "profile_export_aiperf.json (request_throughput: {{unit, avg}})"
+        f"{path}: neither a 'vllm bench serve' result (request_throughput: number), an AIPerf "
+        "profile_export_aiperf.json (request_throughput: {unit, avg}) nor a GuideLLM report (benchmarks: [...])"
     )
 
 

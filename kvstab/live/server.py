@@ -6,9 +6,12 @@ Routes (the subset of vLLM's OpenAI server that load generators use):
   with prefix caching on, equal leading blocks of ids share KV and count as
   hits in ``/metrics``);
 * ``POST /v1/chat/completions`` — ``messages`` with string contents;
-* both honour ``max_tokens``, ``min_tokens``, ``ignore_eos`` and ``stream``
-  (server-sent events ending in ``data: [DONE]``, with a final ``usage`` chunk
-  when ``stream_options.include_usage`` is set) and answer with ``usage``;
+* both honour ``max_tokens`` (or ``max_completion_tokens``), ``min_tokens``,
+  ``ignore_eos`` and ``stream`` (server-sent events ending in ``data:
+  [DONE]``, with a final ``usage`` chunk when ``stream_options.include_usage``
+  is set, and the usage so far on every chunk with ``continuous_usage_stats``)
+  and answer with ``usage``; errors are vLLM's shape, ``{"error": {message,
+  type, param, code}}``;
 * ``GET /v1/models``, ``POST /tokenize``, ``GET /health``, ``GET /metrics``
   (Prometheus text with vLLM's metric names).
 
@@ -42,7 +45,10 @@ _WORD = "tok"
 
 
 def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": "BadRequestError", "code": status}}, status=status)
+    # vLLM's ErrorResponse (vllm/entrypoints/openai/protocol.py): clients read error.message
+    return web.json_response(
+        {"error": {"message": message, "type": "BadRequestError", "param": None, "code": status}}, status=status
+    )
 
 
 def _int_field(body: dict[str, Any], name: str, default: int | None, least: int) -> int | None:
@@ -100,7 +106,9 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         s, ids = _prompt_tokens(body, chat)
         if s < 1:
             raise InvalidArgument("the prompt has no tokens")
-        max_tokens = _int_field(body, "max_tokens", 16, 1) or 16
+        # chat clients (GuideLLM) send OpenAI's newer max_completion_tokens instead
+        max_tokens = (_int_field(body, "max_tokens", None, 1) or _int_field(body, "max_completion_tokens", None, 1)
+                      or 16)
         o = _output_length(emu, body, max_tokens)
         req = emu.submit(s, o, ids)
     except InvalidArgument as exc:
@@ -135,15 +143,20 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     chunk_kind = "chat.completion.chunk" if chat else "text_completion"
+    opts = body.get("stream_options")
+    usage_chunks = isinstance(opts, dict) and bool(opts.get("include_usage"))
+    # vLLM's continuous_usage_stats: the usage so far on every chunk too (GuideLLM asks for it)
+    running_usage = usage_chunks and bool(opts.get("continuous_usage_stats"))  # type: ignore[union-attr]
     try:
         while (k := await req.tokens.get()) is not None:
             text = " " + " ".join([_WORD] * k)
             last = req.sent >= o
             event = {"id": rid, "object": chunk_kind, "created": created, "model": model,
                      "choices": [choice(text, last, True)]}
+            if running_usage:
+                event["usage"] = usage()
             await resp.write(f"data: {json.dumps(event)}\n\n".encode())
-        opts = body.get("stream_options")
-        if isinstance(opts, dict) and opts.get("include_usage"):
+        if usage_chunks:
             event = {"id": rid, "object": chunk_kind, "created": created, "model": model, "choices": [],
                      "usage": usage()}
             await resp.write(f"data: {json.dumps(event)}\n\n".encode())

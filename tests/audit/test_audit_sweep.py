@@ -4,6 +4,7 @@ to exactly the rows of an uninterrupted one."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -109,6 +110,11 @@ def test_json_output_is_strict_json_with_the_undefined_named(tmp_path: Path, cap
     assert rows[0]["ttft_p50_slots"] is None and rows[0]["e2e_p99_slots"] is None
     assert "no request" in rows[0]["undefined"]["ttft_p50_slots"]
     assert rows[0]["throughput_per_s"] == 0.0 and "throughput_per_s" not in rows[0]["undefined"]
+    # the checkpoint is JSON too, and reads back with the undefined values NaN again (as in the CSV)
+    (line,) = (tmp_path / CHECKPOINT).read_text().splitlines()
+    assert json.loads(line, parse_constant=refuse)["row"]["ttft_p50_slots"] is None
+    (row,) = read_checkpoint(tmp_path / CHECKPOINT).values()
+    assert math.isnan(row["ttft_p50_slots"]) and "undefined" not in row
 
 
 def test_drop_oversize_runs_the_requests_that_fit_against_their_own_mu(

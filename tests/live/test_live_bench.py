@@ -308,3 +308,34 @@ def test_ctrl_c_ends_the_run_and_keeps_the_measurements(server: ServerHandle, tm
     assert "interrupted; the measurements so far are kept" in err and "Traceback" not in err
     run = json.loads(out.read_text())["runs"][0]
     assert run["stopped_by"] == "interrupted" and run["sent"] > 0 and run["elapsed_s"] < 60
+
+
+def test_what_clients_send_and_read_max_completion_tokens_running_usage_and_vllms_error_shape(
+    server: ServerHandle,
+) -> None:
+    """The fields real clients use: GuideLLM's chat requests carry max_completion_tokens and ask for
+    continuous_usage_stats; every client reads error.message of vLLM's error shape."""
+    import aiohttp
+
+    async def go() -> tuple[list[dict[str, object]], dict[str, object]]:
+        async with aiohttp.ClientSession() as s:
+            body = {"model": "kvstab-emulator", "messages": [{"role": "user", "content": "a b c"}],
+                    "max_completion_tokens": 5, "ignore_eos": True, "stream": True,
+                    "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+            events = []
+            async with s.post(server.url + "/v1/chat/completions", json=body) as r:
+                async for raw in r.content:
+                    line = raw.decode().strip()
+                    if line.startswith("data:") and line != "data: [DONE]":
+                        events.append(json.loads(line[5:]))
+            async with s.post(server.url + "/v1/completions", json={"prompt": "a", "max_tokens": 0}) as r:
+                assert r.status == 400
+                err = await r.json()
+        return events, err
+
+    events, err = asyncio.run(go())
+    with_tokens = [e for e in events if e["choices"]]
+    assert sum(len(e["choices"][0]["delta"]["content"].split()) for e in with_tokens) == 5  # type: ignore[index]
+    assert all(e["usage"]["prompt_tokens"] == 3 for e in with_tokens)  # type: ignore[index]
+    assert events[-1]["usage"]["completion_tokens"] == 5  # type: ignore[index]
+    assert set(err["error"]) == {"message", "type", "param", "code"} and "max_tokens" in err["error"]["message"]  # type: ignore[index]

@@ -187,3 +187,47 @@ def test_imported_requests_that_do_not_fit_M_are_one_line(tmp_path: Path, capsys
     assert main(["bench", "--import", str(f), "--M", "4096", "--bbar", "0.03", "--workload", "s=U(10,3000),o=const(2000)",
                  "--out", ""]) == 2
     assert "need up to 5008 KV tokens" in capsys.readouterr().err
+
+
+def test_imported_requests_longer_than_max_model_len_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(VLLM_RESULT))  # s + o up to 50
+    args = ["bench", "--import", str(f), "--M", "4096", "--bbar", "0.03", "--out", ""]
+    assert main([*args, "--max-model-len", "49"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "s + o up to 50" in err[0] and "--max-model-len is 49" in err[0]
+    assert main([*args, "--max-model-len", "50"]) == 0
+    # against a live server max_model_len is the server's: the flag would do nothing, so it is refused
+    capsys.readouterr()
+    assert main(["bench", "--url", "http://127.0.0.1:9", "--rate", "1", "--max-model-len", "50", "--out", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "GET /v1/models" in err[0]
+
+
+def _strict(text: str) -> object:
+    def refuse(name: str) -> object:
+        raise AssertionError(f"{name} in kvstab's JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_no_nan_in_kvstabs_json_but_null_and_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Python's json reads NaN, so a result file may carry one into what kvstab writes
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({**VLLM_RESULT, "output_throughput": float("nan"), "failed": float("inf")}))
+    out_file = tmp_path / "out.json"
+    assert main(["bench", "--import", str(f), "--M", "4096", "--bbar", "0.03", "--json", "--out", str(out_file)]) == 0
+    for text in (capsys.readouterr().out, out_file.read_text()):
+        extra = _strict(text)["extra"]  # type: ignore[index]
+        assert extra["output_throughput"] is None and extra["failed"] is None
+        assert "NaN" in extra["undefined"]["output_throughput"] and "infinite" in extra["undefined"]["failed"]
+
+
+def test_finite_json_nests_and_keeps_finite_values() -> None:
+    from kvstab.jsonform import dumps
+
+    doc = _strict(dumps({"a": 1.5, "b": [1.0, float("-inf")], "c": {"d": float("nan")}, "undefined": {"x": "kept"}}))
+    assert doc == {"a": 1.5, "b": [1.0, None], "c": {"d": None, "undefined": {"d": doc["c"]["undefined"]["d"]}},  # type: ignore[index]
+                   "undefined": {"x": "kept", "b": doc["undefined"]["b"]}}  # type: ignore[index]
