@@ -112,6 +112,7 @@ def run_cached(
     R[:, KC.R_OHEAD] = -1
     R[:, KC.R_OTAIL] = -1
     R[:, KC.R_CPTR] = -1
+    R[:, KC.R_HLAST] = -1
     hP = np.zeros(max(n, 1), dtype=np.uint64)
     nb = usable + 1  # block 0: vLLM's null block, never handed out
     ref = np.zeros(nb, dtype=np.int64)
@@ -126,17 +127,17 @@ def run_cached(
     dnext = np.full(nb, -1, dtype=np.int64)
     onext = np.full(nb, -1, dtype=np.int64)
     oprev = np.full(nb, -1, dtype=np.int64)
-    cap = 1 << max(4, int(4 * nb - 1).bit_length())  # the hash table: at least 4× the blocks, a power of 2
-    hkeys = np.zeros(cap, dtype=np.int64)
-    hfirst = np.full(cap, -1, dtype=np.int64)
-    hlast = np.full(cap, -1, dtype=np.int64)
-    hused = np.zeros(cap, dtype=np.bool_)
+    par = np.full(nb, -1, dtype=np.int64)  # a hit block's predecessor in its chain
+    cap = 1 << max(4, int(2 * nb - 1).bit_length())  # the hash table: at least 2× the blocks, a power of 2
+    ht = np.zeros((cap, KC.H_SIZE), dtype=np.int64)  # a row per table slot: key, first, last, used
+    ht[:, KC.H_FIRST] = -1
+    ht[:, KC.H_LAST] = -1
     run = np.zeros(max(n, 1), dtype=np.int64)
     wq = np.zeros(max(n, 1), dtype=np.int64)
     longest = int(np.max((plan.s + plan.o + B - 1) // B)) if n else 1
     scratch = np.zeros(longest + 2, dtype=np.int64)
     victims = np.zeros(max(n, 1), dtype=np.int64)
-    memo = np.full((longest + 2, 3), -1, dtype=np.int64)  # the queue head's chain, hashed once
+    memo = np.full((longest + 2, 4), -1, dtype=np.int64)  # the queue head's chain, hashed once
     memo_P = np.zeros(longest + 2, dtype=np.uint64)
     st = np.zeros(KC.C_SIZE, dtype=np.int64)
     st[KC.C_NFREE] = usable
@@ -156,7 +157,7 @@ def run_cached(
         out = np.zeros((len(KC.COLUMNS), t_end - t0), dtype=np.int64)
         status = KC.run_cached(
             st, R, hP, plan.slot, seg_d, seg_len, seg_off, ref, bhash, hashed, fprev, fnext, dprev, dnext,
-            onext, oprev, hkeys, hfirst, hlast, hused, run, wq, scratch, victims, memo, memo_P, rule, life, B,
+            onext, oprev, par, ht, run, wq, scratch, victims, memo, memo_P, rule, life, B,
             params.chunk,
             budget, seqs, usable, CR, SEED, K1, K2, t_end, draining, out,
         )  # fmt: skip
