@@ -72,7 +72,9 @@ C_NFREE = 5
 C_FHEAD = 6  # free queue: head, tail block ids (-1: empty)
 C_FTAIL = 7
 C_VSLOT = 8  # the slot a BROKEN status stopped at
-C_SIZE = 9
+C_PEAKS = 9  # Σ peak blocks of the running requests (reserve's view, kept as they come and go)
+C_TABS = 10  # Σ table sizes (hit + own blocks) of the running requests
+C_SIZE = 11
 
 # per-request rows of R[]
 R_S = 0
@@ -100,6 +102,18 @@ R_SINCE = 21  # the first slot whose charge is not yet in R_SERVED
 R_NEXT = 22  # a decoding request's next position that needs more than a token: a block, a cache, its end (0: none)
 R_HLAST = 23  # the last block of its hit (-1: none); par[] leads back through the rest
 R_SIZE = 24
+
+# columns of the block table blk[]: one row per block, the fields a block's moves touch on one cache line
+K_FPREV = 0  # free queue neighbours (-1: none)
+K_FNEXT = 1
+K_REF = 2
+K_HASH = 3  # the hash it is cached under, when cached
+K_DPREV = 4  # neighbours among the blocks cached under its hash (-1: none; UNCACHED: not cached)
+K_DNEXT = 5
+K_ONEXT = 6  # neighbours in its holder's own blocks
+K_OPREV = 7
+K_SIZE = 8
+UNCACHED = -2
 
 # columns of the hash table ht[]: one row per table slot, its fields on one cache line
 H_KEY = 0
@@ -186,29 +200,29 @@ def _delete(ht: Any, i: int) -> None:
 
 
 @_njit(cache=True, inline="always")
-def _free_remove(st: Any, fprev: Any, fnext: Any, b: int) -> None:
-    p = fprev[b]
-    q = fnext[b]
+def _free_remove(st: Any, blk: Any, b: int) -> None:
+    p = blk[b, K_FPREV]
+    q = blk[b, K_FNEXT]
     if p >= 0:
-        fnext[p] = q
+        blk[p, K_FNEXT] = q
     else:
         st[C_FHEAD] = q
     if q >= 0:
-        fprev[q] = p
+        blk[q, K_FPREV] = p
     else:
         st[C_FTAIL] = p
-    fprev[b] = -1
-    fnext[b] = -1
+    blk[b, K_FPREV] = -1
+    blk[b, K_FNEXT] = -1
     st[C_NFREE] -= 1
 
 
 @_njit(cache=True, inline="always")
-def _free_append(st: Any, fprev: Any, fnext: Any, b: int) -> None:
+def _free_append(st: Any, blk: Any, b: int) -> None:
     t = st[C_FTAIL]
-    fprev[b] = t
-    fnext[b] = -1
+    blk[b, K_FPREV] = t
+    blk[b, K_FNEXT] = -1
     if t >= 0:
-        fnext[t] = b
+        blk[t, K_FNEXT] = b
     else:
         st[C_FHEAD] = b
     st[C_FTAIL] = b
@@ -216,12 +230,12 @@ def _free_append(st: Any, fprev: Any, fnext: Any, b: int) -> None:
 
 
 @_njit(cache=True, inline="always")
-def _free_prepend(st: Any, fprev: Any, fnext: Any, b: int) -> None:
+def _free_prepend(st: Any, blk: Any, b: int) -> None:
     h = st[C_FHEAD]
-    fnext[b] = h
-    fprev[b] = -1
+    blk[b, K_FNEXT] = h
+    blk[b, K_FPREV] = -1
     if h >= 0:
-        fprev[h] = b
+        blk[h, K_FPREV] = b
     else:
         st[C_FTAIL] = b
     st[C_FHEAD] = b
@@ -229,45 +243,43 @@ def _free_prepend(st: Any, fprev: Any, fnext: Any, b: int) -> None:
 
 
 @_njit(cache=True, inline="always")
-def _uncache(bhash: Any, hashed: Any, dprev: Any, dnext: Any, ht: Any, b: int) -> None:
+def _uncache(blk: Any, ht: Any, b: int) -> None:
     """Drop block ``b``'s cached hash (eviction): ``_maybe_evict_cached_block``."""
-    i = _find(ht, bhash[b])
-    p = dprev[b]
-    q = dnext[b]
+    i = _find(ht, blk[b, K_HASH])
+    p = blk[b, K_DPREV]
+    q = blk[b, K_DNEXT]
     if p >= 0:
-        dnext[p] = q
+        blk[p, K_DNEXT] = q
     else:
         ht[i, H_FIRST] = q
     if q >= 0:
-        dprev[q] = p
+        blk[q, K_DPREV] = p
     else:
         ht[i, H_LAST] = p
     if ht[i, H_FIRST] < 0:
         _delete(ht, i)
-    hashed[b] = False
-    dprev[b] = -1
-    dnext[b] = -1
+    blk[b, K_DPREV] = UNCACHED
+    blk[b, K_DNEXT] = -1
 
 
 @_njit(cache=True, inline="always")
-def _cache(bhash: Any, hashed: Any, dprev: Any, dnext: Any, ht: Any,
+def _cache(blk: Any, ht: Any,
            b: int, h: int) -> None:
     """Cache block ``b`` under ``h`` (after the blocks already cached under it)."""
-    if hashed[b]:
+    if blk[b, K_DPREV] != UNCACHED:
         return  # already cached (under the same hash: a chain names its prefix)
     i = _insert(ht, h)
     if ht[i, H_FIRST] < 0:
         ht[i, H_FIRST] = b
         ht[i, H_LAST] = b
-        dprev[b] = -1
+        blk[b, K_DPREV] = -1
     else:
         t = ht[i, H_LAST]
-        dnext[t] = b
-        dprev[b] = t
+        blk[t, K_DNEXT] = b
+        blk[b, K_DPREV] = t
         ht[i, H_LAST] = b
-    dnext[b] = -1
-    bhash[b] = h
-    hashed[b] = True
+    blk[b, K_DNEXT] = -1
+    blk[b, K_HASH] = h
 
 
 # ---- hashing a request's blocks ------------------------------------------------------------
@@ -298,9 +310,7 @@ def _block_hash(seg_d: Any, seg_len: Any, seg: int, off: int, P: Any, B: int, R:
 @_njit(cache=True)
 def run_cached(
     st: Any, R: Any, hP: Any, arr_slot: Any, seg_d: Any, seg_len: Any, seg_off: Any,
-    ref: Any, bhash: Any, hashed: Any, fprev: Any, fnext: Any, dprev: Any, dnext: Any, onext: Any, oprev: Any,
-    par: Any, ht: Any, run: Any, wq: Any, scratch: Any, victims: Any,
-    memo: Any, memo_P: Any,
+    blk: Any, par: Any, ht: Any, run: Any, wq: Any, scratch: Any, victims: Any, memo: Any, memo_P: Any,
     rule: int, life: int, B: int, chunk: int, budget0: int, max_seqs: int, usable: int,
     CR: Any, SEED: Any, K1: Any, K2: Any, t_end: int, drain: bool, out: Any,
 ) -> int:
@@ -334,12 +344,7 @@ def run_cached(
         # reserve's view: Σ peaks of the running, minus what older running requests share
         reserved = 0
         if rule == RULE_RESERVE:
-            tabs = 0
-            for j in range(nrun):
-                r = run[j]
-                reserved += (R[r, R_S] + R[r, R_O] + B - 1) // B
-                tabs += R[r, R_HIT] + R[r, R_NOWN]
-            reserved -= tabs - (usable - st[C_NFREE])
+            reserved = st[C_PEAKS] - (st[C_TABS] - (usable - st[C_NFREE]))
         # --- the running requests, oldest admission first
         budget = budget0 if (rule == RULE_VLLM_V1 and budget0 >= 0) else (1 << 62)
         tokens = 0
@@ -371,7 +376,7 @@ def run_cached(
                 v = run[nrun - 1]
                 nrun -= 1
                 R[v, R_SERVED] += (R[v, R_HIT] + R[v, R_NOWN]) * B * (t - R[v, R_SINCE])  # charged to t - 1
-                _release(v, R, ref, hashed, fprev, fnext, st, oprev, par, scratch)
+                _release(v, R, B, blk, st, par, scratch)
                 victims[nvict] = v
                 nvict += 1
                 if v == r:
@@ -380,7 +385,7 @@ def run_cached(
             if self_out:
                 break
             if need > 0 or newp // B > R[r, R_NCACHED]:  # a block to take or one newly full to cache
-                _grow(r, need, newp, t, R, B, ref, bhash, hashed, fprev, fnext, dprev, dnext, st, onext, oprev,
+                _grow(r, need, newp, t, R, B, blk, st,
                       seg_d, seg_len, hP, ht, CR, K1, K2)
             # only newer requests can still be preempted in this slot: the work is done now
             R[r, R_P] = newp
@@ -404,7 +409,7 @@ def run_cached(
                     break
                 w = wq[st[C_WHEAD]]
                 s = R[w, R_S]
-                hit, evictable = _lookup(w, s, R, B, ref, bhash, hashed, dprev, seg_d, seg_len, seg_off, hP, ht,
+                hit, evictable = _lookup(w, s, R, B, blk, seg_d, seg_len, seg_off, hP, ht,
                                          scratch, memo, memo_P, CR, SEED, K1, K2)
                 shared = hit - evictable
                 c = hit * B
@@ -430,15 +435,17 @@ def run_cached(
                 prev = -1
                 for k in range(hit):  # adopt the hit: one more reference each, out of the free queue
                     b = scratch[k]
-                    if ref[b] == 0:
-                        _free_remove(st, fprev, fnext, b)
-                    ref[b] += 1
+                    if blk[b, K_REF] == 0:
+                        _free_remove(st, blk, b)
+                    blk[b, K_REF] += 1
                     # the block before it in the chain: every holder's hit has the same one there (each
                     # is the first cached under its hash, and stays so while held)
                     par[b] = prev
                     prev = b
                 R[w, R_HIT] = hit
                 R[w, R_HLAST] = prev
+                st[C_PEAKS] += (s + R[w, R_O] + B - 1) // B
+                st[C_TABS] += hit
                 R[w, R_NEXT] = 0
                 R[w, R_NOWN] = 0
                 R[w, R_OHEAD] = -1
@@ -448,8 +455,7 @@ def run_cached(
                 R[w, R_CACHED] = c
                 R[w, R_SINCE] = t  # charged from this slot on
                 R[w, R_ATT0] = R[w, R_SERVED]
-                _grow(w, (c + first + B - 1) // B - hit, c + first, t, R, B, ref, bhash, hashed, fprev, fnext,
-                      dprev, dnext, st, onext, oprev, seg_d, seg_len, hP, ht, CR, K1, K2)
+                _grow(w, (c + first + B - 1) // B - hit, c + first, t, R, B, blk, st, seg_d, seg_len, hP, ht, CR, K1, K2)
                 R[w, R_P] = c + first
                 if c + first >= s + R[w, R_O]:
                     finishing = True
@@ -492,7 +498,7 @@ def run_cached(
             if R[r, R_P] >= R[r, R_S] + R[r, R_O]:
                 R[r, R_FIN] = t
                 R[r, R_SERVED] += (R[r, R_HIT] + R[r, R_NOWN]) * B * (t + 1 - R[r, R_SINCE])  # charged to t
-                _release(r, R, ref, hashed, fprev, fnext, st, oprev, par, scratch)
+                _release(r, R, B, blk, st, par, scratch)
                 completed += 1
             else:
                 run[kept] = r
@@ -515,7 +521,7 @@ def run_cached(
 
 
 @_njit(cache=True, inline="always")
-def _lookup(w: int, s: int, R: Any, B: int, ref: Any, bhash: Any, hashed: Any, dprev: Any, seg_d: Any, seg_len: Any,
+def _lookup(w: int, s: int, R: Any, B: int, blk: Any, seg_d: Any, seg_len: Any,
             seg_off: Any, hP: Any, ht: Any, scratch: Any, memo: Any, memo_P: Any, CR: Any, SEED: Any,
             K1: Any, K2: Any) -> Any:
     """The longest cached prefix of ``w`` with ``s`` tokens (at most ``s − 1`` tokens, whole
@@ -526,11 +532,28 @@ def _lookup(w: int, s: int, R: Any, B: int, ref: Any, bhash: Any, hashed: Any, d
     changes) is kept in ``memo`` — row 0 its rid and how many blocks are hashed, then per
     block the hash, the cursor after it (``memo_P`` the chain state) and the block found
     under it last time — so the table is probed again only where that block is no longer
-    the first cached under the hash."""
+    the first cached under the hash.  A new head keeps the rows of the one before it that
+    lie wholly in the segments both start with (a shared system prompt is hashed once, not
+    once per request)."""
     limit = (s - 1) // B
     if memo[0, 0] != w:
+        keep = 0
+        prev = memo[0, 0]
+        if prev >= 0:
+            a0 = seg_off[prev]
+            w0 = seg_off[w]
+            na = seg_off[prev + 1] - a0
+            nw = seg_off[w + 1] - w0
+            common = 0  # tokens of their common leading segments (equal digests: equal content)
+            k = 0
+            while k < na and k < nw and seg_d[a0 + k] == seg_d[w0 + k] and seg_len[a0 + k] == seg_len[w0 + k]:
+                common += seg_len[a0 + k]
+                k += 1
+            keep = min(memo[0, 1], common // B)
+            for i in range(1, keep + 1):  # the cursors move to w's segments
+                memo[i, 1] += w0 - a0
         memo[0, 0] = w
-        memo[0, 1] = 0
+        memo[0, 1] = keep
     hit = 0
     evictable = 0
     while hit < limit:
@@ -554,14 +577,14 @@ def _lookup(w: int, s: int, R: Any, B: int, ref: Any, bhash: Any, hashed: Any, d
             memo[0, 1] = hit + 1
         b = memo[hit + 1, 3]
         # still cached under h and at the head of its list: the first block under h, no probe
-        if not (b >= 0 and hashed[b] and bhash[b] == h and dprev[b] < 0):
+        if not (b >= 0 and blk[b, K_DPREV] == -1 and blk[b, K_HASH] == h):
             i = _find(ht, h)
             if i < 0:
                 break
             b = ht[i, H_FIRST]
             memo[hit + 1, 3] = b
         scratch[hit] = b
-        if ref[b] == 0:
+        if blk[b, K_REF] == 0:
             evictable += 1
         hit += 1
     if hit == 0:
@@ -576,8 +599,7 @@ def _lookup(w: int, s: int, R: Any, B: int, ref: Any, bhash: Any, hashed: Any, d
 
 
 @_njit(cache=True, inline="always")
-def _grow(r: int, need: int, upto: int, t: int, R: Any, B: int, ref: Any, bhash: Any, hashed: Any, fprev: Any, fnext: Any,
-          dprev: Any, dnext: Any, st: Any, onext: Any, oprev: Any, seg_d: Any, seg_len: Any, hP: Any,
+def _grow(r: int, need: int, upto: int, t: int, R: Any, B: int, blk: Any, st: Any, seg_d: Any, seg_len: Any, hP: Any,
           ht: Any, CR: Any, K1: Any, K2: Any) -> None:
     """Take ``need`` blocks from the head of the free queue for ``r`` (evicting their hashes),
     then cache its blocks full by ``upto`` tokens (allocation time, as vLLM).  New blocks change
@@ -587,19 +609,20 @@ def _grow(r: int, need: int, upto: int, t: int, R: Any, B: int, ref: Any, bhash:
         R[r, R_SINCE] = t
     for _ in range(need):
         b = st[C_FHEAD]
-        _free_remove(st, fprev, fnext, b)
-        if hashed[b]:
-            _uncache(bhash, hashed, dprev, dnext, ht, b)
-        ref[b] = 1
+        _free_remove(st, blk, b)
+        if blk[b, K_DPREV] != UNCACHED:
+            _uncache(blk, ht, b)
+        blk[b, K_REF] = 1
         tail = R[r, R_OTAIL]
-        oprev[b] = tail
-        onext[b] = -1
+        blk[b, K_OPREV] = tail
+        blk[b, K_ONEXT] = -1
         if tail >= 0:
-            onext[tail] = b
+            blk[tail, K_ONEXT] = b
         else:
             R[r, R_OHEAD] = b
         R[r, R_OTAIL] = b
         R[r, R_NOWN] += 1
+        st[C_TABS] += 1
         if R[r, R_CPTR] < 0:
             R[r, R_CPTR] = b
     full = upto // B
@@ -609,25 +632,26 @@ def _grow(r: int, need: int, upto: int, t: int, R: Any, B: int, ref: Any, bhash:
         hP[r] = P
         R[r, R_HSEG] = seg
         R[r, R_HOFF] = off
-        _cache(bhash, hashed, dprev, dnext, ht, b, h)
+        _cache(blk, ht, b, h)
         R[r, R_NCACHED] += 1
-        R[r, R_CPTR] = onext[b]
+        R[r, R_CPTR] = blk[b, K_ONEXT]
 
 
 @_njit(cache=True, inline="always")
-def _release(r: int, R: Any, ref: Any, hashed: Any, fprev: Any, fnext: Any, st: Any, oprev: Any, par: Any,
-             scratch: Any) -> None:
+def _release(r: int, R: Any, B: int, blk: Any, st: Any, par: Any, scratch: Any) -> None:
     """Free ``r``'s table last block first (``free_blocks``): blocks nobody holds any more go to
     the free queue, uncached ones to its head in that order, cached ones to its tail."""
     hit = R[r, R_HIT]
+    st[C_TABS] -= hit + R[r, R_NOWN]
+    st[C_PEAKS] -= (R[r, R_S] + R[r, R_O] + B - 1) // B  # as added at its admission: S, O change only after
     nfirst = 0  # uncached blocks freed, collected in scratch in the order met
     b = R[r, R_OTAIL]
     while b >= 0:
-        nb = oprev[b]
-        ref[b] -= 1
-        if ref[b] == 0:
-            if hashed[b]:
-                _free_append(st, fprev, fnext, b)
+        nb = blk[b, K_OPREV]
+        blk[b, K_REF] -= 1
+        if blk[b, K_REF] == 0:
+            if blk[b, K_DPREV] != UNCACHED:
+                _free_append(st, blk, b)
             else:
                 scratch[nfirst] = b
                 nfirst += 1
@@ -636,16 +660,16 @@ def _release(r: int, R: Any, ref: Any, hashed: Any, fprev: Any, fnext: Any, st: 
     b = R[r, R_HLAST]
     for _ in range(hit):
         nb = par[b]
-        ref[b] -= 1
-        if ref[b] == 0:
-            if hashed[b]:
-                _free_append(st, fprev, fnext, b)
+        blk[b, K_REF] -= 1
+        if blk[b, K_REF] == 0:
+            if blk[b, K_DPREV] != UNCACHED:
+                _free_append(st, blk, b)
             else:  # pragma: no cover - a hit block is always cached
                 scratch[nfirst] = b
                 nfirst += 1
         b = nb
     for k in range(nfirst - 1, -1, -1):  # the first one met ends at the head
-        _free_prepend(st, fprev, fnext, scratch[k])
+        _free_prepend(st, blk, scratch[k])
     R[r, R_HIT] = 0
     R[r, R_HLAST] = -1
     R[r, R_NEXT] = 0
