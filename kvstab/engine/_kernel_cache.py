@@ -18,16 +18,24 @@ shifted view:
 
 Memory stays linear in blocks, requests and prompt segments, never in tokens:
 
-* A request's block table is its **hit** (a prefix of cached blocks, found again by
-  hash when it is freed: a held block cannot be evicted, so it is still the first
-  block cached under its hash) and its **own blocks**, private, kept as a doubly
-  linked list through the block ids.
+* A request's block table is its **hit** (a prefix of cached blocks, each the first
+  cached under its hash, which a held block stays) and its **own blocks**, private,
+  kept as a doubly linked list through the block ids.  The hit is walked back from its
+  last block through ``par[]``, each hit block's predecessor in its chain: every
+  holder's hit has the same block there, so one link per block serves them all.
 * Block hashes are computed here, block by block, from the request's content
   segments (:func:`kvstab.prefix.chain_constants`): a cursor per request, so a
   running request hashes each block once, when it fills.
 * The map from a hash to the blocks cached under it is an open-addressing table
   (linear probing, backward-shift deletion) whose value is a list of blocks in the
   order they were cached (vLLM keeps duplicates; a lookup returns the first).
+
+Speed is memory traffic: a block's fields are one row of ``blk[]`` and a table slot's
+one row of ``ht[]`` (a block taken from the free queue is the least recently used, cold
+in cache), the helpers are inlined (a call passed ~20 arrays), a decoder between block
+events costs a comparison (``R_NEXT``), and a waiting head's lookup re-probes only
+hashes whose first block changed and reuses the previous head's hashes over their
+common leading segments.
 """
 
 from __future__ import annotations
