@@ -52,7 +52,7 @@ def main() -> None:
     half = args.slots // 2
     print(f"{WORKLOAD}, M={SERVER.M}, B={SERVER.block}; rates over {args.slots} slots, speed on {args.requests} requests")
     print(f"{'scheduler':<13}{'on /slot':>9}{'off /slot':>10}{'on/off':>7}  {'engine':<10}{'req/s':>9}"
-          f"{'10⁶ req (s)':>12}{'target':>8}")
+          f"{'10⁶ req (s)':>12}{'target':>10}")
     for name in args.rules.split(","):
         server = SERVER if name == "vllm-v1" else replace(SERVER, token_budget=None, max_num_seqs=None)
         rule = load_scheduler(name)
@@ -78,7 +78,7 @@ def main() -> None:
         per = 1e6 / rate
         verdict = "ok" if per <= TARGET_S else "over"
         print(f"{name:<13}{a:>9.4f}{b:>10.4f}{a / b if b else float('inf'):>7.2f}  {out.engine:<10}{rate:>9.0f}"
-              f"{per:>12.1f}{f'≤{TARGET_S:.0f} {verdict}':>8}")
+              f"{per:>12.1f}{f'≤{TARGET_S:.0f} {verdict}':>10}")
 
 
 if __name__ == "__main__":
