@@ -18,16 +18,24 @@ shifted view:
 
 Memory stays linear in blocks, requests and prompt segments, never in tokens:
 
-* A request's block table is its **hit** (a prefix of cached blocks, found again by
-  hash when it is freed: a held block cannot be evicted, so it is still the first
-  block cached under its hash) and its **own blocks**, private, kept as a doubly
-  linked list through the block ids.
+* A request's block table is its **hit** (a prefix of cached blocks, each the first
+  cached under its hash, which a held block stays) and its **own blocks**, private,
+  kept as a doubly linked list through the block ids.  The hit is walked back from its
+  last block through ``par[]``, each hit block's predecessor in its chain: every
+  holder's hit has the same block there, so one link per block serves them all.
 * Block hashes are computed here, block by block, from the request's content
   segments (:func:`kvstab.prefix.chain_constants`): a cursor per request, so a
   running request hashes each block once, when it fills.
 * The map from a hash to the blocks cached under it is an open-addressing table
   (linear probing, backward-shift deletion) whose value is a list of blocks in the
   order they were cached (vLLM keeps duplicates; a lookup returns the first).
+
+Speed is memory traffic: a block's fields are one row of ``blk[]`` and a table slot's
+one row of ``ht[]`` (a block taken from the free queue is the least recently used, cold
+in cache), the helpers are inlined (a call passed ~20 arrays), a decoder between block
+events costs a comparison (``R_NEXT``), and a waiting head's lookup re-probes only
+hashes whose first block changed and reuses the previous head's hashes over their
+common leading segments.
 """
 
 from __future__ import annotations
@@ -72,7 +80,9 @@ C_NFREE = 5
 C_FHEAD = 6  # free queue: head, tail block ids (-1: empty)
 C_FTAIL = 7
 C_VSLOT = 8  # the slot a BROKEN status stopped at
-C_SIZE = 9
+C_PEAKS = 9  # Σ peak blocks of the running requests (reserve's view, kept as they come and go)
+C_TABS = 10  # Σ table sizes (hit + own blocks) of the running requests
+C_SIZE = 11
 
 # per-request rows of R[]
 R_S = 0
@@ -97,7 +107,28 @@ R_CACHED = 18  # tokens of its hit at its latest admission
 R_RECOMP = 19
 R_PRIOR = 20
 R_SINCE = 21  # the first slot whose charge is not yet in R_SERVED
-R_SIZE = 22
+R_NEXT = 22  # a decoding request's next position that needs more than a token: a block, a cache, its end (0: none)
+R_HLAST = 23  # the last block of its hit (-1: none); par[] leads back through the rest
+R_SIZE = 24
+
+# columns of the block table blk[]: one row per block, the fields a block's moves touch on one cache line
+K_FPREV = 0  # free queue neighbours (-1: none)
+K_FNEXT = 1
+K_REF = 2
+K_HASH = 3  # the hash it is cached under, when cached
+K_DPREV = 4  # neighbours among the blocks cached under its hash (-1: none; UNCACHED: not cached)
+K_DNEXT = 5
+K_ONEXT = 6  # neighbours in its holder's own blocks
+K_OPREV = 7
+K_SIZE = 8
+UNCACHED = -2
+
+# columns of the hash table ht[]: one row per table slot, its fields on one cache line
+H_KEY = 0
+H_FIRST = 1  # first and last block cached under the key (-1: none)
+H_LAST = 2
+H_USED = 3
+H_SIZE = 4
 
 # output rows
 COLUMNS = ("arrived", "admitted", "preempted", "completed", "running", "memory", "wasted", "tokens", "queue")
@@ -126,145 +157,143 @@ def _home(key: Any, mask: int) -> int:
     return int((np.uint64(key) * _GOLD) >> np.uint64(32)) & mask
 
 
-@_njit(cache=True)
-def _find(hkeys: Any, hused: Any, key: int) -> int:
+@_njit(cache=True, inline="always")
+def _find(ht: Any, key: int) -> int:
     """The table slot holding ``key``, or -1."""
-    mask = hkeys.size - 1
+    mask = ht.shape[0] - 1
     i = _home(key, mask)
-    while hused[i]:
-        if hkeys[i] == key:
+    while ht[i, H_USED]:
+        if ht[i, H_KEY] == key:
             return i
         i = (i + 1) & mask
     return -1
 
 
-@_njit(cache=True)
-def _insert(hkeys: Any, hfirst: Any, hlast: Any, hused: Any, key: int) -> int:
-    """The slot of ``key``, inserted with no blocks if absent (the table is never full: 4× the blocks)."""
-    mask = hkeys.size - 1
+@_njit(cache=True, inline="always")
+def _insert(ht: Any, key: int) -> int:
+    """The slot of ``key``, inserted with no blocks if absent (the table is never full: at least 2× the blocks)."""
+    mask = ht.shape[0] - 1
     i = _home(key, mask)
-    while hused[i]:
-        if hkeys[i] == key:
+    while ht[i, H_USED]:
+        if ht[i, H_KEY] == key:
             return i
         i = (i + 1) & mask
-    hused[i] = True
-    hkeys[i] = key
-    hfirst[i] = -1
-    hlast[i] = -1
+    ht[i, H_USED] = 1
+    ht[i, H_KEY] = key
+    ht[i, H_FIRST] = -1
+    ht[i, H_LAST] = -1
     return i
 
 
-@_njit(cache=True)
-def _delete(hkeys: Any, hfirst: Any, hlast: Any, hused: Any, i: int) -> None:
+@_njit(cache=True, inline="always")
+def _delete(ht: Any, i: int) -> None:
     """Remove slot ``i``, shifting back the entries of its probe run."""
-    mask = hkeys.size - 1
+    mask = ht.shape[0] - 1
     j = i
     while True:
         j = (j + 1) & mask
-        if not hused[j]:
+        if not ht[j, H_USED]:
             break
-        k = _home(hkeys[j], mask)
+        k = _home(ht[j, H_KEY], mask)
         # move j into the hole i if its home is not cyclically in (i, j]
         if (j > i and (k <= i or k > j)) or (j < i and (k <= i and k > j)):
-            hkeys[i] = hkeys[j]
-            hfirst[i] = hfirst[j]
-            hlast[i] = hlast[j]
+            ht[i, H_KEY] = ht[j, H_KEY]
+            ht[i, H_FIRST] = ht[j, H_FIRST]
+            ht[i, H_LAST] = ht[j, H_LAST]
             i = j
-    hused[i] = False
+    ht[i, H_USED] = 0
 
 
 # ---- the pool ----------------------------------------------------------------------------
 
 
-@_njit(cache=True)
-def _free_remove(st: Any, fprev: Any, fnext: Any, b: int) -> None:
-    p = fprev[b]
-    q = fnext[b]
+@_njit(cache=True, inline="always")
+def _free_remove(st: Any, blk: Any, b: int) -> None:
+    p = blk[b, K_FPREV]
+    q = blk[b, K_FNEXT]
     if p >= 0:
-        fnext[p] = q
+        blk[p, K_FNEXT] = q
     else:
         st[C_FHEAD] = q
     if q >= 0:
-        fprev[q] = p
+        blk[q, K_FPREV] = p
     else:
         st[C_FTAIL] = p
-    fprev[b] = -1
-    fnext[b] = -1
+    blk[b, K_FPREV] = -1
+    blk[b, K_FNEXT] = -1
     st[C_NFREE] -= 1
 
 
-@_njit(cache=True)
-def _free_append(st: Any, fprev: Any, fnext: Any, b: int) -> None:
+@_njit(cache=True, inline="always")
+def _free_append(st: Any, blk: Any, b: int) -> None:
     t = st[C_FTAIL]
-    fprev[b] = t
-    fnext[b] = -1
+    blk[b, K_FPREV] = t
+    blk[b, K_FNEXT] = -1
     if t >= 0:
-        fnext[t] = b
+        blk[t, K_FNEXT] = b
     else:
         st[C_FHEAD] = b
     st[C_FTAIL] = b
     st[C_NFREE] += 1
 
 
-@_njit(cache=True)
-def _free_prepend(st: Any, fprev: Any, fnext: Any, b: int) -> None:
+@_njit(cache=True, inline="always")
+def _free_prepend(st: Any, blk: Any, b: int) -> None:
     h = st[C_FHEAD]
-    fnext[b] = h
-    fprev[b] = -1
+    blk[b, K_FNEXT] = h
+    blk[b, K_FPREV] = -1
     if h >= 0:
-        fprev[h] = b
+        blk[h, K_FPREV] = b
     else:
         st[C_FTAIL] = b
     st[C_FHEAD] = b
     st[C_NFREE] += 1
 
 
-@_njit(cache=True)
-def _uncache(bhash: Any, hashed: Any, dprev: Any, dnext: Any, hkeys: Any, hfirst: Any, hlast: Any, hused: Any, b: int) -> None:
+@_njit(cache=True, inline="always")
+def _uncache(blk: Any, ht: Any, b: int) -> None:
     """Drop block ``b``'s cached hash (eviction): ``_maybe_evict_cached_block``."""
-    i = _find(hkeys, hused, bhash[b])
-    p = dprev[b]
-    q = dnext[b]
+    i = _find(ht, blk[b, K_HASH])
+    p = blk[b, K_DPREV]
+    q = blk[b, K_DNEXT]
     if p >= 0:
-        dnext[p] = q
+        blk[p, K_DNEXT] = q
     else:
-        hfirst[i] = q
+        ht[i, H_FIRST] = q
     if q >= 0:
-        dprev[q] = p
+        blk[q, K_DPREV] = p
     else:
-        hlast[i] = p
-    if hfirst[i] < 0:
-        _delete(hkeys, hfirst, hlast, hused, i)
-    hashed[b] = False
-    dprev[b] = -1
-    dnext[b] = -1
+        ht[i, H_LAST] = p
+    if ht[i, H_FIRST] < 0:
+        _delete(ht, i)
+    blk[b, K_DPREV] = UNCACHED
+    blk[b, K_DNEXT] = -1
 
 
-@_njit(cache=True)
-def _cache(bhash: Any, hashed: Any, dprev: Any, dnext: Any, hkeys: Any, hfirst: Any, hlast: Any, hused: Any,
+@_njit(cache=True, inline="always")
+def _cache(blk: Any, ht: Any,
            b: int, h: int) -> None:
     """Cache block ``b`` under ``h`` (after the blocks already cached under it)."""
-    if hashed[b]:
+    if blk[b, K_DPREV] != UNCACHED:
         return  # already cached (under the same hash: a chain names its prefix)
-    i = _insert(hkeys, hfirst, hlast, hused, h)
-    if hfirst[i] < 0:
-        hfirst[i] = b
-        hlast[i] = b
-        dprev[b] = -1
+    i = _insert(ht, h)
+    if ht[i, H_FIRST] < 0:
+        ht[i, H_FIRST] = b
+        ht[i, H_LAST] = b
+        blk[b, K_DPREV] = -1
     else:
-        t = hlast[i]
-        dnext[t] = b
-        dprev[b] = t
-        hlast[i] = b
-    dnext[b] = -1
-    bhash[b] = h
-    hashed[b] = True
+        t = ht[i, H_LAST]
+        blk[t, K_DNEXT] = b
+        blk[b, K_DPREV] = t
+        ht[i, H_LAST] = b
+    blk[b, K_DNEXT] = -1
+    blk[b, K_HASH] = h
 
 
 # ---- hashing a request's blocks ------------------------------------------------------------
 
 
-@_njit(cache=True)
+@_njit(cache=True, inline="always")
 def _block_hash(seg_d: Any, seg_len: Any, seg: int, off: int, P: Any, B: int, R: Any, K1: Any, K2: Any) -> Any:
     """The next block's hash from the cursor (segment ``seg`` at offset ``off``, chain state
     ``P``): ``(h, P', seg', off')``."""
@@ -289,9 +318,7 @@ def _block_hash(seg_d: Any, seg_len: Any, seg: int, off: int, P: Any, B: int, R:
 @_njit(cache=True)
 def run_cached(
     st: Any, R: Any, hP: Any, arr_slot: Any, seg_d: Any, seg_len: Any, seg_off: Any,
-    ref: Any, bhash: Any, hashed: Any, fprev: Any, fnext: Any, dprev: Any, dnext: Any, onext: Any, oprev: Any,
-    hkeys: Any, hfirst: Any, hlast: Any, hused: Any, run: Any, wq: Any, scratch: Any, victims: Any,
-    memo: Any, memo_P: Any,
+    blk: Any, par: Any, ht: Any, run: Any, wq: Any, scratch: Any, victims: Any, memo: Any, memo_P: Any,
     rule: int, life: int, B: int, chunk: int, budget0: int, max_seqs: int, usable: int,
     CR: Any, SEED: Any, K1: Any, K2: Any, t_end: int, drain: bool, out: Any,
 ) -> int:
@@ -325,12 +352,7 @@ def run_cached(
         # reserve's view: Σ peaks of the running, minus what older running requests share
         reserved = 0
         if rule == RULE_RESERVE:
-            tabs = 0
-            for j in range(nrun):
-                r = run[j]
-                reserved += (R[r, R_S] + R[r, R_O] + B - 1) // B
-                tabs += R[r, R_HIT] + R[r, R_NOWN]
-            reserved -= tabs - (usable - st[C_NFREE])
+            reserved = st[C_PEAKS] - (st[C_TABS] - (usable - st[C_NFREE]))
         # --- the running requests, oldest admission first
         budget = budget0 if (rule == RULE_VLLM_V1 and budget0 >= 0) else (1 << 62)
         tokens = 0
@@ -341,6 +363,13 @@ def run_cached(
         while j < nrun:
             r = run[j]
             p = R[r, R_P]
+            if p + 1 < R[r, R_NEXT] and budget >= 1:
+                # a decoder between events: one token, no block to take or cache, not its end
+                R[r, R_P] = p + 1
+                tokens += 1
+                budget -= 1
+                j += 1
+                continue
             s = R[r, R_S]
             ask = min(s - p, chunk) if p < s else 1
             g = min(ask, budget)
@@ -355,8 +384,7 @@ def run_cached(
                 v = run[nrun - 1]
                 nrun -= 1
                 R[v, R_SERVED] += (R[v, R_HIT] + R[v, R_NOWN]) * B * (t - R[v, R_SINCE])  # charged to t - 1
-                _release(v, R, B, ref, bhash, hashed, fprev, fnext, st, oprev, seg_d, seg_len, seg_off, hkeys, hfirst,
-                         hused, scratch, CR, SEED, K1, K2)
+                _release(v, R, B, blk, st, par, scratch)
                 victims[nvict] = v
                 nvict += 1
                 if v == r:
@@ -365,12 +393,17 @@ def run_cached(
             if self_out:
                 break
             if need > 0 or newp // B > R[r, R_NCACHED]:  # a block to take or one newly full to cache
-                _grow(r, need, newp, t, R, B, ref, bhash, hashed, fprev, fnext, dprev, dnext, st, onext, oprev,
-                      seg_d, seg_len, hP, hkeys, hfirst, hlast, hused, CR, K1, K2)
+                _grow(r, need, newp, t, R, B, blk, st,
+                      seg_d, seg_len, hP, ht, CR, K1, K2)
             # only newer requests can still be preempted in this slot: the work is done now
             R[r, R_P] = newp
-            if newp >= s + R[r, R_O]:
+            end = s + R[r, R_O]
+            if newp >= end:
                 finishing = True
+            if newp >= s:  # decoding from here: the next token that takes a block, caches one or ends it
+                R[r, R_NEXT] = min((R[r, R_HIT] + R[r, R_NOWN]) * B + 1, (R[r, R_NCACHED] + 1) * B, end)
+            else:
+                R[r, R_NEXT] = 0
             tokens += g
             budget -= g
             j += 1
@@ -384,7 +417,7 @@ def run_cached(
                     break
                 w = wq[st[C_WHEAD]]
                 s = R[w, R_S]
-                hit, evictable = _lookup(w, s, R, B, ref, seg_d, seg_len, seg_off, hP, hkeys, hfirst, hused,
+                hit, evictable = _lookup(w, s, R, B, blk, seg_d, seg_len, seg_off, hP, ht,
                                          scratch, memo, memo_P, CR, SEED, K1, K2)
                 shared = hit - evictable
                 c = hit * B
@@ -407,12 +440,21 @@ def run_cached(
                         return BROKEN
                 st[C_WHEAD] = (st[C_WHEAD] + 1) % qcap
                 st[C_WLEN] -= 1
+                prev = -1
                 for k in range(hit):  # adopt the hit: one more reference each, out of the free queue
                     b = scratch[k]
-                    if ref[b] == 0:
-                        _free_remove(st, fprev, fnext, b)
-                    ref[b] += 1
+                    if blk[b, K_REF] == 0:
+                        _free_remove(st, blk, b)
+                    blk[b, K_REF] += 1
+                    # the block before it in the chain: every holder's hit has the same one there (each
+                    # is the first cached under its hash, and stays so while held)
+                    par[b] = prev
+                    prev = b
                 R[w, R_HIT] = hit
+                R[w, R_HLAST] = prev
+                st[C_PEAKS] += (s + R[w, R_O] + B - 1) // B
+                st[C_TABS] += hit
+                R[w, R_NEXT] = 0
                 R[w, R_NOWN] = 0
                 R[w, R_OHEAD] = -1
                 R[w, R_OTAIL] = -1
@@ -421,8 +463,7 @@ def run_cached(
                 R[w, R_CACHED] = c
                 R[w, R_SINCE] = t  # charged from this slot on
                 R[w, R_ATT0] = R[w, R_SERVED]
-                _grow(w, (c + first + B - 1) // B - hit, c + first, t, R, B, ref, bhash, hashed, fprev, fnext,
-                      dprev, dnext, st, onext, oprev, seg_d, seg_len, hP, hkeys, hfirst, hlast, hused, CR, K1, K2)
+                _grow(w, (c + first + B - 1) // B - hit, c + first, t, R, B, blk, st, seg_d, seg_len, hP, ht, CR, K1, K2)
                 R[w, R_P] = c + first
                 if c + first >= s + R[w, R_O]:
                     finishing = True
@@ -465,8 +506,7 @@ def run_cached(
             if R[r, R_P] >= R[r, R_S] + R[r, R_O]:
                 R[r, R_FIN] = t
                 R[r, R_SERVED] += (R[r, R_HIT] + R[r, R_NOWN]) * B * (t + 1 - R[r, R_SINCE])  # charged to t
-                _release(r, R, B, ref, bhash, hashed, fprev, fnext, st, oprev, seg_d, seg_len, seg_off, hkeys, hfirst,
-                         hused, scratch, CR, SEED, K1, K2)
+                _release(r, R, B, blk, st, par, scratch)
                 completed += 1
             else:
                 run[kept] = r
@@ -488,9 +528,9 @@ def run_cached(
     return RUNNING
 
 
-@_njit(cache=True)
-def _lookup(w: int, s: int, R: Any, B: int, ref: Any, seg_d: Any, seg_len: Any, seg_off: Any, hP: Any,
-            hkeys: Any, hfirst: Any, hused: Any, scratch: Any, memo: Any, memo_P: Any, CR: Any, SEED: Any,
+@_njit(cache=True, inline="always")
+def _lookup(w: int, s: int, R: Any, B: int, blk: Any, seg_d: Any, seg_len: Any,
+            seg_off: Any, hP: Any, ht: Any, scratch: Any, memo: Any, memo_P: Any, CR: Any, SEED: Any,
             K1: Any, K2: Any) -> Any:
     """The longest cached prefix of ``w`` with ``s`` tokens (at most ``s − 1`` tokens, whole
     blocks): its blocks into ``scratch``; returns ``(blocks, of them free)``.  The request's
@@ -498,12 +538,30 @@ def _lookup(w: int, s: int, R: Any, B: int, ref: Any, seg_d: Any, seg_len: Any, 
 
     A refused head is looked up again every slot: its chain (a request's content never
     changes) is kept in ``memo`` — row 0 its rid and how many blocks are hashed, then per
-    block the hash and the cursor after it (``memo_P`` the chain state) — so only the table
-    is probed again."""
+    block the hash, the cursor after it (``memo_P`` the chain state) and the block found
+    under it last time — so the table is probed again only where that block is no longer
+    the first cached under the hash.  A new head keeps the rows of the one before it that
+    lie wholly in the segments both start with (a shared system prompt is hashed once, not
+    once per request)."""
     limit = (s - 1) // B
     if memo[0, 0] != w:
+        keep = 0
+        prev = memo[0, 0]
+        if prev >= 0:
+            a0 = seg_off[prev]
+            w0 = seg_off[w]
+            na = seg_off[prev + 1] - a0
+            nw = seg_off[w + 1] - w0
+            common = 0  # tokens of their common leading segments (equal digests: equal content)
+            k = 0
+            while k < na and k < nw and seg_d[a0 + k] == seg_d[w0 + k] and seg_len[a0 + k] == seg_len[w0 + k]:
+                common += seg_len[a0 + k]
+                k += 1
+            keep = min(memo[0, 1], common // B)
+            for i in range(1, keep + 1):  # the cursors move to w's segments
+                memo[i, 1] += w0 - a0
         memo[0, 0] = w
-        memo[0, 1] = 0
+        memo[0, 1] = keep
     hit = 0
     evictable = 0
     while hit < limit:
@@ -522,14 +580,19 @@ def _lookup(w: int, s: int, R: Any, B: int, ref: Any, seg_d: Any, seg_len: Any, 
             memo[hit + 1, 0] = h
             memo[hit + 1, 1] = seg2
             memo[hit + 1, 2] = off2
+            memo[hit + 1, 3] = -1
             memo_P[hit + 1] = P2
             memo[0, 1] = hit + 1
-        i = _find(hkeys, hused, h)
-        if i < 0:
-            break
-        b = hfirst[i]
+        b = memo[hit + 1, 3]
+        # still cached under h and at the head of its list: the first block under h, no probe
+        if not (b >= 0 and blk[b, K_DPREV] == -1 and blk[b, K_HASH] == h):
+            i = _find(ht, h)
+            if i < 0:
+                break
+            b = ht[i, H_FIRST]
+            memo[hit + 1, 3] = b
         scratch[hit] = b
-        if ref[b] == 0:
+        if blk[b, K_REF] == 0:
             evictable += 1
         hit += 1
     if hit == 0:
@@ -543,10 +606,9 @@ def _lookup(w: int, s: int, R: Any, B: int, ref: Any, seg_d: Any, seg_len: Any, 
     return hit, evictable
 
 
-@_njit(cache=True)
-def _grow(r: int, need: int, upto: int, t: int, R: Any, B: int, ref: Any, bhash: Any, hashed: Any, fprev: Any, fnext: Any,
-          dprev: Any, dnext: Any, st: Any, onext: Any, oprev: Any, seg_d: Any, seg_len: Any, hP: Any,
-          hkeys: Any, hfirst: Any, hlast: Any, hused: Any, CR: Any, K1: Any, K2: Any) -> None:
+@_njit(cache=True, inline="always")
+def _grow(r: int, need: int, upto: int, t: int, R: Any, B: int, blk: Any, st: Any, seg_d: Any, seg_len: Any, hP: Any,
+          ht: Any, CR: Any, K1: Any, K2: Any) -> None:
     """Take ``need`` blocks from the head of the free queue for ``r`` (evicting their hashes),
     then cache its blocks full by ``upto`` tokens (allocation time, as vLLM).  New blocks change
     what ``r`` is charged from slot ``t`` on: the slots before are settled first."""
@@ -555,19 +617,20 @@ def _grow(r: int, need: int, upto: int, t: int, R: Any, B: int, ref: Any, bhash:
         R[r, R_SINCE] = t
     for _ in range(need):
         b = st[C_FHEAD]
-        _free_remove(st, fprev, fnext, b)
-        if hashed[b]:
-            _uncache(bhash, hashed, dprev, dnext, hkeys, hfirst, hlast, hused, b)
-        ref[b] = 1
+        _free_remove(st, blk, b)
+        if blk[b, K_DPREV] != UNCACHED:
+            _uncache(blk, ht, b)
+        blk[b, K_REF] = 1
         tail = R[r, R_OTAIL]
-        oprev[b] = tail
-        onext[b] = -1
+        blk[b, K_OPREV] = tail
+        blk[b, K_ONEXT] = -1
         if tail >= 0:
-            onext[tail] = b
+            blk[tail, K_ONEXT] = b
         else:
             R[r, R_OHEAD] = b
         R[r, R_OTAIL] = b
         R[r, R_NOWN] += 1
+        st[C_TABS] += 1
         if R[r, R_CPTR] < 0:
             R[r, R_CPTR] = b
     full = upto // B
@@ -577,49 +640,47 @@ def _grow(r: int, need: int, upto: int, t: int, R: Any, B: int, ref: Any, bhash:
         hP[r] = P
         R[r, R_HSEG] = seg
         R[r, R_HOFF] = off
-        _cache(bhash, hashed, dprev, dnext, hkeys, hfirst, hlast, hused, b, h)
+        _cache(blk, ht, b, h)
         R[r, R_NCACHED] += 1
-        R[r, R_CPTR] = onext[b]
+        R[r, R_CPTR] = blk[b, K_ONEXT]
 
 
-@_njit(cache=True)
-def _release(r: int, R: Any, B: int, ref: Any, bhash: Any, hashed: Any, fprev: Any, fnext: Any, st: Any,
-             oprev: Any, seg_d: Any, seg_len: Any, seg_off: Any, hkeys: Any, hfirst: Any, hused: Any,
-             scratch: Any, CR: Any, SEED: Any, K1: Any, K2: Any) -> None:
+@_njit(cache=True, inline="always")
+def _release(r: int, R: Any, B: int, blk: Any, st: Any, par: Any, scratch: Any) -> None:
     """Free ``r``'s table last block first (``free_blocks``): blocks nobody holds any more go to
     the free queue, uncached ones to its head in that order, cached ones to its tail."""
     hit = R[r, R_HIT]
-    # the hit's blocks are still the first cached under their hashes (a held block is never evicted)
-    seg = seg_off[r]
-    off = 0
-    P = SEED
-    for k in range(hit):
-        h, P, seg, off = _block_hash(seg_d, seg_len, seg, off, P, B, CR, K1, K2)
-        scratch[k] = hfirst[_find(hkeys, hused, h)]
-    nfirst = 0  # uncached blocks freed, collected in scratch[hit:] in the order met
+    st[C_TABS] -= hit + R[r, R_NOWN]
+    st[C_PEAKS] -= (R[r, R_S] + R[r, R_O] + B - 1) // B  # as added at its admission: S, O change only after
+    nfirst = 0  # uncached blocks freed, collected in scratch in the order met
     b = R[r, R_OTAIL]
     while b >= 0:
-        nb = oprev[b]
-        ref[b] -= 1
-        if ref[b] == 0:
-            if hashed[b]:
-                _free_append(st, fprev, fnext, b)
+        nb = blk[b, K_OPREV]
+        blk[b, K_REF] -= 1
+        if blk[b, K_REF] == 0:
+            if blk[b, K_DPREV] != UNCACHED:
+                _free_append(st, blk, b)
             else:
-                scratch[hit + nfirst] = b
+                scratch[nfirst] = b
                 nfirst += 1
         b = nb
-    for k in range(hit - 1, -1, -1):
-        b = scratch[k]
-        ref[b] -= 1
-        if ref[b] == 0:
-            if hashed[b]:
-                _free_append(st, fprev, fnext, b)
+    # the hit, last block first: back along the chain (par[] was set when the hit was adopted)
+    b = R[r, R_HLAST]
+    for _ in range(hit):
+        nb = par[b]
+        blk[b, K_REF] -= 1
+        if blk[b, K_REF] == 0:
+            if blk[b, K_DPREV] != UNCACHED:
+                _free_append(st, blk, b)
             else:  # pragma: no cover - a hit block is always cached
-                scratch[hit + nfirst] = b
+                scratch[nfirst] = b
                 nfirst += 1
+        b = nb
     for k in range(nfirst - 1, -1, -1):  # the first one met ends at the head
-        _free_prepend(st, fprev, fnext, scratch[hit + k])
+        _free_prepend(st, blk, scratch[k])
     R[r, R_HIT] = 0
+    R[r, R_HLAST] = -1
+    R[r, R_NEXT] = 0
     R[r, R_NOWN] = 0
     R[r, R_OHEAD] = -1
     R[r, R_OTAIL] = -1

@@ -112,31 +112,27 @@ def run_cached(
     R[:, KC.R_OHEAD] = -1
     R[:, KC.R_OTAIL] = -1
     R[:, KC.R_CPTR] = -1
+    R[:, KC.R_HLAST] = -1
     hP = np.zeros(max(n, 1), dtype=np.uint64)
     nb = usable + 1  # block 0: vLLM's null block, never handed out
-    ref = np.zeros(nb, dtype=np.int64)
-    bhash = np.zeros(nb, dtype=np.int64)
-    hashed = np.zeros(nb, dtype=np.bool_)
-    fprev = np.full(nb, -1, dtype=np.int64)
-    fnext = np.full(nb, -1, dtype=np.int64)
+    blk = np.full((nb, KC.K_SIZE), -1, dtype=np.int64)  # a row per block: its fields together
+    blk[:, KC.K_REF] = 0
+    blk[:, KC.K_HASH] = 0
+    blk[:, KC.K_DPREV] = KC.UNCACHED
     # the free queue starts as every block in id order (kv_cache_utils.py:281)
-    fnext[1:-1] = np.arange(2, nb, dtype=np.int64)
-    fprev[2:] = np.arange(1, nb - 1, dtype=np.int64)
-    dprev = np.full(nb, -1, dtype=np.int64)
-    dnext = np.full(nb, -1, dtype=np.int64)
-    onext = np.full(nb, -1, dtype=np.int64)
-    oprev = np.full(nb, -1, dtype=np.int64)
-    cap = 1 << max(4, int(4 * nb - 1).bit_length())  # the hash table: at least 4× the blocks, a power of 2
-    hkeys = np.zeros(cap, dtype=np.int64)
-    hfirst = np.full(cap, -1, dtype=np.int64)
-    hlast = np.full(cap, -1, dtype=np.int64)
-    hused = np.zeros(cap, dtype=np.bool_)
+    blk[1:-1, KC.K_FNEXT] = np.arange(2, nb, dtype=np.int64)
+    blk[2:, KC.K_FPREV] = np.arange(1, nb - 1, dtype=np.int64)
+    par = np.full(nb, -1, dtype=np.int64)  # a hit block's predecessor in its chain
+    cap = 1 << max(4, int(2 * nb - 1).bit_length())  # the hash table: at least 2× the blocks, a power of 2
+    ht = np.zeros((cap, KC.H_SIZE), dtype=np.int64)  # a row per table slot: key, first, last, used
+    ht[:, KC.H_FIRST] = -1
+    ht[:, KC.H_LAST] = -1
     run = np.zeros(max(n, 1), dtype=np.int64)
     wq = np.zeros(max(n, 1), dtype=np.int64)
     longest = int(np.max((plan.s + plan.o + B - 1) // B)) if n else 1
     scratch = np.zeros(longest + 2, dtype=np.int64)
     victims = np.zeros(max(n, 1), dtype=np.int64)
-    memo = np.full((longest + 2, 3), -1, dtype=np.int64)  # the queue head's chain, hashed once
+    memo = np.full((longest + 2, 4), -1, dtype=np.int64)  # the queue head's chain, hashed once
     memo_P = np.zeros(longest + 2, dtype=np.uint64)
     st = np.zeros(KC.C_SIZE, dtype=np.int64)
     st[KC.C_NFREE] = usable
@@ -155,10 +151,8 @@ def run_cached(
         t_end = min(t0 + BATCH, end)
         out = np.zeros((len(KC.COLUMNS), t_end - t0), dtype=np.int64)
         status = KC.run_cached(
-            st, R, hP, plan.slot, seg_d, seg_len, seg_off, ref, bhash, hashed, fprev, fnext, dprev, dnext,
-            onext, oprev, hkeys, hfirst, hlast, hused, run, wq, scratch, victims, memo, memo_P, rule, life, B,
-            params.chunk,
-            budget, seqs, usable, CR, SEED, K1, K2, t_end, draining, out,
+            st, R, hP, plan.slot, seg_d, seg_len, seg_off, blk, par, ht, run, wq, scratch, victims, memo, memo_P,
+            rule, life, B, params.chunk, budget, seqs, usable, CR, SEED, K1, K2, t_end, draining, out,
         )  # fmt: skip
         if status == KC.BROKEN:
             return None
