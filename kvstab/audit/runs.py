@@ -448,11 +448,16 @@ class SimulationReport(JsonRecord):
     wall_s: float = field(metadata={"help": "wall-clock seconds of the run"})
     prefix_caching: bool = field(
         default=False,
-        metadata={"help": "whether the server ran with prefix caching (μ is then still the no-sharing formula)"},
+        metadata={"help": "whether the server ran with prefix caching (μ is then the paper's no-sharing formula)"},
     )
     lifecycle: str = field(
         default="kvstab",
         metadata={"help": "request lifecycle: 'kvstab' (restart on preemption) or 'vllm' (vLLM's: outputs kept)"},
+    )
+    mu_sharing_per_s: float | None = field(
+        default=None,
+        metadata={"help": "with prefix caching, μ with sharing (docs/theory.md, 'Prefix caching'), req/s; None "
+                          "without caching or for a prefix law with no closed form (chat, a trace)"},
     )
 
 
@@ -534,4 +539,13 @@ def simulate_prepared(
         wall_s=wall,
         prefix_caching=params.prefix_caching,
         lifecycle=lifecycle,
+        mu_sharing_per_s=_mu_sharing(law, params, lifecycle) if params.prefix_caching else None,
     )
+
+
+def _mu_sharing(law: Workload, params: ModelParams, lifecycle: str) -> float | None:
+    """μ with sharing of ``law`` on ``params`` (req/s), or ``None`` where it has no closed form."""
+    from kvstab.theory.sharing_area import mu_share
+
+    got = mu_share(law, params, lifecycle)
+    return got if got is not None and math.isfinite(got) else None

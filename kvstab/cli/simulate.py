@@ -143,8 +143,14 @@ def _print(o: SimulationReport) -> None:
     if o.prefix_caching:
         c.print(
             "prefix caching on (as the engine modelled runs by default; --prefix-caching off to compare): shared "
-            "prompt blocks count once against M and skip their prefill, while μ above is the no-sharing formula, "
-            "so measured / μ may exceed 1"
+            "prompt blocks count once against M and skip their prefill, while μ above is the paper's no-sharing "
+            "formula, so measured / μ may exceed 1"
+        )
+        ms = o.mu_sharing_per_s
+        c.print(
+            f"μ with sharing (docs/theory.md, 'Prefix caching') = {ms:.4f}/s; measured / μ_share = "
+            f"{o.throughput_per_s / ms:.4f}" if ms is not None else
+            "μ with sharing: no closed form for this workload's prefix law (none for chat or a trace)"
         )
     if o.theory_note is not None:
         c.print(escape(f"dropped {o.dropped_oversize} request(s) that cannot fit; {o.theory_note}"))

@@ -142,3 +142,22 @@ def test_mu_prints_mu_with_sharing_beside_the_papers(capsys: pytest.CaptureFixtu
     assert sh["lifecycle"] == "vllm" and sh["mu_share_per_s"] > 3 * data["mu_per_s"]
     assert main(["mu", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sharing"] is None
+
+
+def test_simulate_shows_mu_with_sharing_when_caching_is_on(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvstab.cli import main
+
+    base = ["simulate", "--scheduler", "vllm-v1", "--M", "4096", "--chunk", "256", "--block", "16", "--load", "0.5",
+            "--slots", "600", "--no-progress", "--json"]
+    spec = "s=const(320),o=U(10,200),prefix=shared(256)"
+    want = sharing_report(parse_workload(spec), ModelParams(M=4096, chunk=256, block=16, prefix_caching=True))
+    assert want is not None
+    assert main([*base, "--workload", spec, "--prefix-caching", "on"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["prefix_caching"] and got["mu_sharing_per_s"] == pytest.approx(want.mu_share_per_s)
+    assert got["mu_sharing_per_s"] > 2 * got["mu_formula_per_s"]
+    # off, or a law with no closed form: null, never NaN
+    assert main([*base, "--workload", spec, "--prefix-caching", "off"]) == 0
+    assert json.loads(capsys.readouterr().out)["mu_sharing_per_s"] is None
+    assert main([*base, "--workload", "s=U(20,200),o=U(50,400),prefix=chat(2,30)", "--prefix-caching", "on"]) == 0
+    assert json.loads(capsys.readouterr().out)["mu_sharing_per_s"] is None
