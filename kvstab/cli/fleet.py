@@ -292,10 +292,15 @@ def _markdown(plan: Any, ver: Any, source: str) -> str:
         "| GPU type | M (tokens) | b̄ (s) | μ (req/s) | replicas | available | req/s routed | load per replica | cost/h |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for t, m, n, x in zip(plan.types, plan.mus, plan.counts, plan.flows):
+    sharing = plan.sharing or (False,) * len(plan.types)
+    for t, m, n, x, sh in zip(plan.types, plan.mus, plan.counts, plan.flows, sharing):
         load = f"{x / n / m:.3f}" if n else "—"
-        lines.append(f"| {t.name} | {t.M} | {t.bbar:g} | {m:.4g} | {n} | {t.available} | {x:.4g} | {load} | "
-                     f"{n * t.cost_per_hour:.4g} |")  # fmt: skip
+        lines.append(f"| {t.name} | {t.M} | {t.bbar:g} | {m:.4g}{' (sharing)' if sh else ''} | {n} | {t.available} | "
+                     f"{x:.4g} | {load} | {n * t.cost_per_hour:.4g} |")  # fmt: skip
+    if any(sharing):
+        lines += ["", "μ (sharing): the saturated rate with the shared prompt held once on each replica's own block "
+                      "pool (docs/theory.md, 'Prefix caching'), the least of memory, the running cap and the token "
+                      "budget; the other types use the paper's μ."]
     lines += ["", f"**Cost: {plan.cost_per_hour:.4g} per hour**; capacity Σ n·μ = {plan.capacity:.5g} req/s.", ""]
     if ver is not None:
         d = ver.as_dict()
@@ -309,8 +314,10 @@ def _markdown(plan: Any, ver: Any, source: str) -> str:
             f"end-to-end {_pct(ver.e2e_s)} s.",
         ]
         if ver.prefix_caching:
+            basis = ("μ with sharing where a type is marked so, else the no-sharing formula" if any(sharing)
+                     else "the no-sharing formula (no closed form for this workload's prefix law)")
             lines.append(f"Prefix caching on replica(s) {', '.join(ver.prefix_caching)}, each on its own block pool "
-                         f"(no sharing across replicas): the plan's μ is the no-sharing formula; measured capacity / "
+                         f"(no sharing across replicas): the plan's μ is {basis}; measured capacity / "
                          f"planned Σ n·μ = {ver.measured_over_planned:.4f}.")
         for o in d["slo"]:
             lines.append(f"- SLO {o['objective']} ≤ {o['target_s']:g} s: measured {o['measured_s']:.4g} s — "
@@ -342,7 +349,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     else:
         lam = args.lam
         source = "--lambda"
-    plan = solve_plan(menu, workload, lam, args.rho, guarantee=args.guarantee)
+    plan = solve_plan(menu, workload, lam, args.rho, guarantee=args.guarantee, caching=caching)
     slos = [*(args.slo_ttft or []), *(args.slo_e2e or [])]
     ver = None
     if not args.no_verify:

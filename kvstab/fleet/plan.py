@@ -30,6 +30,7 @@ checked on the run at ``λ``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import tomllib
@@ -191,6 +192,9 @@ class Plan:
     flows: tuple[float, ...] = field(metadata={"help": "x_k: req/s routed to each type"})
     cost_per_hour: float
     solver: str
+    sharing: tuple[bool, ...] = field(
+        default=(), metadata={"help": "per type: whether μ_k is μ with sharing (its replicas cache prefixes and the "
+                                      "workload's prefix law has a closed form), else the paper's μ"})
 
     @property
     def capacity(self) -> float:
@@ -215,18 +219,27 @@ class Plan:
             "capacity_per_s": self.capacity,
             "solver": self.solver,
             "types": [
-                {**asdict(t), "mu_per_s": m, "delta": d, "count": n, "flow_per_s": x,
-                 "load_per_replica": (x / n / m) if n else None}
-                for t, m, d, n, x in zip(self.types, self.mus, self.deltas, self.counts, self.flows)
+                {**asdict(t), "mu_per_s": m, "mu_basis": "sharing" if sh else "paper", "delta": d, "count": n,
+                 "flow_per_s": x, "load_per_replica": (x / n / m) if n else None}
+                for t, m, d, n, x, sh in zip(self.types, self.mus, self.deltas, self.counts, self.flows,
+                                             self.sharing or (False,) * len(self.types))
             ],
         }  # fmt: skip
 
 
-def _rates(types: Sequence[GpuType], workload: Workload) -> tuple[list[float], list[float]]:
+def _rates(
+    types: Sequence[GpuType], workload: Workload, caching: Callable[[str], bool] | None = None
+) -> tuple[list[float], list[float], list[bool]]:
+    """Each type's μ_k and δ_k, and whether μ_k is μ with sharing: for a type whose replicas cache
+    prefixes (``caching(scheduler)``) on a workload whose prefix law has a closed form
+    (:func:`kvstab.theory.sharing_area.sharing_report`), the saturated rate it predicts (μ_share, or the
+    running cap or token budget where one binds first) and δ_share; else the paper's μ and δ."""
     from kvstab.theory import stability_report
+    from kvstab.theory.sharing_area import sharing_report
 
     mus: list[float] = []
     deltas: list[float] = []
+    shared: list[bool] = []
     for t in types:
         params = t.params()
         if not params.fits_total(workload.max_total):
@@ -236,10 +249,21 @@ def _rates(types: Sequence[GpuType], workload: Workload) -> tuple[list[float], l
                 f"{params.peak(workload.max_total)} tokens at their peak, and the fleet may route any request to any "
                 "replica; raise its M in the menu, remove it from the menu, or plan for a workload that fits"
             )
+        share = None
+        if caching is not None and caching(t.scheduler):
+            share = sharing_report(workload, dataclasses.replace(params, prefix_caching=True))
+        if share is not None and share.delta_share is not None and share.predicted_per_slot > 0:
+            # the least of its ceilings (memory with the shared part held once, the running cap, the token
+            # budget): with sharing the cap on running requests can bind before memory does
+            mus.append(share.predicted_per_slot / params.bbar)
+            deltas.append(share.delta_share)
+            shared.append(True)
+            continue
         rep = stability_report(workload, params)
         mus.append(rep.mu_per_s)
         deltas.append(rep.delta)
-    return mus, deltas
+        shared.append(False)
+    return mus, deltas, shared
 
 
 def _certified(types: Sequence[GpuType], workload: Workload, mus: Sequence[float]) -> list[float]:
@@ -275,9 +299,12 @@ def _infeasible(lam: float, rho: float, types: Sequence[GpuType], rates: Sequenc
 
 
 def solve_plan(
-    types: Sequence[GpuType], workload: Workload, lam: float, rho: float = 0.8, *, guarantee: bool = False
+    types: Sequence[GpuType], workload: Workload, lam: float, rho: float = 0.8, *, guarantee: bool = False,
+    caching: Callable[[str], bool] | None = None,
 ) -> Plan:
     """The cheapest fleet for load ``lam`` at utilisation ``rho`` (see the module docstring).
+    ``caching(scheduler)`` says whether a type's replicas cache prefixes: their μ_k is then μ with
+    sharing where the workload's prefix law has a closed form (``docs/theory.md``, "Prefix caching").
 
     An infeasible request raises :class:`InvalidArgument` with one line naming the
     binding constraint (the load against all the capacity the menu holds).
@@ -288,7 +315,7 @@ def solve_plan(
     rho = unit_fraction("the target utilisation ρ", rho)
     if not types:
         raise InvalidArgument("the GPU menu is empty")
-    mus, deltas = _rates(types, workload)
+    mus, deltas, sharing = _rates(types, workload, caching)
     if guarantee:
         rates = _certified(types, workload, mus)
         what = "certified rate"
@@ -329,7 +356,7 @@ def solve_plan(
     return Plan(
         lam=lam, rho=rho, guarantee=guarantee, types=tuple(types), mus=tuple(mus), deltas=tuple(deltas),
         counts=counts, flows=flows, cost_per_hour=float(cost @ np.asarray(counts)),
-        solver=f"cvxpy {cp.__version__} + {solver} (mixed-integer)",
+        solver=f"cvxpy {cp.__version__} + {solver} (mixed-integer)", sharing=tuple(sharing),
     )  # fmt: skip
 
 

@@ -127,3 +127,16 @@ def test_fleet_critical_with_caching_overloads_past_the_no_sharing_theory(capsys
     assert data["critical_rate_per_s"] > 2 * data["theory_critical_per_s"]
     assert data["measured_over_mu"] > 2
     assert any("no-sharing μ" in n for n in data["notes"])
+
+
+def test_a_plan_with_caching_sizes_with_mu_with_sharing_and_the_fleet_carries_it() -> None:
+    gpu = GpuType("small", M=480, bbar=0.05, cost_per_hour=1.0, available=6, chunk=16, block=4, scheduler="vllm-v1")
+    paper = solve_plan([gpu], W, 60.0, 0.8)
+    shared = solve_plan([gpu], W, 60.0, 0.8, caching=lambda _spec: True)
+    assert shared.sharing == (True,) and paper.sharing == (False,)
+    assert shared.mus[0] > 1.3 * paper.mus[0] and sum(shared.counts) < sum(paper.counts)
+    assert shared.as_dict()["types"][0]["mu_basis"] == "sharing"
+    # fewer replicas, sized on μ with sharing, still carry λ with a positive measured margin
+    ver = verify_plan(shared, W, horizon_s=30.0, caching=lambda _spec: True)
+    assert ver.stable and ver.margin > 0, ver.as_dict()
+    assert 0.85 < ver.measured_over_planned < 1.25, ver.as_dict()
