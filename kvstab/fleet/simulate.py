@@ -40,7 +40,7 @@ import numpy.typing as npt
 from kvstab.arrivals import ArrivalPlan
 from kvstab.errors import InvalidArgument
 from kvstab.fleet.arrivals import FleetArrivals
-from kvstab.fleet.routers import ReplicaInfo, ReplicaState, load_router
+from kvstab.fleet.routers import PromptChains, ReplicaInfo, ReplicaState, RoutedRequest, load_router, reads_prompts
 from kvstab.metrics import Estimate, batch_means
 from kvstab.model import ModelParams, prefill_slots, tokens_held
 from kvstab.theory import FleetReport, fleet_report, stability_report
@@ -54,6 +54,7 @@ __all__ = [
     "FleetResult",
     "simulate_fleet",
     "caching_replicas",
+    "needs_prompts",
     "replica_infos",
     "GRID",
     "WARMUP",
@@ -310,7 +311,7 @@ def _static(
 
     n = len(arrivals)
     rng = np.random.default_rng([seed, 1])
-    where = np.asarray(router.assign(n, infos, rng), dtype=np.int64)
+    where = np.asarray(_assign(router, n, infos, rng, arrivals), dtype=np.int64)
     if where.shape != (n,) or (n and (where.min() < 0 or where.max() >= len(replicas))):
         raise InvalidArgument(
             f"router {router.name!r}: assign must return {n} replica indices in [0, {len(replicas)}), got shape "
@@ -334,6 +335,14 @@ def _static(
     return outs
 
 
+def _assign(router: Any, n: int, infos: Sequence[ReplicaInfo], rng: np.random.Generator,
+            arrivals: FleetArrivals) -> Any:
+    """A state-independent router's replica for each arrival (a prompt-reading one is handed the chains)."""
+    if reads_prompts(router):
+        return router.assign(n, infos, rng, PromptChains(arrivals.prompts, n))
+    return router.assign(n, infos, rng)
+
+
 def _slots(horizon: float, params: ModelParams) -> int:
     """The slots of ``params``' b̄ that cover ``horizon`` seconds."""
     bbar = params.bbar
@@ -343,10 +352,17 @@ def _slots(horizon: float, params: ModelParams) -> int:
     return max(k, 1)
 
 
-def _state(eng: Any, info: ReplicaInfo) -> ReplicaState:
+def _state(eng: Any, info: ReplicaInfo, request: RoutedRequest | None) -> ReplicaState:
+    """What a state-dependent router sees of ``eng``; with ``request``, how much of its prompt the
+    replica's pool holds cached (the lookup vLLM makes when the request reaches the queue's head)."""
     block = eng.params.block
-    kv = sum(int(tokens_held(r.progress, block)) for r in eng.active)
     served = sum(r.attempt_area for r in eng.active)
+    cache = eng.cache
+    if cache is not None:
+        kv = cache.used_tokens  # a block shared by several requests counts once
+        hit = 0 if request is None else cache.kv.get_computed_blocks(request.hashes(block), request.s).num_tokens
+        return ReplicaState(info, len(eng.waiting), len(eng.active), kv, served, hit)
+    kv = sum(int(tokens_held(r.progress, block)) for r in eng.active)
     return ReplicaState(info, len(eng.waiting), len(eng.active), kv, served)
 
 
@@ -369,8 +385,11 @@ def _event(
     rng = np.random.default_rng([seed, 1])
     engines = [Engine(sch, rep.params, check=check, spec=rep.scheduler) for rep, sch in zip(replicas, schedulers)]
     bbars = [rep.params.bbar for rep in replicas]
-    fixed = np.asarray(router.assign(n, infos, rng), dtype=np.int64) if static_router else None
+    fixed = np.asarray(_assign(router, n, infos, rng, arrivals), dtype=np.int64) if static_router else None
     got: list[list[int]] = [[] for _ in replicas]
+    prompts = arrivals.prompts
+    chains = PromptChains(prompts, n) if reads_prompts(router) else None
+    looks = bool(getattr(router, "reads_cache", False))
     for k in range(n):
         t = float(arrivals.time[k])
         for eng, b in zip(engines, bbars):
@@ -379,11 +398,18 @@ def _event(
         if fixed is not None:
             j = int(fixed[k])
         else:
-            j = router.choose([_state(e, inf) for e, inf in zip(engines, infos)], rng)
+            req = None if chains is None else RoutedRequest(k, int(arrivals.s[k]), chains)
+            states = [_state(e, inf, req if looks else None) for e, inf in zip(engines, infos)]
+            j = router.choose(states, rng) if req is None else router.choose(states, rng, req)
             if isinstance(j, bool) or not isinstance(j, (int, np.integer)) or not 0 <= j < len(engines):
                 raise InvalidArgument(f"router {router.name!r} chose {j!r}; valid: a replica index in [0, {len(engines)})")
             j = int(j)
-        engines[j].arrive(int(arrivals.s[k]), int(arrivals.o[k]))
+        if prompts is not None and engines[j].cache is not None:
+            # the request's content, so that requests routed to one replica share its blocks
+            out = None if prompts.output is None else int(prompts.output[k])
+            engines[j].arrive(int(arrivals.s[k]), int(arrivals.o[k]), prompts.prompt(k), out)
+        else:
+            engines[j].arrive(int(arrivals.s[k]), int(arrivals.o[k]))
         got[j].append(k)
     outs: list[_Outcome] = []
     for eng, rep, ids_list in zip(engines, replicas, got):
@@ -412,29 +438,31 @@ def caching_replicas(replicas: Sequence[Replica]) -> list[str]:
     return [r.name or f"{i}:{r.scheduler}" for i, r in enumerate(replicas) if r.params.prefix_caching]
 
 
-def _check_caching(replicas: Sequence[Replica], workload: Workload, arrivals: FleetArrivals, router: str,
-                   path: str, dependent: bool) -> None:
-    """Refuse a fleet with prefix caching the chosen path cannot carry, rather than ignore the caching.
+def _check_caching(replicas: Sequence[Replica], workload: Workload, arrivals: FleetArrivals, router: Any) -> None:
+    """Refuse a run that would ignore the prompts' content: replicas with prefix caching, or a router that
+    reads prompts, on arrivals without the prompts of a workload that has a prefix law.
 
-    The event loop steps reference engines whose requests arrive as lengths, and its routers read each
-    request's own tokens, not a shared block pool: it does not carry prefix caching.  On the static path
-    each replica with caching runs on its own block pool (no sharing across replicas), and needs the
-    arrivals' prompts where the workload has prefix structure."""
+    Both paths carry caching, each replica on its own block pool (no sharing across replicas): the static
+    path runs the compiled cache engine per replica, the event loop reference engines with their pools."""
     cached = caching_replicas(replicas)
-    if not cached:
+    if workload.prefix is None or arrivals.prompts is not None:
         return
-    if path == "event":
-        why = f"router {router!r} reads the replicas' state" if dependent else "path 'event' was asked for"
-        raise InvalidArgument(
-            f"prefix caching on replica(s) {', '.join(cached)}: the fleet's event loop ({why}) does not carry prefix "
-            "caching (its routers read each request's own tokens, not a shared block pool); use a state-independent "
-            "router (kvstab fleet routers) on the static path, or --prefix-caching off"
-        )
-    if workload.prefix is not None and arrivals.prompts is None:
+    if cached:
         raise InvalidArgument(
             f"prefix caching on replica(s) {', '.join(cached)} but the arrivals carry no prompts for the workload's "
             f"prefix={workload.prefix.describe()}: draw them with prompts=True"
         )
+    if reads_prompts(router):
+        raise InvalidArgument(
+            f"router {router.name!r} routes by the prompts' content but the arrivals carry no prompts for the "
+            f"workload's prefix={workload.prefix.describe()}: draw them with prompts=True"
+        )
+
+
+def needs_prompts(replicas: Sequence[Replica], router: str | Any) -> bool:
+    """Whether a run of ``replicas`` behind ``router`` needs the arrivals' prompt content."""
+    rt = load_router(router) if isinstance(router, str) else router
+    return bool(caching_replicas(replicas)) or reads_prompts(rt)
 
 
 def simulate_fleet(
@@ -470,8 +498,11 @@ def simulate_fleet(
     if path == "static" and dependent:
         raise InvalidArgument(f"router {rt.name!r} reads the replicas' state: it needs the event loop (path 'event')")
     chosen = "event" if dependent or path == "event" else "static"
-    _check_caching(replicas, workload, arrivals, rt.name, chosen, dependent)
+    _check_caching(replicas, workload, arrivals, rt)
+    bind = getattr(rt, "bind", None)
     infos, deltas = replica_infos(replicas, workload)
+    if callable(bind):  # a router with state of its own starts each run afresh
+        rt = bind(infos)
     schedulers = [load_scheduler(r.scheduler) for r in replicas]
     if chosen == "static":
         outs = _static(rt, replicas, infos, arrivals, seed, schedulers, check)
