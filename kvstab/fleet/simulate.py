@@ -55,6 +55,7 @@ __all__ = [
     "simulate_fleet",
     "caching_replicas",
     "needs_prompts",
+    "compiled_event_ok",
     "replica_infos",
     "GRID",
     "WARMUP",
@@ -161,6 +162,8 @@ class FleetResult:
         engines = sorted({r.engine for r in self.replicas})
         if self.path == "static":
             return f"static routing, each replica on its own ({'/'.join(engines)} engine)"
+        if engines == ["fast"]:
+            return "event loop over the replicas' clocks (compiled replicas, routed in the compiled loop)"
         return "event loop over the replicas' clocks (reference engine per replica)"
 
     def as_dict(self) -> dict[str, Any]:
@@ -433,6 +436,152 @@ def _event(
     return outs
 
 
+class _Compiled:
+    """One replica's tables for :mod:`kvstab.fleet._fleet_kernel` (the fast engine's, a plan filled as
+    requests are routed to it)."""
+
+    def __init__(self, params: ModelParams, pol: int, cap: int, slots: int) -> None:
+        from kvstab.engine import _kernel as K
+        from kvstab.engine import _layout as L
+        from kvstab.fleet import _fleet_kernel as FK
+
+        self.params = params
+        self.pol = pol
+        self.pslot = np.full(cap, FK.NOT_YET, dtype=np.int64)
+        self.ps = np.zeros(cap, dtype=np.int64)
+        self.po = np.zeros(cap, dtype=np.int64)
+        self.R = np.zeros((L.NF, cap), dtype=np.int64)
+        for f in (L.F_FIRST, L.F_FIN, L.F_NXT, L.F_PRV):
+            self.R[f] = -1
+        self.qbuf = np.zeros(cap + 1, dtype=np.int64)
+        self.elist = np.zeros(cap + 1, dtype=np.int64)
+        self.hk = np.zeros(cap + 1, dtype=np.int64)
+        self.hid = np.zeros(cap + 1, dtype=np.int64)
+        self.ph = np.zeros(params.block if params.block <= K.LAZY_BMAX else 1, dtype=np.int64)
+        self.st = np.zeros(L.ST_SIZE, dtype=np.int64)
+        for f in (L.ST_AH, L.ST_AT, L.ST_LAH):
+            self.st[f] = -1
+        self.out = np.zeros((L.NSIM, FK.BUF), dtype=np.int64)
+        self.memory = np.zeros(slots, dtype=np.int64)
+        self.queue = np.zeros(slots, dtype=np.int64)
+
+    def grow(self) -> None:
+        """Double the plan and the request tables (the queue's ring laid out again from its head)."""
+        from kvstab.engine import _layout as L
+        from kvstab.fleet import _fleet_kernel as FK
+
+        cap = self.pslot.size
+        new = 2 * cap
+
+        def wider(a: IntArray, size: int, fill: int = 0) -> IntArray:
+            b = np.full(size, fill, dtype=np.int64)
+            b[: a.size] = a
+            return b
+
+        self.pslot = wider(self.pslot, new, FK.NOT_YET)
+        self.ps, self.po = wider(self.ps, new), wider(self.po, new)
+        R = np.zeros((L.NF, new), dtype=np.int64)
+        for f in (L.F_FIRST, L.F_FIN, L.F_NXT, L.F_PRV):
+            R[f] = -1
+        R[:, :cap] = self.R
+        self.R = R
+        qh, ql = int(self.st[L.ST_QH]), int(self.st[L.ST_QL])
+        q = np.zeros(new + 1, dtype=np.int64)
+        q[:ql] = self.qbuf[(qh + np.arange(ql)) % self.qbuf.size]
+        self.qbuf = q
+        self.st[L.ST_QH] = 0
+        self.elist, self.hk, self.hid = wider(self.elist, new + 1), wider(self.hk, new + 1), wider(self.hid, new + 1)
+
+
+def compiled_event_ok(router: Any, replicas: Sequence[Replica], schedulers: Sequence[Any], static_router: bool) -> bool:
+    """Whether the event loop can run on compiled replicas: built-in rules of the shared kernel without
+    prefix caching (lookahead's finish tree is sized from a whole plan: not here), behind JSQ or a
+    state-independent router that reads no prompts."""
+    from kvstab.engine import _layout as L
+    from kvstab.engine.driver import fast_rule
+    from kvstab.fleet.routers import JoinShortestQueue
+
+    if not static_router and type(router) is not JoinShortestQueue:
+        return False
+    if static_router and reads_prompts(router):
+        return False
+    for rep, sch in zip(replicas, schedulers):
+        pol = fast_rule(sch)
+        if pol is None or pol == L.LOOKAHEAD or rep.params.prefix_caching:
+            return False
+    return True
+
+
+def _event_compiled(
+    router: Any, replicas: Sequence[Replica], infos: Sequence[ReplicaInfo], arrivals: FleetArrivals, seed: int,
+    schedulers: Sequence[Any], check: bool, static_router: bool,
+) -> list[_Outcome] | None:
+    """The event loop on compiled replicas (:mod:`kvstab.fleet._fleet_kernel`); ``None`` at a broken
+    invariant, for the reference loop to raise it with its record."""
+    from numba.typed import List
+
+    from kvstab.engine import _kernel as K
+    from kvstab.engine import _layout as L
+    from kvstab.engine.driver import fast_rule
+    from kvstab.fleet import _fleet_kernel as FK
+
+    n = len(arrivals)
+    N = len(replicas)
+    rng = np.random.default_rng([seed, 1])
+    fixed = (np.asarray(_assign(router, n, infos, rng, arrivals), dtype=np.int64) if static_router
+             else np.zeros(1, dtype=np.int64))  # fmt: skip
+    # JSQ breaks a tie with one uniform of the run's generator per tie, in order: the same stream the
+    # reference loop's router draws from one call at a time
+    U = rng.random(n) if not static_router else np.zeros(1)
+    cap = 64 + n // N + n // (4 * N)  # a fair share and a quarter; a busier replica's tables grow
+    reps = [_Compiled(r.params, int(fast_rule(s)), cap, _slots(arrivals.horizon_s, r.params))  # type: ignore[arg-type]
+            for r, s in zip(replicas, schedulers)]  # fmt: skip
+    cfg = np.zeros((N, FK.CF_SIZE), dtype=np.int64)
+    for j, rp in enumerate(reps):
+        p = rp.params
+        cfg[j] = (rp.pol, L.KVSTAB_LIFE, p.M, p.chunk, p.block, -1 if p.token_budget is None else p.token_budget,
+                  -1 if p.max_num_seqs is None else p.max_num_seqs, int(check))  # fmt: skip
+    bbar = np.asarray([r.params.bbar for r in replicas], dtype=np.float64)
+    count = np.zeros(N, dtype=np.int64)
+    where = np.zeros(n, dtype=np.int64)
+    ucur = np.zeros(1, dtype=np.int64)
+    FT = np.zeros((2, 1), dtype=np.int64)
+    b1, b2, bp = np.zeros(1), np.zeros(1), np.zeros(L.BP_SIZE, dtype=np.int64)
+    times = np.ascontiguousarray(arrivals.time, dtype=np.float64)
+    s_all = np.ascontiguousarray(arrivals.s, dtype=np.int64)
+    o_all = np.ascontiguousarray(arrivals.o, dtype=np.int64)
+
+    def lists() -> tuple[Any, ...]:
+        return tuple(List([getattr(rp, name) for rp in reps]) for name in
+                     ("pslot", "ps", "po", "R", "qbuf", "elist", "hk", "hid", "ph", "st", "out", "memory", "queue"))
+
+    tables = lists()
+    k = 0
+    code = FK.FIXED if static_router else FK.JSQ
+    while True:
+        status, k = FK.run_fleet(code, k, times, s_all, o_all, fixed, U, ucur, bbar, cfg, count, where, *tables,
+                                 FT, b1, b2, bp)  # fmt: skip
+        if status == FK.VIOLATION:
+            return None
+        if status == FK.DONE:
+            break
+        for j, rp in enumerate(reps):  # GROW: every replica whose plan is full
+            if count[j] == rp.pslot.size:
+                rp.grow()
+        tables = lists()
+    outs: list[_Outcome] = []
+    for j, rp in enumerate(reps):
+        if FK.advance(j, rp.memory.size, cfg, *tables, FT, b1, b2, bp) == FK.VIOLATION:
+            return None
+        K.sync_lazy(rp.R, rp.st, rp.params.block)
+        c = int(count[j])
+        ids = np.flatnonzero(where == j).astype(np.int64)
+        R = rp.R
+        outs.append(_Outcome(ids, arrivals.time[ids], R[L.F_S, :c].copy(), R[L.F_FIRST, :c].copy(),
+                             R[L.F_FIN, :c].copy(), R[L.F_NPRE, :c].copy(), rp.memory, "fast", rp.queue))  # fmt: skip
+    return outs
+
+
 def caching_replicas(replicas: Sequence[Replica]) -> list[str]:
     """The labels of the replicas that run with prefix caching."""
     return [r.name or f"{i}:{r.scheduler}" for i, r in enumerate(replicas) if r.params.prefix_caching]
@@ -476,6 +625,7 @@ def simulate_fleet(
     check: bool = True,
     warmup: float = WARMUP,
     grid: int = GRID,
+    compiled: bool = True,
 ) -> FleetResult:
     """Run ``arrivals`` through ``router`` onto ``replicas`` up to ``arrivals.horizon_s``.
 
@@ -484,7 +634,9 @@ def simulate_fleet(
     for a state-independent router, else the event loop), ``"static"``
     (refused for a state-dependent router) or ``"event"`` (the event loop even
     for a state-independent router: the cross-check).  ``seed`` seeds the
-    router's own randomness.
+    router's own randomness.  ``compiled``: run the event loop on compiled replicas where it can
+    (JSQ or a state-independent router, built-in rules without caching; ``False``: always the
+    reference engines, the cross-check).
     """
     from kvstab.registry import load_scheduler
 
@@ -507,7 +659,12 @@ def simulate_fleet(
     if chosen == "static":
         outs = _static(rt, replicas, infos, arrivals, seed, schedulers, check)
     else:
-        outs = _event(rt, replicas, infos, arrivals, seed, schedulers, check, static_router=not dependent)
+        fast = None
+        if compiled and compiled_event_ok(rt, replicas, schedulers, static_router=not dependent):
+            fast = _event_compiled(rt, replicas, infos, arrivals, seed, schedulers, check, static_router=not dependent)
+        # the reference loop: every other router and replica, and a broken invariant raised with its record
+        outs = fast if fast is not None else _event(rt, replicas, infos, arrivals, seed, schedulers, check,
+                                                    static_router=not dependent)
     H = arrivals.horizon_s
     edges = np.linspace(0.0, H, max(int(grid), 2 * BATCHES * 2) + 1)
     servers = [r.params for r in replicas]
