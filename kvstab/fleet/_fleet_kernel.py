@@ -11,7 +11,8 @@ kernel skips quiet stretches in closed form), then the router picks one in the l
 uniform of the run's stream, as :func:`kvstab.fleet.routers._argmin_random` breaks them) or
 ``FIXED`` (a state-independent router's assignment, the cross-check of the two paths).
 
-A replica's tables grow (doubling) when its plan is full: :func:`run_fleet` returns
+The replicas' tables are stacked (row ``j`` of each array is replica ``j``'s), so the loop
+takes plain arrays, and they grow (doubling) when a replica's plan is full: :func:`run_fleet` returns
 :data:`GROW` with the arrival it stopped at, and the driver resumes after growing them.
 """
 
@@ -50,15 +51,20 @@ def _njit(**kwargs: Any) -> Any:
 
 @_njit(cache=True)
 def advance(
-    j: int, target: int, cfg: np.ndarray, pslots: Any, pss: Any, pos: Any, Rs: Any, qbufs: Any, elists: Any,
-    hks: Any, hids: Any, phs: Any, sts: Any, outs: Any, mems: Any, queues: Any, FT: np.ndarray,
+    j: int, target: int, cfg: np.ndarray, nslots: np.ndarray, pslots: np.ndarray, pss: np.ndarray, pos: np.ndarray,
+    Rs: np.ndarray, qbufs: np.ndarray, elists: np.ndarray, hks: np.ndarray, hids: np.ndarray, phs: np.ndarray,
+    sts: np.ndarray, outs: np.ndarray, mems: np.ndarray, queues: np.ndarray, FT: np.ndarray,
     b1: np.ndarray, b2: np.ndarray, bp: np.ndarray,
 ) -> int:
-    """Step replica ``j`` up to slot ``target`` (not run), keeping each slot's memory and queue."""
+    """Step replica ``j`` up to slot ``target`` (not run), keeping each slot's memory and queue.
+
+    Replica ``j``'s tables are row ``j`` of each stacked array (C-contiguous rows: the kernel
+    runs with the very types of the single-server engine, so its cached code serves both)."""
     st = sts[j]
     out = outs[j]
     mem = mems[j]
     que = queues[j]
+    horizon = nslots[j]
     width = out.shape[1]
     while st[L.ST_T] < target:
         t0 = st[L.ST_T]
@@ -70,7 +76,7 @@ def advance(
         )  # fmt: skip
         t1 = st[L.ST_T]
         for c in range(t1 - t0):
-            if t0 + c < mem.shape[0]:
+            if t0 + c < horizon:
                 mem[t0 + c] = out[5, c]
                 que[t0 + c] = out[8, c]
         if status == L.VIOLATION:
@@ -82,8 +88,9 @@ def advance(
 def run_fleet(
     code: int, k0: int, times: np.ndarray, s_all: np.ndarray, o_all: np.ndarray, fixed: np.ndarray,
     U: np.ndarray, ucur: np.ndarray, bbar: np.ndarray, cfg: np.ndarray, count: np.ndarray, where: np.ndarray,
-    pslots: Any, pss: Any, pos: Any, Rs: Any, qbufs: Any, elists: Any, hks: Any, hids: Any, phs: Any, sts: Any,
-    outs: Any, mems: Any, queues: Any, FT: np.ndarray, b1: np.ndarray, b2: np.ndarray, bp: np.ndarray,
+    nslots: np.ndarray, pslots: np.ndarray, pss: np.ndarray, pos: np.ndarray, Rs: np.ndarray, qbufs: np.ndarray,
+    elists: np.ndarray, hks: np.ndarray, hids: np.ndarray, phs: np.ndarray, sts: np.ndarray, outs: np.ndarray,
+    mems: np.ndarray, queues: np.ndarray, FT: np.ndarray, b1: np.ndarray, b2: np.ndarray, bp: np.ndarray,
 ) -> tuple[int, int]:
     """Route arrivals ``k0 …`` in time order; returns ``(status, the arrival it stopped at)``."""
     N = bbar.shape[0]
@@ -92,14 +99,14 @@ def run_fleet(
     keys = np.zeros(N, dtype=np.float64)
     for k in range(k0, n):
         for j in range(N):
-            if count[j] == pslots[j].shape[0]:  # before any draw, so a resumed arrival draws what it would have
+            if count[j] == pslots.shape[1]:  # before any draw, so a resumed arrival draws what it would have
                 return GROW, k
         t = times[k]
         for j in range(N):
             tj = np.int64(np.floor(t / bbar[j]))
             tgt[j] = tj
-            if advance(j, tj, cfg, pslots, pss, pos, Rs, qbufs, elists, hks, hids, phs, sts, outs, mems, queues,
-                       FT, b1, b2, bp) == VIOLATION:  # fmt: skip
+            if advance(j, tj, cfg, nslots, pslots, pss, pos, Rs, qbufs, elists, hks, hids, phs, sts, outs, mems,
+                       queues, FT, b1, b2, bp) == VIOLATION:  # fmt: skip
                 return VIOLATION, k
         if code == FIXED:
             j = fixed[k]
@@ -128,9 +135,9 @@ def run_fleet(
                         break
                     pick -= 1
         c = count[j]
-        pslots[j][c] = tgt[j]
-        pss[j][c] = s_all[k]
-        pos[j][c] = o_all[k]
+        pslots[j, c] = tgt[j]
+        pss[j, c] = s_all[k]
+        pos[j, c] = o_all[k]
         count[j] = c + 1
         where[k] = j
     return DONE, n

@@ -436,61 +436,67 @@ def _event(
     return outs
 
 
-class _Compiled:
-    """One replica's tables for :mod:`kvstab.fleet._fleet_kernel` (the fast engine's, a plan filled as
-    requests are routed to it)."""
+class _Tables:
+    """The replicas' tables for :mod:`kvstab.fleet._fleet_kernel`, stacked (row ``j`` is replica ``j``'s):
+    the fast engine's state, request table and plan, the plan filled as requests are routed."""
 
-    def __init__(self, params: ModelParams, pol: int, cap: int, slots: int) -> None:
+    NAMES = ("pslot", "ps", "po", "R", "qbuf", "elist", "hk", "hid", "ph", "st", "out", "memory", "queue")
+
+    def __init__(self, params: Sequence[ModelParams], cap: int, nslots: IntArray) -> None:
         from kvstab.engine import _kernel as K
         from kvstab.engine import _layout as L
         from kvstab.fleet import _fleet_kernel as FK
 
-        self.params = params
-        self.pol = pol
-        self.pslot = np.full(cap, FK.NOT_YET, dtype=np.int64)
-        self.ps = np.zeros(cap, dtype=np.int64)
-        self.po = np.zeros(cap, dtype=np.int64)
-        self.R = np.zeros((L.NF, cap), dtype=np.int64)
+        N = len(params)
+        self.pslot = np.full((N, cap), FK.NOT_YET, dtype=np.int64)
+        self.ps = np.zeros((N, cap), dtype=np.int64)
+        self.po = np.zeros((N, cap), dtype=np.int64)
+        self.R = np.zeros((N, L.NF, cap), dtype=np.int64)
         for f in (L.F_FIRST, L.F_FIN, L.F_NXT, L.F_PRV):
-            self.R[f] = -1
-        self.qbuf = np.zeros(cap + 1, dtype=np.int64)
-        self.elist = np.zeros(cap + 1, dtype=np.int64)
-        self.hk = np.zeros(cap + 1, dtype=np.int64)
-        self.hid = np.zeros(cap + 1, dtype=np.int64)
-        self.ph = np.zeros(params.block if params.block <= K.LAZY_BMAX else 1, dtype=np.int64)
-        self.st = np.zeros(L.ST_SIZE, dtype=np.int64)
+            self.R[:, f] = -1
+        self.qbuf = np.zeros((N, cap + 1), dtype=np.int64)
+        self.elist = np.zeros((N, cap + 1), dtype=np.int64)
+        self.hk = np.zeros((N, cap + 1), dtype=np.int64)
+        self.hid = np.zeros((N, cap + 1), dtype=np.int64)
+        # lazy decoders' phase counts, indexed mod B (a row as wide as the largest B that has them)
+        self.ph = np.zeros((N, max([p.block for p in params if p.block <= K.LAZY_BMAX] or [1])), dtype=np.int64)
+        self.st = np.zeros((N, L.ST_SIZE), dtype=np.int64)
         for f in (L.ST_AH, L.ST_AT, L.ST_LAH):
-            self.st[f] = -1
-        self.out = np.zeros((L.NSIM, FK.BUF), dtype=np.int64)
-        self.memory = np.zeros(slots, dtype=np.int64)
-        self.queue = np.zeros(slots, dtype=np.int64)
+            self.st[:, f] = -1
+        self.out = np.zeros((N, L.NSIM, FK.BUF), dtype=np.int64)
+        self.memory = np.zeros((N, int(nslots.max())), dtype=np.int64)
+        self.queue = np.zeros((N, int(nslots.max())), dtype=np.int64)
+
+    def arrays(self) -> tuple[IntArray, ...]:
+        """The tables in the kernel's argument order."""
+        return tuple(getattr(self, name) for name in self.NAMES)
 
     def grow(self) -> None:
-        """Double the plan and the request tables (the queue's ring laid out again from its head)."""
+        """Double every replica's plan and request tables (each queue's ring laid out again from its head)."""
         from kvstab.engine import _layout as L
         from kvstab.fleet import _fleet_kernel as FK
 
-        cap = self.pslot.size
+        N, cap = self.pslot.shape
         new = 2 * cap
 
         def wider(a: IntArray, size: int, fill: int = 0) -> IntArray:
-            b = np.full(size, fill, dtype=np.int64)
-            b[: a.size] = a
+            b = np.full((*a.shape[:-1], size), fill, dtype=np.int64)
+            b[..., : a.shape[-1]] = a
             return b
 
         self.pslot = wider(self.pslot, new, FK.NOT_YET)
         self.ps, self.po = wider(self.ps, new), wider(self.po, new)
-        R = np.zeros((L.NF, new), dtype=np.int64)
+        R = wider(self.R, new)
         for f in (L.F_FIRST, L.F_FIN, L.F_NXT, L.F_PRV):
-            R[f] = -1
-        R[:, :cap] = self.R
+            R[:, f, cap:] = -1
         self.R = R
-        qh, ql = int(self.st[L.ST_QH]), int(self.st[L.ST_QL])
-        q = np.zeros(new + 1, dtype=np.int64)
-        q[:ql] = self.qbuf[(qh + np.arange(ql)) % self.qbuf.size]
+        q = np.zeros((N, new + 1), dtype=np.int64)
+        for j in range(N):
+            qh, ql = int(self.st[j, L.ST_QH]), int(self.st[j, L.ST_QL])
+            q[j, :ql] = self.qbuf[j, (qh + np.arange(ql)) % (cap + 1)]
+            self.st[j, L.ST_QH] = 0
         self.qbuf = q
-        self.st[L.ST_QH] = 0
-        self.elist, self.hk, self.hid = wider(self.elist, new + 1), wider(self.hk, new + 1), wider(self.hid, new + 1)
+        self.elist, self.hk, self.hid = (wider(a, new + 1) for a in (self.elist, self.hk, self.hid))
 
 
 def compiled_event_ok(router: Any, replicas: Sequence[Replica], schedulers: Sequence[Any], static_router: bool) -> bool:
@@ -518,8 +524,6 @@ def _event_compiled(
 ) -> list[_Outcome] | None:
     """The event loop on compiled replicas (:mod:`kvstab.fleet._fleet_kernel`); ``None`` at a broken
     invariant, for the reference loop to raise it with its record."""
-    from numba.typed import List
-
     from kvstab.engine import _kernel as K
     from kvstab.engine import _layout as L
     from kvstab.engine.driver import fast_rule
@@ -533,14 +537,15 @@ def _event_compiled(
     # JSQ breaks a tie with one uniform of the run's generator per tie, in order: the same stream the
     # reference loop's router draws from one call at a time
     U = rng.random(n) if not static_router else np.zeros(1)
-    cap = 64 + n // N + n // (4 * N)  # a fair share and a quarter; a busier replica's tables grow
-    reps = [_Compiled(r.params, int(fast_rule(s)), cap, _slots(arrivals.horizon_s, r.params))  # type: ignore[arg-type]
-            for r, s in zip(replicas, schedulers)]  # fmt: skip
+    cap = 64 + n // N + n // (4 * N)  # a fair share and a quarter; the tables grow when a replica outgrows it
+    nslots = np.asarray([_slots(arrivals.horizon_s, r.params) for r in replicas], dtype=np.int64)
+    tab = _Tables([r.params for r in replicas], cap, nslots)
     cfg = np.zeros((N, FK.CF_SIZE), dtype=np.int64)
-    for j, rp in enumerate(reps):
-        p = rp.params
-        cfg[j] = (rp.pol, L.KVSTAB_LIFE, p.M, p.chunk, p.block, -1 if p.token_budget is None else p.token_budget,
-                  -1 if p.max_num_seqs is None else p.max_num_seqs, int(check))  # fmt: skip
+    for j, (rep, sch) in enumerate(zip(replicas, schedulers)):
+        p = rep.params
+        cfg[j] = (fast_rule(sch), L.KVSTAB_LIFE, p.M, p.chunk, p.block,
+                  -1 if p.token_budget is None else p.token_budget, -1 if p.max_num_seqs is None else p.max_num_seqs,
+                  int(check))  # fmt: skip
     bbar = np.asarray([r.params.bbar for r in replicas], dtype=np.float64)
     count = np.zeros(N, dtype=np.int64)
     where = np.zeros(n, dtype=np.int64)
@@ -550,35 +555,27 @@ def _event_compiled(
     times = np.ascontiguousarray(arrivals.time, dtype=np.float64)
     s_all = np.ascontiguousarray(arrivals.s, dtype=np.int64)
     o_all = np.ascontiguousarray(arrivals.o, dtype=np.int64)
-
-    def lists() -> tuple[Any, ...]:
-        return tuple(List([getattr(rp, name) for rp in reps]) for name in
-                     ("pslot", "ps", "po", "R", "qbuf", "elist", "hk", "hid", "ph", "st", "out", "memory", "queue"))
-
-    tables = lists()
     k = 0
     code = FK.FIXED if static_router else FK.JSQ
     while True:
-        status, k = FK.run_fleet(code, k, times, s_all, o_all, fixed, U, ucur, bbar, cfg, count, where, *tables,
-                                 FT, b1, b2, bp)  # fmt: skip
+        status, k = FK.run_fleet(code, k, times, s_all, o_all, fixed, U, ucur, bbar, cfg, count, where, nslots,
+                                 *tab.arrays(), FT, b1, b2, bp)  # fmt: skip
         if status == FK.VIOLATION:
             return None
         if status == FK.DONE:
             break
-        for j, rp in enumerate(reps):  # GROW: every replica whose plan is full
-            if count[j] == rp.pslot.size:
-                rp.grow()
-        tables = lists()
+        tab.grow()
     outs: list[_Outcome] = []
-    for j, rp in enumerate(reps):
-        if FK.advance(j, rp.memory.size, cfg, *tables, FT, b1, b2, bp) == FK.VIOLATION:
+    for j in range(N):
+        if FK.advance(j, int(nslots[j]), cfg, nslots, *tab.arrays(), FT, b1, b2, bp) == FK.VIOLATION:
             return None
-        K.sync_lazy(rp.R, rp.st, rp.params.block)
+        R = tab.R[j]
+        K.sync_lazy(R, tab.st[j], replicas[j].params.block)
         c = int(count[j])
         ids = np.flatnonzero(where == j).astype(np.int64)
-        R = rp.R
         outs.append(_Outcome(ids, arrivals.time[ids], R[L.F_S, :c].copy(), R[L.F_FIRST, :c].copy(),
-                             R[L.F_FIN, :c].copy(), R[L.F_NPRE, :c].copy(), rp.memory, "fast", rp.queue))  # fmt: skip
+                             R[L.F_FIN, :c].copy(), R[L.F_NPRE, :c].copy(), tab.memory[j, : nslots[j]].copy(), "fast",
+                             tab.queue[j, : nslots[j]].copy()))  # fmt: skip
     return outs
 
 

@@ -161,3 +161,25 @@ def test_trace_rows_keep_their_order_and_prompts() -> None:
     rows = arr.s // 8 - 1
     assert np.all(np.diff(rows) % 5 == 1)  # consecutive rows, wrapping round
     assert [arr.prompts.prompt(i).segments[0][0] for i in range(len(arr))] == rows.tolist()
+
+
+def test_fleet_critical_takes_a_mooncake_traces_rows_and_hash_ids(tmp_path: object,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    from pathlib import Path
+
+    from kvstab.cli import main
+
+    # a Mooncake-format trace: two 512-token blocks shared by every other row, one block of its own
+    rows = [{"timestamp": 10 * i, "input_length": 1100, "output_length": 1 + i % 3,
+             "hash_ids": [0, 1, 2 + i] if i % 2 else [100 + i, 200 + i, 300 + i]} for i in range(40)]
+    path = Path(str(tmp_path)) / "mini.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    args = ["fleet", "critical", "--replica", "count=2,M=1200,chunk=512,block=16,bbar=0.01,scheduler=vllm-v1",
+            "--trace", str(path), "--router", "consistent-hash", "--horizon", "2", "--seeds", "2",
+            "--tolerance", "0.45", "--quiet", "--json"]
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    # the shared rows meet on one replica: consistent hashing's own critical rate is below Σμ
+    assert data["theory_critical_per_s"] < 0.8 * data["mu_total_per_s"]
+    assert data["critical_rate_per_s"] > 0

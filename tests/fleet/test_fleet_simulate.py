@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _fleet_support import PARAMS, WORKLOAD, two_speed_fleet  # noqa: E402
 
 
-@pytest.mark.parametrize("router", ["round-robin", "random:0.3,0.7", "weighted-rr"])
+@pytest.mark.parametrize("router", ["round-robin", "random:0.92,0.08", "weighted-rr"])  # 0.92: the compiled tables grow
 def test_static_and_event_paths_agree_request_by_request(router: str) -> None:
     """The fast engine per replica and the event loop over reference engines give
     the same finish time to every request (heterogeneous M, b̄ and schedulers)."""
