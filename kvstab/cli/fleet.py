@@ -379,8 +379,8 @@ def _caching_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prefix-caching", dest="prefix_caching", type=_on_off, default=None, metavar="on|off",
         help="prefix caching on every replica, each on its own block pool (default: as each replica's engine "
-        "runs — on for vllm-v1, as vLLM's default; off for the paper's rules and sglang); the state-dependent "
-        "routers' event loop does not carry it and refuses it",
+        "runs — on for vllm-v1, as vLLM's default; off for the paper's rules and sglang); the static path runs "
+        "it on the compiled cache engine, the event loop on reference engines with their own pools",
     )  # fmt: skip
 
 

@@ -12,9 +12,12 @@ Two kinds, because they cost differently to simulate:
   power-of-d, the KV-aware router.  They implement ``choose(states, rng)``;
   the simulator steps the replicas together in time order.
 
-Every router is **size-blind**: it never reads the request's ``s`` or ``o``
-(``kvstab.theory.fleet`` assumes so: each replica then sees the workload's
-own length law).
+Every router but the prefix routers is **size-blind**: it never reads the
+request's ``s`` or ``o`` (``kvstab.theory.fleet`` assumes so: each replica then
+sees the workload's own length law).  The prefix routers (``prefix-affinity``,
+``consistent-hash``, ``sglang-router``; ``reads_prompts = True``) read the
+prompt's content and length, never ``o``: they split the traffic by content, and
+:mod:`kvstab.fleet.affinity` gives the condition that adds.
 
 Routers are found by name in one registry, like schedulers
 (:mod:`kvstab.registry`): the built-ins, plug-ins advertised in the

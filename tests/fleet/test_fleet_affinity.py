@@ -110,7 +110,7 @@ def test_consistent_hashing_on_a_hot_tenant_is_unstable_below_sum_mu_where_the_t
 def test_pure_prefix_affinity_saturates_the_hot_tenants_replica_and_its_scorers_do_not() -> None:
     infos, _ = replica_infos(_fleet(True), W)
     lam = 0.9 * sum(i.mu for i in infos)
-    arr = poisson_times(W, lam, 40.0, seed=0, prompts=True)
+    arr = poisson_times(W, lam, 30.0, seed=0, prompts=True)
     pure = simulate_fleet(_fleet(True), "prefix-affinity:queue=0,kv=0,cap=inf", W, arr)
     assert sorted(_growth(pure, lam, 0.1)) == ["flat", "up"]
     scored = simulate_fleet(_fleet(True), "prefix-affinity", W, arr)

@@ -216,7 +216,7 @@ def test_both_paths_agree_on_random_fleets(data: st.DataObject, n: int, router: 
     assert np.array_equal(a.waiting, b.waiting)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), n=st.integers(1, 4), rate=st.floats(50.0, 900.0), seed=st.integers(0, 2**16))
 def test_jsq_on_compiled_replicas_is_the_reference_event_loop(data: st.DataObject, n: int, rate: float,
                                                               seed: int) -> None:
