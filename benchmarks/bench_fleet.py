@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/bench_fleet.py [--schedulers current-fit,vllm-v1] [--horizon 6000] [--seeds 4]
                                      [--tolerance 0.01] [--out bench-fleet]
+    python benchmarks/bench_fleet.py --speed 1000000 [--schedulers current-fit]
 
 The paper's setting (``docs/MODEL.md``): Meta-Llama-3-8B on A100s, M = 131 000,
 ŝ = 512, b̄ = 0.0372 s, P/D 1:1 (``s, o ~ U(10, 1600)``), 8 data-parallel
@@ -61,6 +62,37 @@ def _plot(path: str, runs: list[tuple[str, object]]) -> None:
     plt.close(fig)
 
 
+def _speed(requests: int, scheduler: str) -> None:
+    """Time one event-loop run of the paper's 8 replicas behind JSQ (compiled replicas), and a short
+    run of the reference loop beside it for the per-request cost it replaces."""
+    w = PAPER_WORKLOADS["paper-1:1"]
+    block = 16 if scheduler == "vllm-v1" else 1
+    fleet = [Replica(ModelParams(M=PAPER_M, chunk=PAPER_CHUNK, block=block, bbar=PAPER_BBAR), scheduler)
+             for _ in range(REPLICAS)]
+    lam = 24.0
+    arr = poisson_times(w, lam, requests / lam, seed=7)
+    warm = poisson_times(w, lam, 20.0, seed=1)
+    t0 = time.perf_counter()
+    simulate_fleet(fleet, "jsq", w, warm)  # loads the cached kernels (compiles them on a fresh checkout)
+    load = time.perf_counter() - t0
+    c0, t0 = time.process_time(), time.perf_counter()
+    res = simulate_fleet(fleet, "jsq", w, arr)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(f"== {REPLICAS} × {scheduler} (paper server), jsq, λ = {lam:g}/s, {len(arr)} requests over {arr.horizon_s:g} s")
+    print(f"  path: {res.path_text}")
+    print(f"  wall {wall:.1f} s, CPU {cpu:.1f} s ({1e6 * cpu / len(arr):.1f} µs CPU per request); "
+          f"first call (kernel load) {load:.1f} s")
+    thr = res.fleet.throughput
+    print(f"  fleet throughput {thr.value:.4g}/s [{thr.low:.4g}, {thr.high:.4g}], in system at the end "
+          f"{res.fleet.in_system_end}" if thr is not None else "  fleet throughput n/a")
+    ref = poisson_times(w, lam, 100.0, seed=7)
+    t0 = time.perf_counter()
+    simulate_fleet(fleet, "jsq", w, ref, compiled=False)
+    per = (time.perf_counter() - t0) / len(ref)
+    print(f"  reference event loop: {1e6 * per:.0f} µs per request on {len(ref)} requests "
+          f"(→ {per * len(arr) / 60:.0f} min for this run)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--schedulers", default="current-fit,vllm-v1")
@@ -68,13 +100,19 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--tolerance", type=float, default=0.01, help="half-width target, × 8μ")
     ap.add_argument("--out", default="bench-fleet")
+    ap.add_argument("--speed", type=int, default=0, metavar="REQUESTS",
+                    help="only time the event loop: 8 paper replicas behind JSQ at λ = 24/s for about this many "
+                         "requests (the issue's target: 1000000 in ≤ 60 s on one core)")
     args = ap.parse_args()
+    if args.speed:
+        _speed(args.speed, args.schedulers.split(",")[0])
+        return
     os.makedirs(args.out, exist_ok=True)
     w = PAPER_WORKLOADS["paper-1:1"]
     for name in args.schedulers.split(","):
         block = 16 if name == "vllm-v1" else 1
-        params = ModelParams(M=PAPER_M, chunk=PAPER_CHUNK, block=block)
-        fleet = [Replica(params, PAPER_BBAR, name, f"A100-{k}") for k in range(REPLICAS)]
+        params = ModelParams(M=PAPER_M, chunk=PAPER_CHUNK, block=block, bbar=PAPER_BBAR)
+        fleet = [Replica(params, name, f"A100-{k}") for k in range(REPLICAS)]
         infos, _ = replica_infos(fleet, w)
         mu8 = sum(i.mu for i in infos)
         print(f"== {name}: {REPLICAS} replicas, M = {PAPER_M}, ŝ = {PAPER_CHUNK}, B = {block}, b̄ = {PAPER_BBAR} s, "

@@ -114,7 +114,7 @@ def _workload(args: argparse.Namespace, trace: Any) -> Any:
     return parse_workload("paper-1:1")
 
 
-def _load_trace(args: argparse.Namespace) -> Any:
+def _load_trace(args: argparse.Namespace, need_times: bool = True) -> Any:
     if args.trace is None:
         return None
     from kvstab.data import TRACES, trace_path
@@ -124,7 +124,7 @@ def _load_trace(args: argparse.Namespace) -> Any:
     if not os.path.isfile(path):
         raise InvalidArgument(f"--trace {args.trace!r}: no such file; shipped traces: {', '.join(sorted(TRACES))}")
     tr = load_trace(path)
-    if tr.arrival is None:
+    if need_times and tr.arrival is None:
         raise InvalidArgument(f"--trace {args.trace!r} records no arrival times: its rate is unknown; give --lambda")
     return tr
 
@@ -223,14 +223,20 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _cmd_critical(args: argparse.Namespace) -> int:
+    from kvstab.fleet.arrivals import trace_rows_poisson
     from kvstab.fleet.critical import find_fleet_critical_rate
-    from kvstab.workload import parse_workload
 
     replicas = _replicas(args)
-    workload = parse_workload(args.workload or "paper-1:1")
+    trace = _load_trace(args, need_times=False)
+    workload = _workload(args, trace)
+    draw = None
+    if trace is not None:
+        # the trace's rows in its order (lengths and, for a Mooncake trace, hash_ids) at the rate searched
+        def draw(rate: float, horizon: float, seed: int, prompts: bool) -> Any:
+            return trace_rows_poisson(trace, rate, horizon, seed, prompts=prompts)
     log = (lambda line: print(line, file=sys.stderr)) if not args.quiet else (lambda _l: None)
     cr = find_fleet_critical_rate(replicas, args.router, workload, horizon_s=args.horizon, tolerance=args.tolerance,
-                                  seeds=args.seeds, seed=args.seed, log=log)  # fmt: skip
+                                  seeds=args.seeds, seed=args.seed, log=log, draw=draw)  # fmt: skip
     out = {
         "router": cr.router, "critical_rate_per_s": cr.critical, "interval_per_s": [cr.low, cr.high],
         "threshold_per_s": cr.threshold, "mu_total_per_s": cr.mu_total, "theory_critical_per_s": cr.theory_rate,
@@ -380,8 +386,8 @@ def _caching_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prefix-caching", dest="prefix_caching", type=_on_off, default=None, metavar="on|off",
         help="prefix caching on every replica, each on its own block pool (default: as each replica's engine "
-        "runs — on for vllm-v1, as vLLM's default; off for the paper's rules and sglang); the state-dependent "
-        "routers' event loop does not carry it and refuses it",
+        "runs — on for vllm-v1, as vLLM's default; off for the paper's rules and sglang); the static path runs "
+        "it on the compiled cache engine, the event loop on reference engines with their own pools",
     )  # fmt: skip
 
 
@@ -410,6 +416,9 @@ def register(subparsers: Any) -> None:
     crit = sub.add_parser("critical", help="the fleet's critical rate by bisection on the queue growth")
     _common(crit)
     crit.add_argument("--horizon", type=_horizon, default=600.0, help="seconds per replication (default 600)")
+    crit.add_argument("--trace", default=None,
+                      help="requests are a trace's rows in its order (lengths; a Mooncake trace's hash_ids as prompts) "
+                           "at the Poisson rate searched: a shipped name (mooncake-conversation, …) or a path")  # fmt: skip
     crit.add_argument("--tolerance", type=_tolerance, default=0.02, help="half-width target × Σμ (default 0.02)")
     crit.add_argument("--seeds", type=_seeds, default=3, help="replications per rate (default 3)")
     crit.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -27,7 +27,7 @@ from kvstab.traces import Trace
 from kvstab.validation import MAX_RATE, positive_float
 from kvstab.workload import Workload
 
-__all__ = ["FleetArrivals", "poisson_times", "piecewise_poisson", "window_rates", "peak_window", "MAX_FLEET_REQUESTS"]
+__all__ = ["FleetArrivals", "poisson_times", "trace_rows_poisson", "piecewise_poisson", "window_rates", "peak_window", "MAX_FLEET_REQUESTS"]
 
 #: the most requests one fleet run may be expected to hold (three arrays of this
 #: length are ~0.7 GB; a larger run is a mistake, not a study)
@@ -98,6 +98,27 @@ def poisson_times(workload: Workload, rate: float, horizon_s: float, seed: int =
     s, o = workload.sample(rng, n)
     s = np.asarray(s, dtype=np.int64)
     return FleetArrivals(time, s, np.asarray(o, dtype=np.int64), float(horizon_s), _prompts(workload, rng, s, prompts))
+
+
+def trace_rows_poisson(trace: Trace, rate: float, horizon_s: float, seed: int = 0, *,
+                       prompts: bool = False) -> FleetArrivals:
+    """A Poisson stream of rate ``rate`` over ``[0, horizon_s)`` whose requests are a trace's rows in the
+    trace's own order, from a seeded random row on (wrapping round at its end): their lengths, and with
+    ``prompts`` their prompts (a Mooncake trace's ``hash_ids``).  The rate is the one chosen, not the
+    trace's; the order keeps the trace's locality (a conversation's turns follow each other), which
+    i.i.d. draws of its rows would scatter."""
+    rate = positive_float("the arrival rate λ", rate, maximum=MAX_RATE)
+    horizon_s = positive_float("the horizon (seconds)", horizon_s, maximum=1e9)
+    _expect(rate * horizon_s)
+    if len(trace) == 0:
+        raise InvalidArgument(f"trace {trace.path} has no rows")
+    rng = np.random.default_rng(seed)
+    n = int(rng.poisson(rate * horizon_s))
+    time = np.sort(rng.uniform(0.0, horizon_s, size=n))
+    rows = (int(rng.integers(len(trace))) + np.arange(n, dtype=np.int64)) % len(trace)
+    content = trace.prompts.take(rows) if prompts and trace.prompts is not None else None
+    return FleetArrivals(time, trace.s[rows].astype(np.int64), trace.o[rows].astype(np.int64), float(horizon_s),
+                         content)
 
 
 def piecewise_poisson(workload: Workload, rates: npt.ArrayLike, window_s: float, seed: int = 0, *,

@@ -30,12 +30,14 @@ import numpy as np
 from scipy import stats
 
 from kvstab.errors import InvalidArgument
-from kvstab.fleet.arrivals import poisson_times
+from kvstab.fleet.arrivals import FleetArrivals, poisson_times
+from kvstab.fleet.routers import PromptChains
 from kvstab.fleet.simulate import (
     SLOPE_START,
     FleetResult,
     Replica,
     caching_replicas,
+    needs_prompts,
     replica_infos,
     simulate_fleet,
 )
@@ -100,21 +102,31 @@ def _batches(res: FleetResult) -> tuple[list[float], list[float]]:
     return [float(v) for v in slope], [float(v) for v in thr]
 
 
+#: arrivals at a rate: ``draw(rate, horizon_s, seed, prompts) -> FleetArrivals``
+Draw = Callable[[float, float, int, bool], FleetArrivals]
+
+
 def evaluate_rate(
     replicas: Sequence[Replica], router: str | Any, workload: Workload, rate: float, horizon_s: float, *,
     seeds: int = 3, max_seeds: int = 8, threshold: float = 0.0, seed: int = 0, classify: bool = True,
+    draw: Draw | None = None,
 ) -> RateVerdict:
-    """Replicate ``rate`` and classify it against the growth threshold ``threshold`` (req/s)."""
+    """Replicate ``rate`` and classify it against the growth threshold ``threshold`` (req/s).
+
+    ``draw`` makes the arrivals at a rate (default: Poisson with lengths i.i.d. from ``workload``;
+    e.g. :func:`~kvstab.fleet.arrivals.trace_rows_poisson` for a trace's rows and prompts)."""
     slopes: list[float] = []
     thr: list[float] = []
-    caching = bool(caching_replicas(replicas))  # replicas with caching need the prompts' content
+    caching = needs_prompts(replicas, router)  # replicas with caching, and prefix routers, need the prompts' content
     first: FleetResult | None = None
     reps = 0
     decided = False
     while True:
         target = seeds if reps == 0 else min(2 * reps, max_seeds)
         while reps < target:
-            arr = poisson_times(workload, rate, horizon_s, seed=seed * 1_000_003 + reps, prompts=caching)
+            rseed = seed * 1_000_003 + reps
+            arr = (poisson_times(workload, rate, horizon_s, seed=rseed, prompts=caching) if draw is None
+                   else draw(rate, horizon_s, rseed, caching))
             res = simulate_fleet(replicas, router, workload, arr, seed=seed * 1_000_003 + reps)
             first = first or res
             sl, th = _batches(res)
@@ -156,6 +168,7 @@ def find_fleet_critical_rate(
     overload: float | None = 1.2,
     seed: int = 0,
     log: Callable[[str], None] = lambda _line: None,
+    draw: Draw | None = None,
 ) -> CriticalRate:
     """``λ*`` of ``replicas`` behind ``router`` to within ``tolerance·Σμ`` (see the module docstring).
 
@@ -164,9 +177,10 @@ def find_fleet_critical_rate(
     gives over 200 000 draws; a state-dependent router: ``Σ μ_i``) ± 10 % and
     widens until it brackets.
     ``overload`` (× that rate): also measure the saturated throughput there
-    (``None``: skip).
+    (``None``: skip).  ``draw``: the arrivals at a rate, as :func:`evaluate_rate` takes them
+    (``workload`` is then the law the theory's ``μ_i`` is computed for).
     """
-    from kvstab.fleet.routers import load_router
+    from kvstab.fleet.routers import load_router, reads_prompts
     from kvstab.theory import critical_rate
 
     tolerance = positive_float("the tolerance", tolerance, maximum=1.0)
@@ -186,7 +200,14 @@ def find_fleet_critical_rate(
     mus = [i.mu for i in infos]
     total = float(sum(mus))
     rt = load_router(router)
-    theory = total if rt.state_dependent else _static_rate(rt, infos, mus, critical_rate)
+    if rt.state_dependent:
+        theory = total
+    elif reads_prompts(rt):
+        # a split by content: its shares come from the prompts themselves (a hot prefix's replica takes its share)
+        sample = (draw or (lambda r, hz, s, p: poisson_times(workload, r, hz, seed=s, prompts=p)))(1.0, 20_000.0, seed, True)
+        theory = _static_rate(rt, infos, mus, critical_rate, sample)
+    else:
+        theory = _static_rate(rt, infos, mus, critical_rate)
     tol = tolerance * total
     h = 0.5 * tol
     evals: list[RateVerdict] = []
@@ -194,7 +215,7 @@ def find_fleet_critical_rate(
 
     def ev(rate: float) -> RateVerdict:
         v = evaluate_rate(replicas, router, workload, rate, horizon_s, seeds=seeds, max_seeds=max_seeds,
-                          threshold=h, seed=seed)  # fmt: skip
+                          threshold=h, seed=seed, draw=draw)  # fmt: skip
         evals.append(v)
         log(f"  λ = {rate:.5g}/s: {against_threshold(v.slope, h)}, {v.seeds} seeds; "
             f"throughput {v.throughput.value:.5g}/s")  # fmt: skip
@@ -237,7 +258,7 @@ def find_fleet_critical_rate(
         # with prefix caching the fleet can serve more than the no-sharing theory: overload past what it kept up with
         base = max(theory, hi) if caching_replicas(replicas) else theory
         sat = evaluate_rate(replicas, router, workload, overload * base, horizon_s, seeds=seeds, classify=False,
-                            seed=seed)  # fmt: skip
+                            seed=seed, draw=draw)  # fmt: skip
         saturated = sat.throughput
         log(f"  saturated throughput at λ = {overload * base:.5g}/s: {sat.throughput.value:.5g}/s "
             f"[{sat.throughput.low:.5g}, {sat.throughput.high:.5g}]")  # fmt: skip
@@ -248,8 +269,16 @@ def find_fleet_critical_rate(
     )  # fmt: skip
 
 
-def _static_rate(rt: Any, infos: Sequence[Any], mus: list[float], critical_rate: Callable[..., float]) -> float:
-    """The critical rate of a state-independent router from the long-run shares it gives each replica."""
+def _static_rate(rt: Any, infos: Sequence[Any], mus: list[float], critical_rate: Callable[..., float],
+                 sample: FleetArrivals | None = None) -> float:
+    """The critical rate of a state-independent router from the long-run shares it gives each replica
+    (a prompt-reading one: the shares it gives the requests of ``sample``)."""
+    if sample is not None:
+        n = len(sample)
+        where = np.asarray(rt.assign(n, infos, np.random.default_rng(0), PromptChains(sample.prompts, n)),
+                           dtype=np.int64)
+        share = np.bincount(where, minlength=len(mus)) / max(n, 1)
+        return float(critical_rate(mus, share / share.sum()))
     n = 200_000
     where = np.asarray(rt.assign(n, infos, np.random.default_rng(0)), dtype=np.int64)
     share = np.bincount(where, minlength=len(mus)) / n

@@ -40,7 +40,7 @@ import numpy.typing as npt
 from kvstab.arrivals import ArrivalPlan
 from kvstab.errors import InvalidArgument
 from kvstab.fleet.arrivals import FleetArrivals
-from kvstab.fleet.routers import ReplicaInfo, ReplicaState, load_router
+from kvstab.fleet.routers import PromptChains, ReplicaInfo, ReplicaState, RoutedRequest, load_router, reads_prompts
 from kvstab.metrics import Estimate, batch_means
 from kvstab.model import ModelParams, prefill_slots, tokens_held
 from kvstab.theory import FleetReport, fleet_report, stability_report
@@ -54,6 +54,8 @@ __all__ = [
     "FleetResult",
     "simulate_fleet",
     "caching_replicas",
+    "needs_prompts",
+    "compiled_event_ok",
     "replica_infos",
     "GRID",
     "WARMUP",
@@ -160,6 +162,8 @@ class FleetResult:
         engines = sorted({r.engine for r in self.replicas})
         if self.path == "static":
             return f"static routing, each replica on its own ({'/'.join(engines)} engine)"
+        if engines == ["fast"]:
+            return "event loop over the replicas' clocks (compiled replicas, routed in the compiled loop)"
         return "event loop over the replicas' clocks (reference engine per replica)"
 
     def as_dict(self) -> dict[str, Any]:
@@ -310,7 +314,7 @@ def _static(
 
     n = len(arrivals)
     rng = np.random.default_rng([seed, 1])
-    where = np.asarray(router.assign(n, infos, rng), dtype=np.int64)
+    where = np.asarray(_assign(router, n, infos, rng, arrivals), dtype=np.int64)
     if where.shape != (n,) or (n and (where.min() < 0 or where.max() >= len(replicas))):
         raise InvalidArgument(
             f"router {router.name!r}: assign must return {n} replica indices in [0, {len(replicas)}), got shape "
@@ -334,6 +338,14 @@ def _static(
     return outs
 
 
+def _assign(router: Any, n: int, infos: Sequence[ReplicaInfo], rng: np.random.Generator,
+            arrivals: FleetArrivals) -> Any:
+    """A state-independent router's replica for each arrival (a prompt-reading one is handed the chains)."""
+    if reads_prompts(router):
+        return router.assign(n, infos, rng, PromptChains(arrivals.prompts, n))
+    return router.assign(n, infos, rng)
+
+
 def _slots(horizon: float, params: ModelParams) -> int:
     """The slots of ``params``' b̄ that cover ``horizon`` seconds."""
     bbar = params.bbar
@@ -343,10 +355,17 @@ def _slots(horizon: float, params: ModelParams) -> int:
     return max(k, 1)
 
 
-def _state(eng: Any, info: ReplicaInfo) -> ReplicaState:
+def _state(eng: Any, info: ReplicaInfo, request: RoutedRequest | None) -> ReplicaState:
+    """What a state-dependent router sees of ``eng``; with ``request``, how much of its prompt the
+    replica's pool holds cached (the lookup vLLM makes when the request reaches the queue's head)."""
     block = eng.params.block
-    kv = sum(int(tokens_held(r.progress, block)) for r in eng.active)
     served = sum(r.attempt_area for r in eng.active)
+    cache = eng.cache
+    if cache is not None:
+        kv = cache.used_tokens  # a block shared by several requests counts once
+        hit = 0 if request is None else cache.kv.get_computed_blocks(request.hashes(block), request.s).num_tokens
+        return ReplicaState(info, len(eng.waiting), len(eng.active), kv, served, hit)
+    kv = sum(int(tokens_held(r.progress, block)) for r in eng.active)
     return ReplicaState(info, len(eng.waiting), len(eng.active), kv, served)
 
 
@@ -369,8 +388,11 @@ def _event(
     rng = np.random.default_rng([seed, 1])
     engines = [Engine(sch, rep.params, check=check, spec=rep.scheduler) for rep, sch in zip(replicas, schedulers)]
     bbars = [rep.params.bbar for rep in replicas]
-    fixed = np.asarray(router.assign(n, infos, rng), dtype=np.int64) if static_router else None
+    fixed = np.asarray(_assign(router, n, infos, rng, arrivals), dtype=np.int64) if static_router else None
     got: list[list[int]] = [[] for _ in replicas]
+    prompts = arrivals.prompts
+    chains = PromptChains(prompts, n) if reads_prompts(router) else None
+    looks = bool(getattr(router, "reads_cache", False))
     for k in range(n):
         t = float(arrivals.time[k])
         for eng, b in zip(engines, bbars):
@@ -379,11 +401,18 @@ def _event(
         if fixed is not None:
             j = int(fixed[k])
         else:
-            j = router.choose([_state(e, inf) for e, inf in zip(engines, infos)], rng)
+            req = None if chains is None else RoutedRequest(k, int(arrivals.s[k]), chains)
+            states = [_state(e, inf, req if looks else None) for e, inf in zip(engines, infos)]
+            j = router.choose(states, rng) if req is None else router.choose(states, rng, req)
             if isinstance(j, bool) or not isinstance(j, (int, np.integer)) or not 0 <= j < len(engines):
                 raise InvalidArgument(f"router {router.name!r} chose {j!r}; valid: a replica index in [0, {len(engines)})")
             j = int(j)
-        engines[j].arrive(int(arrivals.s[k]), int(arrivals.o[k]))
+        if prompts is not None and engines[j].cache is not None:
+            # the request's content, so that requests routed to one replica share its blocks
+            out = None if prompts.output is None else int(prompts.output[k])
+            engines[j].arrive(int(arrivals.s[k]), int(arrivals.o[k]), prompts.prompt(k), out)
+        else:
+            engines[j].arrive(int(arrivals.s[k]), int(arrivals.o[k]))
         got[j].append(k)
     outs: list[_Outcome] = []
     for eng, rep, ids_list in zip(engines, replicas, got):
@@ -407,34 +436,179 @@ def _event(
     return outs
 
 
+class _Tables:
+    """The replicas' tables for :mod:`kvstab.fleet._fleet_kernel`, stacked (row ``j`` is replica ``j``'s):
+    the fast engine's state, request table and plan, the plan filled as requests are routed."""
+
+    NAMES = ("pslot", "ps", "po", "R", "qbuf", "elist", "hk", "hid", "ph", "st", "out", "memory", "queue")
+
+    def __init__(self, params: Sequence[ModelParams], cap: int, nslots: IntArray) -> None:
+        from kvstab.engine import _kernel as K
+        from kvstab.engine import _layout as L
+        from kvstab.fleet import _fleet_kernel as FK
+
+        N = len(params)
+        self.pslot = np.full((N, cap), FK.NOT_YET, dtype=np.int64)
+        self.ps = np.zeros((N, cap), dtype=np.int64)
+        self.po = np.zeros((N, cap), dtype=np.int64)
+        self.R = np.zeros((N, L.NF, cap), dtype=np.int64)
+        for f in (L.F_FIRST, L.F_FIN, L.F_NXT, L.F_PRV):
+            self.R[:, f] = -1
+        self.qbuf = np.zeros((N, cap + 1), dtype=np.int64)
+        self.elist = np.zeros((N, cap + 1), dtype=np.int64)
+        self.hk = np.zeros((N, cap + 1), dtype=np.int64)
+        self.hid = np.zeros((N, cap + 1), dtype=np.int64)
+        # lazy decoders' phase counts, indexed mod B (a row as wide as the largest B that has them)
+        self.ph = np.zeros((N, max([p.block for p in params if p.block <= K.LAZY_BMAX] or [1])), dtype=np.int64)
+        self.st = np.zeros((N, L.ST_SIZE), dtype=np.int64)
+        for f in (L.ST_AH, L.ST_AT, L.ST_LAH):
+            self.st[:, f] = -1
+        self.out = np.zeros((N, L.NSIM, FK.BUF), dtype=np.int64)
+        self.memory = np.zeros((N, int(nslots.max())), dtype=np.int64)
+        self.queue = np.zeros((N, int(nslots.max())), dtype=np.int64)
+
+    def arrays(self) -> tuple[IntArray, ...]:
+        """The tables in the kernel's argument order."""
+        return tuple(getattr(self, name) for name in self.NAMES)
+
+    def grow(self) -> None:
+        """Double every replica's plan and request tables (each queue's ring laid out again from its head)."""
+        from kvstab.engine import _layout as L
+        from kvstab.fleet import _fleet_kernel as FK
+
+        N, cap = self.pslot.shape
+        new = 2 * cap
+
+        def wider(a: IntArray, size: int, fill: int = 0) -> IntArray:
+            b = np.full((*a.shape[:-1], size), fill, dtype=np.int64)
+            b[..., : a.shape[-1]] = a
+            return b
+
+        self.pslot = wider(self.pslot, new, FK.NOT_YET)
+        self.ps, self.po = wider(self.ps, new), wider(self.po, new)
+        R = wider(self.R, new)
+        for f in (L.F_FIRST, L.F_FIN, L.F_NXT, L.F_PRV):
+            R[:, f, cap:] = -1
+        self.R = R
+        q = np.zeros((N, new + 1), dtype=np.int64)
+        for j in range(N):
+            qh, ql = int(self.st[j, L.ST_QH]), int(self.st[j, L.ST_QL])
+            q[j, :ql] = self.qbuf[j, (qh + np.arange(ql)) % (cap + 1)]
+            self.st[j, L.ST_QH] = 0
+        self.qbuf = q
+        self.elist, self.hk, self.hid = (wider(a, new + 1) for a in (self.elist, self.hk, self.hid))
+
+
+def compiled_event_ok(router: Any, replicas: Sequence[Replica], schedulers: Sequence[Any], static_router: bool) -> bool:
+    """Whether the event loop can run on compiled replicas: built-in rules of the shared kernel without
+    prefix caching (lookahead's finish tree is sized from a whole plan: not here), behind JSQ or a
+    state-independent router that reads no prompts."""
+    from kvstab.engine import _layout as L
+    from kvstab.engine.driver import fast_rule
+    from kvstab.fleet.routers import JoinShortestQueue
+
+    if not static_router and type(router) is not JoinShortestQueue:
+        return False
+    if static_router and reads_prompts(router):
+        return False
+    for rep, sch in zip(replicas, schedulers):
+        pol = fast_rule(sch)
+        if pol is None or pol == L.LOOKAHEAD or rep.params.prefix_caching:
+            return False
+    return True
+
+
+def _event_compiled(
+    router: Any, replicas: Sequence[Replica], infos: Sequence[ReplicaInfo], arrivals: FleetArrivals, seed: int,
+    schedulers: Sequence[Any], check: bool, static_router: bool,
+) -> list[_Outcome] | None:
+    """The event loop on compiled replicas (:mod:`kvstab.fleet._fleet_kernel`); ``None`` at a broken
+    invariant, for the reference loop to raise it with its record."""
+    from kvstab.engine import _kernel as K
+    from kvstab.engine import _layout as L
+    from kvstab.engine.driver import fast_rule
+    from kvstab.fleet import _fleet_kernel as FK
+
+    n = len(arrivals)
+    N = len(replicas)
+    rng = np.random.default_rng([seed, 1])
+    fixed = (np.asarray(_assign(router, n, infos, rng, arrivals), dtype=np.int64) if static_router
+             else np.zeros(1, dtype=np.int64))  # fmt: skip
+    # JSQ breaks a tie with one uniform of the run's generator per tie, in order: the same stream the
+    # reference loop's router draws from one call at a time
+    U = rng.random(n) if not static_router else np.zeros(1)
+    cap = 64 + n // N + n // (4 * N)  # a fair share and a quarter; the tables grow when a replica outgrows it
+    nslots = np.asarray([_slots(arrivals.horizon_s, r.params) for r in replicas], dtype=np.int64)
+    tab = _Tables([r.params for r in replicas], cap, nslots)
+    cfg = np.zeros((N, FK.CF_SIZE), dtype=np.int64)
+    for j, (rep, sch) in enumerate(zip(replicas, schedulers)):
+        p = rep.params
+        cfg[j] = (fast_rule(sch), L.KVSTAB_LIFE, p.M, p.chunk, p.block,
+                  -1 if p.token_budget is None else p.token_budget, -1 if p.max_num_seqs is None else p.max_num_seqs,
+                  int(check))  # fmt: skip
+    bbar = np.asarray([r.params.bbar for r in replicas], dtype=np.float64)
+    count = np.zeros(N, dtype=np.int64)
+    where = np.zeros(n, dtype=np.int64)
+    ucur = np.zeros(1, dtype=np.int64)
+    FT = np.zeros((2, 1), dtype=np.int64)
+    b1, b2, bp = np.zeros(1), np.zeros(1), np.zeros(L.BP_SIZE, dtype=np.int64)
+    times = np.ascontiguousarray(arrivals.time, dtype=np.float64)
+    s_all = np.ascontiguousarray(arrivals.s, dtype=np.int64)
+    o_all = np.ascontiguousarray(arrivals.o, dtype=np.int64)
+    k = 0
+    code = FK.FIXED if static_router else FK.JSQ
+    while True:
+        status, k = FK.run_fleet(code, k, times, s_all, o_all, fixed, U, ucur, bbar, cfg, count, where, nslots,
+                                 *tab.arrays(), FT, b1, b2, bp)  # fmt: skip
+        if status == FK.VIOLATION:
+            return None
+        if status == FK.DONE:
+            break
+        tab.grow()
+    outs: list[_Outcome] = []
+    for j in range(N):
+        if FK.advance(j, int(nslots[j]), cfg, nslots, *tab.arrays(), FT, b1, b2, bp) == FK.VIOLATION:
+            return None
+        R = tab.R[j]
+        K.sync_lazy(R, tab.st[j], replicas[j].params.block)
+        c = int(count[j])
+        ids = np.flatnonzero(where == j).astype(np.int64)
+        outs.append(_Outcome(ids, arrivals.time[ids], R[L.F_S, :c].copy(), R[L.F_FIRST, :c].copy(),
+                             R[L.F_FIN, :c].copy(), R[L.F_NPRE, :c].copy(), tab.memory[j, : nslots[j]].copy(), "fast",
+                             tab.queue[j, : nslots[j]].copy()))  # fmt: skip
+    return outs
+
+
 def caching_replicas(replicas: Sequence[Replica]) -> list[str]:
     """The labels of the replicas that run with prefix caching."""
     return [r.name or f"{i}:{r.scheduler}" for i, r in enumerate(replicas) if r.params.prefix_caching]
 
 
-def _check_caching(replicas: Sequence[Replica], workload: Workload, arrivals: FleetArrivals, router: str,
-                   path: str, dependent: bool) -> None:
-    """Refuse a fleet with prefix caching the chosen path cannot carry, rather than ignore the caching.
+def _check_caching(replicas: Sequence[Replica], workload: Workload, arrivals: FleetArrivals, router: Any) -> None:
+    """Refuse a run that would ignore the prompts' content: replicas with prefix caching, or a router that
+    reads prompts, on arrivals without the prompts of a workload that has a prefix law.
 
-    The event loop steps reference engines whose requests arrive as lengths, and its routers read each
-    request's own tokens, not a shared block pool: it does not carry prefix caching.  On the static path
-    each replica with caching runs on its own block pool (no sharing across replicas), and needs the
-    arrivals' prompts where the workload has prefix structure."""
+    Both paths carry caching, each replica on its own block pool (no sharing across replicas): the static
+    path runs the compiled cache engine per replica, the event loop reference engines with their pools."""
     cached = caching_replicas(replicas)
-    if not cached:
+    if workload.prefix is None or arrivals.prompts is not None:
         return
-    if path == "event":
-        why = f"router {router!r} reads the replicas' state" if dependent else "path 'event' was asked for"
-        raise InvalidArgument(
-            f"prefix caching on replica(s) {', '.join(cached)}: the fleet's event loop ({why}) does not carry prefix "
-            "caching (its routers read each request's own tokens, not a shared block pool); use a state-independent "
-            "router (kvstab fleet routers) on the static path, or --prefix-caching off"
-        )
-    if workload.prefix is not None and arrivals.prompts is None:
+    if cached:
         raise InvalidArgument(
             f"prefix caching on replica(s) {', '.join(cached)} but the arrivals carry no prompts for the workload's "
             f"prefix={workload.prefix.describe()}: draw them with prompts=True"
         )
+    if reads_prompts(router):
+        raise InvalidArgument(
+            f"router {router.name!r} routes by the prompts' content but the arrivals carry no prompts for the "
+            f"workload's prefix={workload.prefix.describe()}: draw them with prompts=True"
+        )
+
+
+def needs_prompts(replicas: Sequence[Replica], router: str | Any) -> bool:
+    """Whether a run of ``replicas`` behind ``router`` needs the arrivals' prompt content."""
+    rt = load_router(router) if isinstance(router, str) else router
+    return bool(caching_replicas(replicas)) or reads_prompts(rt)
 
 
 def simulate_fleet(
@@ -448,6 +622,7 @@ def simulate_fleet(
     check: bool = True,
     warmup: float = WARMUP,
     grid: int = GRID,
+    compiled: bool = True,
 ) -> FleetResult:
     """Run ``arrivals`` through ``router`` onto ``replicas`` up to ``arrivals.horizon_s``.
 
@@ -456,7 +631,9 @@ def simulate_fleet(
     for a state-independent router, else the event loop), ``"static"``
     (refused for a state-dependent router) or ``"event"`` (the event loop even
     for a state-independent router: the cross-check).  ``seed`` seeds the
-    router's own randomness.
+    router's own randomness.  ``compiled``: run the event loop on compiled replicas where it can
+    (JSQ or a state-independent router, built-in rules without caching; ``False``: always the
+    reference engines, the cross-check).
     """
     from kvstab.registry import load_scheduler
 
@@ -470,13 +647,21 @@ def simulate_fleet(
     if path == "static" and dependent:
         raise InvalidArgument(f"router {rt.name!r} reads the replicas' state: it needs the event loop (path 'event')")
     chosen = "event" if dependent or path == "event" else "static"
-    _check_caching(replicas, workload, arrivals, rt.name, chosen, dependent)
+    _check_caching(replicas, workload, arrivals, rt)
+    bind = getattr(rt, "bind", None)
     infos, deltas = replica_infos(replicas, workload)
+    if callable(bind):  # a router with state of its own starts each run afresh
+        rt = bind(infos)
     schedulers = [load_scheduler(r.scheduler) for r in replicas]
     if chosen == "static":
         outs = _static(rt, replicas, infos, arrivals, seed, schedulers, check)
     else:
-        outs = _event(rt, replicas, infos, arrivals, seed, schedulers, check, static_router=not dependent)
+        fast = None
+        if compiled and compiled_event_ok(rt, replicas, schedulers, static_router=not dependent):
+            fast = _event_compiled(rt, replicas, infos, arrivals, seed, schedulers, check, static_router=not dependent)
+        # the reference loop: every other router and replica, and a broken invariant raised with its record
+        outs = fast if fast is not None else _event(rt, replicas, infos, arrivals, seed, schedulers, check,
+                                                    static_router=not dependent)
     H = arrivals.horizon_s
     edges = np.linspace(0.0, H, max(int(grid), 2 * BATCHES * 2) + 1)
     servers = [r.params for r in replicas]

@@ -1,6 +1,7 @@
-"""Fleets with prefix caching (issue 25): each replica is a server with its own block pool, the
-arrivals carry the prefix law's prompts on the static path, the event loop refuses caching in one
-line, and every output says μ is the no-sharing formula with measured/μ beside it."""
+"""Fleets with prefix caching (issues 25 and 27): each replica is a server with its own block pool on
+both paths (the static path's compiled cache engine, the event loop's reference engines), the
+arrivals carry the prefix law's prompts, and every output says μ is the no-sharing formula with
+measured/μ beside it."""
 
 from __future__ import annotations
 
@@ -68,18 +69,26 @@ def test_each_replica_caches_on_its_own_pool_and_serves_more_than_without() -> N
     assert np.array_equal(alone, r1.finish_s, equal_nan=True)
 
 
-def test_the_event_loop_refuses_caching_rather_than_ignore_it() -> None:
-    arr = poisson_times(W, 20.0, 10.0, seed=0, prompts=True)
-    with pytest.raises(InvalidArgument, match="event loop .* does not carry prefix caching") as err:
-        simulate_fleet(_fleet(True), "jsq", W, arr)
-    assert "\n" not in str(err.value)
-    with pytest.raises(InvalidArgument, match="path 'event' was asked for"):
-        simulate_fleet(_fleet(True), "round-robin", W, arr, path="event")
-    # arrivals without the prompts of a workload with a prefix law would share nothing: refused too
+def test_the_event_loop_carries_each_replicas_pool() -> None:
+    # the event loop's reference engines with their own pools finish every request when the static
+    # path's compiled cache engine does (round-robin on both paths)
+    arr = poisson_times(W, 60.0, 6.0, seed=0, prompts=True)
+    a = simulate_fleet(_fleet(True), "round-robin", W, arr)
+    b = simulate_fleet(_fleet(True), "round-robin", W, arr, path="event")
+    assert a.path == "static" and b.path == "event"
+    for x, y in zip(a.replicas, b.replicas):
+        assert np.array_equal(x.request_ids, y.request_ids)
+        assert np.array_equal(x.finish_s, y.finish_s, equal_nan=True)
+        assert x.stats.as_dict() == y.stats.as_dict()
+    # a state-dependent router runs with caching, and caching serves more than without
+    on = simulate_fleet(_fleet(True), "jsq", W, poisson_times(W, 80.0, 6.0, seed=1, prompts=True))
+    off = simulate_fleet(_fleet(False), "jsq", W, poisson_times(W, 80.0, 6.0, seed=1))
+    assert on.path == "event" and on.fleet.in_system_end < off.fleet.in_system_end
+    # arrivals without the prompts of a workload with a prefix law would share nothing: refused
     with pytest.raises(InvalidArgument, match="carry no prompts"):
         simulate_fleet(_fleet(True), "round-robin", W, poisson_times(W, 20.0, 10.0, seed=0))
-    # without caching the event loop runs as before
-    assert simulate_fleet(_fleet(False), "jsq", W, arr).path == "event"
+    with pytest.raises(InvalidArgument, match="routes by the prompts' content"):
+        simulate_fleet(_fleet(False), "prefix-affinity", W, poisson_times(W, 20.0, 10.0, seed=0))
 
 
 def test_fleet_simulate_defaults_as_each_replicas_engine_and_says_mu_is_no_sharing(
@@ -96,11 +105,10 @@ def test_fleet_simulate_defaults_as_each_replicas_engine_and_says_mu_is_no_shari
     assert main([*base, "--replica", REPLICA]) == 0
     text = capsys.readouterr().out
     assert "each on its own block pool" in text and "no-sharing formula" in text and "measured/Σμ" in text
-    # a state-dependent router with caching: one line, exit 2
-    assert main([*base, "--replica", REPLICA, "--router", "jsq"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "does not carry prefix caching" in err and len(err.splitlines()) == 1
-    assert main([*base, "--replica", REPLICA, "--router", "jsq", "--prefix-caching", "off"]) == 0
+    # a state-dependent router with caching runs on the event loop
+    assert main([*base, "--replica", REPLICA, "--router", "jsq", "--horizon", "10", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["path"] == "event" and data["prefix_caching_replicas"] == ["0:vllm-v1", "1:vllm-v1"]
     assert main([*base, "--replica", REPLICA.replace("vllm-v1", "sglang"), "--prefix-caching", "on"]) == 2
 
 
