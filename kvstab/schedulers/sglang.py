@@ -116,7 +116,10 @@ from kvstab.contract import (
 from kvstab.errors import InvalidArgument
 from kvstab.ops import BoolLike, IntLike, Ops
 
-__all__ = ["Sglang", "SCHEDULER"]
+__all__ = ["Sglang", "SCHEDULER", "SCHEDULE_POLICIES"]
+
+#: the ``--schedule-policy`` values kvstab models (``schedule_policy.py:172``, ``:180``)
+SCHEDULE_POLICIES = ("lpm", "fcfs")
 
 
 def _prior(entry: ActiveEntry | WaitingEntry) -> IntLike:
@@ -145,6 +148,13 @@ class Sglang:
     new_token_ratio_decay_steps: int = field(default=600, metadata={"help": "SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS"})
     retract_decode_steps: int = field(default=20, metadata={"help": "SGLANG_RETRACT_DECODE_STEPS"})
     clip_max_new_tokens: int = field(default=4096, metadata={"help": "SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION"})
+    schedule_policy: str = field(
+        default="lpm",
+        metadata={
+            "help": "--schedule-policy: 'lpm' (longest prefix match, SGLang's default) or 'fcfs'; "
+            "only read with the radix cache on (SGLang runs FCFS without it, schedule_policy.py:324)"
+        },
+    )
 
     name: str = "sglang"
     description: str = (
@@ -169,6 +179,10 @@ class Sglang:
         ):
             raise InvalidArgument(
                 f"sglang: retract_decode_steps must be an integer >= 0, got {self.retract_decode_steps!r}"
+            )
+        if self.schedule_policy not in SCHEDULE_POLICIES:
+            raise InvalidArgument(
+                f"sglang: schedule_policy must be one of {', '.join(SCHEDULE_POLICIES)}, got {self.schedule_policy!r}"
             )
         for name in ("schedule_conservativeness", "init_new_token_ratio", "min_new_token_ratio_factor"):
             v = getattr(self, name)
