@@ -608,6 +608,7 @@ def replay_radix(
         retractions=tuple(r.retractions for r in reqs),
         recomputed=tuple(r.recomputed for r in reqs),
         wall_s=time.perf_counter() - start,
+        engine="reference (radix cache)",
     )
 
 
