@@ -24,7 +24,7 @@ what SGLang evicts (line numbers below are into that file unless named):
   still computes its last token.
 * **Insert** (``begin_insert``, ``:1129``) walks the same way, splitting where
   the key leaves an edge, and hangs the rest of the key under the last node as
-  one new leaf (``_add_new_node``, ``:1535``); it returns how many of the key's
+  one new leaf (``_add_new_node``, ``:1532``); it returns how many of the key's
   tokens were already in the tree (the caller frees its duplicate copies).
 * **Locks** (``components/full.py:282``, ``:331``): a running request locks the
   path from its last node to the root; a node with ``lock_ref`` 0 is

@@ -19,11 +19,11 @@ sglang 0.5.23's ``srt/``; ``docs/MODEL.md``, "SGLang with its radix cache"):
    (its whole sequence), and one whose hit is at most 32 tokens is matched
    against a scratch tree of the queue itself: a match of 32 or more there
    *deprioritizes* it (another waiting request will cache that prefix first),
-   else its sequence joins the scratch tree (``:360``–``:400``).  The queue is
+   else its sequence joins the scratch tree (``_compute_prefix_matches``, ``:346``).  The queue is
    then sorted, stably, by the longest hit first, the deprioritized last
    (``:441``).  Under ``fcfs`` (or more than 128 waiting) the queue keeps its
    order, and every 32nd pass touches the first 128 waiting prefixes, the
-   head last (``_touch_waiting_prefixes``, ``:271``;
+   head last (``_touch_waiting_prefixes``, ``:282``;
    ``SGLANG_ENABLE_WAITING_PREFIX_REFRESH`` is on by default).
 3. **Admission** (``PrefillAdder``, ``:607``): the chunk continues first
    (``add_chunked_req``, ``:1140``); then each waiting request in that order is
@@ -36,7 +36,7 @@ sglang 0.5.23's ``srt/``; ``docs/MODEL.md``, "SGLang with its radix cache"):
    (``_commit_prefill_admission``, ``:1685``), which takes that path out of the
    evictable tokens the next candidate sees.  The budgets, the chunking, the
    flag and ``total_offset`` are the no-cache rule's (:mod:`kvstab.schedulers.sglang`).
-4. **Allocation evicts** (``alloc_token_slots``, ``mem_cache/allocation.py:153``):
+4. **Allocation evicts** (``alloc_token_slots``, ``mem_cache/allocation.py:152``):
    a prefill batch needs its extend tokens, a decode step one token a request;
    when fewer are free, unlocked leaves are evicted, least recently used first,
    until they are (``allocator/base.py:155``).
@@ -45,8 +45,8 @@ sglang 0.5.23's ``srt/``; ``docs/MODEL.md``, "SGLang with its radix cache"):
    outputs it resumed with, go into the tree, ``:394``); a finished request is
    released with a checkpoint: its prompt and every output but the last go into
    the tree, and a second insert of the prompt splits the leaf at the prompt's
-   end (``unified_radix_cache.py:1230``); then its lock is dropped
-   (``mem_cache/common.py:420``).  What a request computed that the tree
+   end (``unified_radix_cache.py:1260``); then its lock is dropped
+   (``mem_cache/common.py:400``).  What a request computed that the tree
    already held is freed (the insert's duplicates).
 6. **Decode** (``update_running_batch``, ``scheduler.py:4459``):
    ``check_decode_mem`` evicts before it tests (``allocator/base.py:171``); a

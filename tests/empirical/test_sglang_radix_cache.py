@@ -186,7 +186,7 @@ def test_a_flooded_queue_past_lpms_128_with_a_row_cap() -> None:
         prompts.append(Prompt(tuple(segs)))
     ps = PromptSet.from_prompts(prompts)
     plan = ArrivalPlan(np.zeros(n, dtype=np.int64), ps.lengths(), rng.integers(1, 10, n), prompts=ps)
-    assert_same(plan, Sglang(max_prefill_tokens=100), _server(1_500, 64, max_num_seqs=6))
+    assert_same(plan, Sglang(max_prefill_tokens=100), _server(1_500, 64, max_num_seqs=16))
 
 
 def test_the_no_cache_engines_refuse_caching_and_the_replay_names_the_radix_model() -> None:
