@@ -296,7 +296,8 @@ class SglangCaseResult:
     mu_real: Estimate | None
     difference: str | None  # first step where the model departs from SGLang (None: identical)
     dropped: int  # requests SGLang refuses (prompt of max_req_len - 5 tokens or more), left out of the plan
-    decomposition: GapDecomposition  # the paper formula's gap to the measured log (SGLang's, else the model's)
+    #: the paper formula's gap to the measured log (SGLang's, else the model's; the cache-off one when caching)
+    decomposition: GapDecomposition
     eos: Any = None  # SGLang's ignore_eos path on the same plan (a sglang_driver.IgnoreEosCheck), when asked
     #: the radix cache off beside it (None: the run was with the cache off)
     off: SglangCachingOff | None = None
@@ -391,6 +392,8 @@ def run_sglang_case(
     off = None
     if caching:
         model_off, real_off = both(params_off)
+        # the paper formula's gap is decomposed in its own world, without sharing (as for vLLM)
+        measured = real_off if real_off is not None else model_off
         off = SglangCachingOff(
             model=model_off,
             real=real_off,
@@ -1210,10 +1213,11 @@ def compare(
     use_sglang: bool = True,
     ignore_eos: bool = False,
     caching: bool = True,
+    sglang_caching: bool = False,
 ) -> Report:
     """Run every case, fit the batch-time model on the measured logs, write the report files into ``out_dir``;
-    ``caching``: the vLLM cases with prefix caching on, and off beside them (vLLM's default is on), and the
-    SGLang cases likewise with SGLang's radix cache (its default is on too)."""
+    ``caching``: the vLLM cases with prefix caching on, and off beside them (vLLM's default is on);
+    ``sglang_caching``: the SGLang cases with SGLang's radix cache on, and off beside them."""
     model_replay(engine, caching)  # a bad engine name, or fast with caching, is one line before any work
     writable_folder(out_dir)  # checked before any case runs, so no work is lost
     if plots:
@@ -1234,7 +1238,7 @@ def compare(
             n = c.steps(small_steps if (small_steps is not None and c.M <= SMALL_M) else steps)
             sg_results.append(
                 run_sglang_case(c, n, load=load, seed=seed, warmup=warmup, use_sglang=use_sglang, ignore_eos=ignore_eos,
-                                caching=caching)
+                                caching=sglang_caching)
             )
     fit = fit_report = None
     if profile is not None:

@@ -118,10 +118,19 @@ class RadixCache:
     def _match_len(self, edge: tuple[int, ...], key: tuple[int, ...], at: int) -> int:
         """Tokens of ``edge`` equal to ``key[at:]``, whole pages only (``RadixKey.match``)."""
         n = min(len(edge), len(key) - at)
-        i = 0
-        while i < n and edge[i] == key[at + i]:
-            i += 1
-        return i // self.page * self.page
+        if edge[:n] == key[at : at + n]:
+            return n // self.page * self.page
+        # the first mismatch lies in [lo, hi): halve with slice comparisons (C speed), then scan
+        lo, hi = 0, n
+        while hi - lo > 16:
+            mid = (lo + hi) // 2
+            if edge[lo:mid] == key[at + lo : at + mid]:
+                lo = mid
+            else:
+                hi = mid
+        while lo < hi and edge[lo] == key[at + lo]:
+            lo += 1
+        return lo // self.page * self.page
 
     def _update_leaf(self, node: RadixNode) -> None:
         """Keep the evictable-leaf set: unlocked, not the root, no children."""

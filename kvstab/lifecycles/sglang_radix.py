@@ -71,6 +71,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from kvstab.arrivals import ArrivalPlan
 from kvstab.errors import InvalidArgument
 from kvstab.lifecycles.sglang import clip_max_new
@@ -78,6 +80,7 @@ from kvstab.model import ModelParams
 from kvstab.prefix import Prompt, PromptSet, content_id, token_ids
 from kvstab.radix_cache import RadixCache, RadixNode
 from kvstab.schedulers.sglang import Sglang
+from kvstab.simulator import SimResult
 from kvstab.steplog import SglangModelLog, SglangStep
 from kvstab.validation import MAX_SLOTS
 
@@ -88,6 +91,7 @@ __all__ = [
     "request_tokens",
     "answer_tokens",
     "replay_radix",
+    "simulate_radix",
     "VOCAB",
     "EOS",
 ]
@@ -128,7 +132,8 @@ def check_radix_server(params: ModelParams) -> ModelParams:
     """``params`` if the radix-cache model runs on it: one token a page (see the module docstring)."""
     if params.block != 1:
         raise InvalidArgument(
-            f"sglang with its radix cache: kvstab models page_size = 1 (SGLang's default), got block={params.block}"
+            f"sglang: SGLang's radix cache is not modelled for pages of more than one token (kvstab models "
+            f"page_size = 1, SGLang's default), got block={params.block}; use --block 1 or --prefix-caching off"
         )
     if params.token_budget is not None:
         raise InvalidArgument(
@@ -154,6 +159,9 @@ class RadixRequest:
     lock: RadixNode | None = None  # the node its tree lock holds
     retractions: int = 0
     recomputed: int = 0
+    area: int = 0  # KV token-slots held, every attempt (kvstab's served area)
+    attempt_area: int = 0  # the area of the current attempt (wasted if it is retracted)
+    wasted: int = 0
     first_admit: int = -1
     finish: int = -1
     matched: int = 0  # num_matched_prefix_tokens
@@ -199,6 +207,7 @@ class SglangRadixEngine:
         self._refresh_calls = 0
         self.flag_at_prefill: list[bool] = []
         self.live: list[RadixRequest] = []  # requests holding KV (admitted, not released)
+        self.slot_wasted = 0  # area thrown away by this step's retractions
 
     # ---- memory ---------------------------------------------------------------------------
 
@@ -477,6 +486,9 @@ class SglangRadixEngine:
                 i = order.pop()
                 r = batch[i]
                 r.recomputed += r.kv
+                r.wasted += r.attempt_area
+                self.slot_wasted += r.attempt_area
+                r.attempt_area = 0
                 self._release(r, checkpoint=False)
                 self._evict_for(len(order) * rule.retract_decode_steps)
                 r.retractions += 1
@@ -511,6 +523,13 @@ class SglangRadixEngine:
     def _fits(self, n: int) -> bool:
         self._evict_for(n)
         return self.available >= n
+
+    def account(self) -> int:
+        """Charge this step's area (each live request's KV, shared tokens to each holder); requests running."""
+        for r in self.live:
+            r.area += r.kv
+            r.attempt_area += r.kv
+        return len(self.live)
 
     def _record(
         self,
@@ -628,3 +647,76 @@ def _with_flag(st: SglangStep, flag: int) -> SglangStep:
         queue=st.queue,
     )
 
+
+
+def simulate_radix(
+    rule: Sglang,
+    params: ModelParams,
+    plan: ArrivalPlan,
+    slots: int | None = None,
+    *,
+    drain: bool = False,
+    max_slots: int = MAX_SLOTS,
+    spec: str = "sglang",
+) -> SimResult:
+    """:func:`kvstab.simulator.simulate`'s result for the ``sglang`` rule with SGLang's radix cache:
+    one SGLang step a slot, ``slots`` slots or (``drain``) until every request has finished.
+    Lengths are kvstab's under SGLang's lifecycle (``o = max_new − 1``, ``kvstab.lifecycles.sglang``);
+    ``memory`` is the allocator's (shared tokens once, evictable cache included), a request's
+    ``served`` area counts the tokens its KV spans, shared ones included."""
+    if slots is None and not drain:
+        raise InvalidArgument("simulate_radix needs a number of slots, or drain=True")
+    n = len(plan)
+    rows = params.max_num_seqs if params.max_num_seqs is not None else max(n, 1) + 1
+    eng = SglangRadixEngine(rule, params, rows)
+    prompts = plan.prompts
+    cols: dict[str, list[int]] = {k: [] for k in
+                                  ("arrived", "admitted", "preempted", "completed", "running", "memory", "wasted",
+                                   "tokens", "queue")}
+    arrival: list[int] = []
+    i = t = 0
+    while (t < slots) if slots is not None and not drain else (i < n or any(r.finish < 0 for r in eng.requests)):
+        if t >= max_slots:
+            raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
+        came = 0
+        while i < n and int(plan.slot[i]) <= t:
+            eng.arrive(request_tokens(prompts, i, int(plan.s[i])), int(plan.o[i]),
+                       answer_tokens(prompts, i, int(plan.o[i])))
+            arrival.append(t)
+            i += 1
+            came += 1
+        chunk_before = eng.chunked
+        eng.slot_wasted = 0
+        rec = eng.step(t)
+        running = eng.account()
+        for k, v in (
+            ("arrived", came),
+            ("admitted", sum(1 for rid, _ in rec.tokens if rec.kind == "prefill"
+                             and (chunk_before is None or rid != chunk_before.rid))),
+            ("preempted", len(rec.retracted)),
+            ("completed", len(rec.finished)),
+            ("running", running),
+            ("memory", rec.kv_used),
+            ("wasted", eng.slot_wasted),
+            ("tokens", rec.prefill_tokens + rec.decode_tokens),
+            ("queue", rec.queue),
+        ):
+            cols[k].append(v)
+        t += 1
+    reqs = eng.requests
+    arr = lambda xs: np.asarray(xs, dtype=np.int64)  # noqa: E731
+    return SimResult(
+        scheduler=spec,
+        params=params,
+        slots=t,
+        **{k: arr(v) for k, v in cols.items()},
+        s=arr([len(r.origin) for r in reqs]),
+        o=arr([r.max_new - 1 for r in reqs]),
+        arrival=arr(arrival),
+        first_admit=arr([r.first_admit for r in reqs]),
+        finish=arr([r.finish for r in reqs]),
+        preemptions=arr([r.retractions for r in reqs]),
+        served=arr([r.area for r in reqs]),
+        request_wasted=arr([r.wasted for r in reqs]),
+        dropped=plan.dropped,
+    )
