@@ -1,5 +1,9 @@
 """``sglang``: SGLang 0.5.23's scheduler (FCFS, no radix cache, no mixed chunk, no overlap).
 
+This is SGLang with ``--disable-radix-cache``; with its radix cache on (prefix caching), the
+model is :mod:`kvstab.lifecycles.sglang_radix`, which reads this rule's knobs (``schedule_policy``
+among them) and follows the same admission arithmetic with the tree's evictable memory.
+
 The decision of one step of ``Scheduler.get_next_batch_to_run``
 (``srt/managers/scheduler.py:3894``), written once against ``ops``.  Line
 numbers below are into sglang 0.5.23's ``srt/``.
