@@ -496,7 +496,7 @@ class SglangRadixEngine:
                 r.node = None
                 retracted.append(r)
             if not self._fits(len(order)):
-                # retract_decode aborts the last request (schedule_batch.py:3510); SGLang cannot serve it
+                # retract_decode aborts the last request (schedule_batch.py:3508); SGLang cannot serve it
                 raise InvalidArgument(
                     f"step {t}: SGLang aborts request {batch[order[0]].rid}: out of memory even after retracting "
                     "all other requests in the decode batch"
