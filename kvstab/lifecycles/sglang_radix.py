@@ -614,26 +614,30 @@ def replay_radix(
             log[-1] = _with_flag(prev, int(eng.flag_at_prefill[-1]))
         log.append(rec)
         t += 1
+    reqs = eng.requests
+    # the outcomes after the last step, before the pass below that only reads the flag
+    outcomes = {
+        "max_new": tuple(r.max_new for r in reqs),
+        "first_admit": tuple(r.first_admit for r in reqs),
+        "finish": tuple(r.finish for r in reqs),
+        "retractions": tuple(r.retractions for r in reqs),
+        "recomputed": tuple(r.recomputed for r in reqs),
+    }
     if log:
         n_flags = len(eng.flag_at_prefill)
         if eng.waiting or eng.running or eng.chunked is not None or eng.last_prefill is not None:
             eng.step(t)
         if len(eng.flag_at_prefill) > n_flags:
             log[-1] = _with_flag(log[-1], int(eng.flag_at_prefill[-1]))
-    reqs = eng.requests
     return SglangModelLog(
         rule=rule,
         params=params,
         steps=tuple(log),
         s=tuple(int(x) for x in plan.s[:i]),
-        max_new=tuple(r.max_new for r in reqs),
         arrival=tuple(arrival),
-        first_admit=tuple(r.first_admit for r in reqs),
-        finish=tuple(r.finish for r in reqs),
-        retractions=tuple(r.retractions for r in reqs),
-        recomputed=tuple(r.recomputed for r in reqs),
         wall_s=time.perf_counter() - start,
         engine="reference (radix cache)",
+        **outcomes,  # type: ignore[arg-type]
     )
 
 
