@@ -342,7 +342,8 @@ def _run_cached(
         sres = simulate_radix(scheduler, params, plan, slots, drain=drain, max_slots=max_slots, spec=scheduler.name)
         summ = StreamStats.of_result(sres, slots is not None and not drain, warmup, batches)
         return Run("reference", summ, sres if record else None, time.perf_counter() - start,
-                   "SGLang's radix cache runs on the reference engine (kvstab.lifecycles.sglang_radix)")
+                   "SGLang's radix cache, with SGLang's own lifecycle, runs on the reference engine "
+                   "(kvstab.lifecycles.sglang_radix)")
     why = "asked for" if engine == "reference" else why_not_cached(scheduler, params, lifecycle)
     if engine != "reference" and not why:
         checked = _check_plan(plan, params, lifecycle)
