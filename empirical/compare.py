@@ -296,13 +296,42 @@ class SglangCaseResult:
     mu_real: Estimate | None
     difference: str | None  # first step where the model departs from SGLang (None: identical)
     dropped: int  # requests SGLang refuses (prompt of max_req_len - 5 tokens or more), left out of the plan
-    decomposition: GapDecomposition  # the paper formula's gap to the measured log (SGLang's, else the model's)
+    #: the paper formula's gap to the measured log (SGLang's, else the model's; the cache-off one when caching)
+    decomposition: GapDecomposition
     eos: Any = None  # SGLang's ignore_eos path on the same plan (a sglang_driver.IgnoreEosCheck), when asked
+    #: the radix cache off beside it (None: the run was with the cache off)
+    off: SglangCachingOff | None = None
 
     @property
     def measured(self) -> SglangModelLog:
         """SGLang's log when it ran, else the model's."""
         return self.real if self.real is not None else self.model
+
+    @property
+    def mu_measured(self) -> Estimate:
+        """SGLang's rate when it ran, else the model's."""
+        return self.mu_real if self.mu_real is not None else self.mu_model
+
+    @property
+    def caching(self) -> bool:
+        """Whether the replays ran with SGLang's radix cache on."""
+        return bool(self.params.prefix_caching)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SglangCachingOff:
+    """The same plan with SGLang's radix cache off (``--disable-radix-cache``), beside a caching-on case."""
+
+    model: SglangModelLog
+    real: SglangModelLog | None
+    mu_model: Estimate
+    mu_real: Estimate | None
+    difference: str | None  # first step where the model departs from SGLang, cache off (None: identical)
+
+    @property
+    def mu_measured(self) -> Estimate:
+        """SGLang's caching-off rate when it ran, else the model's."""
+        return self.mu_real if self.mu_real is not None else self.mu_model
 
 
 def sglang_rate(log: SglangModelLog, warmup: float = 0.25, batches: int = 20) -> Estimate:
@@ -330,32 +359,53 @@ def run_sglang_case(
     chunk: int = PAPER_CHUNK,
     max_num_seqs: int = 256,
     ignore_eos: bool = False,
+    caching: bool = False,
 ) -> SglangCaseResult:
     """Replay one overloaded plan (rate ``load × μ_paper``, the plan :func:`run_case` draws) on
     SGLang's own scheduler and on kvstab's ``sglang`` model (page size 1, SGLang's default);
     ``ignore_eos``: also on SGLang's ``ignore_eos`` path, against the model
-    (:func:`~kvstab.empirical.sglang_driver.check_ignore_eos`)."""
+    (:func:`~kvstab.empirical.sglang_driver.check_ignore_eos`); ``caching``: with SGLang's radix
+    cache on (its server default; the model is :mod:`kvstab.lifecycles.sglang_radix`, the plan's
+    prompts are the token ids) and again off beside it."""
     if not load > 1:
         raise InvalidArgument(f"a saturated-rate run needs load > 1 (arrivals above μ), got {load}")
     rule = Sglang()
-    params = ModelParams(M=case.M, chunk=chunk, max_num_seqs=max_num_seqs)
+    params_off = ModelParams(M=case.M, chunk=chunk, max_num_seqs=max_num_seqs)
+    params = replace(params_off, prefix_caching=caching)
     Eg = case.expected_g(chunk)
     mu_paper = case.M / Eg
     plan = case.plan(steps, case.load_for(load) * mu_paper, seed)
     keep = np.array([_sglang_fits(rule, params, int(s), int(o)) for s, o in zip(plan.s, plan.o)], dtype=bool)
-    kept = ArrivalPlan(plan.slot[keep], plan.s[keep], plan.o[keep])
-    model = replay_sglang_model(kept, rule, params, steps)
-    real = None
-    if use_sglang:
+    prompts = plan.prompts.take(keep) if plan.prompts is not None else None
+    kept = ArrivalPlan(plan.slot[keep], plan.s[keep], plan.o[keep], prompts=prompts)
+
+    def both(p: ModelParams) -> tuple[SglangModelLog, SglangModelLog | None]:
+        model = replay_sglang_model(kept, rule, p, steps)
+        if not use_sglang:
+            return model, None
         from kvstab.empirical.sglang_driver import replay_sglang
 
-        real = replay_sglang(kept, rule, params, steps)
+        return model, replay_sglang(kept, rule, p, steps)
+
+    model, real = both(params)
     measured = real if real is not None else model
+    off = None
+    if caching:
+        model_off, real_off = both(params_off)
+        # the paper formula's gap is decomposed in its own world, without sharing (as for vLLM)
+        measured = real_off if real_off is not None else model_off
+        off = SglangCachingOff(
+            model=model_off,
+            real=real_off,
+            mu_model=sglang_rate(model_off, warmup),
+            mu_real=sglang_rate(real_off, warmup) if real_off is not None else None,
+            difference=model_off.first_difference(real_off) if real_off is not None else None,
+        )
     eos = None
     if ignore_eos:
         from kvstab.empirical.sglang_driver import check_ignore_eos
 
-        eos = check_ignore_eos(kept, rule, params, steps, model=model)
+        eos = check_ignore_eos(kept, rule, params_off, steps, model=off.model if off is not None else model)
     return SglangCaseResult(
         case=case,
         rule=rule,
@@ -370,6 +420,7 @@ def run_sglang_case(
         dropped=int((~keep).sum()),
         decomposition=decompose_sglang_gap(measured, case.M, Eg, warmup, requested=kept.o),
         eos=eos,
+        off=off,
     )
 
 
@@ -619,6 +670,38 @@ class Report:
         "prefill-only steps share",
     ]
 
+    def radix_rows(self) -> list[list[str]]:
+        """SGLang's radix cache on beside off, and vLLM's block cache on beside off on the same plan
+        when the case ran on vLLM too: one row per SGLang case that ran both."""
+        by_name = {r.case.name: r for r in self.results}
+        rows = []
+        for s in self.sglang:
+            if s.off is None:
+                continue
+            v = by_name.get(s.case.name)
+            same = ["n/a" if real is None else ("yes" if d is None else "no")
+                    for real, d in ((s.real, s.difference), (s.off.real, s.off.difference))]
+            row = [s.case.name, str(s.params.M), _pm(s.mu_measured), _pm(s.off.mu_measured),
+                   _ratio(s.mu_measured, s.off.mu_measured)]
+            if v is not None and v.off is not None:
+                row += [_pm(v.mu_measured), _pm(v.off.mu_measured), _ratio(v.mu_measured, v.off.mu_measured)]
+            else:
+                row += ["n/a", "n/a", "n/a"]
+            rows.append(row + [" / ".join(same)])
+        return rows
+
+    RADIX_HEADER = [
+        "case",
+        "M (tokens)",
+        "μ SGLang radix on (/step)",
+        "μ SGLang radix off (/step)",
+        "SGLang on / off",
+        "μ vLLM blocks on (/step)",
+        "μ vLLM blocks off (/step)",
+        "vLLM on / off",
+        "SGLang step-identical on / off",
+    ]
+
     def decomposition_rows(self) -> list[list[str]]:
         """One row per term, one column per case (log points, %)."""
         return _decomposition_rows(TERMS, [r.decomposition for r in self.results])
@@ -777,6 +860,16 @@ class Report:
                 "or a decode-only step, so μ per step is not comparable with vLLM's mixed steps in seconds."
             )
             out += ["", _md_table(self.SGLANG_HEADER, self.sglang_rows()), ""]
+            if any(r.off is not None for r in self.sglang):
+                out += ["### SGLang's radix cache on vs off, beside vLLM's block cache (issue 27)", ""]
+                out.append(
+                    "The rows above ran with SGLang's radix cache on (its server default; LPM queue order, the model "
+                    "is `kvstab.lifecycles.sglang_radix` on the reference engine), the plan's prompts as token ids. "
+                    "Here the same plan with the cache off (`--disable-radix-cache`) beside it, and vLLM's block "
+                    "cache on and off on the same plan. μ is per step on each engine: SGLang's steps are "
+                    "prefill-only or decode-only, vLLM's mixed, so compare the on / off ratios across engines."
+                )
+                out += ["", _md_table(self.RADIX_HEADER, self.radix_rows()), ""]
             out += _case_notes(
                 self.sglang, "the sglang model departs from SGLang", "requests SGLang refuses were left out of the plan"
             )
@@ -1120,9 +1213,11 @@ def compare(
     use_sglang: bool = True,
     ignore_eos: bool = False,
     caching: bool = True,
+    sglang_caching: bool = False,
 ) -> Report:
     """Run every case, fit the batch-time model on the measured logs, write the report files into ``out_dir``;
-    ``caching``: the vLLM cases with prefix caching on, and off beside them (vLLM's default is on)."""
+    ``caching``: the vLLM cases with prefix caching on, and off beside them (vLLM's default is on);
+    ``sglang_caching``: the SGLang cases with SGLang's radix cache on, and off beside them."""
     model_replay(engine, caching)  # a bad engine name, or fast with caching, is one line before any work
     writable_folder(out_dir)  # checked before any case runs, so no work is lost
     if plots:
@@ -1142,7 +1237,8 @@ def compare(
                 progress(f"{c.name} (M={c.M}) on SGLang")
             n = c.steps(small_steps if (small_steps is not None and c.M <= SMALL_M) else steps)
             sg_results.append(
-                run_sglang_case(c, n, load=load, seed=seed, warmup=warmup, use_sglang=use_sglang, ignore_eos=ignore_eos)
+                run_sglang_case(c, n, load=load, seed=seed, warmup=warmup, use_sglang=use_sglang, ignore_eos=ignore_eos,
+                                caching=sglang_caching)
             )
     fit = fit_report = None
     if profile is not None:

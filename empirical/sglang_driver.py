@@ -67,7 +67,9 @@ from kvstab.empirical.sglang_replay import replay_sglang_model
 from kvstab.empirical.vllm_driver import _cpu_offline_env, _one_line
 from kvstab.errors import InvalidArgument, KvstabError
 from kvstab.lifecycles.sglang import check_server
+from kvstab.lifecycles.sglang_radix import answer_tokens, request_tokens
 from kvstab.model import ModelParams
+from kvstab.prefix import PromptSet
 from kvstab.schedulers.sglang import Sglang
 from kvstab.steplog import STEP_FIELDS, SglangModelLog, SglangStep
 from kvstab.validation import MAX_SLOTS
@@ -205,7 +207,7 @@ def load_sglang() -> SimpleNamespace:
             from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
             from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
             from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-            from sglang.srt.mem_cache.common import release_kv_cache
+            from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache
             from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
             from sglang.srt.mem_cache.unified_cache.components import ComponentType
             from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
@@ -229,6 +231,7 @@ def load_sglang() -> SimpleNamespace:
         TokenToKVPoolAllocator=TokenToKVPoolAllocator,
         CacheInitParams=CacheInitParams,
         release_kv_cache=release_kv_cache,
+        checkpoint_kv_cache=checkpoint_kv_cache,
         ReqToTokenPool=ReqToTokenPool,
         ComponentType=ComponentType,
         UnifiedRadixCache=UnifiedRadixCache,
@@ -282,12 +285,16 @@ class SglangDriver:
     rule's knobs on the server ``params``."""
 
     def __init__(self, rule: Sglang, params: ModelParams, max_requests: int, *, ignore_eos: bool = False) -> None:
-        check_server(params)
+        check_server(params, radix=True)
         g = load_sglang()
         self.g = g
         self.rule = rule
         self.params = params
         self.ignore_eos = ignore_eos
+        # SGLang's radix cache, on with the run's prefix caching (SGLang's server default is on)
+        self.caching = bool(params.prefix_caching)
+        policy = rule.schedule_policy if self.caching else "fcfs"
+        self._answers: dict[int, list[int]] = {}
         for env, attr in _ENV_KNOBS.items():
             os.environ[env] = str(getattr(rule, attr))
         M, B = params.M, params.block
@@ -298,13 +305,13 @@ class SglangDriver:
             args = g.ServerArgs(
                 model_path="dummy",  # "dummy" skips resolving a model (arg_groups/pipeline.py:104)
                 device="cpu",
-                disable_radix_cache=True,
+                disable_radix_cache=not self.caching,
                 chunked_prefill_size=params.chunk,
                 max_prefill_tokens=rule.max_prefill_tokens,
                 page_size=B,
                 max_running_requests=rows,
                 schedule_conservativeness=float(rule.schedule_conservativeness),
-                schedule_policy="fcfs",
+                schedule_policy=policy,
                 max_total_tokens=M,
                 # no context_length: publishing one makes SGLang read the model's config.json;
                 # the scheduler's max_req_len below carries it instead
@@ -322,13 +329,14 @@ class SglangDriver:
         else:
             alloc = g.PagedTokenToKVPoolAllocator(M, B, g.torch.int64, "cpu", None, False)
         cache = g.CacheInitParams(
-            disable=True, req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=B
+            disable=not self.caching, req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=B
         )
         cache.tree_components = (g.ComponentType.FULL,)
+        # with the cache on, registry.py:146 builds the same UnifiedRadixCache with only the FULL component
         tree = g.UnifiedRadixCache(cache)
-        self.s = self._scheduler(args, pool, alloc, tree, rows, context)
+        self.s = self._scheduler(args, pool, alloc, tree, rows, context, policy)
 
-    def _scheduler(self, args: Any, pool: Any, alloc: Any, tree: Any, rows: int, context: int) -> Any:
+    def _scheduler(self, args: Any, pool: Any, alloc: Any, tree: Any, rows: int, context: int, policy: str) -> Any:
         """The ``Scheduler`` object without its ``__init__``: the attributes its scheduling methods read."""
         g = self.g
         rule, p = self.rule, self.params
@@ -354,7 +362,7 @@ class SglangDriver:
             "req_to_token_pool": pool,
             "token_to_kv_pool_allocator": alloc,
             "tree_cache": tree,
-            "policy": g.SchedulePolicy("fcfs", tree, False, False, False),
+            "policy": g.SchedulePolicy(policy, tree, False, False, False),
             "new_token_ratio_tracker": g.NewTokenRatioTracker.from_config(),
             "waiting_queue": [],
             "running_batch": g.ScheduleBatch(reqs=[], batch_is_full=False),
@@ -428,13 +436,19 @@ class SglangDriver:
         reason = getattr(getattr(req, "to_finish", None), "message", None) or getattr(abort_req, "finished_reason", "")
         raise InvalidArgument(f"SGLang aborts request {getattr(req, 'rid', '?')}: {reason}")
 
-    def add_request(self, rid: int, s: int, max_new: int) -> Any:
-        """A request arrives: SGLang's arrival clip (``init_req_max_new_tokens``), then the queue."""
+    def add_request(self, rid: int, s: int, max_new: int, prompts: PromptSet | None = None) -> Any:
+        """A request arrives: SGLang's arrival clip (``init_req_max_new_tokens``), then the queue.
+        With the radix cache on its token ids are its content (``prompts``, else its own), and so are
+        the tokens it samples (:func:`~kvstab.lifecycles.sglang_radix.answer_tokens`)."""
         g = self.g
         sp = g.SamplingParams(max_new_tokens=max_new, ignore_eos=self.ignore_eos)
         sp.normalize(None)
         sp.verify(32_000)
-        ids = array("q", [1 + (rid + j) % 1000 for j in range(s)])  # any ids: no radix cache to match
+        if self.caching:
+            ids = array("q", request_tokens(prompts, rid, s))
+            self._answers[rid] = answer_tokens(prompts, rid, max_new)
+        else:
+            ids = array("q", [1 + (rid + j) % 1000 for j in range(s)])  # any ids: no radix cache to match
         req = g.Req(str(rid), "", ids, sp, eos_token_ids={_EOS}, vocab_size=32_000)
         # the tokenizer-side length check (tp_worker.py:572: max_req_len - 5), then the arrival clip
         error = self.g.validate_input_length(req, self.s.max_req_len - 5, False)
@@ -470,10 +484,15 @@ class SglangDriver:
         for req in batch.reqs:
             if extend and req is s.chunked_req:
                 continue  # a middle chunk samples nothing
-            req.output_ids.append(_TOKEN)
+            token = self._answers[int(req.rid)][len(req.output_ids)] if self.caching else _TOKEN
+            req.output_ids.append(token)
             req.update_finish_state(1)
             if req.finished():
                 g.release_kv_cache(req, s.tree_cache, checkpoint=True)
+            elif extend and self.caching:
+                # a completed prefill publishes its KV (batch_result_processor.py:394); without the
+                # cache this only moves prefix_len, which the next round resets
+                g.checkpoint_kv_cache(req, s.tree_cache)
 
 
 #: SGLang's scheduling methods a replay counts the calls of: which admission path ran
@@ -597,7 +616,7 @@ def _replay(
         if t >= max_steps:
             raise InvalidArgument(f"SGLang's scheduler did not drain within {max_steps} steps")
         while i < n and int(plan.slot[i]) <= t:
-            reqs.append(drv.add_request(i, int(plan.s[i]), int(plan.o[i])))
+            reqs.append(drv.add_request(i, int(plan.s[i]), int(plan.o[i]), plan.prompts))
             arrival.append(t)
             first_admit.append(-1)
             finish.append(-1)

@@ -13,6 +13,7 @@ import time
 from kvstab.arrivals import ArrivalPlan
 from kvstab.errors import InvalidArgument
 from kvstab.lifecycles.sglang import replay_reference
+from kvstab.lifecycles.sglang_radix import replay_radix
 from kvstab.model import ModelParams
 from kvstab.schedulers.sglang import Sglang
 from kvstab.steplog import SglangModelLog, SglangStep
@@ -38,11 +39,23 @@ def replay_sglang_model(
     :class:`Sglang` class itself; the reference
     :class:`~kvstab.lifecycles.sglang.SglangEngine` for a subclass),
     ``"fast"`` (refuse a subclass) or ``"reference"``; the log's ``engine`` says which ran.
-    Both give the same log, step for step (``tests/test_engine_sglang.py``)."""
+    Both give the same log, step for step (``tests/test_engine_sglang.py``).
+
+    With ``params.prefix_caching`` on, SGLang runs its radix cache: the model is
+    :func:`~kvstab.lifecycles.sglang_radix.replay_radix` on the reference engine (the log's
+    ``engine`` is ``"reference (radix cache)"``); ``engine="fast"`` is refused, since the compiled
+    kernel has no radix cache and must not run with it silently off."""
     from kvstab.engine import sglang as fast  # numba: loaded only when a replay asks for it
 
     if engine not in ("auto", "fast", "reference"):
         raise InvalidArgument(f"engine must be 'auto', 'fast' or 'reference', got {engine!r}")
+    if params.prefix_caching:
+        if engine == "fast":
+            raise InvalidArgument(
+                "the compiled sglang kernel has no radix cache; with prefix caching on use engine='reference' "
+                "(or 'auto'), which runs the radix-cache model"
+            )
+        return replay_radix(plan, rule, params, steps, max_steps=max_steps)
     start = time.perf_counter()
     if engine != "reference" and fast.is_fast(rule):
         return _replay_fast(plan, rule, params, steps, max_steps, start)

@@ -292,8 +292,11 @@ def run_model(
     simulate``); otherwise ``auto`` tries the plug-in path first (the audit's points).
     ``decide_timeout`` limits each call of a plug-in's ``decide`` on either path."""
     from kvstab.engine import run as engine_run
+    from kvstab.schedulers import Sglang
 
-    if plugins_on_reference and lifecycle == "kvstab":
+    # sglang with caching is SGLang's radix cache, which only engine_run carries (not vLLM's pool)
+    radix = params.prefix_caching and isinstance(scheduler, Sglang)
+    if plugins_on_reference and lifecycle == "kvstab" and not radix:
         from kvstab.engine.driver import has_fast_path
         from kvstab.engine.stream import StreamStats
         from kvstab.simulator import simulate

@@ -24,6 +24,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from kvstab.errors import InvalidArgument
 
     caching = prefix_caching_for(args, "vllm-v1")  # the vLLM cases: on unless --prefix-caching off
+    # the SGLang cases: the radix cache on and off beside it when --prefix-caching on is given
+    sglang_caching = prefix_caching_for(args, "sglang")
     model_replay(args.engine, caching)  # --engine fast with caching is one line before any work
     if args.sglang_ignore_eos and (not args.sglang or args.no_sglang_real):
         raise InvalidArgument("--sglang-ignore-eos replays on SGLang's own scheduler: it needs --sglang, without --no-sglang-real")
@@ -67,6 +69,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         use_sglang=not args.no_sglang_real,
         ignore_eos=args.sglang_ignore_eos,
         caching=caching,
+        sglang_caching=sglang_caching,
     )
     print(report.markdown())
     extra = (", compare-sglang.csv" if report.sglang else "") + (", " + ", ".join(os.path.basename(p) for p in report.plots) if report.plots else "")
@@ -122,7 +125,8 @@ def register(subparsers: Any) -> None:
     c.add_argument(
         "--sglang", action="store_true",
         help="also replay every case on kvstab's sglang model and SGLang 0.5.23's own scheduler "
-        "(needs scripts/install-sglang.sh): μ from the formula, the model and SGLang",
+        "(needs scripts/install-sglang.sh): μ from the formula, the model and SGLang; with an explicit "
+        "--prefix-caching on, with SGLang's radix cache on and off beside it, next to vLLM's block cache",
     )
     c.add_argument("--no-sglang-real", action="store_true", help="with --sglang: the sglang model only (no SGLang column)")
     c.add_argument(

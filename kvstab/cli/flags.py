@@ -100,8 +100,9 @@ SERVER_FLAGS: dict[str, tuple[str, Callable[[str], Any] | None]] = {
 }
 
 #: the rules whose real engines turn prefix caching on by default (vLLM 0.33:
-#: ``enable_prefix_caching = True``, ``vllm/config/cache.py:257``); SGLang's radix cache
-#: is on by default too, but kvstab does not model it yet, so ``sglang`` runs without
+#: ``enable_prefix_caching = True``, ``vllm/config/cache.py:257``).  SGLang's radix cache is on by
+#: default too and is modelled (``kvstab.lifecycles.sglang_radix``, ``--prefix-caching on``), but
+#: ``sglang`` stays off unless asked until the commands that search λ* (audit, fleet) run it
 CACHING_BY_DEFAULT = frozenset({"vllm-v1"})
 
 
@@ -111,11 +112,6 @@ def prefix_caching_for(args: argparse.Namespace, scheduler: str) -> bool:
     given = getattr(args, "prefix_caching", None)
     if given is None:
         return scheduler in CACHING_BY_DEFAULT
-    if given and scheduler == "sglang":
-        raise InvalidArgument(
-            "--prefix-caching on: SGLang's radix cache is not modelled yet (kvstab models vLLM's block pool); "
-            "run sglang with --prefix-caching off"
-        )
     return bool(given)
 
 

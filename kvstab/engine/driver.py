@@ -336,13 +336,26 @@ def _run_cached(
     progress: Callable[[int, int | None], None] | None,
 ) -> Run:
     """:func:`run` with prefix caching: the compiled pool (:mod:`kvstab.engine.cached`) for the rules
-    it carries, else the reference engine (:mod:`kvstab.prefix_cache`); only vLLM's cache is
-    modelled, not SGLang's radix tree."""
-    if lifecycle == "sglang" or isinstance(scheduler, Sglang):
+    it carries, else the reference engine (:mod:`kvstab.prefix_cache`); the ``sglang`` rule runs
+    SGLang's radix cache on the reference engine (:mod:`kvstab.lifecycles.sglang_radix`)."""
+    if lifecycle == "sglang" and not isinstance(scheduler, Sglang):
         raise InvalidArgument(
-            "prefix caching is modelled as vLLM's block pool; SGLang's radix cache is not modelled yet "
-            "(run the sglang rule with prefix caching off)"
+            f"lifecycle must be 'kvstab' or 'vllm' for {scheduler.name!r} ('sglang' is SGLang's own lifecycle, "
+            "for the sglang rule only)"
         )
+    if isinstance(scheduler, Sglang):
+        from kvstab.lifecycles.sglang_radix import simulate_radix
+
+        if engine == "fast":
+            raise InvalidArgument(
+                f"scheduler {scheduler.name!r} has no fast path with prefix caching (the compiled sglang kernel "
+                "has no radix cache)"
+            )
+        sres = simulate_radix(scheduler, params, plan, slots, drain=drain, max_slots=max_slots, spec=scheduler.name)
+        summ = StreamStats.of_result(sres, slots is not None and not drain, warmup, batches)
+        return Run("reference", summ, sres if record else None, time.perf_counter() - start,
+                   "SGLang's radix cache, with SGLang's own lifecycle, runs on the reference engine "
+                   "(kvstab.lifecycles.sglang_radix)")
     why = "asked for" if engine == "reference" else why_not_cached(scheduler, params, lifecycle)
     if engine != "reference" and not why:
         checked = _check_plan(plan, params, lifecycle)

@@ -70,12 +70,13 @@ class SglangWaiting(WaitingEntry):
     prior: int = field(default=0, metadata={"help": "outputs produced before the last retraction"})
 
 
-def check_server(params: ModelParams) -> ModelParams:
+def check_server(params: ModelParams, *, radix: bool = False) -> ModelParams:
     """``params`` if SGLang can run on it, else :class:`InvalidArgument` naming the constraint:
     the chunk is a whole number of pages (``chunked_prefill_size % page_size == 0``,
     ``arg_groups/validation_hook.py:244``) and there is no token budget shared by all
-    requests (SGLang's ``max_prefill_tokens`` is the rule's knob, a soft cap), and prefix caching is
-    off (SGLang's radix cache is not modelled yet)."""
+    requests (SGLang's ``max_prefill_tokens`` is the rule's knob, a soft cap).  Prefix caching
+    is refused unless ``radix``: this module's engine (and the compiled one) run SGLang with
+    ``--disable-radix-cache``; the radix cache is :mod:`kvstab.lifecycles.sglang_radix`'s."""
     if params.chunk % params.block:
         raise InvalidArgument(
             f"sglang: chunk={params.chunk} must be a multiple of the page size block={params.block} "
@@ -86,10 +87,10 @@ def check_server(params: ModelParams) -> ModelParams:
             f"sglang: SGLang has no token budget shared by all requests, got token_budget={params.token_budget} "
             "(its max_prefill_tokens is the rule's knob)"
         )
-    if params.prefix_caching:
+    if params.prefix_caching and not radix:
         raise InvalidArgument(
-            "sglang: SGLang's radix cache is not modelled yet (kvstab's prefix cache is vLLM's block pool); "
-            "run with prefix caching off"
+            "sglang: this engine runs SGLang without its radix cache; with prefix caching on, the radix-cache "
+            "model (kvstab.lifecycles.sglang_radix, the reference engine) runs instead"
         )
     return params
 

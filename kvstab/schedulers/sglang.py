@@ -1,5 +1,9 @@
 """``sglang``: SGLang 0.5.23's scheduler (FCFS, no radix cache, no mixed chunk, no overlap).
 
+This is SGLang with ``--disable-radix-cache``; with its radix cache on (prefix caching), the
+model is :mod:`kvstab.lifecycles.sglang_radix`, which reads this rule's knobs (``schedule_policy``
+among them) and follows the same admission arithmetic with the tree's evictable memory.
+
 The decision of one step of ``Scheduler.get_next_batch_to_run``
 (``srt/managers/scheduler.py:3894``), written once against ``ops``.  Line
 numbers below are into sglang 0.5.23's ``srt/``.
@@ -116,7 +120,10 @@ from kvstab.contract import (
 from kvstab.errors import InvalidArgument
 from kvstab.ops import BoolLike, IntLike, Ops
 
-__all__ = ["Sglang", "SCHEDULER"]
+__all__ = ["Sglang", "SCHEDULER", "SCHEDULE_POLICIES"]
+
+#: the ``--schedule-policy`` values kvstab models (``schedule_policy.py:172``, ``:180``)
+SCHEDULE_POLICIES = ("lpm", "fcfs")
 
 
 def _prior(entry: ActiveEntry | WaitingEntry) -> IntLike:
@@ -145,6 +152,13 @@ class Sglang:
     new_token_ratio_decay_steps: int = field(default=600, metadata={"help": "SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS"})
     retract_decode_steps: int = field(default=20, metadata={"help": "SGLANG_RETRACT_DECODE_STEPS"})
     clip_max_new_tokens: int = field(default=4096, metadata={"help": "SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION"})
+    schedule_policy: str = field(
+        default="lpm",
+        metadata={
+            "help": "--schedule-policy: 'lpm' (longest prefix match, SGLang's default) or 'fcfs'; "
+            "only read with the radix cache on (SGLang runs FCFS without it, schedule_policy.py:324)"
+        },
+    )
 
     name: str = "sglang"
     description: str = (
@@ -169,6 +183,10 @@ class Sglang:
         ):
             raise InvalidArgument(
                 f"sglang: retract_decode_steps must be an integer >= 0, got {self.retract_decode_steps!r}"
+            )
+        if self.schedule_policy not in SCHEDULE_POLICIES:
+            raise InvalidArgument(
+                f"sglang: schedule_policy must be one of {', '.join(SCHEDULE_POLICIES)}, got {self.schedule_policy!r}"
             )
         for name in ("schedule_conservativeness", "init_new_token_ratio", "min_new_token_ratio_factor"):
             v = getattr(self, name)
