@@ -142,9 +142,9 @@ def _print(o: SimulationReport) -> None:
         c.print(f"request lifecycle: {o.lifecycle}'s (requests in its terms: o = max_tokens)")
     if o.prefix_caching:
         c.print(
-            "prefix caching on (as the engine modelled runs by default; --prefix-caching off to compare): shared "
-            "prompt blocks count once against M and skip their prefill, while μ above is the paper's no-sharing "
-            "formula, so measured / μ may exceed 1"
+            "prefix caching on (the default for vllm-v1, as vLLM's server runs it; --prefix-caching on|off sets it): "
+            "shared prompt tokens are held once against M and skip their prefill, while μ above is the paper's "
+            "no-sharing formula, so measured / μ may exceed 1"
         )
         ms = o.mu_sharing_per_s
         c.print(
