@@ -3,7 +3,8 @@
 With ``--prefix-caching on`` memory is vLLM's block pool (``docs/MODEL.md``, "The model
 with prefix caching"): a block shared by several requests is held once, and cached
 blocks no request holds are free.  For every scheduler under audit that runs with
-caching (``sglang`` does not: its radix cache is not modelled), Hypothesis draws small
+vLLM's block pool (``sglang`` runs SGLang's radix cache instead: there memory ``≤ M`` and
+every request finishing are checked), Hypothesis draws small
 servers and requests whose prompts start with a prefix of one shared prompt
 (``SLOT:S:O:P``), runs them through the reference engine with its pool, and checks
 after every slot:
@@ -21,7 +22,6 @@ A failure names the slot and prints the ``kvstab replay … --prefix-caching on`
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,9 +32,9 @@ from kvstab.replay import parse_requests, replay_command
 from kvstab.simulator import Engine
 from kvstab.testing.pytest_plugin import AuditTarget, Budget
 
-__all__ = ["pool_problems", "run_shared", "shared_workloads"]
+__all__ = ["pool_problems", "radix_workloads", "run_radix", "run_shared", "shared_workloads"]
 
-#: rules whose runs with caching are refused (SGLang's radix cache is not modelled)
+#: rules whose cache is SGLang's radix tree, not vLLM's block pool (checked by :func:`run_radix`)
 NO_CACHING = {"sglang"}
 
 
@@ -58,6 +58,24 @@ def shared_workloads(draw: st.DrawFn, max_requests: int = 6) -> tuple[ModelParam
     rows.sort(key=lambda r: r[0])
     text = ",".join(f"{a}:{s}:{o}:{p}" if p else f"{a}:{s}:{o}" for a, s, o, p in rows)
     return ModelParams(M=M, chunk=chunk, block=B, prefix_caching=True), text
+
+
+@st.composite
+def radix_workloads(draw: st.DrawFn, max_requests: int = 6) -> tuple[ModelParams, str]:
+    """A small SGLang server (page size 1) with prefix caching and a ``--requests`` line whose
+    prompts share prefixes of one prompt; prompts stay below SGLang's ``max_req_len − 5``
+    (``kvstab.lifecycles.sglang.clip_max_new``), which refuses longer ones at arrival."""
+    M = draw(st.integers(16, 64))
+    chunk = draw(st.sampled_from([2, 3, 8, 512]))
+    rows = []
+    for _ in range(draw(st.integers(1, max_requests))):
+        s = draw(st.integers(1, M - 8))
+        o = draw(st.integers(1, 6))
+        P = draw(st.sampled_from([s, 0, max(0, s - 1), s // 2]))
+        rows.append((draw(st.integers(0, 5)), s, o, P))
+    rows.sort(key=lambda r: r[0])
+    text = ",".join(f"{a}:{s}:{o}:{p}" if p else f"{a}:{s}:{o}" for a, s, o, p in rows)
+    return ModelParams(M=M, chunk=chunk, block=1, prefix_caching=True), text
 
 
 def pool_problems(engine: Engine) -> list[str]:
@@ -132,18 +150,41 @@ class _Broken(Exception):
     """Stops a run at the first slot whose pool check fails."""
 
 
+def run_radix(scheduler: Scheduler, spec: str, params: ModelParams, requests: str, *, max_slots: int = 300) -> str | None:
+    """Run the ``--requests`` line through the ``sglang`` rule with SGLang's radix cache
+    (:func:`kvstab.lifecycles.sglang_radix.simulate_radix`, page size 1) until it drains, and
+    check every slot: the allocator's memory (shared tokens once, the evictable cache included)
+    stays ``≤ M``, and every request finishes.  The failure (with its replay line) or ``None``."""
+    from kvstab.lifecycles.sglang_radix import simulate_radix
+
+    plan = parse_requests(requests)
+    res = simulate_radix(scheduler, params, plan, drain=True, max_slots=max_slots, spec=spec)  # type: ignore[arg-type]
+    bad = [f"slot {t}: the radix cache's allocator holds {int(m)} tokens, M={params.M}"
+           for t, m in enumerate(res.memory) if int(m) > params.M]
+    if int(res.completed.sum()) != len(plan):
+        bad.append(f"{len(plan) - int(res.completed.sum())} request(s) never finished within {len(res.memory)} slots")
+    if not bad:
+        return None
+    return f"{bad[0]}\n  replay: {replay_command(spec, params, plan)}"
+
+
 def test_shared_prefix_pool_invariant(audited_scheduler: AuditTarget, props_budget: Budget) -> None:
-    """Every slot of every drawn shared-prefix workload keeps the pool's invariant."""
-    if audited_scheduler.spec in NO_CACHING or getattr(audited_scheduler.scheduler, "name", "") in NO_CACHING:
-        pytest.skip("sglang runs without prefix caching (SGLang's radix cache is not modelled)")
+    """Every slot of every drawn shared-prefix workload keeps the pool's invariant (for ``sglang``:
+    its radix cache's, :func:`run_radix`, on servers of page size 1, SGLang's default)."""
+    radix = audited_scheduler.spec in NO_CACHING or getattr(audited_scheduler.scheduler, "name", "") in NO_CACHING
     __tracebackhide__ = True
 
+    draws = radix_workloads if radix else shared_workloads
+
     @settings(max_examples=props_budget.max_examples)
-    @given(drawn=shared_workloads(max_requests=min(6, props_budget.max_requests)))
+    @given(drawn=draws(max_requests=min(6, props_budget.max_requests)))
     def check(drawn: tuple[ModelParams, str]) -> None:
         __tracebackhide__ = True
         params, requests = drawn
-        failure = run_shared(audited_scheduler.scheduler, audited_scheduler.spec, params, requests)
+        if radix:
+            failure = run_radix(audited_scheduler.scheduler, audited_scheduler.spec, params, requests)
+        else:
+            failure = run_shared(audited_scheduler.scheduler, audited_scheduler.spec, params, requests)
         assert failure is None, f"the pool's invariant under prefix caching is broken: {failure}"
 
     check()
