@@ -209,7 +209,9 @@ def test_simulate_follows_the_engine_and_says_mu_is_the_no_sharing_formula(
     assert "prefix caching" not in out  # the paper's rules run without unless asked
     rc, out, err = _cli([*SHARED_SIM, "--scheduler", "vllm-v1"], capsys)
     assert rc == 0, err
-    assert "μ above is the no-sharing formula" in " ".join(out.split()) and "measured / μ" in out
+    said = " ".join(out.split())
+    assert "μ above is the paper's no-sharing formula" in said and "measured / μ" in said
+    assert "μ with sharing (docs/theory.md, 'Prefix caching') =" in said and "measured / μ_share =" in said
 
 
 @pytest.mark.parametrize(
