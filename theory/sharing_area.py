@@ -186,19 +186,19 @@ def _net_expectation(workload: Workload, params: ModelParams, classes: list[tupl
     js, jo = workload.joint_s, workload.joint_o
     for p, P in classes:
         sp_ = js - _hit(js, P, Bk)
-        g_ = lifetime_area(sp_, jo, params)
+        gv_ = lifetime_area(sp_, jo, params)
         n_ = -(-sp_ // params.chunk)
-        a_ = (n_ + jo).astype(np.float64)
+        av_ = (n_ + jo).astype(np.float64)
         oo = jo
-        k_ = (sp_ + jo).astype(np.float64)
+        kv_ = (sp_ + jo).astype(np.float64)
         if lifecycle == "vllm":
-            k_ = k_ - 1
-            g_ = g_ - peak_tokens(sp_ + jo, Bk)
-            a_ = a_ - 1
+            kv_ = kv_ - 1
+            gv_ = gv_ - peak_tokens(sp_ + jo, Bk)
+            av_ = av_ - 1
             oo = jo - 1
-        eg += p * float(g_.mean())
-        alive += p * float(a_.mean())
-        work += p * float(k_.mean())
+        eg += p * float(gv_.mean())
+        alive += p * float(av_.mean())
+        work += p * float(kv_.mean())
         lower += p * float(_backward(sp_, oo, params.chunk).mean())
         top = max(top, int(peak_tokens(sp_ + jo, Bk).max()))
     return eg, alive, work, top, lower

@@ -125,7 +125,7 @@ def run_fleet(
                     m += 1
             pick = 0
             if m > 1:
-                pick = np.int64(U[ucur[0]] * m)
+                pick = np.int64(U[ucur[0]] * m)  # type: ignore[assignment]
                 ucur[0] += 1
             j = 0
             for i in range(N):

@@ -543,7 +543,7 @@ def _event_compiled(
     cfg = np.zeros((N, FK.CF_SIZE), dtype=np.int64)
     for j, (rep, sch) in enumerate(zip(replicas, schedulers)):
         p = rep.params
-        cfg[j] = (fast_rule(sch), L.KVSTAB_LIFE, p.M, p.chunk, p.block,
+        cfg[j] = (fast_rule(sch), L.KVSTAB_LIFE, p.M, p.chunk, p.block,  # type: ignore[assignment]
                   -1 if p.token_budget is None else p.token_budget, -1 if p.max_num_seqs is None else p.max_num_seqs,
                   int(check))  # fmt: skip
     bbar = np.asarray([r.params.bbar for r in replicas], dtype=np.float64)

@@ -719,7 +719,7 @@ def simulate_radix(
         scheduler=spec,
         params=params,
         slots=t,
-        **{k: arr(v) for k, v in cols.items()},
+        **{k: arr(v) for k, v in cols.items()},  # type: ignore[arg-type]
         s=arr([len(r.origin) for r in reqs]),
         o=arr([r.max_new - 1 for r in reqs]),
         arrival=arr(arrival),
