@@ -131,6 +131,16 @@ def _with_caching(
     """Prefix caching: the prefix-fold theorem over views with shared blocks, else a
     search for a shared-prefix run that breaks the pool's invariant (the bounded
     encoding has no block pool, so its verdict would be about another model)."""
+    from kvstab.schedulers import Sglang
+
+    if isinstance(sched, Sglang):
+        # sglang with caching is SGLang's radix cache (kvstab.lifecycles.sglang_radix): its tree, lock
+        # counts and LRU eviction are not the block pool the shared-block views encode, so a verdict
+        # here would be about another engine
+        raise InvalidArgument(
+            "--prefix-caching on: the scheduler is sglang, whose cache is SGLang's radix cache, and kvstab prove "
+            "encodes vLLM's block pool only; prove sglang with --prefix-caching off"
+        )
     if not unbounded or strengthen:
         raise InvalidArgument(
             "with prefix caching kvstab prove proves for any number of requests only (the bounded encoding has no "

@@ -61,15 +61,6 @@ def workload_spec(workload: str | None, trace: str | None) -> str:
     return spec
 
 
-def _check_caching(name: str, caching: bool, what: str) -> None:
-    """Refuse, before any work, a run with prefix caching of a rule whose cache kvstab does not model."""
-    if caching and name == "sglang":
-        raise InvalidArgument(
-            f"--prefix-caching on: {what} is sglang, whose radix cache is not modelled yet (kvstab models vLLM's "
-            "block pool); pass --prefix-caching off, or leave sglang out"
-        )
-
-
 def _log(enabled: bool) -> Callable[[str], None]:
     def log(line: str) -> None:
         if enabled:
@@ -83,16 +74,18 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from kvstab.audit.audit import AuditConfig, AuditResult, run_audit
     from kvstab.audit.profiles import get_profile
     from kvstab.audit.report import write_report
-    from kvstab.cli.flags import prefix_caching_for, server_params
+    from kvstab.cli.flags import prefix_caching_for, refuse_radix_cache, server_params
     from kvstab.registry import load_scheduler
 
     out = writable_dir(args.out)
     # caching as the audited engine runs by default (vllm-v1: on), the same server for every baseline
-    params = server_params(args, prefix_caching=prefix_caching_for(args, load_scheduler(args.scheduler).name))
+    name = load_scheduler(args.scheduler).name
+    params = server_params(args, prefix_caching=prefix_caching_for(args, name))
+    refuse_radix_cache(name, params.prefix_caching, f"the scheduler {args.scheduler}", "audit")
     spec = workload_spec(args.workload, args.trace)
     baselines = tuple(b for b in (args.baseline or ["current-fit", "vllm-v1"]) if b != "none")
     for b in baselines:
-        _check_caching(load_scheduler(b).name, params.prefix_caching, f"baseline {b}")
+        refuse_radix_cache(load_scheduler(b).name, params.prefix_caching, f"baseline {b}", "audit")
     config = AuditConfig(
         scheduler=args.scheduler, params=params, workload=spec, baselines=baselines,
         profile=get_profile(args.profile), skip=tuple(args.skip), strict=args.strict,
@@ -225,10 +218,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     caching = []
     for s in schedulers:
         # each scheduler's points cache prefixes as its engine runs by default, unless --prefix-caching says
-        name = load_scheduler(s).name
-        on = prefix_caching_for(args, name)
-        _check_caching(name, on, f"scheduler {s}")
-        caching.append(on)
+        # (sglang's points with caching run SGLang's radix cache: audit.runs.run_model carries it)
+        caching.append(prefix_caching_for(args, load_scheduler(s).name))
     specs = [workload_spec(w, None) for w in args.workload or []]
     specs += [workload_spec(None, t) for t in args.trace or []]
     grid = SweepGrid(

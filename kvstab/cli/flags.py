@@ -115,6 +115,19 @@ def prefix_caching_for(args: argparse.Namespace, scheduler: str) -> bool:
     return bool(given)
 
 
+def refuse_radix_cache(name: str, caching: bool, what: str, command: str) -> None:
+    """Refuse, before any work, a ``command`` that would run ``sglang`` with prefix caching where
+    the layer behind it models only vLLM's block pool (the proofs' encoding of shared blocks,
+    and the audit built on them).  ``simulate``, ``compare`` and ``fleet`` run SGLang's radix
+    cache itself (:mod:`kvstab.lifecycles.sglang_radix`) and do not call this."""
+    if caching and name == "sglang":
+        raise InvalidArgument(
+            f"--prefix-caching on: {what} is sglang, and kvstab {command} models vLLM's block pool, not SGLang's "
+            "radix cache (kvstab simulate and kvstab empirical compare --sglang run the radix cache); "
+            "pass --prefix-caching off, or leave sglang out"
+        )
+
+
 def add_server_arguments(
     p: argparse.ArgumentParser,
     *,

@@ -99,7 +99,7 @@ class SglangFlags:
     page_size: int = 1
 
     def command(self, model: str) -> str:
-        """The ready ``python -m sglang.launch_server`` line (radix cache off: kvstab does not model it yet)."""
+        """The ready ``python -m sglang.launch_server`` line (radix cache off: tune sizes and verifies SGLang without it)."""
         return shlex.join(["python", "-m", "sglang.launch_server", "--model-path", model,
                            "--mem-fraction-static", f"{self.mem_fraction_static:g}",
                            "--max-running-requests", str(self.max_running_requests),
