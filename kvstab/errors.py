@@ -7,6 +7,11 @@ valid, so that the CLI can print it as one line and exit non-zero.
 
 from __future__ import annotations
 
+import importlib
+import os
+import sys
+from types import ModuleType
+
 __all__ = [
     "KvstabError",
     "InvalidArgument",
@@ -14,6 +19,7 @@ __all__ = [
     "InvariantViolation",
     "TraceError",
     "plugin_fault",
+    "import_plugin",
 ]
 
 
@@ -93,3 +99,35 @@ def plugin_fault(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         return f"{exc!r}: a plug-in may not end kvstab (it called sys.exit or raised SystemExit)"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def import_plugin(mod_name: str, what: str) -> ModuleType:
+    """Import the module of a ``module:attr`` plug-in (``what``: "scheduler", "router"), looking
+    where ``python -m`` would: the installed packages, then the current folder.
+
+    A console script's ``sys.path`` starts at its own ``bin/``, not at the folder it is run
+    from, so ``kvstab audit --scheduler skf:SCHEDULER`` beside ``skf.py`` would not find what
+    ``pytest`` and ``python -m`` find; the folder is appended (after every installed package,
+    so it never shadows one) only when the module is missing and stands there.  Any failure is
+    one :class:`InvalidArgument` line naming the module, what it raised, and where kvstab looked."""
+    try:
+        try:
+            return importlib.import_module(mod_name)
+        except ModuleNotFoundError as exc:
+            top = mod_name.partition(".")[0]
+            here = os.getcwd()
+            there = os.path.isfile(os.path.join(here, f"{top}.py")) or os.path.isdir(os.path.join(here, top))
+            if exc.name != top or not there or here in sys.path:
+                raise
+            sys.path.append(here)
+            return importlib.import_module(mod_name)
+    except KeyboardInterrupt:
+        raise
+    except ModuleNotFoundError as exc:
+        where = ""
+        if exc.name == mod_name.partition(".")[0]:
+            where = " (kvstab looked in the installed packages and the current folder: run it from the folder that " \
+                    "holds the module, or put that folder on PYTHONPATH)"
+        raise InvalidArgument(f"cannot import {what} module {mod_name!r}: {plugin_fault(exc)}{where}") from None
+    except BaseException as exc:  # any import-time failure of user code is one line, SystemExit too
+        raise InvalidArgument(f"cannot import {what} module {mod_name!r}: {plugin_fault(exc)}") from None

@@ -22,7 +22,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from kvstab.contract import Scheduler, check_scheduler_shape, traits_of
-from kvstab.errors import InvalidArgument, InvalidScheduler, KvstabError, plugin_fault
+from kvstab.errors import InvalidArgument, InvalidScheduler, KvstabError, import_plugin, plugin_fault
 
 __all__ = ["Registry", "REGISTRY", "get_scheduler", "load_scheduler", "register", "builtin_names"]
 
@@ -89,12 +89,7 @@ def _resolve(spec: str) -> Any:
     if ":" not in spec:
         raise InvalidArgument(f"scheduler spec {spec!r} must be a registered name or 'module:attr'")
     mod_name, _, attr = spec.partition(":")
-    try:
-        mod = importlib.import_module(mod_name)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # any import-time failure of user code is one line, an exit too
-        raise InvalidArgument(f"cannot import scheduler module {mod_name!r}: {plugin_fault(exc)}") from None
+    mod = import_plugin(mod_name, "scheduler")
     try:
         return _built(spec, mod, mod_name, attr)
     except (KeyboardInterrupt, KvstabError):

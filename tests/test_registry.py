@@ -180,3 +180,26 @@ def test_traits_are_declared_once_and_misspellings_are_refused() -> None:
     with pytest.raises(InvalidScheduler, match="True or False"):
         Traits(fcfs=1)  # type: ignore[arg-type]
     assert traits_of(load_scheduler("current-fit")) == Traits(fcfs=True, work_conserving=True, clairvoyant=False, preempts=True)
+
+
+def test_a_plugin_beside_the_user_loads_from_the_console_script(tmp_path: Path) -> None:
+    """The console script's ``sys.path`` starts at its ``bin/``, not the current folder: a plug-in
+    module standing in the folder the command runs from is found as ``python -m`` finds it, and a
+    module that stands nowhere gets one line saying where kvstab looked."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("kvstab", path=str(Path(sys.executable).parent))
+    assert exe is not None
+    (tmp_path / "my_rule_here.py").write_text("from kvstab.schedulers.current_fit import SCHEDULER as BASE\n"
+                                               "import dataclasses\n"
+                                               "SCHEDULER = dataclasses.replace(BASE, name='my-rule-here')\n")
+    common = ["check", "--M", "16", "--chunk", "16", "--requests", "0:15:1"]
+    ok = subprocess.run([exe, *common, "--scheduler", "my_rule_here:SCHEDULER"], cwd=tmp_path,
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "all properties hold" in ok.stdout, ok.stderr
+    bad = subprocess.run([exe, *common, "--scheduler", "not_here_xyz:SCHEDULER"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    err = bad.stderr.strip()
+    assert bad.returncode == 2 and len(err.splitlines()) == 1
+    assert "not_here_xyz" in err and "current folder" in err and "PYTHONPATH" in err

@@ -30,7 +30,6 @@ there is none) and returns the router.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from kvstab.errors import InvalidArgument, plugin_fault
+from kvstab.errors import InvalidArgument, import_plugin, plugin_fault
 from kvstab.model import ModelParams
 from kvstab.prefix import PromptSet
 from kvstab.validation import positive_float, positive_int
@@ -608,12 +607,7 @@ _REGISTRY: _Registry | None = None
 
 def _resolve(spec: str) -> Any:
     mod_name, _, attr = spec.partition(":")
-    try:
-        obj: Any = importlib.import_module(mod_name)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # any import-time failure of user code is one line, SystemExit too
-        raise InvalidArgument(f"cannot import router module {mod_name!r}: {plugin_fault(exc)}") from None
+    obj: Any = import_plugin(mod_name, "router")
     for part in attr.split("."):
         if not part or not hasattr(obj, part):
             raise InvalidArgument(f"module {mod_name!r} has no attribute {attr!r}")
