@@ -81,4 +81,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from kvstab.errors import KvstabError
+
+    try:
+        main()
+    except KvstabError as exc:  # a horizon too short for the trace, a bad router spec: one line
+        raise SystemExit(f"bench_fleet_routers: {exc}") from None
