@@ -396,10 +396,11 @@ def test_every_kernel_guard_hash_is_current() -> None:
     """Each compiled module's GUARDS name the files whose helpers it inlines, with their hashes:
     a stale one means numba's cache would keep code compiled from an older helper."""
     from kvstab.engine import _guards as G
+    from kvstab.engine import _kernel_cache as KC
     from kvstab.engine import _kernel_sglang as KS
     from kvstab.engine import _layout as L
     from kvstab.engine import _plugin_kernel as PK
 
-    guards = K.GUARDS + KS.GUARDS + PK.GUARDS + G.GUARDS
+    guards = K.GUARDS + KS.GUARDS + PK.GUARDS + G.GUARDS + KC.GUARDS
     assert {name for name, _ in guards} >= {"_finish_tree.py", "_layout.py", "_kernel.py", "_opcodes.py"}
     assert not L.stale(guards), L.stale(guards)

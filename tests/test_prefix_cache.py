@@ -146,14 +146,16 @@ def test_sharing_raises_the_saturated_rate() -> None:
 
 def test_the_engines_refuse_what_they_do_not_model() -> None:
     plan = _shared_plan(0, 50)
+    # the compiled pool runs the paper's rules under kvstab's lifecycle only
     with pytest.raises(InvalidArgument, match="no compiled prefix-cache path"):
-        engine_run(load_scheduler("lookahead"), PAPER_SERVER, plan, 50, engine="fast")
+        engine_run(load_scheduler("lookahead"), PAPER_SERVER, plan, 50, engine="fast", lifecycle="vllm")
     with pytest.raises(InvalidArgument, match="radix cache is not modelled"):
         engine_run(load_scheduler("sglang"), SERVER, plan, 50)
-    auto = engine_run(load_scheduler("lookahead"), PAPER_SERVER, plan, 50)
+    auto = engine_run(load_scheduler("lookahead"), PAPER_SERVER, plan, 50, lifecycle="vllm")
     assert auto.engine == "reference" and "prefix caching" in auto.reason
-    fast = engine_run(load_scheduler("vllm-v1"), SERVER, plan, 50)
-    assert fast.engine == "fast" and "prefix-cache" in fast.reason
+    for name, server in (("vllm-v1", SERVER), ("lookahead", PAPER_SERVER)):
+        fast = engine_run(load_scheduler(name), server, plan, 50)
+        assert fast.engine == "fast" and "prefix-cache" in fast.reason
 
 
 def test_a_prompt_of_the_wrong_length_is_refused() -> None:

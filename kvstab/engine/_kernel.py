@@ -511,8 +511,9 @@ def _lookahead_test(R: np.ndarray, ah: int, c: int, t: int, M: int, chunk: int, 
 @_njit(cache=True, inline="always")
 def _la_wake(m: int, E: int, s: int, o: int, rp: int, chunk: int) -> int:
     """The first slot in which the head, admitted then, can hold at most ``m`` at slot ``E``:
-    ``E + 1 − τ*``, with ``τ*`` the largest age at which its projection is ``≤ m``."""
-    tau = m // chunk if m < s else rp + min(o, m - s)
+    ``E + 1 − τ*``, with ``τ*`` the largest age at which its projection is ``≤ m`` (0 when it is
+    at no age: ``m < 0``, which the prefix-cache kernel meets testing against ``M`` less a hit)."""
+    tau = max(m, 0) // chunk if m < s else rp + min(o, m - s)
     return E + 1 - tau
 
 

@@ -1,6 +1,6 @@
 """The compiled engine with prefix caching: vLLM 0.33's block pool in numba arrays.
 
-:func:`run_cached` runs ``vllm-v1``, ``current-fit`` and ``reserve`` on the pool of
+:func:`run_cached` runs ``vllm-v1``, ``current-fit``, ``reserve`` and ``lookahead`` on the pool of
 :mod:`kvstab.blocks` (reference counts, one free queue in eviction order, chained
 hashes of full blocks, longest-prefix hits, LRU eviction) from slot ``st[C_T]`` to
 ``t_end``, exactly as the reference engine does with ``ModelParams.prefix_caching``
@@ -15,6 +15,13 @@ shifted view:
   ``current-fit``; ``reserve`` never needs it);
 * the queue head is walked in queue order, each entry looking its hit up at its
   turn: the settled decision of the reference engine's fixed point.
+
+``lookahead`` takes no credit for sharing (item 6): it projects every request with its
+whole table, a waiting one from its hit ``p0`` (a multiple of ``B``), so a request's
+projection is ``p0`` plus that of a request of prompt ``s − p0`` from progress 0 while it
+lives.  Its test is then the compiled engine's (:mod:`kvstab.engine._kernel`: the
+finish-time table, O(running) a test, or the finish tree, O(log W)) on ``(s − p0, o)``
+against ``M − p0``, and its wake slot holds while the head's hit stays the same.
 
 Memory stays linear in blocks, requests and prompt segments, never in tokens:
 
@@ -44,6 +51,17 @@ from typing import Any
 
 import numpy as np
 
+from kvstab.engine import _finish_tree as FT_
+from kvstab.engine import _layout as _L
+from kvstab.engine._kernel import _la_admit, _la_enter, _la_release, _la_test, _la_wake, _proj_held
+
+#: the files whose compiled helpers ``run_cached`` inlines (lookahead's table and tree), with the
+#: prefix of their sha256 this file was last compiled with (see kvstab.engine._layout.stale)
+KERNEL_SHA = "ffd24cb763410d46"
+FINISH_TREE_SHA = "0e4bea723d7ccfbd"
+GUARDS = (("_kernel.py", KERNEL_SHA), ("_finish_tree.py", FINISH_TREE_SHA))
+_L.warn_if_stale(__name__, GUARDS)
+
 try:  # numba is a declared dependency; without it the loop runs as (slow) Python
     import numba
 
@@ -62,6 +80,7 @@ def _njit(**kwargs: Any) -> Any:
 RULE_VLLM_V1 = 0
 RULE_CURRENT_FIT = 1
 RULE_RESERVE = 2
+RULE_LOOKAHEAD = 3
 # lifecycles
 LIFE_KVSTAB = 0
 LIFE_VLLM = 1
@@ -69,6 +88,7 @@ LIFE_VLLM = 1
 RUNNING = 0
 DRAINED = 1
 BROKEN = 2  # a rule that never preempts met a full pool: the reference engine reports it
+FAR = 1 << 62  # no wake slot
 
 # scalar state st[]
 C_T = 0  # next slot
@@ -82,7 +102,12 @@ C_FTAIL = 7
 C_VSLOT = 8  # the slot a BROKEN status stopped at
 C_PEAKS = 9  # Σ peak blocks of the running requests (reserve's view, kept as they come and go)
 C_TABS = 10  # Σ table sizes (hit + own blocks) of the running requests
-C_SIZE = 11
+C_LAH = 11  # lookahead: the head it last refused (-1: none), its hit then (blocks), its wake slot
+C_LAHIT = 12
+C_LAW = 13
+C_TREE = 14  # lookahead: 1 while its finish-time table is in the finish tree
+C_LATEST = 15  # lookahead: tests run (a count of work, not an output)
+C_SIZE = 16
 
 # per-request rows of R[]
 R_S = 0
@@ -122,6 +147,15 @@ K_ONEXT = 6  # neighbours in its holder's own blocks
 K_OPREV = 7
 K_SIZE = 8
 UNCACHED = -2
+
+# columns of lookahead's finish-time table la[]: one row per request, set at its admission
+L_F = 0  # its finish slot (absolute)
+L_TF = 1  # the projected total at L_F (while the table is not in the tree)
+L_TA = 2  # the slot it was admitted in
+L_P0 = 3  # its hit then (tokens, a multiple of B): its projection is p0 plus that of (s − p0, o) from 0
+L_S1 = 4  # s − p0
+L_O = 5
+L_SIZE = 6
 
 # columns of the hash table ht[]: one row per table slot, its fields on one cache line
 H_KEY = 0
@@ -312,6 +346,127 @@ def _block_hash(seg_d: Any, seg_len: Any, seg: int, off: int, P: Any, B: int, R:
     return np.int64(_fmix(P)), P, seg, off
 
 
+# ---- lookahead's finish-time table -----------------------------------------------------------
+#
+# ``fcfs_admit_projected`` under caching projects each request with its whole table: an active
+# one from its progress, a waiting one from its hit ``p0``, a multiple of ``B``, so that
+# ``held(p0 + x) = p0 + held(x)``.  A request admitted in slot ``ta`` with hit ``p0``
+# therefore holds ``p0 + _proj_held(s − p0, o, ta, E)`` at the end of slot ``E`` while it lives
+# (lookahead never preempts and grants full units: the projection made at admission stays
+# exact), and the test of a head is the compiled engine's test of ``(s − p0, o)`` against
+# ``M − p0`` (its constraints at the finish slots it outlives; those after its own finish do not
+# see it).  The table is ``la[]`` while few run, the finish tree ``FT`` while many do.
+
+
+@_njit(cache=True)
+def _la_table_test(la: Any, run: Any, nrun: int, s1: int, o: int, t: int, M: int, chunk: int,
+                   B: int) -> tuple[bool, int, int, int]:
+    """:func:`kvstab.engine._kernel._lookahead_test` on ``la[]`` for a head of prompt ``s1``
+    (past its hit) and output ``o`` against ``M`` (``M − p0``): ``(ok, wake, fc, own)``, ``own``
+    the total at the head's finish ``fc`` without its ``p0``.  A constraint at a finish slot
+    after ``fc`` is not the head's (the head is gone there), so it is not tested."""
+    rp = (s1 + chunk - 1) // chunk
+    span = rp + o
+    fc = t + span - 1
+    own = _proj_held(s1, o, t, fc, chunk, B)
+    ok = True
+    wake = t + 1
+    fnext = FAR
+    for k in range(nrun):
+        q = run[k]
+        fq = la[q, L_F]
+        if fq >= fc:
+            own += la[q, L_P0] + _proj_held(la[q, L_S1], la[q, L_O], la[q, L_TA], fc, chunk, B)
+            fnext = min(fnext, fq)
+        if fq <= fc and la[q, L_TF] + _proj_held(s1, o, t, fq, chunk, B) > M:
+            ok = False
+            # it fails until the head, admitted later, is young enough at F_q to hold M − total(F_q)
+            wake = max(wake, _la_wake((M - la[q, L_TF]) // B * B, fq, s1, o, rp, chunk))
+    if own > M:
+        ok = False
+        wake = max(wake, fnext - span + 2)  # until its finish passes the next active finish slot
+    return ok, wake, fc, own
+
+
+@_njit(cache=True)
+def _la_gone(FT: Any, la: Any, r: int, chunk: int, B: int) -> None:
+    """Take request ``r`` out of the finish tree (it finished, or the table leaves the tree)."""
+    F = la[r, L_F]
+    ta = la[r, L_TA]
+    p0 = la[r, L_P0]
+    _la_release(FT, F, ta, la[r, L_S1], la[r, L_O], chunk, B)
+    if p0 > 0:
+        FT_.profile_add(FT, ta, 0, -p0)
+        FT_.profile_add(FT, F + 1, 0, p0)
+
+
+@_njit(cache=True)
+def _la_move(FT: Any, la: Any, run: Any, nrun: int, chunk: int, B: int, into_tree: bool) -> None:
+    """Move the running requests' table into the (empty) tree, or back out of it."""
+    for k in range(nrun):
+        q = run[k]
+        if into_tree:
+            ta = la[q, L_TA]
+            F = la[q, L_F]
+            p0 = la[q, L_P0]
+            _la_enter(FT, ta, la[q, L_S1], la[q, L_O], F, la[q, L_TF], chunk, B)
+            if p0 > 0:
+                FT_.profile_add(FT, ta, 0, p0)
+                FT_.profile_add(FT, F + 1, 0, -p0)
+        else:
+            la[q, L_TF] = FT_.tree_get(FT, la[q, L_F]) - la[q, L_F]
+            _la_gone(FT, la, q, chunk, B)
+
+
+@_njit(cache=True)
+def _la_admits(w: int, s: int, o: int, p0: int, hit: int, t: int, M: int, chunk: int, B: int, run: Any,
+               nrun: int, la: Any, FT: Any, st: Any) -> bool:
+    """``lookahead``'s admission test of the head ``w`` (prompt ``s``, output ``o``, hit ``p0``
+    tokens = ``hit`` blocks) in slot ``t`` against the ``nrun`` requests of ``run[]``; an admitted
+    head is entered into the table (or tree).  A refused head is not tested again before its
+    wake slot unless its hit changed (with the head and its hit fixed the test is the compiled
+    engine's, whose wake slot ``docs/engine.md`` proves)."""
+    if w == st[C_LAH] and hit == st[C_LAHIT] and t < st[C_LAW]:
+        return False
+    st[C_LATEST] += 1
+    if FT.shape[1] == FT_.COLS:  # the table moves into the tree when many run, and back when few do
+        if st[C_TREE] == 0 and nrun >= FT[0, FT_.TREE_AT_]:
+            _la_move(FT, la, run, nrun, chunk, B, True)
+            st[C_TREE] = 1
+        elif st[C_TREE] == 1 and nrun <= FT[0, FT_.TABLE_AT_]:
+            _la_move(FT, la, run, nrun, chunk, B, False)
+            st[C_TREE] = 0
+    s1 = s - p0
+    if st[C_TREE]:
+        ok, wake, fc, own = _la_test(FT, t, s1, o, chunk, B, M - p0)
+    else:
+        ok, wake, fc, own = _la_table_test(la, run, nrun, s1, o, t, M - p0, chunk, B)
+    if not ok:
+        st[C_LAH] = w
+        st[C_LAHIT] = hit
+        st[C_LAW] = wake
+        return False
+    if st[C_TREE]:
+        if p0 > 0:  # its p0 at every finish slot it lives to (before its own slot is entered), and in the profile
+            FT_.tree_add(FT, t, fc, 0, p0)
+            FT_.profile_add(FT, t, 0, p0)
+            FT_.profile_add(FT, fc + 1, 0, -p0)
+        _la_admit(FT, t, s1, o, chunk, B, fc, own + p0)
+    else:
+        for k in range(nrun):
+            q = run[k]
+            fq = la[q, L_F]
+            if fq <= fc:
+                la[q, L_TF] += p0 + _proj_held(s1, o, t, fq, chunk, B)
+        la[w, L_TF] = own + p0
+    la[w, L_F] = fc
+    la[w, L_TA] = t
+    la[w, L_P0] = p0
+    la[w, L_S1] = s1
+    la[w, L_O] = o
+    return True
+
+
 # ---- one run -----------------------------------------------------------------------------
 
 
@@ -319,10 +474,12 @@ def _block_hash(seg_d: Any, seg_len: Any, seg: int, off: int, P: Any, B: int, R:
 def run_cached(
     st: Any, R: Any, hP: Any, arr_slot: Any, seg_d: Any, seg_len: Any, seg_off: Any,
     blk: Any, par: Any, ht: Any, run: Any, wq: Any, scratch: Any, victims: Any, memo: Any, memo_P: Any,
-    rule: int, life: int, B: int, chunk: int, budget0: int, max_seqs: int, usable: int,
+    la: Any, FT: Any, rule: int, life: int, B: int, chunk: int, budget0: int, max_seqs: int, usable: int,
     CR: Any, SEED: Any, K1: Any, K2: Any, t_end: int, drain: bool, out: Any,
 ) -> int:
-    """Run slots from ``st[C_T]`` to ``t_end`` (or a drain); one row of ``out`` per slot."""
+    """Run slots from ``st[C_T]`` to ``t_end`` (or a drain); one row of ``out`` per slot.
+    ``la`` and ``FT`` are lookahead's finish-time table and finish tree (``FT`` of
+    :data:`~kvstab.engine._finish_tree.COLS` columns, else no tree: the table throughout)."""
     n = arr_slot.size
     qcap = wq.size
     t0 = st[C_T]
@@ -378,7 +535,7 @@ def run_cached(
             newp = p + g
             need = (newp + B - 1) // B - (R[r, R_HIT] + R[r, R_NOWN])
             while need > st[C_NFREE]:
-                if rule == RULE_RESERVE:
+                if rule == RULE_RESERVE or rule == RULE_LOOKAHEAD:
                     st[C_VSLOT] = t
                     return BROKEN
                 v = run[nrun - 1]
@@ -429,6 +586,14 @@ def run_cached(
                     first = min(s - c, chunk)
                     if (c + first + B - 1) // B - shared > st[C_NFREE]:
                         break
+                elif rule == RULE_LOOKAHEAD:
+                    first = min(s - c, chunk)
+                    # against M's whole blocks: every projected total is a multiple of B
+                    if not _la_admits(w, s, R[w, R_O], c, hit, t, usable * B, chunk, B, run, nrun, la, FT, st):
+                        break
+                    if (c + first + B - 1) // B - shared > st[C_NFREE]:
+                        st[C_VSLOT] = t
+                        return BROKEN
                 else:
                     first = min(s - c, chunk)
                     peak = (s + R[w, R_O] + B - 1) // B - shared
@@ -507,6 +672,8 @@ def run_cached(
                 R[r, R_FIN] = t
                 R[r, R_SERVED] += (R[r, R_HIT] + R[r, R_NOWN]) * B * (t + 1 - R[r, R_SINCE])  # charged to t
                 _release(r, R, B, blk, st, par, scratch)
+                if st[C_TREE]:
+                    _la_gone(FT, la, r, chunk, B)
                 completed += 1
             else:
                 run[kept] = r

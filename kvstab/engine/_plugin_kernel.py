@@ -51,7 +51,7 @@ from kvstab.engine._opcodes import EXACT, LIMIT, OP
 
 #: the texts this loop inlines or compiles in besides its own (``held``, the layout's indices, the
 #: opcodes): see :func:`kvstab.engine._layout.stale`
-KERNEL_SHA = "882a7d5f90e1ffc8"
+KERNEL_SHA = "ffd24cb763410d46"
 LAYOUT_SHA = "c8be141dbecddcca"
 OPCODES_SHA = "03ad94b8d67bcc01"
 GUARDS = (("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA), ("_opcodes.py", OPCODES_SHA))

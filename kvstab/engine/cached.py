@@ -1,9 +1,9 @@
 """The compiled engine with prefix caching: plan in, :class:`SimResult` out.
 
 Drives :func:`kvstab.engine._kernel_cache.run_cached` batch by batch for the rules it
-carries (``vllm-v1``; ``current-fit`` and ``reserve`` on a server without a token budget,
-which they ignore and the reference engine reports breaking) under kvstab's and vLLM's
-lifecycles.  It prepares what the kernel hashes — each request's content segments (the
+carries (``vllm-v1`` under kvstab's and vLLM's lifecycles; ``current-fit``, ``reserve`` and
+``lookahead`` under kvstab's, on a server without a token budget, which they ignore and the
+reference engine reports breaking).  It prepares what the kernel hashes — each request's content segments (the
 plan's prompts, else a prompt of its own, then its output tokens, as
 :meth:`kvstab.simulator.Engine.arrive` builds them) — and hands any run the kernel cannot
 finish exactly (a rule that never preempts meeting a full pool) to the reference engine.
@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from kvstab.arrivals import ArrivalPlan
 from kvstab.contract import Scheduler
+from kvstab.engine import _finish_tree
 from kvstab.engine import _kernel_cache as KC
 from kvstab.engine._drive import Requests, finish
 from kvstab.engine.stream import StreamStats, Summary
@@ -25,6 +26,7 @@ from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
 from kvstab.prefix import PromptSet, chain_constants, content_ids, segment_digests
 from kvstab.schedulers.current_fit import CurrentFit
+from kvstab.schedulers.lookahead import Lookahead
 from kvstab.schedulers.reserve import Reserve
 from kvstab.schedulers.vllm_v1 import VllmV1
 from kvstab.simulator import SimResult
@@ -46,6 +48,8 @@ def cached_rule(scheduler: Scheduler) -> int | None:
         return KC.RULE_CURRENT_FIT
     if kind is Reserve:
         return KC.RULE_RESERVE
+    if kind is Lookahead:
+        return KC.RULE_LOOKAHEAD
     return None
 
 
@@ -53,7 +57,7 @@ def why_not_cached(scheduler: Scheduler, params: ModelParams, lifecycle: str) ->
     """Why the compiled cache engine cannot run this ("" if it can)."""
     rule = cached_rule(scheduler)
     if rule is None:
-        return "the compiled prefix-cache engine carries vllm-v1, current-fit and reserve"
+        return "the compiled prefix-cache engine carries vllm-v1, current-fit, reserve and lookahead"
     if lifecycle not in ("kvstab", "vllm"):
         return f"lifecycle {lifecycle!r}"
     if rule != KC.RULE_VLLM_V1 and params.token_budget is not None:
@@ -72,6 +76,22 @@ def _contents(plan: ArrivalPlan, outputs: IntArray) -> PromptSet:
         own = content_ids("own", np.arange(n, dtype=np.int64))
         prompts = PromptSet(np.arange(n + 1, dtype=np.int64), own, plan.s.astype(np.int64))
     return prompts.with_outputs(outputs)
+
+
+def _lookahead_tables(rule: int, plan: ArrivalPlan, params: ModelParams) -> tuple[IntArray, IntArray]:
+    """``lookahead``'s finish-time table (a row per request) and finish tree (a ring that holds
+    every request's whole life, its prefill from progress 0 then its decode: a hit only shortens
+    it); stubs for the other rules, and no tree (the table throughout) for lives too long."""
+    stub = np.zeros((1, 1), dtype=np.int64)
+    if rule != KC.RULE_LOOKAHEAD:
+        return np.zeros((1, KC.L_SIZE), dtype=np.int64), stub
+    la = np.zeros((max(len(plan), 1), KC.L_SIZE), dtype=np.int64)
+    longest = int((-(-plan.s // params.chunk) + plan.o).max(initial=0))
+    W = _finish_tree.ring_for(longest)
+    if not W:
+        return la, stub
+    mean_o = float(plan.o.mean()) if len(plan) else 0.0
+    return la, _finish_tree.new(W, *_finish_tree.thresholds(params.block, mean_o))
 
 
 def run_cached(
@@ -134,7 +154,9 @@ def run_cached(
     victims = np.zeros(max(n, 1), dtype=np.int64)
     memo = np.full((longest + 2, 4), -1, dtype=np.int64)  # the queue head's chain, hashed once
     memo_P = np.zeros(longest + 2, dtype=np.uint64)
+    la, FT = _lookahead_tables(rule, plan, params)
     st = np.zeros(KC.C_SIZE, dtype=np.int64)
+    st[KC.C_LAH] = -1
     st[KC.C_NFREE] = usable
     st[KC.C_FHEAD] = 1 if usable else -1
     st[KC.C_FTAIL] = usable if usable else -1
@@ -152,7 +174,7 @@ def run_cached(
         out = np.zeros((len(KC.COLUMNS), t_end - t0), dtype=np.int64)
         status = KC.run_cached(
             st, R, hP, plan.slot, seg_d, seg_len, seg_off, blk, par, ht, run, wq, scratch, victims, memo, memo_P,
-            rule, life, B, params.chunk, budget, seqs, usable, CR, SEED, K1, K2, t_end, draining, out,
+            la, FT, rule, life, B, params.chunk, budget, seqs, usable, CR, SEED, K1, K2, t_end, draining, out,
         )  # fmt: skip
         if status == KC.BROKEN:
             return None

@@ -26,7 +26,7 @@ from kvstab.engine import _kernel as K
 from kvstab.engine import _layout as L
 
 #: the files of kvstab/engine whose compiled text this module's kernels inline (see kvstab.engine._layout.stale)
-KERNEL_SHA = "882a7d5f90e1ffc8"
+KERNEL_SHA = "ffd24cb763410d46"
 LAYOUT_SHA = "c8be141dbecddcca"
 FINISH_TREE_SHA = "0e4bea723d7ccfbd"
 GUARDS = (("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA), ("_finish_tree.py", FINISH_TREE_SHA))
