@@ -584,6 +584,21 @@ def caching_replicas(replicas: Sequence[Replica]) -> list[str]:
     return [r.name or f"{i}:{r.scheduler}" for i, r in enumerate(replicas) if r.params.prefix_caching]
 
 
+def _check_radix(replicas: Sequence[Replica], schedulers: Sequence[Any]) -> None:
+    """Refuse an ``sglang`` replica with prefix caching: its cache is SGLang's radix cache
+    (:mod:`kvstab.lifecycles.sglang_radix`), and the fleet's replica engines carry vLLM's block
+    pool only, which would run SGLang's rule on another engine's cache without a word."""
+    from kvstab.schedulers import Sglang
+
+    for i, (rep, sch) in enumerate(zip(replicas, schedulers)):
+        if rep.params.prefix_caching and isinstance(sch, Sglang):
+            raise InvalidArgument(
+                f"replica {rep.name or f'{i}:{rep.scheduler}'}: prefix caching on an sglang replica is SGLang's radix "
+                "cache, which the fleet's replicas do not run yet (they carry vLLM's block pool); pass "
+                "--prefix-caching off for it, or run vllm-v1 replicas"
+            )
+
+
 def _check_caching(replicas: Sequence[Replica], workload: Workload, arrivals: FleetArrivals, router: Any) -> None:
     """Refuse a run that would ignore the prompts' content: replicas with prefix caching, or a router that
     reads prompts, on arrivals without the prompts of a workload that has a prefix law.
@@ -653,6 +668,7 @@ def simulate_fleet(
     if callable(bind):  # a router with state of its own starts each run afresh
         rt = bind(infos)
     schedulers = [load_scheduler(r.scheduler) for r in replicas]
+    _check_radix(replicas, schedulers)
     if chosen == "static":
         outs = _static(rt, replicas, infos, arrivals, seed, schedulers, check)
     else:

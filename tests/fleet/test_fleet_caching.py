@@ -110,6 +110,15 @@ def test_fleet_simulate_defaults_as_each_replicas_engine_and_says_mu_is_no_shari
     data = json.loads(capsys.readouterr().out)
     assert data["path"] == "event" and data["prefix_caching_replicas"] == ["0:vllm-v1", "1:vllm-v1"]
     assert main([*base, "--replica", REPLICA.replace("vllm-v1", "sglang"), "--prefix-caching", "on"]) == 2
+    # an sglang replica's cache is SGLang's radix cache, which the replicas do not run: refused, never run on
+    # vLLM's pool in its place (the static path and the event loop alike)
+    capsys.readouterr()
+    for router in ("round-robin", "jsq"):
+        argv = [*base, "--replica", REPLICA.replace("vllm-v1", "sglang").replace("block=4", "block=1"),
+                "--router", router, "--prefix-caching", "on"]
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "radix cache" in err and "--prefix-caching off" in err and len(err.splitlines()) == 1, err
 
 
 def test_a_plan_is_verified_with_caching_and_measures_above_its_no_sharing_capacity() -> None:
