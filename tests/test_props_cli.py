@@ -33,3 +33,15 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert run.returncode == 2 and run.stderr.strip().count("\n") == 0 and "not a kvstab profile" in run.stderr
     run = props(["--scheduler", "no-such-rule", "--", "-p", "no:cacheprovider"], tmp_path)
     assert run.returncode == 2 and "--scheduler no-such-rule" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_pytest_pyargs_says_a_bad_scheduler_in_one_line_with_pytests_usage_status(tmp_path: Path) -> None:
+    """Under plain ``pytest --pyargs kvstab.props`` a bad ``--scheduler`` is pytest's usage error (status 4,
+    as docs/props.md says), one ``ERROR:`` line before collection, no traceback."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KVSTAB_PROFILE", "HYPOTHESIS_PROFILE")}
+    run = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "kvstab.props", "-p", "no:cacheprovider",
+                          "--scheduler", "not_here_xyz:SCHEDULER"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    err = [line for line in run.stderr.splitlines() if line.strip()]
+    assert run.returncode == 4 and len(err) == 1 and err[0].startswith("ERROR: --scheduler not_here_xyz"), run.stderr
+    assert "Traceback" not in run.stdout + run.stderr
