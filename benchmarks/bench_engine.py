@@ -46,8 +46,6 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,9 +64,9 @@ from kvstab.contract import (
     state_vars_of,
 )
 from kvstab.data import trace_path
-from kvstab.engine import _finish_tree, run
+from kvstab.engine import run
 from kvstab.engine import sglang as sgl
-from kvstab.engine.driver import Lifecycle, _run_fast, fast_rule
+from kvstab.engine.driver import Lifecycle, _run_fast, fast_rule, finish_table
 from kvstab.engine.stream import Summary
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import PAPER_BBAR, ModelParams
@@ -212,16 +210,6 @@ def sglang_case(life: Lifecycle, requests: int) -> None:
     }))  # fmt: skip
 
 
-@contextmanager
-def lookahead_table(mode: tuple[int, int] | None) -> Iterator[None]:
-    """Runs started inside keep lookahead's finish-time table where ``mode`` says
-    (``_finish_tree.FORCE``: ``(tree_at, table_at)`` running, or ``None``: as shipped)."""
-    old = _finish_tree.FORCE
-    _finish_tree.FORCE = mode
-    try:
-        yield
-    finally:
-        _finish_tree.FORCE = old
 
 
 #: lookahead's finish-time table: the O(n) table only (the engine before the finish tree), the
@@ -250,7 +238,7 @@ def section_events(requests: int) -> None:
             params = ModelParams(M=M)
             plan = plan_for(w, params, requests, lf)
             T = horizon(plan)
-            with lookahead_table(mode):
+            with finish_table(mode):
                 s, work, cpu = fast_run(rule, params, plan, T)
             ev = events_of(work, s.arrived)
             print(
@@ -295,7 +283,7 @@ def section_events(requests: int) -> None:
         T = horizon(plan)
         cells = []
         for _, mode in LOOKAHEAD_TABLES:
-            with lookahead_table(mode):
+            with finish_table(mode):
                 s, work, cpu = fast_run("lookahead", params, plan, T)
             cells.append(f"{cpu:.2f} s {cpu / events_of(work, s.arrived) * 1e9:.0f} ns")
         print(f"{'':<16}{M:>9}{work['request_slots'] / T:>9.1f}  " + " / ".join(cells), flush=True)
@@ -588,7 +576,7 @@ def section_check(slots: int, M: int, rules: list[str] | None = None, only: list
             check = rule != "current-fit-no-preempt"
             for engine, mode in [("reference", None)] + [("fast", m) for _, m in modes]:
                 try:
-                    with lookahead_table(mode):
+                    with finish_table(mode):
                         outs.append(
                             run(
                                 load_scheduler(rule), params, plan, slots, engine=engine, lifecycle=life, check=check

@@ -12,8 +12,6 @@ moved between the two at every test.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 
 import numpy as np
@@ -26,6 +24,7 @@ from kvstab.contract import ActiveEntry, View, WaitingEntry
 from kvstab.engine import _finish_tree
 from kvstab.engine import run as engine_run
 from kvstab.engine.cached import run_cached
+from kvstab.engine.driver import finish_table
 from kvstab.errors import InvariantViolation
 from kvstab.lifecycles.vllm import VllmEngine
 from kvstab.model import ModelParams
@@ -43,15 +42,6 @@ RULES = ["vllm-v1", "current-fit", "reserve", "lookahead"]
 TABLE_MODES: list[tuple[int, int] | None] = [(0, -1), (2, 2), None]
 
 
-@contextmanager
-def table_mode(mode: tuple[int, int] | None) -> Iterator[None]:
-    """Runs started inside keep lookahead's table as ``mode`` says (see ``TABLE_MODES``)."""
-    old = _finish_tree.FORCE
-    _finish_tree.FORCE = mode
-    try:
-        yield
-    finally:
-        _finish_tree.FORCE = old
 
 
 FIELDS = (
@@ -133,16 +123,16 @@ def test_the_compiled_pool_is_the_reference_pool(
         ref = _reference(rule, params, plan, life, slots)
     except InvariantViolation:
         # a rule that never preempts may meet a full pool: the compiled loop must hand over, not guess
-        with table_mode(mode):
+        with finish_table(mode):
             assert run_cached(load_scheduler(rule), params, plan, slots, drain=drain, lifecycle=life,
                               max_slots=100_000) is None
         return
-    with table_mode(mode):
+    with finish_table(mode):
         out = run_cached(load_scheduler(rule), params, plan, slots, drain=drain, lifecycle=life, max_slots=100_000)
     assert out is not None and out[1] is not None
     _same(ref, out[1])
     # streamed (no rows kept): the same summary as the recorded run's
-    with table_mode(mode):
+    with finish_table(mode):
         streamed = run_cached(load_scheduler(rule), params, plan, slots, drain=drain, lifecycle=life,
                               max_slots=100_000, record=False)
     assert streamed is not None and streamed[1] is None
@@ -183,7 +173,7 @@ def test_the_prefix_laws_on_a_small_pool_are_identical(rule: str, law: str) -> N
     ref = simulate(load_scheduler(rule), server, plan, 300)
     modes = TABLE_MODES if rule == "lookahead" else [None]
     for mode in modes:
-        with table_mode(mode):
+        with finish_table(mode):
             out = engine_run(load_scheduler(rule), server, plan, 300)
         assert out.engine == "fast" and out.result is not None
         _same(ref, out.result)

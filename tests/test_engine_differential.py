@@ -14,17 +14,15 @@ requests with ``o = 1`` (no decode unit).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals
-from kvstab.engine import _finish_tree, run
+from kvstab.engine import run
 from kvstab.engine import sglang as sgl
-from kvstab.engine.driver import has_fast_path
+from kvstab.engine.driver import finish_table, has_fast_path
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import ModelParams
 from kvstab.registry import builtin_names, load_scheduler
@@ -52,15 +50,6 @@ LIFECYCLES = {r: ["kvstab", "vllm"] if r in COMPILED else ["kvstab"] for r in RU
 TABLE_MODES: list[tuple[int, int] | None] = [(0, -1), (2, 2), (4, 4), None]
 
 
-@contextmanager
-def table_mode(mode: tuple[int, int] | None) -> Iterator[None]:
-    """Runs started inside keep lookahead's table as ``mode`` says (see ``TABLE_MODES``)."""
-    old = _finish_tree.FORCE
-    _finish_tree.FORCE = mode
-    try:
-        yield
-    finally:
-        _finish_tree.FORCE = old
 
 
 @st.composite
@@ -128,7 +117,7 @@ def test_fast_engine_matches_reference(data: st.DataObject, rule: str) -> None:
     plan = data.draw(plans(params, horizon))
     mode = data.draw(st.sampled_from(TABLE_MODES)) if rule == "lookahead" else TABLE_MODES[-1]
     ref = _outcome(rule, params, plan, horizon, "reference", life)
-    with table_mode(mode):
+    with finish_table(mode):
         fast = _outcome(rule, params, plan, horizon, "fast", life)
     _same(ref, fast)
     # the corners the scenarios must keep reaching (shown by --hypothesis-show-statistics)
@@ -154,7 +143,7 @@ def test_fast_engine_drains_like_reference(data: st.DataObject, rule: str) -> No
     outs = []
     for engine in ("reference", "fast"):
         try:
-            with table_mode(mode):
+            with finish_table(mode):
                 outs.append(run(load_scheduler(rule), params, plan, drain=True, max_slots=3000, engine=engine).result)  # type: ignore[arg-type]
         except InvalidArgument as exc:
             outs.append(("refused", str(exc)))  # type: ignore[arg-type]

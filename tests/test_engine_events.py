@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from test_engine_differential import FIELDS, SCALE, TABLE_MODES, _same, table_mode
+from test_engine_differential import FIELDS, SCALE, TABLE_MODES, _same
 
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals
 from kvstab.engine import _finish_tree as FT
 from kvstab.engine import _kernel as K
 from kvstab.engine import driver, run
+from kvstab.engine.driver import finish_table
 from kvstab.errors import InvariantViolation
 from kvstab.model import ModelParams
 from kvstab.registry import load_scheduler
@@ -99,7 +100,7 @@ def test_long_quiet_stretches_match_the_reference(data: st.DataObject, rule: str
     params = ModelParams(M=M, chunk=chunk, block=B)
     check = rule != "current-fit-no-preempt"
     ref = run(load_scheduler(rule), params, plan, horizon, engine="reference", check=check).result
-    with table_mode(data.draw(st.sampled_from(TABLE_MODES))):
+    with finish_table(data.draw(st.sampled_from(TABLE_MODES))):
         fast, work = _work(rule, params, plan, horizon, check=check)
     assert ref is not None
     _same(ref, fast)
@@ -142,7 +143,7 @@ def test_lookahead_sleeps_until_its_head_can_pass(mode: tuple[int, int] | None) 
     params = ModelParams(M=120, chunk=8)
     plan = fixed_arrivals([(0, 20, 80), (1, 30, 60), (2, 10, 90), (3, 40, 30), (4, 5, 100), (5, 50, 20)])
     ref = run(load_scheduler("lookahead"), params, plan, drain=True, engine="reference").result
-    with table_mode(mode):
+    with finish_table(mode):
         fast, work = _work("lookahead", params, plan, None, drain=True)
     assert ref is not None
     _same(ref, fast)

@@ -13,7 +13,8 @@ engine ran.  :func:`simulate` is a drop-in for :func:`kvstab.simulator.simulate`
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -37,9 +38,24 @@ from kvstab.simulator import SimResult
 from kvstab.simulator import simulate as reference_simulate
 from kvstab.validation import MAX_SLOTS
 
-__all__ = ["Run", "run", "simulate", "fast_rule", "has_fast_path", "Lifecycle", "EngineChoice", "BATCH"]
+__all__ = ["Run", "run", "simulate", "fast_rule", "has_fast_path", "Lifecycle", "EngineChoice", "BATCH", "finish_table"]
 
 IntArray = npt.NDArray[np.int64]
+
+
+@contextmanager
+def finish_table(mode: tuple[int, int] | None) -> Iterator[None]:
+    """Runs started inside keep ``lookahead``'s finish-time table where ``mode`` says
+    (``_finish_tree.FORCE``: ``(tree_at, table_at)`` running, ``(0, -1)`` the tree from the first
+    request; ``None``: as shipped), for the differential tests and the benchmarks; the previous
+    setting comes back after, whatever happens.  (Here, not in ``_finish_tree``, whose text the
+    kernels' cache guards hash.)"""
+    old = _finish_tree.FORCE
+    _finish_tree.FORCE = mode
+    try:
+        yield
+    finally:
+        _finish_tree.FORCE = old
 Lifecycle = Literal["kvstab", "vllm", "sglang"]  # "sglang": SGLang's own, for the sglang rule only
 EngineChoice = Literal["auto", "fast", "reference"]
 
