@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from kvstab.contract.folds import count_of, scan
 from kvstab.contract.view import View, WaitingEntry
 from kvstab.ops import BoolLike, IntLike, Ops
 
-__all__ = ["fcfs_admit", "fcfs_admit_with_grants", "Projected", "fcfs_admit_projected"]
+__all__ = [
+    "fcfs_admit",
+    "fcfs_admit_with_grants",
+    "Projected",
+    "fcfs_admit_projected",
+    "projected_entries",
+    "walk_projected",
+]
 
 
 def fcfs_admit(
@@ -118,15 +125,51 @@ def fcfs_admit_projected(
     hook = getattr(type(view.waiting), "__kvstab_projected__", None)
     if hook is not None:
         return hook(view.waiting, view, ops, project)  # type: ignore[no-any-return]
-    # Prefix caching: a projection takes no credit for shared blocks.  A shared block
-    # is shown on its oldest holder only, but it stays held until its *last* holder
-    # finishes, which a per-request projection cannot see; so each request is
-    # projected with its whole table (``shared`` added back: an over-count, never an
-    # under-count), and a waiting one from its cached progress (its prefill starts there).
-    act = [project(_whole(a.s, a.shared), a.o, _whole(a.progress, a.shared), a.present) for a in view.active]
-    # totals[k]: projected memory at the finish slot of act[k]
-    totals = tuple(ops.sum(q.held_at(view, k.f, ops) for q in act) for k in act)
-    cands = [project(_whole(w.s, w.shared), w.o, _whole(w.cached, w.shared), w.present) for w in view.waiting]
+    # the order of the original walk (actives projected, their totals, then the queue): a proof's
+    # terms are built in this order, and z3's search is sensitive to it
+    act = _project_active(view, project)
+    totals = _totals(view, ops, act)
+    return _walk(view, ops, act, totals, _project_waiting(view, project))
+
+
+def projected_entries(
+    view: View, project: Callable[[IntLike, IntLike, IntLike, BoolLike], Projected]
+) -> tuple[list[Projected], list[Projected]]:
+    """The projections :func:`fcfs_admit_projected` walks: each active entry's at its
+    progress, then each waiting entry's from its cached progress (a hook that compiles the
+    walk, :mod:`kvstab.engine.tape`'s, projects the same way)."""
+    return _project_active(view, project), _project_waiting(view, project)
+
+
+# Prefix caching: a projection takes no credit for shared blocks.  A shared block is shown on
+# its oldest holder only, but it stays held until its *last* holder finishes, which a
+# per-request projection cannot see; so each request is projected with its whole table
+# (``shared`` added back: an over-count, never an under-count), and a waiting one from its
+# cached progress (its prefill starts there).
+def _project_active(view: View, project: Callable[[IntLike, IntLike, IntLike, BoolLike], Projected]) -> list[Projected]:
+    return [project(_whole(a.s, a.shared), a.o, _whole(a.progress, a.shared), a.present) for a in view.active]
+
+
+def _project_waiting(view: View, project: Callable[[IntLike, IntLike, IntLike, BoolLike], Projected]) -> list[Projected]:
+    return [project(_whole(w.s, w.shared), w.o, _whole(w.cached, w.shared), w.present) for w in view.waiting]
+
+
+def _totals(view: View, ops: Ops, act: Sequence[Projected]) -> tuple[IntLike, ...]:
+    """The projected memory of the active requests at the finish slot of each of them."""
+    return tuple(ops.sum(q.held_at(view, k.f, ops) for q in act) for k in act)
+
+
+def walk_projected(
+    view: View, ops: Ops, act: Sequence[Projected], cands: Sequence[Projected]
+) -> tuple[BoolLike, ...]:
+    """:func:`fcfs_admit_projected`'s walk over given projections (``act`` of the active
+    entries, ``cands`` of the waiting ones, in view order), unrolled with ``ops``."""
+    return _walk(view, ops, act, _totals(view, ops, act), cands)
+
+
+def _walk(
+    view: View, ops: Ops, act: Sequence[Projected], totals: tuple[IntLike, ...], cands: Sequence[Projected]
+) -> tuple[BoolLike, ...]:
     index = {id(w): j for j, w in enumerate(view.waiting)}
     # the accumulator: (totals at the active finish slots, admitted flags of the queue)
     start: tuple[Any, ...] = (totals, tuple(False for _ in cands))

@@ -42,7 +42,7 @@ from kvstab.engine._opcodes import OP
 
 #: the opcodes' text this module's compiled functions were built with (numba compiles them in as
 #: constants; see :func:`kvstab.engine._layout.stale`)
-OPCODES_SHA = "03ad94b8d67bcc01"
+OPCODES_SHA = "1db0e6da623db5dc"
 GUARDS = (("_opcodes.py", OPCODES_SHA),)
 _L.warn_if_stale(__name__, GUARDS)
 
@@ -52,9 +52,9 @@ NARGS = np.zeros(len(OP), dtype=np.int64)
 for _name, _n in OP.items():
     if _name in ("CONST", "FCONST", "JZ", "ASK"):
         NARGS[_n] = 0
-    elif _name in ("NEG", "NOT", "TRUTH", "XNEG", "XTRUTH", "XFLOOR"):
+    elif _name in ("NEG", "NOT", "TRUTH", "XNEG", "XTRUTH", "XFLOOR", "PJO"):  # PJO's b is a bit number
         NARGS[_n] = 1
-    elif _name in ("ITE", "XITE"):
+    elif _name in ("ITE", "XITE", "PROJ"):
         NARGS[_n] = 3
     else:
         NARGS[_n] = 2

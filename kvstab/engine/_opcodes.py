@@ -14,7 +14,13 @@ OPS = (
     # skip the next b rows when register a is 0 (rows only a true a needs: see kvstab.engine._guards)
     "JZ "
     # ask the rule itself for this slot when register a is true (a long run of rows only a true a needs)
-    "ASK"
+    "ASK "
+    # fcfs_admit_projected over lookahead's Projection, evaluated natively (kvstab.engine.tape,
+    # "The projection walk"): PJV copies register a into the walk's block of arguments (b: the
+    # previous one, so that the block stays live); PROJ runs the walk (a: the block's last
+    # register, b: M, c: the running count; the 6th field keeps a hint between slots) into the
+    # admit flags as bits; PJO takes bit b of register a
+    "PJV PROJ PJO"
 ).split()
 OP = {name: i for i, name in enumerate(OPS)}
 

@@ -53,7 +53,7 @@ from kvstab.engine._opcodes import EXACT, LIMIT, OP
 #: opcodes): see :func:`kvstab.engine._layout.stale`
 KERNEL_SHA = "ffd24cb763410d46"
 LAYOUT_SHA = "c8be141dbecddcca"
-OPCODES_SHA = "03ad94b8d67bcc01"
+OPCODES_SHA = "1db0e6da623db5dc"
 GUARDS = (("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA), ("_opcodes.py", OPCODES_SHA))
 _L.warn_if_stale(__name__, GUARDS)
 
@@ -84,6 +84,7 @@ _XADD, _XSUB, _XMUL, _XFDIV, _XMOD, _XTDIV, _XNEG = (
 )
 _XLT, _XLE, _XGT, _XGE, _XEQ, _XNE = OP["XLT"], OP["XLE"], OP["XGT"], OP["XGE"], OP["XEQ"], OP["XNE"]
 _XITE, _XMIN, _XMAX, _XTRUTH = OP["XITE"], OP["XMIN"], OP["XMAX"], OP["XTRUTH"]
+_PJV, _PROJ, _PJO = OP["PJV"], OP["PROJ"], OP["PJO"]
 
 
 @_njit(cache=True)
@@ -252,6 +253,99 @@ def eval_x(op: int, d: int, a: int, b: int, c: int, k: int, R: np.ndarray, F: np
     return _put(R, F, T, d, kd, True, 0, q if op == _XFDIV else m)
 
 
+@_njit(cache=True, inline="always")
+def _held_at(R: np.ndarray, e: int, i: int, tau: int, chunk: int, block: int) -> int:
+    """``Projection.held_at(view, tau)`` of the walk's projection ``i`` (kvstab.schedulers.lookahead),
+    its fields ``s, p, f, rp, present`` at ``R[e + 5i …]``: the same formula, in int64 (the tracer
+    took the walk only where its bounds keep every value within ±2⁶¹)."""
+    o = e + 5 * i
+    if R[o + 4] == 0 or tau > R[o + 2]:
+        return 0
+    s = R[o]
+    p = R[o + 1]
+    rp = R[o + 3]
+    if tau <= rp:
+        prog = p + tau * chunk
+        if s < prog:
+            prog = s
+    else:
+        prog = (p if p >= s else s) + tau - rp
+    return -((-prog) // block) * block
+
+
+@_njit(cache=True)
+def projected_walk(R: np.ndarray, last: int, M: int, running0: int, code: np.ndarray, x: int) -> int:
+    """:func:`kvstab.contract.walk_projected` over lookahead's projections, natively: the admit
+    flags as bits (flag ``j`` is bit ``j``).
+
+    The arguments sit in registers ending at ``last`` (the ``PJV`` block): each projection's
+    ``s, p, f, rp, present`` (the ``K`` active entries', then the ``Q`` waiting ones'), then
+    ``chunk, block, cap`` (``-1``: none), ``K, Q``.  Every check the unrolled walk ANDs is a pure
+    comparison, so the walk stops at the first that fails (in slots where the head waits, most
+    of them, that is one total of ``K`` terms, not ``K²``): the active total at finish slot ``k``
+    is computed only when a check needs it, and the check that failed last is tried first (its
+    index kept in the ``PROJ`` row's 6th field ``code[x, 5]``: a hint, it changes no result)."""
+    Q = R[last]
+    K = R[last - 1]
+    cap = R[last - 2]
+    block = R[last - 3]
+    chunk = R[last - 4]
+    e = last - 4 - 5 * (K + Q)
+    acc = np.empty(K, dtype=np.int64)  # the active total at finish slot k, plus the admitted candidates'
+    have = np.zeros(K, dtype=np.bool_)
+    own = np.empty(Q, dtype=np.int64)  # the active total at candidate i's finish slot
+    incl = np.zeros(Q, dtype=np.bool_)
+    hint = code[x, 5]
+    bits = 0
+    running = running0
+    for j in range(Q):
+        c = K + j
+        if R[e + 5 * c + 4] == 0 or (cap >= 0 and running >= cap):
+            break  # not admitted: everyone behind is blocked
+        fc = R[e + 5 * c + 2]
+        a = 0
+        for q in range(K):
+            a += _held_at(R, e, q, fc, chunk, block)
+        own[j] = a
+        for i in range(j):
+            if incl[i]:
+                a += _held_at(R, e, K + i, fc, chunk, block)
+        ok = a + _held_at(R, e, c, fc, chunk, block) <= M
+        for i in range(j):  # the totals at the admitted candidates' finish slots, with c added
+            if not ok:
+                break
+            if incl[i]:
+                fi = R[e + 5 * (K + i) + 2]
+                v = own[i] + _held_at(R, e, c, fi, chunk, block)
+                for i2 in range(j):
+                    if incl[i2]:
+                        v += _held_at(R, e, K + i2, fi, chunk, block)
+                ok = v <= M
+        n = 0
+        while ok and n < K:  # the totals at the active finish slots, the hint's first
+            k = hint if n == 0 and 0 <= hint < K else (n - 1 if 0 <= hint < K and n <= hint else n)
+            n += 1
+            fk = R[e + 5 * k + 2]
+            if not have[k]:
+                t = 0
+                for q in range(K):
+                    t += _held_at(R, e, q, fk, chunk, block)
+                acc[k] = t
+                have[k] = True
+            if acc[k] + _held_at(R, e, c, fk, chunk, block) > M:
+                ok = False
+                hint = k
+        if not ok:
+            break
+        bits |= 1 << j
+        incl[j] = True
+        running += 1
+        for k in range(K):  # every total was needed to admit c, so all are known
+            acc[k] += _held_at(R, e, c, R[e + 5 * k + 2], chunk, block)
+    code[x, 5] = hint
+    return bits
+
+
 @_njit(cache=True)
 def eval_tape(
     code: np.ndarray, codef: np.ndarray, start: int, nrows: int, R: np.ndarray, F: np.ndarray, T: np.ndarray
@@ -328,6 +422,12 @@ def eval_tape(
         elif op == _ASK:
             if R[a] != 0:
                 return 2
+        elif op == _PJV:
+            R[d] = R[a]
+        elif op == _PROJ:
+            R[d] = projected_walk(R, a, R[b], R[code[x, 4]], code, x)
+        elif op == _PJO:
+            R[d] = (R[a] >> b) & 1
         elif op == _FCONST:
             F[d] = codef[x, 2]
         elif op > _FCONST and op < _JZ:

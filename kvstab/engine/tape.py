@@ -58,15 +58,18 @@ from kvstab.contract import (
     View,
     WaitingEntry,
     check_decision_shape,
+    count_of,
     hidden_output,
     state_vars_of,
     traits_of,
 )
+from kvstab.contract.admission import Projected, projected_entries, walk_projected
 from kvstab.engine import _guards
 from kvstab.engine._guards import with_guards
 from kvstab.engine._opcodes import EXACT, LIMIT, OP, OPS
 from kvstab.errors import InvalidScheduler
 from kvstab.model import ModelParams
+from kvstab.schedulers.lookahead import Projection
 from kvstab.validation import MAX_TOKENS
 
 __all__ = ["Tape", "TapeOps", "Untraceable", "trace_tape", "OPS", "LIMIT", "EXACT"]
@@ -216,6 +219,7 @@ _CMP = {
 _CONST, _NEG, _ITE = OP["CONST"], OP["NEG"], OP["ITE"]
 _MIN, _MAX, _AND, _OR, _NOT, _TRUTH = OP["MIN"], OP["MAX"], OP["AND"], OP["OR"], OP["NOT"], OP["TRUTH"]
 _FCONST = OP["FCONST"]
+_PJV, _PROJ, _PJO = OP["PJV"], OP["PROJ"], OP["PJO"]
 
 
 def _merge(x: str, y: str) -> str:
@@ -246,6 +250,7 @@ class TapeOps:
         self.flat: list[int] = []
         self.n_regs = n_inputs
         self._consts: dict[tuple[str, int | str], _V] = {}  # ints by value, floats by their hex (bits)
+        self.projected_native = True  # fcfs_admit_projected over lookahead's projection: one native walk
 
     # --- registers
     def _new(self, op: int, a: int, b: int, c: int, kind: str, lo: int, hi: int, k: int = 0) -> _V:
@@ -517,6 +522,83 @@ class TapeOps:
                 acc = self.arith(_ADD, acc, self._truth(self.val(x)))
         return self.arith(_ADD, acc, plain)
 
+    # --- the projection walk (see _TapeQueue)
+    def projected_walk(self, view: View, act: list[Projected], cands: list[Projected]) -> tuple[Any, ...] | None:
+        """The admit flags of :func:`~kvstab.contract.walk_projected` as ``PJV``/``PROJ``/``PJO``
+        rows, or ``None`` where the native walk does not apply (the caller unrolls it)."""
+        K, Q = len(act), len(cands)
+        chunk, block, cap = view.chunk, view.block, view.max_num_seqs
+        projs = [p for p in (*act, *cands) if type(p) is Projection]
+        if not (Q <= 60 and len(projs) == K + Q):
+            return None
+        if not (type(chunk) is int and type(block) is int and chunk >= 1 and block >= 1):
+            return None
+        if Q == 0:
+            # nobody to admit, and the projection's formula cannot raise (it divides by the block
+            # only): the unrolled walk's K² rows would all be dead
+            return ()
+        if not (cap is None or (type(cap) is int and cap >= 0)):
+            return None
+        if not all(w.present is True for w in view.waiting):
+            return None
+        fields: list[_V] = []
+        for p in projs:
+            for x in (p.s, p.p, p.f, p.rp, p.present):
+                if type(x) is _V and x.tape is not self:
+                    return None
+                v = self.val(x) if type(x) is not float else None
+                if v is None or v.kind not in _INTS:
+                    return None
+                fields.append(v)
+        # every total the walk forms stays within ±2⁶¹ (it then computes in int64 exactly what Python does)
+        mag = lambda v: max(abs(v.lo), abs(v.hi))  # noqa: E731
+        tau = max(mag(f) for f in fields[2::5])  # the walk evaluates held_at at finish slots only
+        big = 0
+        for i in range(K + Q):
+            s_, p_, _f, rp_ = fields[5 * i : 5 * i + 4]
+            prog = max(mag(p_) + tau * chunk, mag(s_), max(mag(p_), mag(s_)) + tau + mag(rp_))
+            big = max(big, prog + block)
+        m = self.val(view.M)
+        if m.kind not in _INTS or (K + Q + 1) * big > LIMIT:
+            return None
+        running0 = self.val(count_of(view.active, lambda a: a.present, self))
+        header = [self.val(chunk), self.val(block), self.val(-1 if cap is None else cap), self.val(K), self.val(Q)]
+        prev = -1
+        for v in (*fields, *header):
+            r = self._new(_PJV, v.reg, v.reg if prev < 0 else prev, 0, INT, v.lo, v.hi)
+            prev = r.reg
+        walk = self._new(_PROJ, prev, m.reg, running0.reg, INT, 0, (1 << Q) - 1)
+        return tuple(self._new(_PJO, walk.reg, j, 0, BOOL, 0, 1) for j in range(Q))
+
+
+class _TapeQueue(tuple):  # type: ignore[type-arg]
+    """The waiting entries of a traced view: a tuple that compiles
+    :func:`~kvstab.contract.fcfs_admit_projected` over lookahead's projection into a few rows.
+
+    **The projection walk.**  Unrolled, the walk is ``O(K²)`` rows a shape (the projected total
+    at every active finish slot, each a sum over the active requests): ~10⁵ rows at ``K = 100``,
+    evaluated in every slot, and ~0.4 s to trace.  When every projection is lookahead's
+    :class:`~kvstab.schedulers.lookahead.Projection` (whose ``held_at`` is a fixed formula of
+    its five fields, the view's chunk and block), the tape instead copies the five fields of
+    each projection into a block of registers (``PJV`` rows), runs the walk natively (one
+    ``PROJ`` row: :func:`kvstab.engine._plugin_kernel.projected_walk`) and reads each admit flag
+    off its result (``PJO`` rows).  The native walk computes the same flags (it is the same
+    function of the same values: ``tests/test_engine_plugin_tape.py`` compares it with the
+    unrolled rows and with the rule itself), but it stops at the first check that fails, as
+    no check can raise: the formula divides only by the block (a positive constant), and the
+    walk is taken only where the fields' bounds keep every total within ±2⁶¹.  Anything else
+    (another projection class, a float field, a queue longer than 60) is unrolled as before."""
+
+    __slots__ = ()
+
+    def __kvstab_projected__(self, view: View, ops: Any, project: Any) -> tuple[Any, ...]:
+        act, cands = projected_entries(view, project)
+        if isinstance(ops, TapeOps) and ops.projected_native:
+            native = ops.projected_walk(view, act, cands)
+            if native is not None:
+                return native
+        return walk_projected(view, ops, act, cands)
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Tape:
@@ -598,7 +680,9 @@ def _rule_info(scheduler: Scheduler) -> tuple[Any, tuple[Any, ...]]:
     return hit[1], hit[2]
 
 
-def trace_tape(scheduler: Scheduler, params: ModelParams, K: int, Q: int, ask: bool | None = None) -> Tape:
+def trace_tape(
+    scheduler: Scheduler, params: ModelParams, K: int, Q: int, ask: bool | None = None, native_walk: bool = True
+) -> Tape:
     """The rule's decision for views of ``K`` active and ``Q`` shown waiting entries
     as a :class:`Tape`; raises :class:`Untraceable` (or :class:`InvalidScheduler`
     for a decision of the wrong shape, as the reference engine would).
@@ -606,7 +690,9 @@ def trace_tape(scheduler: Scheduler, params: ModelParams, K: int, Q: int, ask: b
     Which guarded rows are left to the rule (``ASK`` rows, :mod:`kvstab.engine._guards`):
     ``ask=None`` the runs of at least ``_guards.ASK_MIN`` rows (none by default), ``True``
     also every run of a guard that covers most of the tape (``_guards.ASK_SHARE``: the
-    plug-in path's first tape of a shape), ``False`` none."""
+    plug-in path's first tape of a shape), ``False`` none.  ``native_walk=False`` unrolls
+    :func:`~kvstab.contract.fcfs_admit_projected` row by row even over lookahead's projection
+    (the tests compare both; see "The projection walk" at :class:`_TapeQueue`)."""
     traits, svars = _rule_info(scheduler)
     who = getattr(scheduler, "name", type(scheduler).__name__)
     for v in svars:
@@ -619,6 +705,7 @@ def trace_tape(scheduler: Scheduler, params: ModelParams, K: int, Q: int, ask: b
             raise Untraceable(f"state variable {v.name!r} is not a 64-bit integer")
     base = 4 * K + 3 * Q
     tr = TapeOps(base + 1 + len(svars))
+    tr.projected_native = native_walk
     lf = tr.leaf
 
     def out_len(rid: _V) -> Any:
@@ -637,7 +724,7 @@ def trace_tape(scheduler: Scheduler, params: ModelParams, K: int, Q: int, ask: b
         waiting.append(waiting_entry(rid, _V(4 * K + 3 * j + 1, INT, 1, MAX_TOKENS, tr), out_len(rid)))
     view = View(
         active=tuple(actives),
-        waiting=tuple(waiting),
+        waiting=_TapeQueue(waiting),
         M=params.M,
         chunk=params.chunk,
         block=params.block,
