@@ -22,12 +22,13 @@ from hypothesis import strategies as st
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals
 from kvstab.engine import run
 from kvstab.engine import sglang as sgl
+from kvstab.engine._drive import Reporting
 from kvstab.engine.driver import finish_table, has_fast_path
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import ModelParams
 from kvstab.registry import builtin_names, load_scheduler
 from kvstab.schedulers.sglang import Sglang
-from kvstab.simulator import SimResult
+from kvstab.simulator import Horizon, SimResult
 
 #: scales every example count here and in ``test_engine_events.py``: ``KVSTAB_ENGINE_EXAMPLES=20``
 #: runs twenty times as many scenarios (what a change to the compiled engine should pass once)
@@ -258,7 +259,8 @@ def _sglang_outcome(rule: Sglang, params: ModelParams, plan: ArrivalPlan, horizo
     drain = horizon is None
     try:
         if engine == "fast":  # the compiled engine itself, for its work counters (run() takes it: above)
-            return sgl.run_fast(rule, params, plan, horizon, drain, True, life, True, None, 3000, 0.25, 20, work)[1]  # type: ignore[arg-type]
+            h = Horizon(horizon, drain, 3000)
+            return sgl.run_fast(rule, params, plan, h, Reporting(), True, life, work)[1]  # type: ignore[arg-type]
         # the queue window only sizes the reference's view (the rule stops at its first refusal)
         window = 1 + len(plan) % 8
         return run(rule, params, plan, horizon, drain=drain, window=window, max_slots=3000, engine="reference",
