@@ -32,6 +32,7 @@ from kvstab.simulator import SimResult
 __all__ = [
     "ReplayConfig",
     "check_plan",
+    "check_vllm_peaks",
     "StepLog",
     "StepRecorder",
     "replay_horizon",
@@ -163,14 +164,21 @@ def check_plan(plan: ArrivalPlan, config: ReplayConfig) -> None:
             f"request {i} has s + o = {int(total[i])} (s={int(plan.s[i])}, o={int(plan.o[i])}) over "
             f"max_model_len={max_len}; raise max_model_len or drop the request"
         )
+    check_vllm_peaks(plan, config.block_size, config.M, "M=(num_blocks-1)·B", "vLLM would preempt it forever")
+
+
+def check_vllm_peaks(plan: ArrivalPlan, block: int, M: int, capacity: str, fate: str) -> None:
+    """Raise :class:`InvalidArgument` naming the first request of ``plan`` (vLLM's terms) whose peak
+    KV exceeds ``M`` tokens (``capacity``: how the message names ``M``; ``fate``: what vLLM would do
+    with the request)."""
     # vLLM's peak KV for (s, o) is s + o - 1 tokens (the last token is sampled, never cached)
-    peak = -(-(total - 1) // config.block_size) * config.block_size
-    big = np.flatnonzero(peak > config.M)
+    peak = -(-(plan.s + plan.o - 1) // block) * block
+    big = np.flatnonzero(peak > M)
     if big.size:
         i = int(big[0])
         raise InvalidArgument(
             f"request {i} (s={int(plan.s[i])}, o={int(plan.o[i])}) needs {int(peak[i])} tokens of KV at its "
-            f"peak but M=(num_blocks-1)·B={config.M}: vLLM would preempt it forever"
+            f"peak but {capacity}={M}: {fate}"
         )
 
 

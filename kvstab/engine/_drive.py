@@ -29,6 +29,7 @@ from kvstab.engine.stream import StreamStats, Summary
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import ModelParams
 from kvstab.simulator import Horizon, SimResult
+from kvstab.steplog import check_vllm_peaks
 
 __all__ = [
     "BATCH", "Reporting", "KernelState", "Requests", "drive", "run_kernel", "finish", "check_plan", "violation",
@@ -252,12 +253,5 @@ def check_plan(plan: ArrivalPlan, params: ModelParams, lifecycle: str) -> Arriva
     if lifecycle == "kvstab":
         return plan.fit_to(params)
     # vLLM's lifecycle: (s, o) is the kvstab request (s, o - 1), peak s + o - 1
-    peak = -(-(plan.s + plan.o - 1) // params.block) * params.block
-    bad = np.flatnonzero(peak > params.M)
-    if bad.size:
-        i = int(bad[0])
-        raise InvalidArgument(
-            f"request {i} (s={int(plan.s[i])}, o={int(plan.o[i])}) needs {int(peak[i])} tokens of KV at its peak "
-            f"but M={params.M}: vLLM could never finish it"
-        )
+    check_vllm_peaks(plan, params.block, params.M, "M", "vLLM could never finish it")
     return plan
