@@ -66,13 +66,14 @@ from kvstab.contract import (
 from kvstab.data import trace_path
 from kvstab.engine import run
 from kvstab.engine import sglang as sgl
+from kvstab.engine._drive import Reporting
 from kvstab.engine.driver import Lifecycle, _run_fast, fast_rule, finish_table
 from kvstab.engine.stream import Summary
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import PAPER_BBAR, ModelParams
 from kvstab.ops import BoolLike, IntLike, Ops
 from kvstab.registry import builtin_names, load_scheduler
-from kvstab.simulator import SimResult
+from kvstab.simulator import Horizon, SimResult
 from kvstab.theory import mu
 from kvstab.workload import PAPER_WORKLOADS, Workload, parse_workload
 
@@ -109,18 +110,16 @@ def fast_run(
     (``_State.work``: slots run one by one and skipped, events) and its CPU seconds."""
     sched = load_scheduler(rule)
     work: dict[str, int] = {}
+    h = Horizon(T, False, max(T, 10_000_000))
+    rep = Reporting(record=False)
     if sgl.is_fast(sched):  # sglang's own compiled engine
         c0 = time.process_time()
-        summary, _ = sgl.run_fast(
-            sched, params, plan, T, False, check, life, False, None, max(T, 10_000_000), 0.25, 20, work  # type: ignore[arg-type]
-        )
+        summary, _ = sgl.run_fast(sched, params, plan, h, rep, check, life, work)  # type: ignore[arg-type]
         return summary, work, time.process_time() - c0
     pol = fast_rule(sched)
     assert pol is not None, rule
     c0 = time.process_time()
-    summary, _ = _run_fast(
-        pol, rule, params, plan, T, False, check, life, False, None, max(T, 10_000_000), 0.25, 20, work
-    )
+    summary, _ = _run_fast(pol, rule, params, plan, h, rep, check, life, work)
     return summary, work, time.process_time() - c0
 
 

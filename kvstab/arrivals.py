@@ -169,12 +169,7 @@ def conversation_arrivals(
     start_slot = np.repeat(np.arange(slots, dtype=np.int64), counts)
     start = (start_slot + rng.random(start_slot.size)) * bbar
     d = law.draw(rng, int(start_slot.size))
-    gap = rng.exponential(law.think, size=d.turn.size) if law.think > 0 else np.zeros(d.turn.size)
-    gap[d.turn == 0] = 0.0
-    elapsed = np.cumsum(gap)
-    first = np.flatnonzero(d.turn == 0)
-    conv_start = np.repeat(elapsed[first], np.diff(np.append(first, d.turn.size)))
-    when = start[d.conversation] + (elapsed - conv_start)
+    when = law.turn_times(rng, d, start)
     slot = np.floor(when / bbar).astype(np.int64)
     order = np.argsort(when, kind="stable")
     order = order[slot[order] < slots]

@@ -47,6 +47,7 @@ from kvstab.validation import MAX_TOKENS, nonneg_float, positive_int
 __all__ = ["PrefixLaw", "Shared", "Tenants", "FewShot", "Conversation", "zipf_weights", "MAX_ITEMS"]
 
 IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 
 #: the most tenants or templates a law may have (their weights are listed)
 MAX_ITEMS = 10**7
@@ -258,6 +259,18 @@ class Conversation:
         length = np.where(is_msg, m[src], o[src])
         s = np.add.reduceat(length, off[:-1]) if n else np.zeros(0, dtype=np.int64)
         return ConversationDraw(conv, turn, s, o, PromptSet(off, content, length, output=ans_id))
+
+    def turn_times(self, rng: np.random.Generator, d: ConversationDraw, start: FloatArray) -> FloatArray:
+        """Each request's arrival time, seconds: its conversation's start ``start[c]`` (seconds) plus
+        the think times of its conversation's earlier turns, one exponential of mean ``think`` per turn after the first (open loop: a turn waits
+        on the previous turn's arrival, not on its answer)."""
+        gap = rng.exponential(self.think, size=d.turn.size) if self.think > 0 else np.zeros(d.turn.size)
+        gap[d.turn == 0] = 0.0
+        elapsed = np.cumsum(gap)
+        first = np.flatnonzero(d.turn == 0)
+        # the think time summed up to each conversation's first turn, repeated over its turns
+        conv_start = np.repeat(elapsed[first], np.diff(np.append(first, d.turn.size)))
+        return start[d.conversation] + (elapsed - conv_start)
 
     def prompts(self, rng: np.random.Generator, s: IntArray, first: int = 0) -> PromptSet:
         raise InvalidArgument(

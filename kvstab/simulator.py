@@ -54,7 +54,9 @@ from kvstab.prefix import Prompt, content_id
 from kvstab.prefix_cache import Entering, Hit, Kept, PrefixCache, own_content
 from kvstab.validation import MAX_SLOTS, positive_float, positive_int
 
-__all__ = ["Engine", "RequestState", "SimResult", "SlotRecord", "simulate", "DEFAULT_WINDOW", "DecideInterrupted"]
+__all__ = [
+    "Engine", "Horizon", "RequestState", "SimResult", "SlotRecord", "simulate", "DEFAULT_WINDOW", "DecideInterrupted",
+]
 
 
 IntArray = npt.NDArray[np.int64]
@@ -136,6 +138,31 @@ class SimResult:
     def in_system(self) -> IntArray:
         """Requests in the system (waiting + active) at the end of each slot."""
         return np.cumsum(self.arrived) - np.cumsum(self.completed)
+
+
+@dataclass(frozen=True, slots=True)
+class Horizon:
+    """Where a run stops: at slot ``slots``, or with ``drain`` once every request has finished (and
+    not before slot ``slots`` if given); ``max_slots`` slots at the most either way."""
+
+    slots: int | None
+    drain: bool
+    max_slots: int
+
+    @property
+    def fixed(self) -> bool:
+        """A fixed horizon: ``slots`` slots and no drain."""
+        return self.slots is not None and not self.drain
+
+    @property
+    def end(self) -> int:
+        """The slot a run steps towards: ``slots`` on a fixed horizon, else ``max_slots``."""
+        return int(self.slots) if self.slots is not None and not self.drain else self.max_slots
+
+    @property
+    def drain_min(self) -> int:
+        """The slot a drain does not stop before (0 without ``slots``)."""
+        return 0 if self.slots is None else int(self.slots)
 
 
 class DecideInterrupted(KeyboardInterrupt):
@@ -724,6 +751,16 @@ class Engine:
             if on_slot is not None:
                 on_slot(t)
         return i
+
+    def simulate(self, plan: ArrivalPlan, h: Horizon) -> SimResult:
+        """:meth:`run` ``plan`` to ``h``'s end and return the result, refusing a run that stopped at
+        ``h.max_slots`` before slot ``h.slots`` or, with ``h.drain``, before every request finished
+        (the plan is taken as given: the caller has checked it against the server)."""
+        fed = self.run(plan, h.slots, drain=h.drain, max_slots=h.max_slots)
+        unfinished = (fed < len(plan) or not self.idle) if h.drain else (h.slots is not None and self.slot < h.slots)
+        if unfinished:
+            raise InvalidArgument(f"simulation did not drain within max_slots={h.max_slots}")
+        return self.result(dropped=plan.dropped)
 
     def result(self, dropped: int = 0) -> SimResult:
         """The run so far as arrays."""

@@ -32,6 +32,7 @@ from kvstab.simulator import SimResult
 __all__ = [
     "ReplayConfig",
     "check_plan",
+    "check_vllm_peaks",
     "StepLog",
     "StepRecorder",
     "replay_horizon",
@@ -150,27 +151,38 @@ class ReplayConfig:
         return {f.name: str(f.metadata.get("help", "")) for f in fields(ReplayConfig)}
 
 
+def _first(mask: npt.NDArray[np.bool_]) -> int | None:
+    """The first index ``mask`` marks (the first request over a bound, the first step two logs differ at), or ``None``."""
+    hit = np.flatnonzero(mask)
+    return int(hit[0]) if hit.size else None
+
+
 def check_plan(plan: ArrivalPlan, config: ReplayConfig) -> None:
     """Raise :class:`InvalidArgument` naming the first request vLLM would refuse or never finish."""
     if not len(plan):
         raise InvalidArgument("the arrival plan holds no request")
     total = plan.s + plan.o
     max_len = config.model_len(plan)
-    over = np.flatnonzero(total > max_len)
-    if over.size:
-        i = int(over[0])
+    i = _first(total > max_len)
+    if i is not None:
         raise InvalidArgument(
             f"request {i} has s + o = {int(total[i])} (s={int(plan.s[i])}, o={int(plan.o[i])}) over "
             f"max_model_len={max_len}; raise max_model_len or drop the request"
         )
+    check_vllm_peaks(plan, config.block_size, config.M, "M=(num_blocks-1)·B", "vLLM would preempt it forever")
+
+
+def check_vllm_peaks(plan: ArrivalPlan, block: int, M: int, capacity: str, fate: str) -> None:
+    """Raise :class:`InvalidArgument` naming the first request of ``plan`` (vLLM's terms) whose peak
+    KV exceeds ``M`` tokens (``capacity``: how the message names ``M``; ``fate``: what vLLM would do
+    with the request)."""
     # vLLM's peak KV for (s, o) is s + o - 1 tokens (the last token is sampled, never cached)
-    peak = -(-(total - 1) // config.block_size) * config.block_size
-    big = np.flatnonzero(peak > config.M)
-    if big.size:
-        i = int(big[0])
+    peak = -(-(plan.s + plan.o - 1) // block) * block
+    i = _first(peak > M)
+    if i is not None:
         raise InvalidArgument(
             f"request {i} (s={int(plan.s[i])}, o={int(plan.o[i])}) needs {int(peak[i])} tokens of KV at its "
-            f"peak but M=(num_blocks-1)·B={config.M}: vLLM would preempt it forever"
+            f"peak but {capacity}={M}: {fate}"
         )
 
 
@@ -267,24 +279,18 @@ class StepLog:
         n = min(self.steps, other.steps)
         if self.steps != other.steps:
             return f"{self.source} ran {self.steps} steps, {other.source} {other.steps}"
-        step_fields = (
-            "arrived admitted preempted completed running scheduled memory wasted tokens prefill_tokens "
-            "decode_tokens kv_attended prefill_reqs prefill_ctx prefill_sq decode_ctx recomputed queue"
-        ).split()
-        for name in step_fields:
+        for name in StepRecorder.STEP:
             a, b = getattr(self, name)[:n], getattr(other, name)[:n]
-            bad = np.flatnonzero(a != b)
-            if bad.size:
-                t = int(bad[0])
+            t = _first(a != b)
+            if t is not None:
                 return f"step {t}: {name} is {int(a[t])} on {self.source}, {int(b[t])} on {other.source}"
         for name in (
             "first_admit finish preemptions area final_s request_wasted request_recomputed area_at_checkpoint "
             "preemptions_at_checkpoint area_at_end"
         ).split():
             a, b = getattr(self, name), getattr(other, name)
-            bad = np.flatnonzero(a != b)
-            if bad.size:
-                i = int(bad[0])
+            i = _first(a != b)
+            if i is not None:
                 return f"request {i}: {name} is {int(a[i])} on {self.source}, {int(b[i])} on {other.source}"
         return None
 

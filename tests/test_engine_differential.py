@@ -16,18 +16,21 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals
 from kvstab.engine import run
 from kvstab.engine import sglang as sgl
+from kvstab.engine._drive import Reporting
 from kvstab.engine.driver import finish_table, has_fast_path
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import ModelParams
 from kvstab.registry import builtin_names, load_scheduler
 from kvstab.schedulers.sglang import Sglang
-from kvstab.simulator import SimResult
+from kvstab.simulator import Horizon, SimResult
+from kvstab.steplog import ReplayConfig, check_plan
 
 #: scales every example count here and in ``test_engine_events.py``: ``KVSTAB_ENGINE_EXAMPLES=20``
 #: runs twenty times as many scenarios (what a change to the compiled engine should pass once)
@@ -258,7 +261,8 @@ def _sglang_outcome(rule: Sglang, params: ModelParams, plan: ArrivalPlan, horizo
     drain = horizon is None
     try:
         if engine == "fast":  # the compiled engine itself, for its work counters (run() takes it: above)
-            return sgl.run_fast(rule, params, plan, horizon, drain, True, life, True, None, 3000, 0.25, 20, work)[1]  # type: ignore[arg-type]
+            h = Horizon(horizon, drain, 3000)
+            return sgl.run_fast(rule, params, plan, h, Reporting(), True, life, work)[1]  # type: ignore[arg-type]
         # the queue window only sizes the reference's view (the rule stops at its first refusal)
         window = 1 + len(plan) % 8
         return run(rule, params, plan, horizon, drain=drain, window=window, max_slots=3000, engine="reference",
@@ -292,3 +296,18 @@ def test_sglang_matches_reference_with_its_knobs(data: st.DataObject, case: tupl
         event("quiet stretches skipped" if work["stretches"] else "no stretch")
     else:
         event("invariant violation")
+
+
+def test_a_request_vllm_cannot_hold_is_refused_alike() -> None:
+    """A request whose vLLM peak (``s + o − 1``, in blocks) exceeds ``M``: the fast and the reference
+    engine refuse it in the same words under vLLM's lifecycle, and the replay in its own."""
+    params = ModelParams(M=256, chunk=64, block=16)
+    plan = fixed_arrivals([(0, 10, 5), (1, 200, 60), (2, 5, 5)])  # request 1's peak: 259 → 272 tokens
+    said = "request 1 (s=200, o=60) needs 272 tokens of KV at its peak but M=256: vLLM could never finish it"
+    for engine in ("fast", "reference"):
+        with pytest.raises(InvalidArgument) as exc:
+            run(load_scheduler("current-fit"), params, plan, 50, lifecycle="vllm", engine=engine)  # type: ignore[arg-type]
+        assert str(exc.value) == said
+    config = ReplayConfig.for_capacity(256, 16, max_num_batched_tokens=64, max_num_seqs=8)
+    with pytest.raises(InvalidArgument, match=r"272 tokens of KV at its peak but M=\(num_blocks-1\)·B=256: vLLM would"):
+        check_plan(plan, config)

@@ -22,25 +22,25 @@ from kvstab.arrivals import ArrivalPlan, fixed_arrivals
 from kvstab.engine import _finish_tree as FT
 from kvstab.engine import _kernel as K
 from kvstab.engine import driver, run
+from kvstab.engine._drive import Reporting
 from kvstab.engine.driver import finish_table
 from kvstab.errors import InvariantViolation
 from kvstab.model import ModelParams
 from kvstab.registry import load_scheduler
-from kvstab.simulator import Engine, SimResult
+from kvstab.simulator import Engine, Horizon, SimResult
 
 COMPILED = ["current-fit", "current-fit-no-preempt", "reserve", "lookahead", "vllm-v1"]
 
 
 def _work(
-    rule: str, params: ModelParams, plan: ArrivalPlan, slots: int, **kw: object
+    rule: str, params: ModelParams, plan: ArrivalPlan, slots: int | None, *, drain: bool = False, check: bool = True
 ) -> tuple[SimResult, dict[str, int]]:
     """The fast engine's result and what it did (slots run one by one, skipped, stalls, tests)."""
     work: dict[str, int] = {}
     pol = driver.fast_rule(load_scheduler(rule))
     assert pol is not None
-    args = dict(drain=False, check=True, lifecycle="kvstab", record=True, progress=None, max_slots=10**6)
-    args.update(kw)
-    _, res = driver._run_fast(pol, rule, params, plan, slots, work=work, warmup=0.25, batches=20, **args)  # type: ignore[arg-type]
+    h = Horizon(slots, drain, 10**6)
+    _, res = driver._run_fast(pol, rule, params, plan, h, Reporting(), check, "kvstab", work=work)
     assert res is not None
     return res, work
 

@@ -9,7 +9,9 @@ rows to the :class:`StreamStats`, report progress, stop at the horizon or a drai
 refuse a run that does not drain within ``max_slots``.  :func:`finish` then adds the
 streamed totals and builds the :class:`Summary` and (with ``record``) the
 :class:`SimResult` from the request table.  The three paths differ only in the step
-function they hand in (and the request table they read out).
+function they hand in (and the request table they read out); the two built-in kernels
+run the whole sequence through :func:`run_kernel`.  Every path takes where the run stops
+as a :class:`~kvstab.simulator.Horizon` and what it reports as a :class:`Reporting`.
 """
 
 from __future__ import annotations
@@ -26,9 +28,12 @@ from kvstab.engine import _layout as L
 from kvstab.engine.stream import StreamStats, Summary
 from kvstab.errors import InvalidArgument, InvariantViolation
 from kvstab.model import ModelParams
-from kvstab.simulator import SimResult
+from kvstab.simulator import Horizon, SimResult
+from kvstab.steplog import check_vllm_peaks
 
-__all__ = ["BATCH", "KernelState", "Requests", "drive", "finish", "check_plan", "violation"]
+__all__ = [
+    "BATCH", "Reporting", "KernelState", "Requests", "drive", "run_kernel", "finish", "check_plan", "violation",
+]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -41,6 +46,22 @@ Step = Callable[[int, IntArray, "Bins | None"], int]
 #: slots per call of a compiled loop: small enough for a responsive progress bar and little
 #: memory when streaming, large enough that the call overhead vanishes
 BATCH = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Reporting:
+    """What a run reports besides its end: the per-slot arrays (``record``), ``progress(slot, total)``
+    after every batch, and the summary's steady window (the ``warmup`` fraction left out, ``batches``
+    batch means)."""
+
+    record: bool = True
+    progress: Callable[[int, int | None], None] | None = None
+    warmup: float = 0.25
+    batches: int = 20
+
+    def stats(self, M: int, horizon: int | None) -> StreamStats:
+        """The streamed statistics of a run on capacity ``M`` (``horizon``: its length when fixed)."""
+        return StreamStats(M, horizon, self.warmup, self.batches, keep_all=self.record)
 
 
 class KernelState:
@@ -70,6 +91,10 @@ class KernelState:
         """Ids of the active requests, in the kernel's order (their areas brought up to date)."""
         self.sync()
         return np.asarray(K.active_ids(self.R, self.st))
+
+    def requests(self) -> Requests:
+        """The request table's columns, as :func:`finish` reads them."""
+        raise NotImplementedError
 
     def work(self) -> dict[str, int]:
         """What the run cost so far (slots run one by one and skipped, events, …)."""
@@ -130,6 +155,31 @@ def drive(
     if bins is not None:
         stats.add_streamed(t, int(st[L.ST_I]), int(st[L.ST_DONE]), int(st[L.ST_MEMSUM]))
     return bins
+
+
+def run_kernel(
+    state: KernelState,
+    step: Step,
+    name: str,
+    params: ModelParams,
+    dropped: int,
+    h: Horizon,
+    rep: Reporting,
+    *,
+    rows: int,
+    work: dict[str, int] | None = None,
+) -> tuple[Summary, SimResult | None]:
+    """A built-in rule's compiled run, from ``state`` to ``h``'s end: ``step`` (the kernel) driven
+    batch by batch (:func:`drive`; at a violation, the reference engine's exception naming the rule
+    ``name``), the lazy decoders brought up to date, ``work`` (if given) filled with the kernel's
+    counters, and the summary and result :func:`finish` builds (``dropped``: requests the plan left out)."""
+    stats = rep.stats(params.M, h.end if h.fixed else None)
+    drive(step, state.st, stats, rows=rows, horizon=h.end, fixed=h.fixed, max_slots=h.max_slots,
+          progress=rep.progress, on_violation=lambda: violation(state, name, params))  # fmt: skip
+    state.sync()
+    if work is not None:
+        work.update(state.work())
+    return finish(stats, name, params, state.t, state.arrived, state.requests(), dropped, rep.record)
 
 
 def finish(
@@ -203,12 +253,5 @@ def check_plan(plan: ArrivalPlan, params: ModelParams, lifecycle: str) -> Arriva
     if lifecycle == "kvstab":
         return plan.fit_to(params)
     # vLLM's lifecycle: (s, o) is the kvstab request (s, o - 1), peak s + o - 1
-    peak = -(-(plan.s + plan.o - 1) // params.block) * params.block
-    bad = np.flatnonzero(peak > params.M)
-    if bad.size:
-        i = int(bad[0])
-        raise InvalidArgument(
-            f"request {i} (s={int(plan.s[i])}, o={int(plan.o[i])}) needs {int(peak[i])} tokens of KV at its peak "
-            f"but M={params.M}: vLLM could never finish it"
-        )
+    check_vllm_peaks(plan, params.block, params.M, "M", "vLLM could never finish it")
     return plan

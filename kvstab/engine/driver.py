@@ -27,14 +27,24 @@ from kvstab.engine import _finish_tree
 from kvstab.engine import _kernel as K
 from kvstab.engine import _layout as L
 from kvstab.engine import sglang as sgl
-from kvstab.engine._drive import BATCH, Bins, KernelState, Requests, check_plan, drive, finish, violation
+from kvstab.engine._drive import (
+    BATCH,
+    Bins,
+    KernelState,
+    Reporting,
+    Requests,
+    check_plan,
+    run_kernel,
+    violation,
+)
 from kvstab.engine.cached import run_cached, why_not_cached
 from kvstab.engine.stream import StreamStats, Summary
 from kvstab.errors import InvalidArgument, InvariantViolation
+from kvstab.lifecycles.sglang import SglangEngine
 from kvstab.lifecycles.vllm import VllmEngine
 from kvstab.model import ModelParams
 from kvstab.schedulers import CurrentFit, CurrentFitNoPreempt, Lookahead, Reserve, Sglang, VllmV1
-from kvstab.simulator import SimResult
+from kvstab.simulator import Horizon, SimResult
 from kvstab.simulator import simulate as reference_simulate
 from kvstab.validation import MAX_SLOTS
 
@@ -138,6 +148,10 @@ class _State(KernelState):
         """Bring the lazy decoders' progress and areas up to the current slot."""
         K.sync_lazy(self.R, self.st, self.B)
 
+    def requests(self) -> Requests:
+        """The request table's columns, as :func:`~kvstab.engine._drive.finish` reads them."""
+        return Requests(self.s, self.o, self.pslot, self.first, self.fin, self.npre, self.served, self.wasted)
+
     def step(
         self,
         pol: int,
@@ -239,42 +253,26 @@ def run(
 
     pol = fast_rule(scheduler)
     start = time.perf_counter()
+    h = Horizon(slots, drain, max_slots)
+    rep = Reporting(record, progress, warmup, batches)
     if params.prefix_caching:
-        return _run_cached(scheduler, params, plan, slots, drain, check, window, lifecycle, record, engine,
-                           max_slots, warmup, batches, start, progress)
+        return _run_cached(scheduler, params, plan, h, rep, check, window, lifecycle, engine, start)
     if lifecycle == "sglang" and not isinstance(scheduler, Sglang):
         raise InvalidArgument(
             f"lifecycle must be 'kvstab' or 'vllm' for {scheduler.name!r} ('sglang' is SGLang's own lifecycle, "
             "for the sglang rule only)"
         )
     if engine != "reference" and isinstance(scheduler, Sglang) and sgl.is_fast(scheduler):
-        summary, result = sgl.run_fast(
-            scheduler, params, plan, slots, drain, check, lifecycle, record, progress, max_slots, warmup, batches
-        )
+        summary, result = sgl.run_fast(scheduler, params, plan, h, rep, check, lifecycle)
         return Run("fast", summary, result, time.perf_counter() - start, "compiled fast path of the sglang rule")
     if lifecycle == "sglang" and isinstance(scheduler, Sglang):
         why = "asked for" if engine == "reference" else f"no compiled sglang path: {sgl.no_fast_path(scheduler)}"
         if engine == "fast":
             raise InvalidArgument(f"scheduler {scheduler.name!r} has no fast path ({why})")
-        sres = sgl.run_reference(scheduler, params, plan, slots, drain, check, window, max_slots)
-        summ = StreamStats.of_result(sres, slots is not None and not drain, warmup, batches)
-        return Run("reference", summ, sres if record else None, time.perf_counter() - start, why)
+        sres = SglangEngine(scheduler, params, check=check, window=window).simulate(plan, h)
+        return _ran_reference(sres, h, rep, start, why)
     if engine != "reference" and pol is not None:
-        summary, result = _run_fast(
-            pol,
-            scheduler.name,
-            params,
-            plan,
-            slots,
-            drain,
-            check,
-            lifecycle,
-            record,
-            progress,
-            max_slots,
-            warmup,
-            batches,
-        )
+        summary, result = _run_fast(pol, scheduler.name, params, plan, h, rep, check, lifecycle)
         return Run("fast", summary, result, time.perf_counter() - start, "compiled fast path of a built-in rule")
     why = "no compiled fast path for this scheduler"
     handed_over = False
@@ -285,11 +283,8 @@ def run(
         path, why = plugin_path(scheduler, lifecycle, decide_timeout, spec)
         if path is not None:
             try:
-                summ, res = path.run(
-                    params, plan, slots, drain=drain, check=check, window=window, max_slots=max_slots,
-                    record=record, progress=progress, warmup=warmup, batches=batches,
-                    decide_timeout=decide_timeout, spec=spec,
-                )  # fmt: skip
+                summ, res = path.run(params, plan, h, rep, check=check, window=window, decide_timeout=decide_timeout,
+                                     spec=spec)  # fmt: skip
             except Untraceable as exc:
                 # met a view shape the rule cannot be taped on: nothing is lost, run the reference engine
                 path, why = None, f"the rule cannot be traced to a tape ({exc}); ran the reference engine"
@@ -302,22 +297,26 @@ def run(
     if engine == "fast" and not handed_over:
         raise InvalidArgument(f"scheduler {scheduler.name!r} has no fast path ({why}); use engine='reference'")
     on_slot = None if progress is None else (lambda t: progress(t + 1, slots) if (t + 1) % 4096 == 0 else None)
-    res = _reference(scheduler, params, plan, slots, drain, check, window, lifecycle, max_slots, on_slot,
-                     decide_timeout=decide_timeout, spec=spec)
-    summ = StreamStats.of_result(res, slots is not None and not drain, warmup, batches)
-    return Run("reference", summ, res if record else None, time.perf_counter() - start, why)
+    res = _reference(scheduler, params, plan, h, check, window, lifecycle, on_slot,
+                     decide_timeout=decide_timeout, spec=spec)  # fmt: skip
+    return _ran_reference(res, h, rep, start, why)
+
+
+def _ran_reference(res: SimResult, h: Horizon, rep: Reporting, start: float, why: str) -> Run:
+    """The :class:`Run` of the reference engine's result ``res`` (started at ``start``, chosen for
+    ``why``): its summary computed from the arrays, which are kept with ``rep.record``."""
+    summ = StreamStats.of_result(res, h.fixed, rep.warmup, rep.batches)
+    return Run("reference", summ, res if rep.record else None, time.perf_counter() - start, why)
 
 
 def _reference(
     scheduler: Scheduler,
     params: ModelParams,
     plan: ArrivalPlan,
-    slots: int | None,
-    drain: bool,
+    h: Horizon,
     check: bool,
     window: int,
     lifecycle: Lifecycle,
-    max_slots: int,
     on_slot: Callable[[int], None] | None = None,
     *,
     decide_timeout: float | None = None,
@@ -327,29 +326,25 @@ def _reference(
     ``decide_timeout`` and ``spec`` (the name a plug-in's faults are reported under) as
     :class:`kvstab.simulator.Engine`'s, under kvstab's lifecycle."""
     if lifecycle == "vllm":
-        return _reference_vllm(scheduler, params, plan, slots, drain, check, window, max_slots)
+        eng = VllmEngine(scheduler, params, check=check, window=window)
+        return eng.simulate(_check_plan(plan, params, "vllm"), h)
     return reference_simulate(
-        scheduler, params, plan, slots, drain=drain, check=check, window=window, on_slot=on_slot, max_slots=max_slots,
-        decide_timeout=decide_timeout, spec=spec,
-    )
+        scheduler, params, plan, h.slots, drain=h.drain, check=check, window=window, on_slot=on_slot,
+        max_slots=h.max_slots, decide_timeout=decide_timeout, spec=spec,
+    )  # fmt: skip
 
 
 def _run_cached(
     scheduler: Scheduler,
     params: ModelParams,
     plan: ArrivalPlan,
-    slots: int | None,
-    drain: bool,
+    h: Horizon,
+    rep: Reporting,
     check: bool,
     window: int,
     lifecycle: Lifecycle,
-    record: bool,
     engine: EngineChoice,
-    max_slots: int,
-    warmup: float,
-    batches: int,
     start: float,
-    progress: Callable[[int, int | None], None] | None,
 ) -> Run:
     """:func:`run` with prefix caching: the compiled pool (:mod:`kvstab.engine.cached`) for the rules
     it carries, else the reference engine (:mod:`kvstab.prefix_cache`); the ``sglang`` rule runs
@@ -367,16 +362,17 @@ def _run_cached(
                 f"scheduler {scheduler.name!r} has no fast path with prefix caching (the compiled sglang kernel "
                 "has no radix cache)"
             )
-        sres = simulate_radix(scheduler, params, plan, slots, drain=drain, max_slots=max_slots, spec=scheduler.name)
-        summ = StreamStats.of_result(sres, slots is not None and not drain, warmup, batches)
-        return Run("reference", summ, sres if record else None, time.perf_counter() - start,
-                   "SGLang's radix cache, with SGLang's own lifecycle, runs on the reference engine "
-                   "(kvstab.lifecycles.sglang_radix)")
+        sres = simulate_radix(scheduler, params, plan, h.slots, drain=h.drain, max_slots=h.max_slots,
+                              spec=scheduler.name)  # fmt: skip
+        return _ran_reference(sres, h, rep, start,
+                              "SGLang's radix cache, with SGLang's own lifecycle, runs on the reference engine "
+                              "(kvstab.lifecycles.sglang_radix)")  # fmt: skip
     why = "asked for" if engine == "reference" else why_not_cached(scheduler, params, lifecycle)
     if engine != "reference" and not why:
         checked = _check_plan(plan, params, lifecycle)
-        out = run_cached(scheduler, params, checked, slots, drain=drain, lifecycle=lifecycle, max_slots=max_slots,
-                         progress=progress, record=record, warmup=warmup, batches=batches)
+        out = run_cached(scheduler, params, checked, h.slots, drain=h.drain, lifecycle=lifecycle,
+                         max_slots=h.max_slots, progress=rep.progress, record=rep.record, warmup=rep.warmup,
+                         batches=rep.batches)  # fmt: skip
         if out is not None:
             return Run("fast", out[0], out[1], time.perf_counter() - start,
                        "compiled prefix-cache path of a built-in rule")
@@ -386,29 +382,8 @@ def _run_cached(
         raise InvalidArgument(f"no compiled prefix-cache path for this run ({why}); use engine='reference'")
     else:
         why = f"prefix caching on the reference engine: {why}"
-    res = _reference(scheduler, params, plan, slots, drain, check, window, lifecycle, max_slots)
-    summ = StreamStats.of_result(res, slots is not None and not drain, warmup, batches)
-    return Run("reference", summ, res if record else None, time.perf_counter() - start, why)
-
-
-def _reference_vllm(
-    scheduler: Scheduler,
-    params: ModelParams,
-    plan: ArrivalPlan,
-    slots: int | None,
-    drain: bool,
-    check: bool,
-    window: int,
-    max_slots: int,
-) -> SimResult:
-    """The reference engine with vLLM's lifecycle, driven like ``simulate``."""
-    plan = _check_plan(plan, params, "vllm")
-    eng = VllmEngine(scheduler, params, check=check, window=window)
-    fed = eng.run(plan, slots, drain=drain, max_slots=max_slots)
-    unfinished = (fed < len(plan) or not eng.idle) if drain else (slots is not None and eng.slot < slots)
-    if unfinished:
-        raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
-    return eng.result(dropped=plan.dropped)
+    res = _reference(scheduler, params, plan, h, check, window, lifecycle)
+    return _ran_reference(res, h, rep, start, why)
 
 
 def _run_fast(
@@ -416,36 +391,21 @@ def _run_fast(
     name: str,
     params: ModelParams,
     plan: ArrivalPlan,
-    slots: int | None,
-    drain: bool,
+    h: Horizon,
+    rep: Reporting,
     check: bool,
     lifecycle: Lifecycle,
-    record: bool,
-    progress: Callable[[int, int | None], None] | None,
-    max_slots: int,
-    warmup: float,
-    batches: int,
     work: dict[str, int] | None = None,
 ) -> tuple[Summary, SimResult | None]:
     """The compiled engine's run (``work``, if given, receives :meth:`_State.work`)."""
     plan = _check_plan(plan, params, lifecycle)
     life = L.VLLM_LIFE if lifecycle == "vllm" else L.KVSTAB_LIFE
     state = _State(plan)
-    fixed = slots is not None and not drain
-    horizon = int(slots) if fixed else max_slots  # type: ignore[arg-type]
-    drain_min = 0 if slots is None else int(slots)
-    stats = StreamStats(params.M, horizon if fixed else None, warmup, batches, keep_all=record)
 
     def step(t_end: int, out: IntArray, bins: Bins | None) -> int:
-        return state.step(pol, life, params, check, False, t_end, drain, drain_min, out, bins)
+        return state.step(pol, life, params, check, False, t_end, h.drain, h.drain_min, out, bins)
 
-    drive(step, state.st, stats, rows=L.NCOLS, horizon=horizon, fixed=fixed, max_slots=max_slots,
-          progress=progress, on_violation=lambda: _violation(state, name, params))  # fmt: skip
-    state.sync()
-    if work is not None:
-        work.update(state.work())
-    req = Requests(state.s, state.o, state.pslot, state.first, state.fin, state.npre, state.served, state.wasted)
-    return finish(stats, name, params, state.t, state.arrived, req, plan.dropped, record)
+    return run_kernel(state, step, name, params, plan.dropped, h, rep, rows=L.NCOLS, work=work)
 
 
 def simulate(

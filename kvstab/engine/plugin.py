@@ -35,7 +35,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -58,13 +58,13 @@ from kvstab.contract import (
 )
 from kvstab.engine import _layout as L
 from kvstab.engine import _plugin_kernel as PK
-from kvstab.engine._drive import Requests, drive, finish
-from kvstab.engine.stream import StreamStats, Summary
+from kvstab.engine._drive import Reporting, Requests, drive, finish
+from kvstab.engine.stream import Summary
 from kvstab.engine.tape import LIMIT, Tape, Untraceable, active_entry, trace_tape, waiting_entry
 from kvstab.errors import InvalidArgument, InvalidScheduler
 from kvstab.model import ModelParams
 from kvstab.ops import CONCRETE
-from kvstab.simulator import DecideTimeout, SimResult, time_limit
+from kvstab.simulator import DecideTimeout, Horizon, SimResult, time_limit
 
 __all__ = ["plugin_path", "PluginPath", "Untraceable", "trace_rule", "Bail"]
 
@@ -456,16 +456,11 @@ class PluginPath:
         self,
         params: ModelParams,
         plan: ArrivalPlan,
-        slots: int | None,
+        h: Horizon,
+        rep: Reporting,
         *,
-        drain: bool,
         check: bool,
         window: int,
-        max_slots: int,
-        record: bool = True,
-        progress: Callable[[int, int | None], None] | None = None,
-        warmup: float = 0.25,
-        batches: int = 20,
         decide_timeout: float | None = None,
         spec: str | None = None,
     ) -> tuple[Summary, SimResult | None]:
@@ -475,7 +470,7 @@ class PluginPath:
         cannot be taped on, and :class:`InvalidScheduler` (naming ``spec``) when a call of
         the rule — taping a shape calls ``decide`` once, asking it once per slot — runs
         past ``decide_timeout`` seconds, as the reference engine does."""
-        if slots is None and not drain:
+        if h.slots is None and not h.drain:
             raise InvalidArgument("simulate needs a number of slots, or drain=True")
         plan = plan.fit_to(params)
         n = len(plan)
@@ -510,10 +505,9 @@ class PluginPath:
         decf = np.zeros(max(len(svars), 1), dtype=np.float64)
         dect = np.zeros(max(len(svars), 1), dtype=np.int64)
         prev = np.zeros(n + 1, dtype=np.int64)
-        fixed = slots is not None and not drain
-        horizon = min(int(slots), max_slots) if fixed else max_slots  # type: ignore[arg-type]
-        drain_min = 0 if slots is None else int(slots)
-        stats = StreamStats(params.M, horizon if fixed else None, warmup, batches, keep_all=record)
+        # the loop stops at max_slots; a fixed horizon beyond it is refused once the loop is back
+        horizon = min(h.end, h.max_slots)
+        stats = rep.stats(params.M, horizon if h.fixed else None)
         budget = -1 if params.token_budget is None else params.token_budget
         maxseq = -1 if params.max_num_seqs is None else params.max_num_seqs
 
@@ -527,7 +521,7 @@ class PluginPath:
             t0 = int(st[L.ST_T])
             while True:
                 status = PK.run_plugin_slots(
-                    params.M, params.chunk, params.block, budget, maxseq, check, window, t_end, drain, drain_min,
+                    params.M, params.chunk, params.block, budget, maxseq, check, window, t_end, h.drain, h.drain_min,
                     t0, pslot, ps, po, prog, att, served, wasted, npre, first, fin, qbuf, act, st, sv, svf, svtag,
                     svreal, svlo, svhi, svflo, svfhi, bank.code, bank.code.view(np.float64), bank.tstart,
                     bank.tlen, bank.ostart, bank.outs, bank.okind, bank.tflags, bank.tid, bank.tused, bank.tcount,
@@ -565,13 +559,13 @@ class PluginPath:
                 raise Bail(f"slot {int(st[L.ST_T])}")
             return status
 
-        drive(step, st, stats, rows=L.NCOLS, horizon=horizon, fixed=fixed, max_slots=max_slots,
-              progress=progress, on_violation=lambda: Bail("a violation"), streamed=False)  # fmt: skip
+        drive(step, st, stats, rows=L.NCOLS, horizon=horizon, fixed=h.fixed, max_slots=h.max_slots,
+              progress=rep.progress, on_violation=lambda: Bail("a violation"), streamed=False)  # fmt: skip
         t = int(st[L.ST_T])
-        if fixed and t < int(slots):  # type: ignore[arg-type]
-            raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
+        if h.fixed and t < h.end:
+            raise InvalidArgument(f"simulation did not drain within max_slots={h.max_slots}")
         req = Requests(ps, po, pslot, first, fin, npre, served, wasted)
-        return finish(stats, self.scheduler.name, params, t, int(st[L.ST_I]), req, plan.dropped, record,
+        return finish(stats, self.scheduler.name, params, t, int(st[L.ST_I]), req, plan.dropped, rep.record,
                       window=window, window_hid_slots=int(st[L.ST_HID]))  # fmt: skip
 
 

@@ -19,7 +19,7 @@ steps, and (SGLang's lifecycle) ``context_len`` for the arrival clip.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,13 +29,13 @@ import numpy.typing as npt
 from kvstab.arrivals import ArrivalPlan
 from kvstab.engine import _kernel_sglang as KS
 from kvstab.engine import _layout as L
-from kvstab.engine._drive import Bins, KernelState, Requests, check_plan, drive, finish, violation
-from kvstab.engine.stream import StreamStats, Summary
+from kvstab.engine._drive import Bins, KernelState, Reporting, Requests, check_plan, run_kernel
+from kvstab.engine.stream import Summary
 from kvstab.errors import InvalidArgument
-from kvstab.lifecycles.sglang import SglangEngine, check_server, clip_max_new, max_req_len, replay_reference
+from kvstab.lifecycles.sglang import check_server, clip_max_new, max_req_len, replay_reference
 from kvstab.model import ModelParams
 from kvstab.schedulers.sglang import Sglang
-from kvstab.simulator import SimResult
+from kvstab.simulator import Horizon, SimResult
 
 __all__ = ["is_fast", "no_fast_path", "run_fast", "replay_steps", "RawStep", "sglang_lengths", "SglangLife"]
 
@@ -161,6 +161,12 @@ class _State(KernelState):
         """Bring the lazy decoders' progress and areas up to the current slot."""
         KS.sync_lazy(self.R, self.st, self.cnt, self.params.block)
 
+    def requests(self) -> Requests:
+        """The request table's columns, as :func:`~kvstab.engine._drive.finish` reads them."""
+        R = self.R
+        return Requests(R[L.G_S], R[L.G_O], self.pslot, R[L.G_FIRST], R[L.G_FIN], R[L.G_NPRE], R[L.G_SERVED],
+                        R[L.G_WASTED])  # fmt: skip
+
     def step(
         self,
         life: int,
@@ -204,60 +210,23 @@ def run_fast(
     rule: Sglang,
     params: ModelParams,
     plan: ArrivalPlan,
-    slots: int | None,
-    drain: bool,
+    h: Horizon,
+    rep: Reporting,
     check: bool,
     lifecycle: SglangLife,
-    record: bool,
-    progress: Callable[[int, int | None], None] | None,
-    max_slots: int,
-    warmup: float,
-    batches: int,
     work: dict[str, int] | None = None,
 ) -> tuple[Summary, SimResult | None]:
     """The compiled engine's run, as :func:`kvstab.engine.driver._run_fast` runs the other
     built-ins (``work``, if given, receives :meth:`_State.work`)."""
-    fixed = slots is not None and not drain
-    horizon = int(slots) if fixed else max_slots  # type: ignore[arg-type]
-    fed = int(np.searchsorted(plan.slot, horizon, side="left"))
+    fed = int(np.searchsorted(plan.slot, h.end, side="left"))
     plan, po = _lengths(rule, params, plan, lifecycle, fed)
     state = _State(rule, params, plan, po)
     life = _LIFE[lifecycle]
-    drain_min = 0 if slots is None else int(slots)
-    stats = StreamStats(params.M, horizon if fixed else None, warmup, batches, keep_all=record)
 
     def step(t_end: int, out: IntArray, bins: Bins | None) -> int:
-        return state.step(life, check, t_end, drain, drain_min, out, bins)
+        return state.step(life, check, t_end, h.drain, h.drain_min, out, bins)
 
-    drive(step, state.st, stats, rows=L.NSIM, horizon=horizon, fixed=fixed, max_slots=max_slots,
-          progress=progress, on_violation=lambda: violation(state, rule.name, params))  # fmt: skip
-    state.sync()
-    if work is not None:
-        work.update(state.work())
-    R = state.R
-    req = Requests(R[L.G_S], R[L.G_O], state.pslot, R[L.G_FIRST], R[L.G_FIN], R[L.G_NPRE], R[L.G_SERVED],
-                   R[L.G_WASTED])  # fmt: skip
-    return finish(stats, rule.name, params, state.t, state.arrived, req, plan.dropped, record)
-
-
-def run_reference(
-    rule: Sglang,
-    params: ModelParams,
-    plan: ArrivalPlan,
-    slots: int | None,
-    drain: bool,
-    check: bool,
-    window: int,
-    max_slots: int,
-) -> SimResult:
-    """The reference engine with SGLang's lifecycle (``SglangEngine``) on the server ``params``,
-    driven like ``simulate``."""
-    eng = SglangEngine(rule, params, check=check, window=window)
-    fed = eng.run(plan, slots, drain=drain, max_slots=max_slots)
-    unfinished = (fed < len(plan) or not eng.idle) if drain else (slots is not None and eng.slot < slots)
-    if unfinished:
-        raise InvalidArgument(f"simulation did not drain within max_slots={max_slots}")
-    return eng.result(dropped=plan.dropped)
+    return run_kernel(state, step, rule.name, params, plan.dropped, h, rep, rows=L.NSIM, work=work)
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,7 +69,7 @@ gives SGLang's own scheduler.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -595,23 +595,12 @@ def replay_radix(
         n_flags = len(eng.flag_at_prefill)
         rec = eng.step(t)
         if rec.kind == "prefill":
-            rec = SglangStep(
-                step=rec.step,
-                kind=rec.kind,
-                admitted=tuple(rid for rid, _ in rec.tokens if chunk_before is None or rid != chunk_before.rid),
-                retracted=rec.retracted,
-                finished=rec.finished,
-                tokens=rec.tokens,
-                prefill_tokens=rec.prefill_tokens,
-                decode_tokens=rec.decode_tokens,
-                kv_used=rec.kv_used,
-                new_token_ratio=rec.new_token_ratio,
-                batch_is_full=rec.batch_is_full,
-                queue=rec.queue,
+            # the chunk carried over from the previous step is not an admission
+            rec = replace(
+                rec, admitted=tuple(rid for rid, _ in rec.tokens if chunk_before is None or rid != chunk_before.rid)
             )
         if len(eng.flag_at_prefill) > n_flags and log:
-            prev = log[-1]
-            log[-1] = _with_flag(prev, int(eng.flag_at_prefill[-1]))
+            log[-1] = replace(log[-1], batch_is_full=int(eng.flag_at_prefill[-1]))
         log.append(rec)
         t += 1
     reqs = eng.requests
@@ -628,7 +617,7 @@ def replay_radix(
         if eng.waiting or eng.running or eng.chunked is not None or eng.last_prefill is not None:
             eng.step(t)
         if len(eng.flag_at_prefill) > n_flags:
-            log[-1] = _with_flag(log[-1], int(eng.flag_at_prefill[-1]))
+            log[-1] = replace(log[-1], batch_is_full=int(eng.flag_at_prefill[-1]))
     return SglangModelLog(
         rule=rule,
         params=params,
@@ -638,23 +627,6 @@ def replay_radix(
         wall_s=time.perf_counter() - start,
         engine="reference (radix cache)",
         **outcomes,  # type: ignore[arg-type]
-    )
-
-
-def _with_flag(st: SglangStep, flag: int) -> SglangStep:
-    return SglangStep(
-        step=st.step,
-        kind=st.kind,
-        admitted=st.admitted,
-        retracted=st.retracted,
-        finished=st.finished,
-        tokens=st.tokens,
-        prefill_tokens=st.prefill_tokens,
-        decode_tokens=st.decode_tokens,
-        kv_used=st.kv_used,
-        new_token_ratio=st.new_token_ratio,
-        batch_is_full=flag,
-        queue=st.queue,
     )
 
 

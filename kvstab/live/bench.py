@@ -173,12 +173,7 @@ def conversation_schedule(law: Conversation, rate: float, n: int, seed: int) -> 
     conversations = max(1, math.ceil(n / max(law.mean_turns, 1.0)))
     start = np.cumsum(rng.exponential(law.mean_turns / rate, size=conversations))
     d = law.draw(rng, conversations)
-    gap = rng.exponential(law.think, size=d.turn.size) if law.think > 0 else np.zeros(d.turn.size)
-    gap[d.turn == 0] = 0.0
-    elapsed = np.cumsum(gap)
-    first = np.flatnonzero(d.turn == 0)
-    conv_start = np.repeat(elapsed[first], np.diff(np.append(first, d.turn.size)))
-    when = start[d.conversation] + (elapsed - conv_start)
+    when = law.turn_times(rng, d, start)
     order = np.argsort(when, kind="stable")[:n]
     return Schedule(when[order], d.s[order], d.o[order], rate, prompts=d.prompts.take(order))
 

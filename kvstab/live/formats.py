@@ -101,6 +101,11 @@ def _lengths(path: str, ins: object, outs: object) -> Workload | None:
             )
         if o > 0:
             pairs.append((i, o))
+    return _joint_law(path, pairs)
+
+
+def _joint_law(path: str, pairs: list[tuple[int, int]]) -> Workload | None:
+    """The joint law of the requests a result file lists as ``(s, o)`` pairs; ``None`` when it lists none."""
     if not pairs:
         return None
     s, o = np.array(pairs, dtype=np.int64).T
@@ -184,10 +189,7 @@ def _aiperf_lengths(path: str) -> Workload | None:
                     f"{path}: line {k} has input_sequence_length {s!r}, output_sequence_length {o!r}; valid: integers >= 1"
                 )
             pairs.append((s, o))
-    if not pairs:
-        return None
-    s_arr, o_arr = np.array(pairs, dtype=np.int64).T
-    return Workload.joint(s_arr, o_arr, name=f"lengths of {path}")
+    return _joint_law(path, pairs)
 
 
 def _guidellm(path: str, data: dict[str, Any]) -> ExternalResult:
@@ -216,10 +218,7 @@ def _guidellm(path: str, data: dict[str, Any]) -> ExternalResult:
                 f"{path}: successful request {k} has prompt_tokens {s!r}, output_tokens {o!r}; valid: integers >= 1"
             )
         pairs.append((s, o))
-    workload = None
-    if pairs:
-        s_arr, o_arr = np.array(pairs, dtype=np.int64).T
-        workload = Workload.joint(s_arr, o_arr, name=f"lengths of {path}")
+    workload = _joint_law(path, pairs)
     strategy = best.get("config", {}).get("strategy", {}) if isinstance(best.get("config"), dict) else {}
     extra: dict[str, Any] = {"failed": failed, "benchmarks": len(rated), "benchmark": runs.index(best)}
     if isinstance(strategy, dict) and strategy.get("type_"):
