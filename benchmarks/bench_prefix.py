@@ -25,7 +25,9 @@ The "(b) below saturation" table is Che's approximation (theory/sharing_lru.py):
 tenants' prompt tokens found cached at 0.3, 0.6 and 0.9 × the saturated rate, predicted and measured on
 the fast engine (``--lru-steps`` steps, Poisson, :func:`kvstab.metrics.hit_tokens`: exact while nothing is
 preempted, low by the recomputed tokens otherwise — the ``pre`` column), beside the variant that leaves
-the finished requests' own blocks out of the free queue.
+the finished requests' own blocks out of the free queue.  The "(c)" table does the same for
+conversations (hit tokens per request at 0.3 and 0.6 × μ_share) and checks μ_share of a conversation law
+(T = 0) against a flooded run.
 
 The second table checks the bounds of (d) for every built-in with caching on: the saturated rate
 with caching is below the any-policy upper bound, and whether it is above the paper's μ and above
@@ -48,7 +50,7 @@ from kvstab.metrics import Estimate, batch_means, hit_tokens
 from kvstab.model import ModelParams
 from kvstab.registry import load_scheduler
 from kvstab.theory.sharing_area import sharing_report
-from kvstab.theory.sharing_lru_area import tenant_hits
+from kvstab.theory.sharing_lru_area import chat_hits, tenant_hits
 from kvstab.workload import parse_workload
 
 SERVER = ModelParams(M=65_536, chunk=512, block=16, token_budget=512, max_num_seqs=256, bbar=1.0, prefix_caching=True)
@@ -163,6 +165,35 @@ def table_lru(steps: int, loads: tuple[float, ...] = (0.3, 0.6, 0.9)) -> None:
                   f"{_fmt(e):<26}{_err(e, th.hit):>7}{int(res.preemptions.sum()):>6}", flush=True)
 
 
+#: (c) conversations: up to 8 turns, think time θ in slots (b̄ = 1)
+CHAT_CASES = [(th, f"s=U(20,200),o=U(50,400),prefix=chat(U(1,8),{th})") for th in (50, 300, 1000)]
+
+
+def table_chat(steps: int) -> None:
+    """(c): hit tokens per request below saturation, and μ_share (T = 0) against a flooded run."""
+    print(f"\n(c) conversations: hit tokens per request (loads 0.3, 0.6) and the saturated rate (flooded at "
+          f"{LOAD}×), fast engine {steps} steps, vLLM lifecycle")
+    print(f"{'θ':>6}{'load':>6}{'T':>6}{'P(run)':>8}{'P(cached)':>10}{'predicted':>11}  {'measured [95%]':<26}"
+          f"{'err':>7}{'pre':>6}")
+    for th, spec in CHAT_CASES:
+        w = parse_workload(spec)
+        sat = chat_hits(w, SERVER, None, "vllm")
+        rate = SERVER.M / (sat.E_g_net + sat.held)
+        for load in (0.3, 0.6):
+            p = chat_hits(w, SERVER, load * rate, "vllm")
+            plan = poisson_arrivals(w, load * rate, SERVER, steps, seed=1)
+            res = engine_run(load_scheduler("vllm-v1"), SERVER, plan, steps, record=True, lifecycle="vllm").result
+            assert res is not None
+            e = hit_tokens(res, "vllm")
+            print(f"{th:>6}{load:>6.1f}{p.T:>6.0f}{p.p_running:>8.3f}{p.p_cached:>10.3f}{p.hit_tokens:>11.1f}  "
+                  f"{_fmt(e):<26}{_err(e, p.hit_tokens):>7}{int(res.preemptions.sum()):>6}", flush=True)
+        rep = sharing_report(w, SERVER, "vllm")
+        assert rep is not None
+        f = fast_rate("vllm-v1", spec, SERVER, LOAD * rep.predicted_per_slot, steps)
+        print(f"{th:>6}   sat  μ_share {rep.mu_share_per_slot:.4f} (paper μ {rep.mu_per_slot:.4f}, {rep.binding})  "
+              f"measured {_fmt(f)} {_err(f, rep.predicted_per_slot)}", flush=True)
+
+
 def table_bounds(slots: int) -> None:
     print(f"\n(d) bounds with caching on, {slots} slots (lookahead: {slots // 5}, reference engine); "
           "rates per step, vLLM lifecycle")
@@ -247,6 +278,7 @@ def main() -> None:
         table_a(args.steps, args.vllm_steps, not args.no_vllm)
     if args.lru_steps:
         table_lru(args.lru_steps)
+        table_chat(args.lru_steps)
     if args.bounds_slots and not args.only_theory_tables:
         table_bounds(args.bounds_slots)
     if args.search:

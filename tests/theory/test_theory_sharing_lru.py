@@ -89,3 +89,43 @@ def test_che_against_the_fast_engine(spec: str, load: float) -> None:
     assert est.low - slack <= th.hit_tokens <= est.high + slack, (est, th.hit_tokens)
     wrong = tenant_hits(w, SMALL, load * sat, "vllm", dead_blocks=False)
     assert not est.low - slack <= wrong.hit_tokens <= est.high + slack
+
+
+#: conversations on the small server: messages, answers, turns, think time in slots (b̄ = 1)
+CHAT = "s=U(10,60),o=U(20,120),prefix=chat(U(1,6),{})"
+
+
+def test_chat_numeric_twins_are_the_sympy_forms() -> None:
+    import numpy as np
+
+    from kvstab.theory import sharing_lru as L
+    from kvstab.theory.sharing_lru_area import overlap, running_hit
+
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        S, c = float(rng.integers(100, 3000)), float(rng.integers(1, 6))
+        h, D, th = float(rng.integers(0, int(S))), c + float(rng.integers(1, 400)), float(rng.uniform(5, 2000))
+        at = {L.S_prev: S, L.h0: h, L.c_pre: c, L.D_prev: D, L.theta: th, L.B_round: 16}
+        one = [np.array([v]) for v in (S, h, c, D)]
+        assert running_hit(*one, th, 16)[0] == pytest.approx(float(L.chat_running_hit_expr().subs(at)), rel=1e-9)
+        assert overlap(*one, th)[0] == pytest.approx(float(L.chat_overlap_expr().subs(at)), rel=1e-9)
+
+
+@pytest.mark.parametrize("think", [20, 300])
+def test_chat_hit_against_the_fast_engine(think: int) -> None:
+    """The turns' expected hit tokens at 0.4 × the saturated rate within the run's interval widened by
+    MODEL_TOL of the mean prompt (no preemption: the measured hit is exact)."""
+    from kvstab.theory.sharing_lru_area import chat_hits
+
+    w = parse_workload(CHAT.format(think))
+    sat = chat_hits(w, SMALL, None, "vllm")
+    rate = 0.4 * SMALL.M / (sat.E_g_net + sat.held)
+    th = chat_hits(w, SMALL, rate, "vllm")
+    slots = 20_000
+    plan = poisson_arrivals(w, rate, SMALL, slots, seed=1)
+    res = engine_run(load_scheduler("vllm-v1"), SMALL, plan, slots, lifecycle="vllm").result
+    assert res is not None and int(res.preemptions.sum()) <= 10
+    est = hit_tokens(res, "vllm")
+    slack = MODEL_TOL * th.prompt_tokens
+    assert est.low - slack <= th.hit_tokens <= est.high + slack, (est, th.hit_tokens)
+    assert th.p_running > 0.05  # the running case is part of what is checked
