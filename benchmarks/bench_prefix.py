@@ -1,7 +1,7 @@
 """μ with a shared prompt (theory/sharing.py) against the fast engine and vLLM 0.33's scheduler.
 
 Run: python benchmarks/bench_prefix.py [--steps 20000] [--vllm-steps 3000] [--no-vllm] [--bounds-slots 3000]
-                                      [--search 3000]
+                                      [--search 3000] [--lru-steps 40000] [--only-theory-tables]
 
 Server: issue 25's (M = 65,536, B = 16, ŝ = budget = 512, max_num_seqs = 256), prefix caching on,
 vLLM's lifecycle (the first output comes with the last prefill chunk: ``lifecycle="vllm"`` in the
@@ -21,6 +21,14 @@ then the headline case (``o = const(256)``, whose synchronised cohorts the formu
 tenants and few-shot templates; and (b), tenants whose prompts together exceed the pool (64 tenants
 of 1,024 tokens, Zipf(0.5); 256 uniform tenants, 4 × M of prompts).
 
+The "(b) below saturation" table is Che's approximation (theory/sharing_lru.py): the share of the
+tenants' prompt tokens found cached at 0.3, 0.6 and 0.9 × the saturated rate, predicted and measured on
+the fast engine (``--lru-steps`` steps, Poisson, :func:`kvstab.metrics.hit_tokens`: exact while nothing is
+preempted, low by the recomputed tokens otherwise — the ``pre`` column), beside the variant that leaves
+the finished requests' own blocks out of the free queue.  The "(c)" table does the same for
+conversations (hit tokens per request at 0.3 and 0.6 × μ_share) and checks μ_share of a conversation law
+(T = 0) against a flooded run.
+
 The second table checks the bounds of (d) for every built-in with caching on: the saturated rate
 with caching is below the any-policy upper bound, and whether it is above the paper's μ and above
 the same rule's rate with caching off (``--bounds-slots`` slots; ``lookahead`` runs on the
@@ -38,10 +46,11 @@ import numpy as np
 
 from kvstab.arrivals import poisson_arrivals
 from kvstab.engine import run as engine_run
-from kvstab.metrics import Estimate, batch_means
+from kvstab.metrics import Estimate, batch_means, hit_tokens
 from kvstab.model import ModelParams
 from kvstab.registry import load_scheduler
 from kvstab.theory.sharing_area import sharing_report
+from kvstab.theory.sharing_lru_area import chat_hits, tenant_hits
 from kvstab.workload import parse_workload
 
 SERVER = ModelParams(M=65_536, chunk=512, block=16, token_budget=512, max_num_seqs=256, bbar=1.0, prefix_caching=True)
@@ -128,6 +137,63 @@ def table_a(steps: int, vllm_steps: int, use_vllm: bool) -> None:
               f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
+#: (b) below saturation: the two tenant cases of family_a
+LRU_CASES = [
+    ("64 tenants Zipf(0.5)", "s=const(1280),o=U(10,500),prefix=tenants(64,const(1024),0.5)"),
+    ("256 uniform tenants", "s=const(1280),o=U(10,500),prefix=tenants(256,const(1024),0)"),
+]
+
+
+def table_lru(steps: int, loads: tuple[float, ...] = (0.3, 0.6, 0.9)) -> None:
+    """Che's hit below saturation against the fast engine's measured hit (share of the prompts' tokens)."""
+    print(f"\n(b) below saturation, Che's approximation: share of prompt tokens hit, fast engine {steps} steps, "
+          "vLLM lifecycle")
+    print(f"{'case':<22}{'load':>5}{'T':>7}{'predicted':>10}{'no dead':>9}{'saturated':>10}  "
+          f"{'measured [95%]':<26}{'err':>7}{'pre':>6}")
+    for label, spec in LRU_CASES:
+        w = parse_workload(spec)
+        sat = tenant_hits(w, SERVER, 1.0, "vllm").saturated_per_slot
+        for load in loads:
+            th = tenant_hits(w, SERVER, load * sat, "vllm")
+            wrong = tenant_hits(w, SERVER, load * sat, "vllm", dead_blocks=False)
+            plan = poisson_arrivals(w, load * sat, SERVER, steps, seed=1)
+            res = engine_run(load_scheduler("vllm-v1"), SERVER, plan, steps, record=True, lifecycle="vllm").result
+            assert res is not None
+            full = th.hit_tokens / th.hit
+            e = hit_tokens(res, "vllm").scaled(1.0 / full)
+            print(f"{label:<22}{load:>5.1f}{th.T:>7.0f}{th.hit:>10.4f}{wrong.hit:>9.4f}{th.hit_saturated:>10.4f}  "
+                  f"{_fmt(e):<26}{_err(e, th.hit):>7}{int(res.preemptions.sum()):>6}", flush=True)
+
+
+#: (c) conversations: up to 8 turns, think time θ in slots (b̄ = 1)
+CHAT_CASES = [(th, f"s=U(20,200),o=U(50,400),prefix=chat(U(1,8),{th})") for th in (50, 300, 1000)]
+
+
+def table_chat(steps: int) -> None:
+    """(c): hit tokens per request below saturation, and μ_share (T = 0) against a flooded run."""
+    print(f"\n(c) conversations: hit tokens per request (loads 0.3, 0.6) and the saturated rate (flooded at "
+          f"{LOAD}×), fast engine {steps} steps, vLLM lifecycle")
+    print(f"{'θ':>6}{'load':>6}{'T':>6}{'P(run)':>8}{'P(cached)':>10}{'predicted':>11}  {'measured [95%]':<26}"
+          f"{'err':>7}{'pre':>6}")
+    for th, spec in CHAT_CASES:
+        w = parse_workload(spec)
+        sat = chat_hits(w, SERVER, None, "vllm")
+        rate = SERVER.M / (sat.E_g_net + sat.held)
+        for load in (0.3, 0.6):
+            p = chat_hits(w, SERVER, load * rate, "vllm")
+            plan = poisson_arrivals(w, load * rate, SERVER, steps, seed=1)
+            res = engine_run(load_scheduler("vllm-v1"), SERVER, plan, steps, record=True, lifecycle="vllm").result
+            assert res is not None
+            e = hit_tokens(res, "vllm")
+            print(f"{th:>6}{load:>6.1f}{p.T:>6.0f}{p.p_running:>8.3f}{p.p_cached:>10.3f}{p.hit_tokens:>11.1f}  "
+                  f"{_fmt(e):<26}{_err(e, p.hit_tokens):>7}{int(res.preemptions.sum()):>6}", flush=True)
+        rep = sharing_report(w, SERVER, "vllm")
+        assert rep is not None
+        f = fast_rate("vllm-v1", spec, SERVER, LOAD * rep.predicted_per_slot, steps)
+        print(f"{th:>6}   sat  μ_share {rep.mu_share_per_slot:.4f} (paper μ {rep.mu_per_slot:.4f}, {rep.binding})  "
+              f"measured {_fmt(f)} {_err(f, rep.predicted_per_slot)}", flush=True)
+
+
 def table_bounds(slots: int) -> None:
     print(f"\n(d) bounds with caching on, {slots} slots (lookahead: {slots // 5}, reference engine); "
           "rates per step, vLLM lifecycle")
@@ -195,16 +261,25 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20000, help="steps of each fast-engine run")
     ap.add_argument("--vllm-steps", type=int, default=3000, help="steps of each vLLM replay")
     ap.add_argument("--no-vllm", action="store_true", help="skip vLLM's scheduler")
+    ap.add_argument("--lru-steps", type=int, default=40000, help="steps of each run of the (b) table (0: skip)")
+    ap.add_argument("--only-theory-tables", action="store_true",
+                    help="print only the below-saturation tables (skip the saturated table and the bounds)")
     ap.add_argument("--bounds-slots", type=int, default=3000, help="slots of each run of the bounds table (0: skip)")
     ap.add_argument("--search", type=int, default=0,
                     help="random small replays per built-in searched for caching on finishing later than off (0: skip)")
     args = ap.parse_args()
     if args.steps < 200 or args.vllm_steps < 200:
         ap.error("--steps and --vllm-steps must be >= 200")
+    if args.lru_steps and args.lru_steps < 2000:
+        ap.error("--lru-steps must be 0 or >= 2000")
     print(f"M={SERVER.M}, B={SERVER.block}, ŝ=budget={SERVER.token_budget}, max_num_seqs={SERVER.max_num_seqs}, "
           f"caching on, flooded at {LOAD}×μ_share; completions per step")
-    table_a(args.steps, args.vllm_steps, not args.no_vllm)
-    if args.bounds_slots:
+    if not args.only_theory_tables:
+        table_a(args.steps, args.vllm_steps, not args.no_vllm)
+    if args.lru_steps:
+        table_lru(args.lru_steps)
+        table_chat(args.lru_steps)
+    if args.bounds_slots and not args.only_theory_tables:
         table_bounds(args.bounds_slots)
     if args.search:
         print(f"\ncaching on finishing later than off, {args.search} random small replays per rule:")

@@ -16,7 +16,8 @@ from scipy import stats
 from kvstab.errors import InvalidArgument
 from kvstab.simulator import SimResult
 
-__all__ = ["Estimate", "against_threshold", "batch_means", "throughput", "queue_slope", "utilisation", "steady_window"]
+__all__ = ["Estimate", "against_threshold", "batch_means", "throughput", "queue_slope", "utilisation", "steady_window",
+           "hit_tokens"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,38 @@ def steady_window(result: SimResult, warmup: float = 0.25) -> slice:
 def throughput(result: SimResult, warmup: float = 0.25, batches: int = 20) -> Estimate:
     """Completed requests per slot over the steady-state window."""
     return batch_means(result.completed[steady_window(result, warmup)], batches)
+
+
+def hit_tokens(result: SimResult, lifecycle: str = "kvstab", warmup: float = 0.25, batches: int = 20) -> Estimate:
+    """Prompt tokens found in the prefix cache per request first admitted in the steady-state window.
+
+    A run records no hit per request, but it records the tokens computed per slot: a request admitted
+    in a batch computes ``s − h + o`` tokens (``o − 1`` decode steps under vLLM's lifecycle), so
+    per batch ``Σ(s + o) − Σ tokens`` over its admissions and its slots is ``Σ h`` up to the work in
+    flight at the batch's two ends, which telescopes over the window (a noise the batch-means
+    interval carries, not a bias).  Exact only without preemptions: a preempted request's recomputed
+    tokens count as misses, so the estimate is then low."""
+    if lifecycle not in ("kvstab", "vllm"):
+        raise InvalidArgument(f"lifecycle must be 'kvstab' or 'vllm', got {lifecycle!r}")
+    win = steady_window(result, warmup)
+    t0, t1 = win.start, win.stop
+    if t1 - t0 < 2 * batches:
+        raise InvalidArgument(f"need at least {2 * batches} slots after the warm-up for {batches} batches")
+    first = result.first_admit
+    ok = (first >= t0) & (first < t1)
+    work = (result.s[ok] + result.o[ok] - (1 if lifecycle == "vllm" else 0)).astype(np.float64)
+    size = (t1 - t0) // batches
+    at = first[ok] - t0
+    keep = at < size * batches
+    work_b = np.bincount(at[keep] // size, weights=work[keep], minlength=batches)
+    count_b = np.bincount(at[keep] // size, minlength=batches).astype(np.float64)
+    tok_b = result.tokens[t0 : t0 + size * batches].astype(np.float64).reshape(batches, size).sum(axis=1)
+    if np.any(count_b == 0):
+        raise InvalidArgument("a batch of the window admitted no request: run longer or use fewer batches")
+    per = (work_b - tok_b) / count_b
+    centre = float((work_b.sum() - tok_b.sum()) / count_b.sum())
+    half = float(stats.t.ppf(0.975, batches - 1) * per.std(ddof=1) / np.sqrt(batches))
+    return Estimate(centre, centre - half, centre + half)
 
 
 def queue_slope(result: SimResult, warmup: float = 0.25, batches: int = 20) -> Estimate:

@@ -28,6 +28,7 @@ from kvstab.theory import g as G
 from kvstab.theory import moments as Mo
 from kvstab.theory import provisioning as P
 from kvstab.theory import sharing as Sh
+from kvstab.theory import sharing_lru as Lru
 from kvstab.theory import stability as St
 from kvstab.theory import wait as Wt
 from kvstab.theory.area import expected_g
@@ -65,6 +66,7 @@ CLAIM_GROUPS: dict[str, Callable[[], list[Claim]]] = {
     "provisioning": P.provisioning_claims,
     "fleet": F.fleet_claims,
     "sharing": Sh.sharing_claims,
+    "sharing below saturation": Lru.lru_claims,
     "WAIT": Wt.wait_claims,
 }
 
@@ -498,6 +500,51 @@ $M/\mathbb{E}[g^{-}(s - \hat{h}, o)]$ under any policy.
     return "".join(parts)
 
 
+def _section_sharing_lru() -> str:
+    pr = Lru.chat_probabilities_expr()
+    parts = [
+        r"""\section{Prefix caching below saturation: the free queue as an LRU cache}
+vLLM's free queue is a list by \emph{release} time: a block whose last reference ends joins the tail, an
+allocation takes the head, a hit takes a block out. A block released at $\tau$ is still cached at $\tau + a$
+about when $a < T$, Che's characteristic time. \paragraph{Tenants.} With $\lambda\bar{b}$ arrivals per slot,
+running requests hold $\lambda\bar{b}\,\mathbb{E}[g_{h}]$ of net area and the referenced prompts
+$R = \sum_t \tilde{P}_{t} r_t$ ($\tilde{P}_{t} = B\lfloor P_t/B\rfloor$, $r_t$ the referenced probability,
+$\bar{N} = \lambda\bar{b}\,\mathbb{E}[\mathrm{alive}]$), so the free queue holds
+""",
+        _eq("C_{\\mathrm{free}}", Lru.free_tenants_expr()),
+        r"""tokens: the own blocks of every request finished within the last $T$ (never asked for again) and each
+tenant's prompt that no running request references and whose last release is younger than $T$ (a tenant's
+idle periods are exponential, so is their age). Per tenant, with the own blocks' flow:
+""",
+        _eq("\\text{occupancy}_t(T)", Lru.occupancy_tenants_expr()),
+        r"""and $T$ solves $\lambda\bar{b}\,\mathbb{E}[\mathrm{own}]T + \sum_t (\cdots) = C_{\mathrm{free}}$; the left side rises
+strictly in $T$ from 0 to $\infty$, so the root is unique. Tenant $t$ hits when its prompt is referenced or
+cached though unreferenced:
+""",
+        _eq("q_t", Lru.tenant_hit_expr()),
+        "and with a Poisson number of its running requests\n",
+        _eq("q_t", Lru.tenant_hit_poisson_expr()),
+        r"""At saturation $C_{\mathrm{free}} = 0$, so $T = 0$ and $q_t = r_t$: the saturated fixed point exactly.
+\paragraph{Conversations.} Turn $k$ arrives $A \sim \mathrm{Exp}(\theta)$ slots after turn $k-1$'s arrival.
+Turn $k-1$ (prompt $S$, its own hit $h_0$, prefill $c$ slots, alive $D$ slots, $L$ full-block tokens written
+at its end) is running, finished and cached, or evicted with probabilities
+""",
+        "".join(_eq(f"P(\\text{{{name}}})", expr) for name, expr in pr.items()),
+        "While it runs, turn $k$ hits what it has written (its prefill, then one token a slot; the block "
+        "rounding taken as its mean):\n",
+        _eq("\\mathbb{E}[x(A); A < D]", Lru.chat_running_hit_expr()),
+        _eq("\\mathbb{E}[h]", Lru.chat_hit_expr()),
+        "The hit area held once while both turns run is\n",
+        _eq("\\mathbb{E}[x(A)(D - A); A < D]", Lru.chat_overlap_expr()),
+        "and a released chain spends in the free queue, when a next turn follows,\n",
+        _eq("\\text{occupancy}", Lru.chat_release_occupancy_expr()),
+        r"""token-slots ($L\,T$ for a conversation's last turn). At saturation $T = 0$: only a running predecessor is hit.
+""",
+        _claims_table(Lru.lru_claims()),
+    ]
+    return "".join(parts)
+
+
 #: the document's sections, in order
 SECTIONS: tuple[Callable[[], str], ...] = (
     _section_definitions,
@@ -506,6 +553,7 @@ SECTIONS: tuple[Callable[[], str], ...] = (
     _section_service_rate,
     _section_theorems,
     _section_sharing,
+    _section_sharing_lru,
     _section_provisioning,
     _section_fleet,
     _section_wait,

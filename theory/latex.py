@@ -50,6 +50,11 @@ SYMBOL_LATEX: dict[str, str] = {
     "pi_t": r"\pi_{t}",
     "E_alive": r"\mathbb{E}[\mathrm{alive}]",
     "E_work": r"\mathbb{E}[\mathrm{work}]",
+    "T_C": r"T",
+    "Ptilde_t": r"\tilde{P}_{t}",
+    "C_free": r"C_{\mathrm{free}}",
+    "R_ref": r"R",
+    "E_own": r"\mathbb{E}[\mathrm{own}]",
 }
 
 # indexed families: lambda_3 -> \lambda_{3}, lp_2 -> l'_{2}, E_g1 -> \mathbb{E}_{1}[g]
@@ -98,6 +103,9 @@ _TEXT = {
     "∂": r"$\partial$",
     "κ": r"$\kappa$",
     "ε": r"$\varepsilon$",
+    "π": r"$\pi$",
+    "θ": r"$\theta$",
+    "N̄": r"$\bar{N}$",
     "≥": r"$\geq$",
     "≤": r"$\leq$",
     "−": "-",

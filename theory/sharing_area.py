@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from kvstab.errors import InvalidArgument
 from kvstab.model import ModelParams
-from kvstab.prefix_laws import FewShot, Shared, Tenants, zipf_weights
+from kvstab.prefix_laws import Conversation, FewShot, Shared, Tenants, zipf_weights
 from kvstab.theory.area import expected_g, lifetime_area, peak_tokens, workload_moments
 from kvstab.theory.laws import circular_convolve, law_of, residues, rounding
 from kvstab.workload import Fixed, LengthDist, Uniform, Workload
@@ -226,11 +226,15 @@ def _backward_mean(s_law: LengthDist, o_law: LengthDist, chunk: int, lifecycle: 
 
 def sharing_report(workload: Workload, params: ModelParams, lifecycle: str = "kvstab") -> SharingReport | None:
     """``μ_share``, ``δ_share`` and the any-policy upper bound for a workload with a prefix law
-    (``shared``, ``tenants``, ``fewshot``); ``None`` when it has none or its law has no closed
-    form here (``chat``: a conversation's hits depend on think time and load)."""
+    (``shared``, ``tenants``, ``fewshot``; ``chat`` at saturation through
+    :func:`kvstab.theory.sharing_lru_area.chat_report`); ``None`` when it has none."""
     _check(workload, params, lifecycle)
     if workload.prefix is None:
         return None
+    if isinstance(workload.prefix, Conversation):
+        from kvstab.theory.sharing_lru_area import chat_report  # it builds on this module's helpers
+
+        return chat_report(workload, params, lifecycle)
     found = _classes(workload, params.block)
     if found is None:
         return None

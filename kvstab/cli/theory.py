@@ -154,7 +154,7 @@ def _cmd_mu(args: argparse.Namespace) -> int:
             print("\n".join(_sharing_lines(sharing, params.bbar)))
         elif workload.prefix is not None:
             print(f"μ with sharing  = not derived for prefix={workload.prefix.describe()} (closed forms: shared, "
-                  "tenants, fewshot)")
+                  "tenants, fewshot, chat)")
         if fleet is not None:
             print("\n".join(fleet.lines()))
     if rep.guarantee_empty:
