@@ -226,15 +226,13 @@ def _backward_mean(s_law: LengthDist, o_law: LengthDist, chunk: int, lifecycle: 
 
 def sharing_report(workload: Workload, params: ModelParams, lifecycle: str = "kvstab") -> SharingReport | None:
     """``μ_share``, ``δ_share`` and the any-policy upper bound for a workload with a prefix law
-    (``shared``, ``tenants``, ``fewshot``; ``chat`` at saturation through
-    :func:`kvstab.theory.sharing_lru_area.chat_report`); ``None`` when it has none."""
+    (``shared``, ``tenants``, ``fewshot``); ``None`` when it has none, or for ``chat``: the
+    conversation form (:func:`kvstab.theory.sharing_lru_area.chat_report`) is a mean-field
+    estimate 4–16 % above the measured saturated rate (docs/theory.md, (c)), so it does not
+    feed what plans and guarantees read (``kvstab mu`` prints it as an estimate)."""
     _check(workload, params, lifecycle)
-    if workload.prefix is None:
+    if workload.prefix is None or isinstance(workload.prefix, Conversation):
         return None
-    if isinstance(workload.prefix, Conversation):
-        from kvstab.theory.sharing_lru_area import chat_report  # it builds on this module's helpers
-
-        return chat_report(workload, params, lifecycle)
     found = _classes(workload, params.block)
     if found is None:
         return None

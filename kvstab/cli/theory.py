@@ -140,21 +140,28 @@ def _cmd_mu(args: argparse.Namespace) -> int:
     rep = stability_report(workload, params, lam=args.lam, rho=args.rho)
     fleet = _fleet(args, rep)
     sharing = _sharing(workload, params, args.lifecycle)
+    chat = _chat_estimate(workload, params, args.lifecycle)
     t_mu = time.perf_counter() - t1
     if args.json:
         out = rep.as_dict()
         if fleet is not None:
             out["fleet"] = fleet.as_dict()
         out["sharing"] = sharing.as_dict() if sharing is not None else None
+        # a conversation law's μ_share: an estimate (docs/theory.md (c)), apart from the derived forms
+        out["sharing_estimate"] = chat.as_dict() if chat is not None else None
         out["timing_s"] = {"load": t_load, "compute": t_mu}
         print(dumps(out, indent=2))
     else:
         _print_mu(rep, args.derivation)
         if sharing is not None:
             print("\n".join(_sharing_lines(sharing, params.bbar)))
+        elif chat is not None:
+            print(f"μ with sharing  ≈ {chat.mu_share_per_s:.6g} req/s for prefix={chat.law}: a mean-field estimate, "
+                  "not a bound (4–16 % above the measured saturated rate, most at short think times; "
+                  "docs/theory.md (c)); no guarantee is derived")
         elif workload.prefix is not None:
             print(f"μ with sharing  = not derived for prefix={workload.prefix.describe()} (closed forms: shared, "
-                  "tenants, fewshot, chat)")
+                  "tenants, fewshot; chat as an estimate)")
         if fleet is not None:
             print("\n".join(fleet.lines()))
     if rep.guarantee_empty:
@@ -171,6 +178,17 @@ def _sharing(workload: Workload, params: ModelParams, lifecycle: str) -> Sharing
     from kvstab.theory.sharing_area import sharing_report
 
     return sharing_report(workload, params, lifecycle)
+
+
+def _chat_estimate(workload: Workload, params: ModelParams, lifecycle: str) -> SharingReport | None:
+    """The conversation law's mean-field ``μ_share`` (``None`` for any other law)."""
+    from kvstab.prefix_laws import Conversation
+
+    if not isinstance(workload.prefix, Conversation):
+        return None
+    from kvstab.theory.sharing_lru_area import chat_report
+
+    return chat_report(workload, params, lifecycle)
 
 
 def _sharing_lines(sh: SharingReport, bbar: float) -> list[str]:
