@@ -321,10 +321,13 @@ def projected_walk(R: np.ndarray, last: int, M: int, running0: int, code: np.nda
                     if incl[i2]:
                         v += _held_at(R, e, K + i2, fi, chunk, block)
                 ok = v <= M
-        n = 0
-        while ok and n < K:  # the totals at the active finish slots, the hint's first
-            k = hint if n == 0 and 0 <= hint < K else (n - 1 if 0 <= hint < K and n <= hint else n)
-            n += 1
+        lead = hint if 0 <= hint < K else -1
+        for n in range(K + 1):  # the totals at the active finish slots, the hint's first
+            if not ok:
+                break
+            k = lead if n == 0 else n - 1
+            if k < 0 or (n > 0 and k == lead):
+                continue
             fk = R[e + 5 * k + 2]
             if not have[k]:
                 t = 0

@@ -544,10 +544,8 @@ class TapeOps:
         fields: list[_V] = []
         for p in projs:
             for x in (p.s, p.p, p.f, p.rp, p.present):
-                if type(x) is _V and x.tape is not self:
-                    return None
-                v = self.val(x) if type(x) is not float else None
-                if v is None or v.kind not in _INTS:
+                v = self.val(x)  # what the unrolled walk would refuse, val refuses too
+                if v.kind not in _INTS:
                     return None
                 fields.append(v)
         # every total the walk forms stays within ±2⁶¹ (it then computes in int64 exactly what Python does)
