@@ -663,22 +663,9 @@ def _replay(
         for k in retracted:
             recomputed[k] += held_before[k]
         flags.append(int(s.running_batch.batch_is_full))
-        log.append(
-            SglangStep(
-                step=t,
-                kind=kind,
-                admitted=tuple(admitted),
-                retracted=tuple(retracted),
-                finished=tuple(done),
-                tokens=tuple(work),
-                prefill_tokens=prefill,
-                decode_tokens=decode,
-                kv_used=params.M - int(alloc.available_size()),
-                new_token_ratio=float(s.new_token_ratio_tracker.current),
-                batch_is_full=0,  # filled in below from the next step's view of the flag
-                queue=len(s.waiting_queue),
-            )
-        )
+        # batch_is_full is filled in below from the next step's view of the flag
+        after = (params.M - int(alloc.available_size()), s.new_token_ratio_tracker.current, 0, len(s.waiting_queue))
+        log.append(SglangStep.collected(t, kind, (admitted, retracted, done, work), (prefill, decode), after))
         t += 1
     # the flag after the last step, as one more pass would see it
     if log:

@@ -16,7 +16,7 @@ from kvstab.lifecycles.sglang import replay_reference
 from kvstab.lifecycles.sglang_radix import replay_radix
 from kvstab.model import ModelParams
 from kvstab.schedulers.sglang import Sglang
-from kvstab.steplog import SglangModelLog, SglangStep
+from kvstab.steplog import STEP_FIELDS, SglangModelLog, SglangStep
 from kvstab.validation import MAX_SLOTS
 
 __all__ = ["replay_sglang_model"]
@@ -72,20 +72,7 @@ def _replay_fast(
 
     end: list[LogEnd] = []
     log = tuple(
-        SglangStep(
-            step=t,
-            kind=r.kind,
-            admitted=r.admitted,
-            retracted=r.retracted,
-            finished=r.finished,
-            tokens=r.tokens,
-            prefill_tokens=r.prefill_tokens,
-            decode_tokens=r.decode_tokens,
-            kv_used=r.kv_used,
-            new_token_ratio=r.new_token_ratio,
-            batch_is_full=r.batch_is_full,
-            queue=r.queue,
-        )
+        SglangStep(step=t, **{f: getattr(r, f) for f in STEP_FIELDS})
         for t, r in enumerate(replay_steps(plan, rule, params, steps, max_steps, end))
     )
     e = end[0]

@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import attrgetter
 from types import FrameType
 
 import numpy as np
@@ -386,18 +387,7 @@ class Engine:
 
     def _framed(self, active: tuple[ActiveEntry, ...], waiting: tuple[WaitingEntry, ...]) -> View:
         """The view of these entries under this engine's server, queue length and state."""
-        p = self.params
-        return View(
-            active=active,
-            waiting=waiting,
-            M=p.M,
-            chunk=p.chunk,
-            block=p.block,
-            token_budget=p.token_budget,
-            max_num_seqs=p.max_num_seqs,
-            n_waiting=len(self.waiting),
-            state=self.sched_state,
-        )
+        return View.under(self.params, active, waiting, len(self.waiting), self.sched_state)
 
     def _cached_view(self, head: list[RequestState], shown: dict[int, Hit] | None) -> View:
         """:meth:`view` with prefix caching: entries shifted by what older requests hold."""
@@ -768,28 +758,19 @@ class Engine:
         col = lambda f: np.fromiter((f(r) for r in recs), dtype=np.int64, count=len(recs))  # noqa: E731
         req = self.requests
         rcol = lambda f: np.fromiter((f(r) for r in req), dtype=np.int64, count=len(req))  # noqa: E731
+        # the columns a slot record or a request state holds under the result's own name
+        same = {k: col(attrgetter(k)) for k in ("arrived", "running", "memory", "wasted", "tokens", "queue")}
+        same |= {k: rcol(attrgetter(k)) for k in ("s", "o", "arrival", "first_admit", "finish", "preemptions", "served")}
         return SimResult(
             scheduler=self.spec,
             params=self.params,
             slots=len(recs),
-            arrived=col(lambda r: r.arrived),
             admitted=col(lambda r: len(r.admitted)),
             preempted=col(lambda r: len(r.preempted)),
             completed=col(lambda r: len(r.completed)),
-            running=col(lambda r: r.running),
-            memory=col(lambda r: r.memory),
-            wasted=col(lambda r: r.wasted),
-            tokens=col(lambda r: r.tokens),
-            queue=col(lambda r: r.queue),
-            s=rcol(lambda r: r.s),
-            o=rcol(lambda r: r.o),
-            arrival=rcol(lambda r: r.arrival),
-            first_admit=rcol(lambda r: r.first_admit),
-            finish=rcol(lambda r: r.finish),
-            preemptions=rcol(lambda r: r.preemptions),
-            served=rcol(lambda r: r.served),
             request_wasted=rcol(lambda r: r.wasted),
             dropped=dropped,
+            **same,
             window=self.window,
             window_hid_slots=self.window_hid_slots,
         )

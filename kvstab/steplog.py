@@ -255,23 +255,8 @@ class StepLog:
             scheduler=f"vllm-v1 ({self.source})",
             params=self.config.params(),
             slots=self.steps,
-            arrived=self.arrived,
-            admitted=self.admitted,
-            preempted=self.preempted,
-            completed=self.completed,
-            running=self.running,
-            memory=self.memory,
-            wasted=self.wasted,
-            tokens=self.tokens,
-            queue=self.queue,
-            s=self.s,
-            o=self.o,
-            arrival=self.arrival,
-            first_admit=self.first_admit,
-            finish=self.finish,
-            preemptions=self.preemptions,
             served=np.where(self.area >= 0, self.area, 0) + self.request_wasted,
-            request_wasted=self.request_wasted,
+            **{k: getattr(self, k) for k in _SIM_COLUMNS},
         )
 
     def first_difference(self, other: StepLog) -> str | None:
@@ -345,12 +330,7 @@ class StepRecorder:
             source=source,
             config=config,
             **arr,
-            s=self.s,
-            o=self.o,
-            arrival=self.arrival,
-            first_admit=self.first_admit,
-            finish=self.finish,
-            preemptions=self.preemptions,
+            **{k: getattr(self, k) for k in _REQUEST_COLUMNS},
             area=self.area,
             final_s=self.final_s,
             request_wasted=self.wasted,
@@ -386,6 +366,26 @@ class SglangStep:
     new_token_ratio: float  # after the step
     batch_is_full: int  # after the step
     queue: int  # waiting after the step
+
+    @classmethod
+    def collected(
+        cls,
+        step: int,
+        kind: str,
+        lists: tuple[list[int], list[int], list[int], list[tuple[int, int]]],
+        work: tuple[int, int],
+        after: tuple[int, float, int, int],
+    ) -> SglangStep:
+        """A step from what a replay collects as it goes: the ``(admitted, retracted, finished,
+        tokens)`` lists (frozen here), the ``(prefill, decode)`` tokens and the state after it,
+        ``(kv_used, new_token_ratio, batch_is_full, queue)``: one constructor for the model's
+        replay and SGLang's own."""
+        admitted, retracted, finished, tokens = lists
+        kv_used, ratio, full, queue = after
+        return cls(
+            step, kind, tuple(admitted), tuple(retracted), tuple(finished), tuple(tokens), work[0], work[1],
+            kv_used, float(ratio), int(full), queue,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -426,7 +426,17 @@ class SglangModelLog:
         return None
 
 
-#: The step fields :meth:`SglangModelLog.first_difference` compares, in the order it reports them.
+#: The per-request columns a :class:`StepLog` shares by name with its recorder and with a
+#: :class:`~kvstab.simulator.SimResult`.
+_REQUEST_COLUMNS = ("s", "o", "arrival", "first_admit", "finish", "preemptions")
+#: Every column a :class:`StepLog` hands to :meth:`StepLog.to_sim_result` under its own name.
+_SIM_COLUMNS = (
+    "arrived", "admitted", "preempted", "completed", "running", "memory", "wasted", "tokens", "queue",
+    *_REQUEST_COLUMNS, "request_wasted",
+)
+
+#: The step fields :meth:`SglangModelLog.first_difference` compares, in the order it reports them
+#: (every :class:`SglangStep` field but ``step``).
 STEP_FIELDS = (
     "kind", "admitted", "retracted", "finished", "tokens", "prefill_tokens", "decode_tokens", "kv_used",
     "new_token_ratio", "batch_is_full", "queue",

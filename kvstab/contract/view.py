@@ -10,11 +10,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 from kvstab.contract.traits import Traits
 from kvstab.errors import InvalidScheduler
 from kvstab.ops import BoolLike, IntLike, Ops
+
+if TYPE_CHECKING:
+    from kvstab.model import ModelParams
 
 __all__ = [
     "ActiveEntry",
@@ -98,6 +101,22 @@ class View:
         default=(),
         metadata={"help": "the scheduler's own state, one value per declared StateVar, in declaration order"},
     )
+
+    @classmethod
+    def under(
+        cls,
+        params: ModelParams,
+        active: tuple[ActiveEntry, ...],
+        waiting: tuple[WaitingEntry, ...],
+        n_waiting: IntLike,
+        state: tuple[Any, ...] = (),
+    ) -> View:
+        """The view of these entries on ``params``'s server: the one place a concrete engine copies
+        the server object's limits (``M``, ``ŝ``, ``B``, token budget, ``max_num_seqs``) into a view."""
+        return cls(
+            active, waiting, params.M, params.chunk, params.block, params.token_budget, params.max_num_seqs,
+            n_waiting, state,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

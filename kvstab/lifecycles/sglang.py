@@ -36,7 +36,7 @@ from the compiled engine.)
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -157,16 +157,10 @@ class SglangEngine(Engine):
         """The view with each entry's ``prior`` outputs (the rule is clairvoyant: ``o`` is shown)."""
         base = super().view(window, shown)
         pri = self.prior
-        return View(
+        return replace(
+            base,
             active=tuple(SglangActive(a.rid, a.s, a.o, a.progress, a.present, pri[a.rid]) for a in base.active),
             waiting=tuple(SglangWaiting(w.rid, w.s, w.o, w.present, pri[w.rid]) for w in base.waiting),
-            M=base.M,
-            chunk=base.chunk,
-            block=base.block,
-            token_budget=base.token_budget,
-            max_num_seqs=base.max_num_seqs,
-            n_waiting=base.n_waiting,
-            state=base.state,
         )
 
     def decide(self) -> tuple[View, Decision]:

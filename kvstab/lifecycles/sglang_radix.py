@@ -549,20 +549,8 @@ class SglangRadixEngine:
         prefill: int = 0,
         decode: int = 0,
     ) -> SglangStep:
-        return SglangStep(
-            step=t,
-            kind=kind,
-            admitted=tuple(admitted),
-            retracted=tuple(retracted),
-            finished=tuple(done),
-            tokens=tuple(work),
-            prefill_tokens=prefill,
-            decode_tokens=decode,
-            kv_used=self.used,
-            new_token_ratio=float(self.ratio),
-            batch_is_full=int(self.full),
-            queue=len(self.waiting),
-        )
+        after = (self.used, self.ratio, self.full, len(self.waiting))
+        return SglangStep.collected(t, kind, (admitted, retracted, done, work), (prefill, decode), after)
 
 
 def replay_radix(

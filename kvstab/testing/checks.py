@@ -524,17 +524,8 @@ class Auditor:
             ActiveEntry(rid, reqs[rid].s, reqs[rid].o, 0) for rid in rec.admitted
         )
         head = slot.waiting_ids[: max(self.engine.window, 1)]
-        view = View(
-            active=active,
-            waiting=tuple(WaitingEntry(rid, reqs[rid].s, reqs[rid].o) for rid in head),
-            M=p.M,
-            chunk=p.chunk,
-            block=p.block,
-            token_budget=p.token_budget,
-            max_num_seqs=p.max_num_seqs,
-            n_waiting=len(slot.waiting_ids),
-            state=self._before_state,
-        )
+        waiting = tuple(WaitingEntry(rid, reqs[rid].s, reqs[rid].o) for rid in head)
+        view = View.under(p, active, waiting, len(slot.waiting_ids), self._before_state)
         again = self.scheduler.decide(view, CONCRETE)
         more = [rid for rid, a in zip(head, again.admit) if a]
         if more and not any(again.preempt):
