@@ -31,7 +31,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -82,6 +82,9 @@ __all__ = [
     "SHARED_M",
     "shared_prompt_case",
 ]
+
+#: a replay log: vLLM's terms (:class:`StepLog`) or SGLang's (:class:`SglangModelLog`)
+L = TypeVar("L", StepLog, SglangModelLog)
 
 #: The small capacity of the issue: about a dozen paper-workload requests fit.
 SMALL_M = 16_384
@@ -164,9 +167,49 @@ def default_cases(data_dir: str | None, which: str = "all") -> list[Case]:
     return cases
 
 
+class _Beside(Generic[L]):
+    """The model's replay and the real scheduler's beside it (vLLM's or SGLang's), and what a
+    report reads as measured: the real scheduler's log and rate when it ran, else the model's.
+    A subclass names its real log's field in ``REAL``; its rate is ``mu_`` and that name."""
+
+    __slots__ = ()
+    REAL: ClassVar[str]
+    model: L
+    mu_model: Estimate
+
+    @property
+    def measured(self) -> L:
+        """The real scheduler's log when it ran, else the model's."""
+        real: L | None = getattr(self, self.REAL)
+        return real if real is not None else self.model
+
+    @property
+    def mu_measured(self) -> Estimate:
+        """The real scheduler's rate when it ran, else the model's."""
+        mu: Estimate | None = getattr(self, "mu_" + self.REAL)
+        return mu if mu is not None else self.mu_model
+
+
+def _vllm_first(model: StepLog, vllm: StepLog) -> str | None:
+    """Where the model first departs from vLLM (vLLM's log is the reference the report reads)."""
+    return vllm.first_difference(model)
+
+
+def _beside(
+    model: L, real: L | None, rate: Callable[[L], Estimate], differ: Callable[[L, L], str | None]
+) -> tuple[Estimate, Estimate | None, str | None]:
+    """``(mu_model, mu_real, difference)`` of two replays of one plan: each one's saturated rate
+    and where they first part (``None`` for the real ones where the real scheduler did not run)."""
+    if real is None:
+        return rate(model), None, None
+    return rate(model), rate(real), differ(model, real)
+
+
 @dataclass(frozen=True, slots=True, eq=False)
-class CaseResult:
+class CaseResult(_Beside[StepLog]):
     """Everything the report says about one case."""
+
+    REAL = "vllm"
 
     case: Case
     config: ReplayConfig
@@ -184,24 +227,16 @@ class CaseResult:
     off: CachingOff | None = None
 
     @property
-    def measured(self) -> StepLog:
-        """vLLM's log when it ran, else the model's."""
-        return self.vllm if self.vllm is not None else self.model
-
-    @property
-    def mu_measured(self) -> Estimate:
-        """vLLM's rate when it ran, else the model's."""
-        return self.mu_vllm if self.mu_vllm is not None else self.mu_model
-
-    @property
     def caching(self) -> bool:
         """Whether the replays ran with vLLM's prefix caching on."""
         return self.config.enable_prefix_caching
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class CachingOff:
+class CachingOff(_Beside[StepLog]):
     """The same plan with prefix caching off, beside a caching-on case, and the gap between them."""
+
+    REAL = "vllm"
 
     model: StepLog
     vllm: StepLog | None
@@ -209,16 +244,6 @@ class CachingOff:
     mu_vllm: Estimate | None
     difference: str | None  # first step where the model departs from vLLM, caching off (None: identical)
     gap: CachingDecomposition  # measured on against measured off (vLLM's logs when it ran)
-
-    @property
-    def measured(self) -> StepLog:
-        """vLLM's caching-off log when it ran, else the model's."""
-        return self.vllm if self.vllm is not None else self.model
-
-    @property
-    def mu_measured(self) -> Estimate:
-        """vLLM's caching-off rate when it ran, else the model's."""
-        return self.mu_vllm if self.mu_vllm is not None else self.mu_model
 
 
 def run_case(
@@ -251,19 +276,16 @@ def run_case(
     model = replay_on(plan, cfg, steps)
     vlog = replay_vllm(plan, cfg, steps) if use_vllm else None
     measured = vlog if vlog is not None else model
+    rate = lambda log: saturated_rate(log, warmup)  # noqa: E731
     off = None
     if caching:
         model_off = model_replay(engine)(plan, cfg_off, steps)
         vlog_off = replay_vllm(plan, cfg_off, steps) if use_vllm else None
         off_measured = vlog_off if vlog_off is not None else model_off
-        off = CachingOff(
-            model=model_off,
-            vllm=vlog_off,
-            mu_model=saturated_rate(model_off, warmup),
-            mu_vllm=saturated_rate(vlog_off, warmup) if vlog_off is not None else None,
-            difference=vlog_off.first_difference(model_off) if vlog_off is not None else None,
-            gap=decompose_caching(measured, off_measured, warmup),
-        )
+        mu, mu_v, diff = _beside(model_off, vlog_off, rate, _vllm_first)
+        gap = decompose_caching(measured, off_measured, warmup)
+        off = CachingOff(model=model_off, vllm=vlog_off, mu_model=mu, mu_vllm=mu_v, difference=diff, gap=gap)
+    mu, mu_v, diff = _beside(model, vlog, rate, _vllm_first)
     return CaseResult(
         case=case,
         config=cfg,
@@ -271,9 +293,9 @@ def run_case(
         mu_paper=mu_paper,
         model=model,
         vllm=vlog,
-        mu_model=saturated_rate(model, warmup),
-        mu_vllm=saturated_rate(vlog, warmup) if vlog is not None else None,
-        difference=vlog.first_difference(model) if vlog is not None else None,
+        mu_model=mu,
+        mu_vllm=mu_v,
+        difference=diff,
         slope=queue_growth(measured, warmup),
         decomposition=decompose_gap(off.measured if off is not None else measured, case.M, Eg, warmup),
         dropped=before - len(plan),
@@ -282,8 +304,10 @@ def run_case(
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class SglangCaseResult:
+class SglangCaseResult(_Beside[SglangModelLog]):
     """One case on SGLang: the paper's formula, kvstab's ``sglang`` model and SGLang's own scheduler."""
+
+    REAL = "real"
 
     case: Case
     rule: Sglang  # SGLang's knobs
@@ -303,35 +327,22 @@ class SglangCaseResult:
     off: SglangCachingOff | None = None
 
     @property
-    def measured(self) -> SglangModelLog:
-        """SGLang's log when it ran, else the model's."""
-        return self.real if self.real is not None else self.model
-
-    @property
-    def mu_measured(self) -> Estimate:
-        """SGLang's rate when it ran, else the model's."""
-        return self.mu_real if self.mu_real is not None else self.mu_model
-
-    @property
     def caching(self) -> bool:
         """Whether the replays ran with SGLang's radix cache on."""
         return bool(self.params.prefix_caching)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class SglangCachingOff:
+class SglangCachingOff(_Beside[SglangModelLog]):
     """The same plan with SGLang's radix cache off (``--disable-radix-cache``), beside a caching-on case."""
+
+    REAL = "real"
 
     model: SglangModelLog
     real: SglangModelLog | None
     mu_model: Estimate
     mu_real: Estimate | None
     difference: str | None  # first step where the model departs from SGLang, cache off (None: identical)
-
-    @property
-    def mu_measured(self) -> Estimate:
-        """SGLang's caching-off rate when it ran, else the model's."""
-        return self.mu_real if self.mu_real is not None else self.mu_model
 
 
 def sglang_rate(log: SglangModelLog, warmup: float = 0.25, batches: int = 20) -> Estimate:
@@ -389,23 +400,20 @@ def run_sglang_case(
 
     model, real = both(params)
     measured = real if real is not None else model
+    rate = lambda log: sglang_rate(log, warmup)  # noqa: E731
     off = None
     if caching:
         model_off, real_off = both(params_off)
         # the paper formula's gap is decomposed in its own world, without sharing (as for vLLM)
         measured = real_off if real_off is not None else model_off
-        off = SglangCachingOff(
-            model=model_off,
-            real=real_off,
-            mu_model=sglang_rate(model_off, warmup),
-            mu_real=sglang_rate(real_off, warmup) if real_off is not None else None,
-            difference=model_off.first_difference(real_off) if real_off is not None else None,
-        )
+        mu, mu_r, diff = _beside(model_off, real_off, rate, SglangModelLog.first_difference)
+        off = SglangCachingOff(model=model_off, real=real_off, mu_model=mu, mu_real=mu_r, difference=diff)
     eos = None
     if ignore_eos:
         from kvstab.empirical.sglang_driver import check_ignore_eos
 
         eos = check_ignore_eos(kept, rule, params_off, steps, model=off.model if off is not None else model)
+    mu, mu_r, diff = _beside(model, real, rate, SglangModelLog.first_difference)
     return SglangCaseResult(
         case=case,
         rule=rule,
@@ -414,9 +422,9 @@ def run_sglang_case(
         mu_paper=mu_paper,
         model=model,
         real=real,
-        mu_model=sglang_rate(model, warmup),
-        mu_real=sglang_rate(real, warmup) if real is not None else None,
-        difference=model.first_difference(real) if real is not None else None,
+        mu_model=mu,
+        mu_real=mu_r,
+        difference=diff,
         dropped=int((~keep).sum()),
         decomposition=decompose_sglang_gap(measured, case.M, Eg, warmup, requested=kept.o),
         eos=eos,

@@ -675,6 +675,23 @@ class Engine:
         """No request waiting or active."""
         return not self.active and not self.waiting
 
+    def drain_checked(self, plan: ArrivalPlan, check: Callable[[int], list[str]], max_slots: int) -> list[str]:
+        """Run ``plan`` until it drains (idle slots skipped, at most ``max_slots``), calling
+        ``check(t)`` after each slot: the run stops at the first slot whose check finds problems
+        and returns them (``[]``: every slot passed).  What the run raises propagates."""
+        found: list[str] = []
+
+        def after(t: int) -> None:
+            found.extend(check(t))
+            if found:
+                raise _Stop
+
+        try:
+            self.run(plan, None, drain=True, skip_idle=True, on_slot=after, max_slots=max_slots)
+        except _Stop:
+            pass
+        return found
+
     def run(
         self,
         plan: ArrivalPlan,
@@ -774,6 +791,10 @@ class Engine:
             window=self.window,
             window_hid_slots=self.window_hid_slots,
         )
+
+
+class _Stop(Exception):
+    """Stops :meth:`Engine.drain_checked` at the first slot whose check finds problems."""
 
 
 def simulate(

@@ -74,6 +74,10 @@ __all__ = [
 OPS = Z3Ops()
 
 
+#: the server's limits a :class:`Setting` takes over from :class:`ModelParams` by name
+_LIMITS = ("chunk", "block", "token_budget", "max_num_seqs")
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     """The server as the encoding sees it: ``M`` symbolic (``None``) or fixed;
@@ -96,13 +100,7 @@ class Setting:
 
     def __post_init__(self) -> None:
         # ModelParams validates the numbers (M only when fixed)
-        ModelParams(
-            M=self.M if self.M is not None else max(self.block, 1),
-            chunk=self.chunk,
-            block=self.block,
-            token_budget=self.token_budget,
-            max_num_seqs=self.max_num_seqs,
-        )
+        ModelParams(M=self.M if self.M is not None else max(self.block, 1), **self._limits())
 
     @classmethod
     def from_params(cls, params: ModelParams, *, symbolic_M: bool = False, caching: bool = False) -> Setting:
@@ -113,14 +111,12 @@ class Setting:
         shared blocks only with ``caching`` (``kvstab prove --prefix-caching on``) and
         ``params.prefix_caching``: a caller that does not ask keeps the proofs of the
         model without sharing, as before prefix caching existed."""
-        return cls(
-            M=None if symbolic_M else params.M,
-            chunk=params.chunk,
-            block=params.block,
-            token_budget=params.token_budget,
-            max_num_seqs=params.max_num_seqs,
-            prefix_caching=caching and params.prefix_caching,
-        )
+        limits = {k: getattr(params, k) for k in _LIMITS}
+        return cls(M=None if symbolic_M else params.M, prefix_caching=caching and params.prefix_caching, **limits)
+
+    def _limits(self) -> dict[str, Any]:
+        """The server's limits a setting takes over from :class:`ModelParams` unchanged."""
+        return {k: getattr(self, k) for k in _LIMITS}
 
     @property
     def M_term(self) -> z3.ArithRef:
@@ -134,14 +130,7 @@ class Setting:
     def params(self, M: int) -> ModelParams:
         """The concrete :class:`ModelParams` for ``M`` (to replay a model in the simulator);
         ``Setting.from_params(s.params(M))`` is ``s`` with ``M`` fixed."""
-        return ModelParams(
-            M=M,
-            chunk=self.chunk,
-            block=self.block,
-            token_budget=self.token_budget,
-            max_num_seqs=self.max_num_seqs,
-            prefix_caching=self.prefix_caching,
-        )
+        return ModelParams(M=M, prefix_caching=self.prefix_caching, **self._limits())
 
     def assumptions(self) -> tuple[str, ...]:
         """The assumptions a proof in this setting carries."""

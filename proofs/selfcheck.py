@@ -367,7 +367,7 @@ def check_shared_run(
     problems: list[str] = []
     counts = [0, 0]  # slots compared, slots with sharing in view
 
-    def compare_slot(t: int) -> None:
+    def compare_slot(t: int) -> list[str]:
         shown, _ = eng.seen[-1]
         # a rule that is not clairvoyant was shown no o: the encoding is evaluated on the true one
         view = dataclasses.replace(
@@ -377,11 +377,10 @@ def check_shared_run(
         )
         rec = eng.records[-1]
         if len(view.active) > compiled.K or len(view.waiting) > compiled.Q:
-            return
+            return []
         bad = view_premises(view, se.block)
         if bad:
-            problems.extend(f"slot {t}: {b}" for b in bad)
-            raise _Disagree
+            return [f"slot {t}: {b}" for b in bad]
         counts[0] += 1
         if any(int(a.shared) for a in view.active) or any(int(w.cached) or int(w.shared) for w in view.waiting):
             counts[1] += 1
@@ -389,23 +388,18 @@ def check_shared_run(
         shift = {int(a.rid): int(a.shared) for a in view.active} | {int(w.rid): int(w.shared) for w in view.waiting}
         mine = sorted((rid, p + shift[rid]) for rid, _, _, p in enc.active)
         theirs = sorted((r.rid, r.progress) for r in eng.active)
+        out: list[str] = []
         if (enc.charged, enc.tokens, enc.running) != (rec.memory, rec.tokens, rec.running):
-            problems.append(f"slot {t}: charged/tokens/running: encoding {(enc.charged, enc.tokens, enc.running)}, "
-                            f"engine {(rec.memory, rec.tokens, rec.running)}")
+            out.append(f"slot {t}: charged/tokens/running: encoding {(enc.charged, enc.tokens, enc.running)}, "
+                       f"engine {(rec.memory, rec.tokens, rec.running)}")
         if mine != theirs:
-            problems.append(f"slot {t}: progress after the slot: encoding {mine}, engine {theirs}")
-        if problems:
-            raise _Disagree
+            out.append(f"slot {t}: progress after the slot: encoding {mine}, engine {theirs}")
+        return out
 
     try:
-        eng.run(plan, None, drain=True, skip_idle=True, on_slot=compare_slot, max_slots=slots)
-    except _Disagree:
-        pass
+        problems += eng.drain_checked(plan, compare_slot, slots)
     except Exception as exc:  # an overflow, or a pool that breaks its own checks
         problems.append(f"slot {eng.slot}: the engine raised {type(exc).__name__}: {exc}")
     checked, sharing = counts
     return SharedRun(checked, sharing, tuple(problems))
 
-
-class _Disagree(Exception):
-    """Stops a run at the first slot where the encoding and the engine disagree."""

@@ -127,16 +127,8 @@ def run_shared(
     if callable(install):
         install(eng)
     bad: list[str] = []
-
-    def check(t: int) -> None:
-        bad.extend(f"slot {t}: {p}" for p in pool_problems(eng))
-        if bad:
-            raise _Broken
-
     try:
-        eng.run(plan, None, drain=True, skip_idle=True, on_slot=check, max_slots=max_slots)
-    except _Broken:
-        pass
+        bad += eng.drain_checked(plan, lambda t: [f"slot {t}: {p}" for p in pool_problems(eng)], max_slots)
     except InvariantViolation as exc:
         bad.append(str(exc))
     except (AssertionError, ValueError, KeyError) as exc:  # a pool whose own bookkeeping breaks
@@ -145,9 +137,6 @@ def run_shared(
         return None
     return f"{bad[0]}\n  replay: {replay_command(spec, params, plan)}"
 
-
-class _Broken(Exception):
-    """Stops a run at the first slot whose pool check fails."""
 
 
 def run_radix(scheduler: Scheduler, spec: str, params: ModelParams, requests: str, *, max_slots: int = 300) -> str | None:

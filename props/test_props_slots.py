@@ -73,6 +73,21 @@ def test_property(audited_scheduler: AuditTarget, prop: int, props_budget: Budge
         assert exercised["7-engine"] > 0, "vacuous: the queue head never waited, the engine-state test never ran"
 
 
+def _count_p6(
+    exercised: Counter[int | str], notice: ShrinkNotice, target: AuditTarget, params: ModelParams, plan: ArrivalPlan,
+    margin: int | None = None,
+) -> None:
+    """Check property 6 on one drawn plan and count the premises it exercised; a violation is
+    noticed (the shrunk case's line) and raised to Hypothesis."""
+    __tracebackhide__ = True
+    try:
+        aud = audit_plan(target.scheduler, params, plan, select={6}, spec=target.spec, margin=margin)
+    except PropertyViolation as exc:
+        notice(exc)
+        raise
+    exercised.update(aud.exercised)
+
+
 def test_p6_drift_bound_under_saturation(audited_scheduler: AuditTarget, props_budget: Budget) -> None:
     """Property 6 where it has teeth: many small requests keep the server busy,
     so a margin of one peak is small against ``M`` and memory left idle while
@@ -87,12 +102,7 @@ def test_p6_drift_bound_under_saturation(audited_scheduler: AuditTarget, props_b
     def check(scenario: tuple) -> None:
         __tracebackhide__ = True
         params, plan = scenario
-        try:
-            aud = audit_plan(audited_scheduler.scheduler, params, plan, select={6}, spec=audited_scheduler.spec)
-        except PropertyViolation as exc:
-            notice(exc)
-            raise
-        exercised.update(aud.exercised)
+        _count_p6(exercised, notice, audited_scheduler, params, plan)
 
     check()
     assert exercised[6] > 0, "vacuous: no saturated draw left a request waiting"
@@ -163,13 +173,7 @@ def test_p6_drift_bound_with_the_proved_margin(audited_scheduler: AuditTarget, p
     @given(plan=small_plans())
     def check(plan: ArrivalPlan) -> None:
         __tracebackhide__ = True
-        try:
-            aud = audit_plan(audited_scheduler.scheduler, PROVED_SERVER, plan, select={6},
-                             spec=audited_scheduler.spec, margin=delta)
-        except PropertyViolation as exc:
-            notice(exc)
-            raise
-        exercised.update(aud.exercised)
+        _count_p6(exercised, notice, audited_scheduler, PROVED_SERVER, plan, margin=delta)
 
     check()
     assert exercised[6] > 0, "vacuous: no drawn workload left a request waiting"
