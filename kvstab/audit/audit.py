@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from kvstab.proofs.encoding import Setting
     from kvstab.proofs.solver import Budget
     from kvstab.proofs.verdicts import Verdict
+    from kvstab.theory.report import StabilityReport
 
 __all__ = [
     "AuditConfig", "AuditResult", "Check", "run_audit", "SECTIONS", "SKIPPABLE", "EXIT", "SCHEMA_VERSION",
@@ -122,19 +123,26 @@ class Certificate(JsonRecord):
 
 @dataclass(frozen=True, slots=True)
 class TheorySection(JsonRecord):
-    """The theory section: ``E[g]``, ``μ``, ``δ``, ``μ(1−δ)`` and the certified rates."""
+    """The theory section: ``E[g]``, ``μ``, ``δ``, ``μ(1−δ)`` and the certified rates.
 
-    workload: str = field(metadata={"help": "the workload's description"})
-    E_g: float = field(metadata={"help": "E[g], token-slots a request holds"})
-    mu_per_s: float = field(metadata={"help": "μ, requests per second"})
-    mu_per_slot: float = field(metadata={"help": "μ·b̄, requests per slot"})
-    delta: float = field(metadata={"help": "δ, the memory lost to fragmentation at the boundary"})
-    mu_1_minus_delta_per_s: float | None = field(metadata={"help": "the paper's μ(1−δ), None where δ ≥ 1"})
-    certified_rate_per_s: float | None = field(metadata={"help": "the rate certified for the audited policy"})
-    certified_basis: str = field(metadata={"help": "why it is certified (or why not)"})
+    Its JSON form spells out the report's figures under report.json's names (``workload``,
+    ``E_g``, ``mu_per_s``, ``mu_per_slot``, ``delta``, ``mu_1_minus_delta_per_s``), then the
+    certificate's fields, ``max_s``, ``max_o`` and the baselines' certificates."""
+
+    report: StabilityReport = field(
+        metadata={"help": "E[g], μ, δ, μ(1−δ) of the workload on the audited server", "json": False}
+    )
+    certificate: Certificate = field(metadata={"help": "the rate certified for the audited policy", "json": False})
     max_s: int = field(metadata={"help": "the workload's longest prompt"})
     max_o: int = field(metadata={"help": "the workload's longest output"})
     baselines: dict[str, Certificate] = field(default_factory=dict, metadata={"help": "each baseline's certificate"})
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's figures, the certificate, the longest request, the baselines (report.json's ``theory``)."""
+        r = self.report
+        figures = {"workload": r.workload, "E_g": r.E_g, "mu_per_s": r.mu_per_s, "mu_per_slot": r.mu_per_slot,
+                   "delta": r.delta, "mu_1_minus_delta_per_s": r.guarantee_per_s}
+        return {**figures, **self.certificate.to_json(), **record_json(self)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,18 +383,8 @@ def theory_section(scheduler: Scheduler, params: ModelParams, workload: str,
 
     w = load_workload(workload)
     rep = stability_report(w, params)
-    certified, why = policy_guarantee(scheduler, params, w, rep.mu_per_s)
     return TheorySection(
-        workload=w.describe(),
-        E_g=rep.E_g,
-        mu_per_s=rep.mu_per_s,
-        mu_per_slot=rep.mu_per_slot,
-        delta=rep.delta,
-        mu_1_minus_delta_per_s=rep.guarantee_per_s,
-        certified_rate_per_s=certified,
-        certified_basis=why,
-        max_s=w.max_s,
-        max_o=w.max_o,
+        rep, Certificate(*policy_guarantee(scheduler, params, w, rep.mu_per_s)), max_s=w.max_s, max_o=w.max_o,
         baselines={name: Certificate(*policy_guarantee(b, params, w, rep.mu_per_s)) for name, b in baselines},
     )
 
@@ -768,9 +766,10 @@ def run_audit(
     t = time.perf_counter()
     th = res.theory = theory_section(sched, config.params, config.workload, baselines)
     res.seconds["theory"] = time.perf_counter() - t
-    md = th.mu_1_minus_delta_per_s
-    res.checks.append(Check("theory", "info", f"μ = {th.mu_per_s:.5g}/s, δ = {th.delta:.4f}, μ(1−δ) = "
-                            + (f"{md:.5g}/s" if md is not None else "none (δ ≥ 1)") + f"; certified: {th.certified_basis}"))
+    rep, md = th.report, th.report.guarantee_per_s
+    res.checks.append(Check("theory", "info", f"μ = {rep.mu_per_s:.5g}/s, δ = {rep.delta:.4f}, μ(1−δ) = "
+                            + (f"{md:.5g}/s" if md is not None else "none (δ ≥ 1)")
+                            + f"; certified: {th.certificate.certified_basis}"))
     log(f"theory: {res.checks[-1].detail}")
 
     if "proofs" in config.skip:
@@ -811,7 +810,7 @@ def run_audit(
         res.complete = True
         return res
     t = time.perf_counter()
-    mu = th.mu_per_s
+    mu = th.report.mu_per_s
     for name, obj in [(config.scheduler, sched), *baselines]:
         log(f"stability: {name}")
         try:
@@ -957,7 +956,7 @@ def _check_stability(res: AuditResult, r: StabilityRegion) -> list[Check]:
         out.append(Check("gate --max-waste", "pass" if ok else "fail",
                          f"waste {ev.waste:.4f} of served area at λ = {ev.rate:.5g}/s (just below λ*) "
                          f"{'≤' if ok else '>'} {c.max_waste:.4f}"))
-    cert = None if res.theory is None else res.theory.certified_rate_per_s
+    cert = None if res.theory is None else res.theory.certificate.certified_rate_per_s
     if cert is not None and r.high < cert * (1 - r.tolerance):
         out.append(Check("certified rate", "fail", f"λ* ≤ {r.high:.5g}/s lies below the certified rate {cert:.5g}/s: "
                          "the certificate's premise (the margin Δ) does not hold for this policy"))
