@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvstab.audit.profiles import AuditProfile
 from kvstab.audit.properties import PropertiesSection
+from kvstab.audit.runs import Certificate
 from kvstab.audit.stability import StabilityRegion, find_critical_rate
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument, InvalidScheduler, InvariantViolation
@@ -36,6 +37,7 @@ from kvstab.model import DEFAULT_WINDOW, ModelParams
 
 if TYPE_CHECKING:
     from kvstab.proofs.encoding import Setting
+    from kvstab.proofs.margins import MarginResult as Search
     from kvstab.proofs.solver import Budget
     from kvstab.proofs.verdicts import Verdict
     from kvstab.theory.report import StabilityReport
@@ -111,14 +113,6 @@ def _with_verdict(record: InvariantResult | MarginResult | ClaimResult, first: t
 def _verdict_word(v: Verdict) -> str:
     """``Proved``, ``Refuted`` or ``Unknown``: the ``verdict`` field of the JSON form."""
     return type(v).__name__
-
-
-@dataclass(frozen=True, slots=True)
-class Certificate(JsonRecord):
-    """The rate certified for one policy, and on what grounds."""
-
-    certified_rate_per_s: float | None = field(metadata={"help": "stable below this rate (req/s); None: none certified"})
-    certified_basis: str = field(metadata={"help": "why (the theorem and the premise it used), or why none"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +192,20 @@ class MarginResult(JsonRecord):
     why_not_audited_M: str | None = field(
         default=None, metadata={"json": "optional", "help": "why Δ is given at the search's M, not the audited one"}
     )
+
+    @classmethod
+    def of(cls, found: Search, K: int, Q: int, server: Setting, spec: str, audited_M: int, declared: int | None,
+           *, every_M_from: int | None = None, why_not_audited_M: str | None = None) -> MarginResult:
+        """The record of the margin search ``found`` at bounds ``K``/``Q`` on the small ``server`` (its
+        chunk and block), beside the margin the rule ``declared``; ``every_M_from`` or
+        ``why_not_audited_M`` says at which ``M`` it holds."""
+        delta = found.delta
+        return cls(
+            found.verdict, K=K, Q=Q, delta=delta, declared=declared, M=found.M, chunk=server.chunk,
+            block=server.block, max_s=found.max_s, max_o=found.max_o, paper_delta_times_M=found.paper_delta_tokens,
+            declared_holds=None if delta is None or declared is None else delta <= declared, spec=spec,
+            every_M_from=every_M_from, audited_M=audited_M, why_not_audited_M=why_not_audited_M,
+        )
 
     @property
     def where(self) -> str:
@@ -379,13 +387,12 @@ def theory_section(scheduler: Scheduler, params: ModelParams, workload: str,
     """``E[g]``, ``μ``, ``δ``, ``μ(1−δ)`` and the rate certified for this policy and each baseline."""
     from kvstab.audit.runs import load_workload
     from kvstab.theory import stability_report
-    from kvstab.theory.certified import policy_guarantee
 
     w = load_workload(workload)
     rep = stability_report(w, params)
     return TheorySection(
-        rep, Certificate(*policy_guarantee(scheduler, params, w, rep.mu_per_s)), max_s=w.max_s, max_o=w.max_o,
-        baselines={name: Certificate(*policy_guarantee(b, params, w, rep.mu_per_s)) for name, b in baselines},
+        rep, Certificate.of(scheduler, params, w, rep.mu_per_s), max_s=w.max_s, max_o=w.max_o,
+        baselines={name: Certificate.of(b, params, w, rep.mu_per_s) for name, b in baselines},
     )
 
 
@@ -505,34 +512,13 @@ def _margin(scheduler: Scheduler, spec: str, params: ModelParams, profile: Audit
         fn = getattr(scheduler, "margin", None)
         # what the rule declares at the audited M (with the search's lengths, chunk and block)
         declared = int(fn(server(params.M).params(params.M), max_s, max_o)) if callable(fn) else None
-        return MarginResult(
-            every.verdict, K=ke, Q=qe, delta=every.delta, declared=declared, M=None,
-            chunk=small.chunk, block=small.block, max_s=every.max_s, max_o=every.max_o,
-            paper_delta_times_M=every.paper_delta_tokens,
-            declared_holds=None if declared is None else every.delta <= declared, spec=spec,
-            every_M_from=int(tokens_held(max_s + max_o, small.block)), audited_M=params.M,
-        )  # fmt: skip
+        return MarginResult.of(every, ke, qe, small, spec, params.M, declared,
+                               every_M_from=int(tokens_held(max_s + max_o, small.block)))
     why_small = ("no constant Δ holds for every M" if _verdict_word(every.verdict) == "Refuted"
                  else "one Δ for every M was not decided")
     # the search at the profile's small M (the largest the bounded search reaches)
     m, K, Q = half_then_full(profile.margin_M, share=False)
-    return MarginResult(
-        m.verdict,
-        K=K,
-        Q=Q,
-        delta=m.delta,
-        declared=m.declared,
-        M=m.M,
-        chunk=small.chunk,
-        block=small.block,
-        max_s=m.max_s,
-        max_o=m.max_o,
-        paper_delta_times_M=m.paper_delta_tokens,
-        declared_holds=None if m.delta is None or m.declared is None else m.delta <= m.declared,
-        spec=spec,
-        audited_M=params.M,
-        why_not_audited_M=why_small,
-    )
+    return MarginResult.of(m, K, Q, small, spec, params.M, m.declared, why_not_audited_M=why_small)
 
 
 #: how much longer than the search at half the bounds the one at the profile's bounds is taken to
