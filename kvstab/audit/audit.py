@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvstab.audit.profiles import AuditProfile
 from kvstab.audit.properties import PropertiesSection
+from kvstab.audit.runs import Certificate
 from kvstab.audit.stability import StabilityRegion, find_critical_rate
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument, InvalidScheduler, InvariantViolation
@@ -36,8 +37,10 @@ from kvstab.model import DEFAULT_WINDOW, ModelParams
 
 if TYPE_CHECKING:
     from kvstab.proofs.encoding import Setting
+    from kvstab.proofs.margins import MarginResult as Search
     from kvstab.proofs.solver import Budget
     from kvstab.proofs.verdicts import Verdict
+    from kvstab.theory.report import StabilityReport
 
 __all__ = [
     "AuditConfig", "AuditResult", "Check", "run_audit", "SECTIONS", "SKIPPABLE", "EXIT", "SCHEMA_VERSION",
@@ -113,28 +116,27 @@ def _verdict_word(v: Verdict) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Certificate(JsonRecord):
-    """The rate certified for one policy, and on what grounds."""
-
-    certified_rate_per_s: float | None = field(metadata={"help": "stable below this rate (req/s); None: none certified"})
-    certified_basis: str = field(metadata={"help": "why (the theorem and the premise it used), or why none"})
-
-
-@dataclass(frozen=True, slots=True)
 class TheorySection(JsonRecord):
-    """The theory section: ``E[g]``, ``μ``, ``δ``, ``μ(1−δ)`` and the certified rates."""
+    """The theory section: ``E[g]``, ``μ``, ``δ``, ``μ(1−δ)`` and the certified rates.
 
-    workload: str = field(metadata={"help": "the workload's description"})
-    E_g: float = field(metadata={"help": "E[g], token-slots a request holds"})
-    mu_per_s: float = field(metadata={"help": "μ, requests per second"})
-    mu_per_slot: float = field(metadata={"help": "μ·b̄, requests per slot"})
-    delta: float = field(metadata={"help": "δ, the memory lost to fragmentation at the boundary"})
-    mu_1_minus_delta_per_s: float | None = field(metadata={"help": "the paper's μ(1−δ), None where δ ≥ 1"})
-    certified_rate_per_s: float | None = field(metadata={"help": "the rate certified for the audited policy"})
-    certified_basis: str = field(metadata={"help": "why it is certified (or why not)"})
+    Its JSON form spells out the report's figures under report.json's names (``workload``,
+    ``E_g``, ``mu_per_s``, ``mu_per_slot``, ``delta``, ``mu_1_minus_delta_per_s``), then the
+    certificate's fields, ``max_s``, ``max_o`` and the baselines' certificates."""
+
+    report: StabilityReport = field(
+        metadata={"help": "E[g], μ, δ, μ(1−δ) of the workload on the audited server", "json": False}
+    )
+    certificate: Certificate = field(metadata={"help": "the rate certified for the audited policy", "json": False})
     max_s: int = field(metadata={"help": "the workload's longest prompt"})
     max_o: int = field(metadata={"help": "the workload's longest output"})
     baselines: dict[str, Certificate] = field(default_factory=dict, metadata={"help": "each baseline's certificate"})
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's figures, the certificate, the longest request, the baselines (report.json's ``theory``)."""
+        r = self.report
+        figures = {"workload": r.workload, "E_g": r.E_g, "mu_per_s": r.mu_per_s, "mu_per_slot": r.mu_per_slot,
+                   "delta": r.delta, "mu_1_minus_delta_per_s": r.guarantee_per_s}
+        return {**figures, **self.certificate.to_json(), **record_json(self)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +192,20 @@ class MarginResult(JsonRecord):
     why_not_audited_M: str | None = field(
         default=None, metadata={"json": "optional", "help": "why Δ is given at the search's M, not the audited one"}
     )
+
+    @classmethod
+    def of(cls, found: Search, K: int, Q: int, server: Setting, spec: str, audited_M: int, declared: int | None,
+           *, every_M_from: int | None = None, why_not_audited_M: str | None = None) -> MarginResult:
+        """The record of the margin search ``found`` at bounds ``K``/``Q`` on the small ``server`` (its
+        chunk and block), beside the margin the rule ``declared``; ``every_M_from`` or
+        ``why_not_audited_M`` says at which ``M`` it holds."""
+        delta = found.delta
+        return cls(
+            found.verdict, K=K, Q=Q, delta=delta, declared=declared, M=found.M, chunk=server.chunk,
+            block=server.block, max_s=found.max_s, max_o=found.max_o, paper_delta_times_M=found.paper_delta_tokens,
+            declared_holds=None if delta is None or declared is None else delta <= declared, spec=spec,
+            every_M_from=every_M_from, audited_M=audited_M, why_not_audited_M=why_not_audited_M,
+        )
 
     @property
     def where(self) -> str:
@@ -371,23 +387,12 @@ def theory_section(scheduler: Scheduler, params: ModelParams, workload: str,
     """``E[g]``, ``μ``, ``δ``, ``μ(1−δ)`` and the rate certified for this policy and each baseline."""
     from kvstab.audit.runs import load_workload
     from kvstab.theory import stability_report
-    from kvstab.theory.certified import policy_guarantee
 
     w = load_workload(workload)
     rep = stability_report(w, params)
-    certified, why = policy_guarantee(scheduler, params, w, rep.mu_per_s)
     return TheorySection(
-        workload=w.describe(),
-        E_g=rep.E_g,
-        mu_per_s=rep.mu_per_s,
-        mu_per_slot=rep.mu_per_slot,
-        delta=rep.delta,
-        mu_1_minus_delta_per_s=rep.guarantee_per_s,
-        certified_rate_per_s=certified,
-        certified_basis=why,
-        max_s=w.max_s,
-        max_o=w.max_o,
-        baselines={name: Certificate(*policy_guarantee(b, params, w, rep.mu_per_s)) for name, b in baselines},
+        rep, Certificate.of(scheduler, params, w, rep.mu_per_s), max_s=w.max_s, max_o=w.max_o,
+        baselines={name: Certificate.of(b, params, w, rep.mu_per_s) for name, b in baselines},
     )
 
 
@@ -507,34 +512,13 @@ def _margin(scheduler: Scheduler, spec: str, params: ModelParams, profile: Audit
         fn = getattr(scheduler, "margin", None)
         # what the rule declares at the audited M (with the search's lengths, chunk and block)
         declared = int(fn(server(params.M).params(params.M), max_s, max_o)) if callable(fn) else None
-        return MarginResult(
-            every.verdict, K=ke, Q=qe, delta=every.delta, declared=declared, M=None,
-            chunk=small.chunk, block=small.block, max_s=every.max_s, max_o=every.max_o,
-            paper_delta_times_M=every.paper_delta_tokens,
-            declared_holds=None if declared is None else every.delta <= declared, spec=spec,
-            every_M_from=int(tokens_held(max_s + max_o, small.block)), audited_M=params.M,
-        )  # fmt: skip
+        return MarginResult.of(every, ke, qe, small, spec, params.M, declared,
+                               every_M_from=int(tokens_held(max_s + max_o, small.block)))
     why_small = ("no constant Δ holds for every M" if _verdict_word(every.verdict) == "Refuted"
                  else "one Δ for every M was not decided")
     # the search at the profile's small M (the largest the bounded search reaches)
     m, K, Q = half_then_full(profile.margin_M, share=False)
-    return MarginResult(
-        m.verdict,
-        K=K,
-        Q=Q,
-        delta=m.delta,
-        declared=m.declared,
-        M=m.M,
-        chunk=small.chunk,
-        block=small.block,
-        max_s=m.max_s,
-        max_o=m.max_o,
-        paper_delta_times_M=m.paper_delta_tokens,
-        declared_holds=None if m.delta is None or m.declared is None else m.delta <= m.declared,
-        spec=spec,
-        audited_M=params.M,
-        why_not_audited_M=why_small,
-    )
+    return MarginResult.of(m, K, Q, small, spec, params.M, m.declared, why_not_audited_M=why_small)
 
 
 #: how much longer than the search at half the bounds the one at the profile's bounds is taken to
@@ -768,9 +752,10 @@ def run_audit(
     t = time.perf_counter()
     th = res.theory = theory_section(sched, config.params, config.workload, baselines)
     res.seconds["theory"] = time.perf_counter() - t
-    md = th.mu_1_minus_delta_per_s
-    res.checks.append(Check("theory", "info", f"μ = {th.mu_per_s:.5g}/s, δ = {th.delta:.4f}, μ(1−δ) = "
-                            + (f"{md:.5g}/s" if md is not None else "none (δ ≥ 1)") + f"; certified: {th.certified_basis}"))
+    rep, md = th.report, th.report.guarantee_per_s
+    res.checks.append(Check("theory", "info", f"μ = {rep.mu_per_s:.5g}/s, δ = {rep.delta:.4f}, μ(1−δ) = "
+                            + (f"{md:.5g}/s" if md is not None else "none (δ ≥ 1)")
+                            + f"; certified: {th.certificate.certified_basis}"))
     log(f"theory: {res.checks[-1].detail}")
 
     if "proofs" in config.skip:
@@ -811,7 +796,7 @@ def run_audit(
         res.complete = True
         return res
     t = time.perf_counter()
-    mu = th.mu_per_s
+    mu = th.report.mu_per_s
     for name, obj in [(config.scheduler, sched), *baselines]:
         log(f"stability: {name}")
         try:
@@ -957,7 +942,7 @@ def _check_stability(res: AuditResult, r: StabilityRegion) -> list[Check]:
         out.append(Check("gate --max-waste", "pass" if ok else "fail",
                          f"waste {ev.waste:.4f} of served area at λ = {ev.rate:.5g}/s (just below λ*) "
                          f"{'≤' if ok else '>'} {c.max_waste:.4f}"))
-    cert = None if res.theory is None else res.theory.certified_rate_per_s
+    cert = None if res.theory is None else res.theory.certificate.certified_rate_per_s
     if cert is not None and r.high < cert * (1 - r.tolerance):
         out.append(Check("certified rate", "fail", f"λ* ≤ {r.high:.5g}/s lies below the certified rate {cert:.5g}/s: "
                          "the certificate's premise (the margin Δ) does not hold for this policy"))

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Point", "PointResult", "run_point", "derive_seed", "load_workload", "BATCHES", "SERIES_POINTS",
     "poisson_plan", "trace_plan", "ModelRun", "run_model", "SimulationSetup", "SimulationReport",
-    "prepare_simulation", "simulate_prepared",
+    "prepare_simulation", "simulate_prepared", "Certificate",
 ]
 
 Engine = Literal["auto", "fast", "reference"]
@@ -324,6 +324,22 @@ def run_model(
     return ModelRun(out.summary, out.result, None, window, out.engine, out.reason)
 
 
+@dataclass(frozen=True, slots=True)
+class Certificate(JsonRecord):
+    """The rate certified for one policy, and on what grounds."""
+
+    certified_rate_per_s: float | None = field(metadata={"help": "stable below this rate (req/s); None: none certified"})
+    certified_basis: str = field(metadata={"help": "why (the theorem and the premise it used), or why none"})
+
+    @classmethod
+    def of(cls, scheduler: Scheduler, params: ModelParams, law: Workload, mu: float) -> Certificate:
+        """What :func:`kvstab.theory.certified.policy_guarantee` certifies for ``scheduler`` on
+        ``params`` under ``law``, whose ``μ`` is ``mu`` req/s."""
+        from kvstab.theory.certified import policy_guarantee
+
+        return cls(*policy_guarantee(scheduler, params, law, mu))
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class SimulationSetup:
     """What ``kvstab simulate`` runs, checked before any work: the arrivals and the theory they meet."""
@@ -332,8 +348,7 @@ class SimulationSetup:
     law: Workload = field(metadata={"help": "the law the theory is of: given s + o fitting, with drop_oversize"})
     fit_p: float = field(metadata={"help": "P(s + o fits in M)"})
     theory: StabilityReport = field(metadata={"help": "μ, E[g], δ of the law"})
-    certified: float | None = field(metadata={"help": "the rate certified for the policy"})
-    certified_basis: str = field(metadata={"help": "why it is certified (or why not)"})
+    certificate: Certificate = field(metadata={"help": "the rate certified for the policy, and why"})
     plan: ArrivalPlan = field(metadata={"help": "the arrivals that reach the server"})
     slots: int = field(metadata={"help": "slots to run"})
     rate: float = field(metadata={"help": "λ offered, req/s"})
@@ -360,7 +375,6 @@ def prepare_simulation(
     over ``slots`` slots (with a trace, ``None`` is its span) and the theory of what reaches
     the server, refused before any work if they disagree."""
     from kvstab.theory import stability_report
-    from kvstab.theory.certified import policy_guarantee
 
     if trace is None:
         if time_scale is not None:
@@ -376,7 +390,7 @@ def prepare_simulation(
     # the server sees only the requests that fit: with drop_oversize the theory is of the law given fitting
     law, fit_p = w.given_fit(params) if drop_oversize else (w, 1.0)
     theory = stability_report(law, params)
-    certified, why = policy_guarantee(scheduler, params, law, theory.mu_per_s)
+    certificate = Certificate.of(scheduler, params, law, theory.mu_per_s)
     if offered is None:
         # the load is the load of what reaches the server: λ·P(fit) = load·μ
         lam = rate if rate is not None else load * theory.mu_per_s / fit_p
@@ -393,7 +407,7 @@ def prepare_simulation(
             f"--slots {n} with --warmup {warmup:g} leaves {n - int(n * warmup)} slot(s) to "
             "estimate from; the batch-means estimates need at least 4 (pass more --slots or a smaller --warmup)"
         )
-    return SimulationSetup(w, law, fit_p, theory, certified, why, plan, n, lam, fit_rate, source, warmup)
+    return SimulationSetup(w, law, fit_p, theory, certificate, plan, n, lam, fit_rate, source, warmup)
 
 
 @dataclass(frozen=True, slots=True)
@@ -534,8 +548,8 @@ def simulate_prepared(
         mu_formula_per_slot=mu * bbar,
         delta=th.delta,
         mu_1_minus_delta_per_s=th.guarantee_per_s,
-        policy_certified_rate_per_s=setup.certified,
-        policy_certified_rate_basis=setup.certified_basis,
+        policy_certified_rate_per_s=setup.certificate.certified_rate_per_s,
+        policy_certified_rate_basis=setup.certificate.certified_basis,
         measured_over_mu=(thr.value / bbar) / mu,
         engine=out.engine,
         engine_reason=out.reason,
