@@ -24,14 +24,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from kvstab.contract import Scheduler
 from kvstab.errors import InvalidArgument
-from kvstab.jsonform import JsonRecord
+from kvstab.jsonform import JsonRecord, record_json
 from kvstab.model import DEFAULT_WINDOW, ModelParams, prefill_slots
 from kvstab.validation import MAX_SLOTS
 from kvstab.workload import Workload, parse_workload
@@ -418,12 +418,9 @@ class SimulationReport(JsonRecord):
     scheduler: str = field(metadata={"help": "the scheduler's spec"})
     workload: str = field(metadata={"help": "the law the requests are drawn from"})
     arrivals: str = field(metadata={"help": "how the arrivals were made"})
-    M: int = field(metadata={"help": "KV capacity in tokens"})
-    chunk: int = field(metadata={"help": "prefill chunk ŝ"})
-    block: int = field(metadata={"help": "KV block size B"})
-    token_budget: int | None = field(metadata={"help": "tokens per slot, if capped"})
-    max_num_seqs: int | None = field(metadata={"help": "requests per slot, if capped"})
-    bbar_s: float = field(metadata={"help": "batch time b̄, seconds"})
+    params: ModelParams = field(
+        metadata={"help": "the server (JSON: M, chunk, block, token_budget, max_num_seqs and b̄ as bbar_s)"}
+    )
     slots: int = field(metadata={"help": "slots run"})
     window: int = field(metadata={"help": "the queue window at the end"})
     # the compiled engine runs head-of-line built-ins, whose decisions the window never changes, and does
@@ -452,13 +449,11 @@ class SimulationReport(JsonRecord):
     preemptions_per_completion: float | None = field(metadata={"help": "None when nothing completed"})
     wasted_area_fraction: float = field(metadata={"help": "wasted area / served area"})
     latency_slots: dict[str, float] = field(metadata={"help": "p50/p90/p99/max of finish − arrival + 1"})
-    E_g_tokens_slots: float = field(metadata={"help": "E[g]"})
-    mu_formula_per_s: float = field(metadata={"help": "μ, req/s"})
-    mu_formula_per_slot: float = field(metadata={"help": "μ·b̄"})
-    delta: float = field(metadata={"help": "δ"})
-    mu_1_minus_delta_per_s: float | None = field(metadata={"help": "μ(1−δ); None where δ ≥ 1"})
-    policy_certified_rate_per_s: float | None = field(metadata={"help": "the rate certified for the policy"})
-    policy_certified_rate_basis: str = field(metadata={"help": "why"})
+    theory: StabilityReport = field(metadata={
+        "help": "μ, E[g], δ of the theory's law (JSON: E_g_tokens_slots, mu_formula_per_s, mu_formula_per_slot "
+                "(μ·b̄), delta, mu_1_minus_delta_per_s: None where δ ≥ 1)"})
+    certificate: Certificate = field(metadata={
+        "help": "the rate certified for the policy (JSON: policy_certified_rate_per_s, policy_certified_rate_basis)"})
     measured_over_mu: float = field(metadata={"help": "measured throughput / μ"})
     engine: str = field(metadata={"help": "the engine that ran"})
     engine_reason: str = field(metadata={"help": "why"})
@@ -476,6 +471,24 @@ class SimulationReport(JsonRecord):
         metadata={"help": "with prefix caching, μ with sharing (docs/theory.md, 'Prefix caching'), req/s; None "
                           "without caching or for a prefix law with no closed form (chat, a trace)"},
     )
+
+    def to_json(self) -> dict[str, Any]:
+        """``kvstab simulate --json``: the fields in order, the server, the theory's figures and the
+        certificate spelled out where they stand."""
+        p, th, c = self.params, self.theory, self.certificate
+        spelled: dict[str, dict[str, Any]] = {
+            "params": {"M": p.M, "chunk": p.chunk, "block": p.block, "token_budget": p.token_budget,
+                       "max_num_seqs": p.max_num_seqs, "bbar_s": p.bbar},
+            "theory": {"E_g_tokens_slots": th.E_g, "mu_formula_per_s": th.mu_per_s,
+                       "mu_formula_per_slot": th.mu_per_s * p.bbar, "delta": th.delta,
+                       "mu_1_minus_delta_per_s": th.guarantee_per_s},
+            "certificate": {"policy_certified_rate_per_s": c.certified_rate_per_s,
+                            "policy_certified_rate_basis": c.certified_basis},
+        }
+        out: dict[str, Any] = {}
+        for k, v in record_json(self).items():
+            out.update(spelled.get(k, {k: v}))
+        return out
 
 
 def simulate_prepared(
@@ -508,12 +521,7 @@ def simulate_prepared(
         scheduler=spec,
         workload=setup.workload.describe(),
         arrivals=setup.source,
-        M=params.M,
-        chunk=params.chunk,
-        block=params.block,
-        token_budget=params.token_budget,
-        max_num_seqs=params.max_num_seqs,
-        bbar_s=bbar,
+        params=params,
         slots=summ.slots,
         window=out.window,
         window_hid_slots=out.window_hid_slots,
@@ -543,13 +551,8 @@ def simulate_prepared(
         preemptions_per_completion=summ.preemptions / completed if completed else None,
         wasted_area_fraction=summ.waste_fraction,
         latency_slots=summ.latency,
-        E_g_tokens_slots=th.E_g,
-        mu_formula_per_s=mu,
-        mu_formula_per_slot=mu * bbar,
-        delta=th.delta,
-        mu_1_minus_delta_per_s=th.guarantee_per_s,
-        policy_certified_rate_per_s=setup.certificate.certified_rate_per_s,
-        policy_certified_rate_basis=setup.certificate.certified_basis,
+        theory=th,
+        certificate=setup.certificate,
         measured_over_mu=(thr.value / bbar) / mu,
         engine=out.engine,
         engine_reason=out.reason,

@@ -97,8 +97,8 @@ def _print(o: SimulationReport) -> None:
 
     c = Console(highlight=False)
     c.print(
-        f"kvstab simulate: {o.scheduler} on {o.workload}, M={o.M}, ŝ={o.chunk}, B={o.block}, "
-        f"b̄={o.bbar_s} s, {o.slots} slots ({o.arrivals}), warm-up {o.warmup_fraction:.0%} excluded"
+        f"kvstab simulate: {o.scheduler} on {o.workload}, M={o.params.M}, ŝ={o.params.chunk}, B={o.params.block}, "
+        f"b̄={o.params.bbar} s, {o.slots} slots ({o.arrivals}), warm-up {o.warmup_fraction:.0%} excluded"
     )
     t = Table(show_header=True, header_style="bold")
     t.add_column("quantity")
@@ -108,19 +108,19 @@ def _print(o: SimulationReport) -> None:
     t.add_row(
         "throughput (req/s)",
         f"{o.throughput_per_s:.4f}  [{lo:.4f}, {hi:.4f}]",
-        f"μ = {o.mu_formula_per_s:.4f}",
+        f"μ = {o.theory.mu_per_s:.4f}",
     )
     lo, hi = o.throughput_per_slot_ci95
-    t.add_row("throughput (req/slot)", f"{o.throughput_per_slot:.5f}  [{lo:.5f}, {hi:.5f}]", f"μ·b̄ = {o.mu_formula_per_slot:.5f}")
+    t.add_row("throughput (req/slot)", f"{o.throughput_per_slot:.5f}  [{lo:.5f}, {hi:.5f}]", f"μ·b̄ = {o.theory.mu_per_s * o.params.bbar:.5f}")
     t.add_row("arrival rate λ (req/s)", f"{o.arrival_rate_per_s:.4f}", f"λ/μ = {o.offered_load_lambda_over_mu:.3f}"
               if o.theory_note is None else f"λ·P(fit)/μ = {o.offered_load_lambda_over_mu:.3f}")
-    md = o.mu_1_minus_delta_per_s
+    md = o.theory.guarantee_per_s
     t.add_row(
         "paper's μ(1−δ)",
         "",
-        f"{md:.4f}  (δ = {o.delta:.4f})" if md is not None else f"none: δ = {o.delta:.3f} ≥ 1",
+        f"{md:.4f}  (δ = {o.theory.delta:.4f})" if md is not None else f"none: δ = {o.theory.delta:.3f} ≥ 1",
     )
-    cr = o.policy_certified_rate_per_s
+    cr = o.certificate.certified_rate_per_s
     t.add_row("certified stable below", "", f"{cr:.4f}" if cr is not None else "none")
     lo, hi = o.queue_growth_per_slot_ci95
     t.add_row("queue growth (req/slot)", f"{o.queue_growth_per_slot:+.5f}  [{lo:+.5f}, {hi:+.5f}]", "> 0 if λ > μ")
@@ -154,7 +154,7 @@ def _print(o: SimulationReport) -> None:
         )
     if o.theory_note is not None:
         c.print(escape(f"dropped {o.dropped_oversize} request(s) that cannot fit; {o.theory_note}"))
-    c.print(f"certified rate: {o.policy_certified_rate_basis}")
+    c.print(f"certified rate: {o.certificate.certified_basis}")
     c.print(f"measured / μ = {o.measured_over_mu:.4f}   ({o.wall_s:.1f} s wall, {o.engine} engine: {o.engine_reason})")
 
 
