@@ -127,9 +127,9 @@ from kvstab.engine._skeleton import HAVE_NUMBA, _njit  # noqa: F401 - the other 
 #: file's hash, and changing it here changes this file's text: the cache is rebuilt.
 FINISH_TREE_SHA = "0e4bea723d7ccfbd"
 #: the same for ``_layout.py``, whose indices numba compiles into the kernel as constants
-LAYOUT_SHA = "c8be141dbecddcca"
+LAYOUT_SHA = "3771915fa3b716aa"
 #: the same for ``_skeleton.py``, whose helpers (the loop around the decision) the kernel inlines
-SKELETON_SHA = "30ba7a8c4f440c83"
+SKELETON_SHA = "477290c2d9a36240"
 #: every file whose text the kernels of this module depend on besides their own
 GUARDS = (("_finish_tree.py", FINISH_TREE_SHA), ("_layout.py", LAYOUT_SHA), ("_skeleton.py", SKELETON_SHA))
 _L.warn_if_stale(__name__, GUARDS)
@@ -363,6 +363,49 @@ def _unlink(R: np.ndarray, r: int, ah: int, at: int) -> tuple[int, int]:
     else:
         at = prv
     return ah, at
+
+
+@_njit(cache=True, inline="always")
+def _finish(R: np.ndarray, r: int, t: int, ah: int, at: int) -> tuple[int, int]:
+    """``r`` finished in slot ``t``: it leaves the running and the admission-order list; returns the
+    list's new head and tail."""
+    R[F_MODE, r] = M_OUT
+    R[F_FIN, r] = t
+    return _unlink(R, r, ah, at)
+
+
+@_njit(cache=True, inline="always")
+def _lose(R: np.ndarray, r: int) -> int:
+    """Victim ``r`` loses its attempt: the attempt's area is wasted, its progress and memory gone,
+    one more preemption counted, it leaves the running; returns the area wasted."""
+    a = R[F_ATT, r]
+    R[F_WASTED, r] += a
+    R[F_ATT, r] = 0
+    R[F_PROG, r] = 0
+    R[F_NPRE, r] += 1
+    R[F_MODE, r] = M_OUT
+    return a
+
+
+# the explicit requests (stepped one by one): ``elist[:ne]``, each one's position in ``R[EPOS]``
+# (the row differs between the request tables)
+@_njit(cache=True, inline="always")
+def _explicit_add(R: np.ndarray, EPOS: int, elist: np.ndarray, r: int, ne: int) -> int:
+    """``r`` joins the explicit requests, last; returns their number."""
+    R[F_MODE, r] = M_EXPL
+    elist[ne] = r
+    R[EPOS, r] = ne
+    return ne + 1
+
+
+@_njit(cache=True, inline="always")
+def _explicit_drop(R: np.ndarray, EPOS: int, elist: np.ndarray, k: int, ne: int) -> int:
+    """The explicit request at position ``k`` leaves them (the last takes its place); returns their number."""
+    ne -= 1
+    last = elist[ne]
+    elist[k] = last
+    R[EPOS, last] = k
+    return ne
 
 
 @_njit(cache=True, inline="always")
@@ -741,10 +784,7 @@ def _budget_walk(
         prv = R[F_PRV, r]
         if lazy:
             p, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t, B, nL, CL, DL, hn)
-            R[F_MODE, r] = M_EXPL
-            elist[ne] = r
-            R[F_EPOS, r] = ne
-            ne += 1
+            ne = _explicit_add(R, F_EPOS, elist, r, ne)
             pexp += held(p + g, B)
             gexp += g
             stalled += 1
@@ -786,11 +826,7 @@ def _preempt(
             g = R[F_GRANT, r]
             P -= held(p + g, B)
             gexp -= g
-            ne -= 1
-            e = R[F_EPOS, r]
-            last = elist[ne]
-            elist[e] = last
-            R[F_EPOS, last] = e
+            ne = _explicit_drop(R, F_EPOS, elist, R[F_EPOS, r], ne)
         at = R[F_PRV, r]
         if at >= 0:
             R[F_NXT, at] = -1
@@ -803,12 +839,7 @@ def _preempt(
             if p >= R[F_S, r]:  # vLLM keeps the outputs: they are recomputed as prompt
                 R[F_O, r] = R[F_S, r] + R[F_O, r] - p - 1
                 R[F_S, r] = p + 1
-        step_wasted += R[F_ATT, r]
-        R[F_WASTED, r] += R[F_ATT, r]
-        R[F_ATT, r] = 0
-        R[F_PROG, r] = 0
-        R[F_NPRE, r] += 1
-        R[F_MODE, r] = M_OUT
+        step_wasted += _lose(R, r)
         qh = (qh - 1) % cap
         qbuf[qh] = r
         ql += 1
@@ -891,11 +922,8 @@ def _admit(
         ql -= 1
         ah, at = _link(R, r, ah, at)
         na += 1
-        R[F_MODE, r] = M_EXPL
         R[F_GRANT, r] = g
-        elist[ne] = r
-        R[F_EPOS, r] = ne
-        ne += 1
+        ne = _explicit_add(R, F_EPOS, elist, r, ne)
         if R[F_FIRST, r] < 0:
             R[F_FIRST, r] = t
         running += 1
@@ -962,13 +990,11 @@ def _release(
         r = hid[0]
         # its last slot's work is done: leaving the lazy set at slot t + 1 settles its areas
         _, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t + 1, B, nL, CL, DL, hn)
-        R[F_MODE, r] = M_OUT
-        R[F_FIN, r] = t
         if pol == RESERVE:
             resv -= held(R[F_S, r] + R[F_O, r], B)
         elif tree:
             _la_release(FT, R[F_FSLOT, r], R[F_TA, r], R[F_S, r], R[F_O, r], chunk, B)
-        ah, at = _unlink(R, r, ah, at)
+        ah, at = _finish(R, r, t, ah, at)
         na -= 1
         done += 1
     for k in range(ne - 1, -1, -1):
@@ -977,18 +1003,13 @@ def _release(
         sr = R[F_S, r]
         finished = p >= sr + R[F_O, r]
         if finished or (p >= sr and lazy_ok):
-            ne -= 1
-            last = elist[ne]
-            elist[k] = last
-            R[F_EPOS, last] = k
+            ne = _explicit_drop(R, F_EPOS, elist, k, ne)
             if finished:
-                R[F_MODE, r] = M_OUT
-                R[F_FIN, r] = t
                 if pol == RESERVE:
                     resv -= held(sr + R[F_O, r], B)
                 elif tree:
                     _la_release(FT, R[F_FSLOT, r], R[F_TA, r], sr, R[F_O, r], chunk, B)
-                ah, at = _unlink(R, r, ah, at)
+                ah, at = _finish(R, r, t, ah, at)
                 na -= 1
                 done += 1
             else:
@@ -1003,9 +1024,7 @@ def _release(
 @_njit(cache=True, _nrt=False)
 def run_builtins(
     cfg: np.ndarray,
-    pslot: np.ndarray,
-    ps: np.ndarray,
-    po: np.ndarray,
+    plan: S_.Plan,
     R: np.ndarray,
     qbuf: np.ndarray,
     elist: np.ndarray,
@@ -1014,22 +1033,23 @@ def run_builtins(
     ph: np.ndarray,
     st: np.ndarray,
     out: np.ndarray,
-    bins1: np.ndarray,
-    bins2: np.ndarray,
-    bp: np.ndarray,
+    bins: S_.Bins,
     FT: np.ndarray,
 ) -> int:
     """Run slots ``st[ST_T]`` … ``t_end − 1`` (fewer on a drain or a violation); returns a status
     code.  ``cfg`` is the run's settings record (``C_*`` of :mod:`~kvstab.engine._layout`, made by
     :func:`kvstab.engine._skeleton.config`: the rule ``C_POL``, the lifecycle ``C_LIFE``, the
-    compute rows ``C_COMP`` and the settings every kernel reads).  With ``out`` of positive width,
-    slot ``t``'s row is written at ``out[:, t − t_base]``; with ``bp[BP_ON]``, the batch-means
-    sums of a streamed fixed horizon are added to ``bins1`` (completions), ``bins2`` (arrivals −
-    completions) and ``st[ST_MEMSUM]``.  ``lookahead`` keeps its finish-time table in ``R`` (O(n)
+    compute rows ``C_COMP`` and the settings every kernel reads); ``plan`` the requests' arrival
+    slots, prompts and outputs.  With ``out`` of positive width, slot ``t``'s row is written at
+    ``out[:, t − t_base]``; with ``bins``' ``bp[BP_ON]``, the batch-means sums of a streamed fixed
+    horizon are added to its ``bins1`` (completions), ``bins2`` (arrivals − completions) and
+    ``st[ST_MEMSUM]``.  ``lookahead`` keeps its finish-time table in ``R`` (O(n)
     a test and an admission), and when ``FT`` has :data:`~kvstab.engine._finish_tree.COLS` columns
     moves it into the finish tree (:mod:`kvstab.engine._finish_tree`, O(log W)) while many
     requests run."""
     M, chunk, B, budget, maxseq, check, t_end, drain, drain_min, t_base = S_.settings(cfg)
+    pslot, ps, po = plan
+    bins1, bins2, bp = bins
     pol = cfg[C_POL]
     life = cfg[C_LIFE]
     comp = cfg[C_COMP] != 0
@@ -1166,4 +1186,4 @@ def run_slots(
     cfg[C_POL], cfg[C_LIFE], cfg[C_M], cfg[C_CHUNK], cfg[C_B], cfg[C_BUDGET] = pol, life, M, chunk, B, budget
     cfg[C_MAXSEQ], cfg[C_CHECK], cfg[C_COMP], cfg[C_T_END], cfg[C_DRAIN] = maxseq, check, comp, t_end, drain
     cfg[C_DRAIN_MIN], cfg[C_T_BASE] = drain_min, t_base
-    return run_builtins(cfg, pslot, ps, po, R, qbuf, elist, hk, hid, ph, st, out, bins1, bins2, bp, FT)
+    return run_builtins(cfg, (pslot, ps, po), R, qbuf, elist, hk, hid, ph, st, out, (bins1, bins2, bp), FT)

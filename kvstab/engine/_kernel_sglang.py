@@ -53,15 +53,20 @@ from kvstab.engine import _skeleton as S_
 from kvstab.engine._kernel import (
     _FAR,
     _dl_advance,
+    _explicit_add,
+    _explicit_drop,
+    _finish,
     _heap_push,
     _heap_remove,
     _lazy_post,
     _link,
+    _lose,
     _njit,
     _overflow,
     _quiet_rows,
     _quiet_skip,
     _unlink,
+    active_ids,
     held,
 )
 from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read the layout here too
@@ -92,7 +97,6 @@ from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read
     G_O,
     G_PRIOR,
     G_PROG,
-    G_PRV,
     G_PS,
     G_RANK,
     G_RECOMP,
@@ -100,7 +104,6 @@ from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read
     G_SERVED,
     G_TB,
     G_W2S,
-    G_WASTED,
     K_DECODE,
     K_IDLE,
     K_PREFILL,
@@ -118,7 +121,6 @@ from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read
     L_QUEUE,
     L_RET,
     L_TOKOFF,
-    M_EXPL,
     M_LAZY,
     M_OUT,
     NG,
@@ -141,7 +143,6 @@ from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read
     ST_EXPL,
     ST_FULL,
     ST_HN,
-    ST_NA,
     ST_NC,
     ST_NL,
     ST_NU,
@@ -151,8 +152,6 @@ from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read
     ST_RU,
     ST_RUNSUM,
     ST_SIZE,
-    ST_SKIP,
-    ST_STRETCH,
     ST_T,
     ST_TAU,
     ST_W2,
@@ -166,11 +165,11 @@ from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read
 #: ``run_sglang`` would keep the old copies.  A test holds this to ``_kernel.py``'s hash
 #: (``sha256sum kvstab/engine/_kernel.py | cut -c1-16``), and changing it here changes this
 #: file's text, so the cache is rebuilt.
-KERNEL_SHA = "32f549111fba232c"
+KERNEL_SHA = "dcb667e32cdc30f0"
 #: the same for ``_layout.py``, whose indices numba compiles into the kernel as constants
-LAYOUT_SHA = "c8be141dbecddcca"
+LAYOUT_SHA = "3771915fa3b716aa"
 #: the same for ``_skeleton.py`` (the loop around the decision, inlined)
-SKELETON_SHA = "30ba7a8c4f440c83"
+SKELETON_SHA = "477290c2d9a36240"
 GUARDS = (("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA), ("_skeleton.py", SKELETON_SHA))
 _L.warn_if_stale(__name__, GUARDS)
 
@@ -296,19 +295,6 @@ def sync_lazy(R: np.ndarray, st: np.ndarray, cnt: np.ndarray, B: int) -> None:
         if R[G_MODE, r] == M_LAZY:
             _touch(R, r, st[ST_T], st[ST_TAU], st[ST_W2], cnt, st[ST_CALL], B)
         r = R[G_NXT, r]
-
-
-@_njit(cache=True)
-def active_ids(R: np.ndarray, st: np.ndarray) -> np.ndarray:
-    """The active requests in batch order."""
-    ids = np.empty(st[ST_NA], dtype=np.int64)
-    r = st[ST_AH]
-    k = 0
-    while r >= 0 and k < ids.shape[0]:
-        ids[k] = r
-        k += 1
-        r = R[G_NXT, r]
-    return ids[:k]
 
 
 @_njit(cache=True)
@@ -621,10 +607,7 @@ def _prefill(
         R[G_RANK, r] = rankc
         rankc += 1
         na += 1
-        R[G_MODE, r] = M_EXPL
-        elist[ne] = r
-        R[G_EPOS, r] = ne
-        ne += 1
+        ne = _explicit_add(R, G_EPOS, elist, r, ne)
         if R[G_FIRST, r] < 0:
             R[G_FIRST, r] = t
         g = max(0, min(R[G_GRANT, r], chunk, R[G_S, r]))
@@ -726,12 +709,7 @@ def _retract(
             R[G_PRIOR, r] += p - R[G_S, r] + 1
             R[G_O, r] = R[G_S, r] + R[G_O, r] - p - 1
             R[G_S, r] = p + 1
-        step_wasted += R[G_ATT, r]
-        R[G_WASTED, r] += R[G_ATT, r]
-        R[G_ATT, r] = 0
-        R[G_PROG, r] = 0
-        R[G_NPRE, r] += 1
-        R[G_MODE, r] = M_OUT
+        step_wasted += _lose(R, r)
         npreempt += 1
     if life == SGLANG_LIFE:
         # to the queue's tail in retraction order
@@ -780,9 +758,7 @@ def _slot_end(
         _, nL, DL, hn, cn, nu, ru, nc = _lazy_leave(
             R, hk, hid, ck, cid, Rc, ph, cnt, r, t + 1, tau, w2, call, B, nL, DL, hn, cn, nu, ru, nc
         )
-        R[G_MODE, r] = M_OUT
-        R[G_FIN, r] = t
-        ah, at = _unlink(R, r, ah, at)
+        ah, at = _finish(R, r, t, ah, at)
         na -= 1
         done += 1
         left = True
@@ -795,14 +771,9 @@ def _slot_end(
         sr = R[G_S, r]
         finished = p >= sr + R[G_O, r]
         if finished or p >= sr:
-            ne -= 1
-            last = elist[ne]
-            elist[a] = last
-            R[G_EPOS, last] = a
+            ne = _explicit_drop(R, G_EPOS, elist, a, ne)
             if finished:
-                R[G_MODE, r] = M_OUT
-                R[G_FIN, r] = t
-                ah, at = _unlink(R, r, ah, at)
+                ah, at = _finish(R, r, t, ah, at)
                 na -= 1
                 done += 1
                 if logging:
@@ -925,9 +896,7 @@ def _log_step(
 def run_sglang(
     cfg: np.ndarray,
     fcfg: np.ndarray,
-    pslot: np.ndarray,
-    ps: np.ndarray,
-    po: np.ndarray,
+    plan: S_.Plan,
     R: np.ndarray,
     qbuf: np.ndarray,
     elist: np.ndarray,
@@ -941,20 +910,21 @@ def run_sglang(
     st: np.ndarray,
     fs: np.ndarray,
     out: np.ndarray,
-    bins1: np.ndarray,
-    bins2: np.ndarray,
-    bp: np.ndarray,
-    lg: np.ndarray,
-    lr: np.ndarray,
-    ev: np.ndarray,
+    bins: S_.Bins,
+    log: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> int:
     """Run slots ``st[ST_T]`` … ``t_end − 1`` of the ``sglang`` rule (fewer on a drain, a violation,
     or a full log buffer); returns a status code.  ``cfg`` is the run's settings record (``C_*``:
     the lifecycle ``C_LIFE``, SGLang's ``C_MPT``, ``C_CLIP``, ``C_RDS`` and the settings every
-    kernel reads), ``fcfg`` its ratio knobs (``FC_*``).  ``out`` of positive width receives the
-    ``SimResult`` rows at column ``t − t_base``; ``bp[BP_ON]`` the streamed batch-means sums;
-    ``lg`` of positive width the step log (every slot is then run one by one)."""
+    kernel reads), ``fcfg`` its ratio knobs (``FC_*``), ``plan`` the requests' arrival slots,
+    prompts and outputs.  ``out`` of positive width receives the ``SimResult`` rows at column
+    ``t − t_base``; ``bins`` (with ``bp[BP_ON]``) the streamed batch-means sums; ``log``'s ``lg``
+    of positive width the step log (its ratios ``lr``, its events ``ev``; every slot is then run
+    one by one)."""
     M, chunk, B, budget, maxseq, check, t_end, drain, drain_min, t_base = S_.settings(cfg)
+    pslot, ps, po = plan
+    bins1, bins2, bp = bins
+    lg, lr, ev = log
     life = cfg[C_LIFE]
     mpt = cfg[C_MPT]
     clip = cfg[C_CLIP]

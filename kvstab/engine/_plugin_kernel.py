@@ -50,9 +50,9 @@ from kvstab.engine._skeleton import _njit
 
 #: the texts this loop inlines or compiles in besides its own (``held``, the layout's indices, the
 #: opcodes): see :func:`kvstab.engine._layout.stale`
-SKELETON_SHA = "30ba7a8c4f440c83"
-KERNEL_SHA = "32f549111fba232c"
-LAYOUT_SHA = "c8be141dbecddcca"
+SKELETON_SHA = "477290c2d9a36240"
+KERNEL_SHA = "dcb667e32cdc30f0"
+LAYOUT_SHA = "3771915fa3b716aa"
 OPCODES_SHA = "1db0e6da623db5dc"
 GUARDS = (
     ("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA), ("_opcodes.py", OPCODES_SHA), ("_skeleton.py", SKELETON_SHA)

@@ -71,8 +71,13 @@ from kvstab.engine._layout import (
 if TYPE_CHECKING:
     from kvstab.model import ModelParams
 
+#: a kernel's plan record: the requests' arrival slots, prompts and outputs (``pslot``, ``ps``, ``po``)
+Plan = tuple[np.ndarray, np.ndarray, np.ndarray]
+#: the streamed batch-means record: throughput bins, queue-slope bins, their parameters ``bp`` (``BP_*``)
+Bins = tuple[np.ndarray, np.ndarray, np.ndarray]
+
 #: the text of ``_layout.py`` this file was last compiled with (its indices are compiled in)
-LAYOUT_SHA = "c8be141dbecddcca"
+LAYOUT_SHA = "3771915fa3b716aa"
 GUARDS = (("_layout.py", LAYOUT_SHA),)
 _L.warn_if_stale(__name__, GUARDS)
 

@@ -180,12 +180,11 @@ class _State(KernelState):
             if W:
                 mean_o = float(self.po.mean()) if self.po.size else 0.0
                 self.ft = _finish_tree.new(W, *_finish_tree.thresholds(params.block, mean_o))
-        b1, b2, bp = self.no_bins if bins is None else bins
         cfg = config(params, check, t_end, drain, drain_min, self.t, pol=pol, life=life, comp=comp)
         return int(
             K.run_builtins(
-                cfg, self.pslot, self.ps, self.po, self.R, self.qbuf, self.elist, self.hk, self.hid, self.ph, self.st,
-                out, b1, b2, bp, self.ft,
+                cfg, (self.pslot, self.ps, self.po), self.R, self.qbuf, self.elist, self.hk, self.hid, self.ph,
+                self.st, out, self.no_bins if bins is None else bins, self.ft,
             )
         )  # fmt: skip
 
