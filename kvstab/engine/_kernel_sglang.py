@@ -889,6 +889,14 @@ def _log_step(
     lr[lcol] = ratio
 
 
+@_njit(cache=True, inline="always")
+def _knobs(cfg: np.ndarray, fcfg: np.ndarray) -> tuple[int, int, int, int, float, float, float]:
+    """What this kernel reads of the settings besides every kernel's: the lifecycle, SGLang's
+    ``max_prefill_tokens``, ``clip_max_new_tokens`` and ``retract_decode_steps``, then its
+    ratio's initial value, floor and decay."""
+    return cfg[C_LIFE], cfg[C_MPT], cfg[C_CLIP], cfg[C_RDS], fcfg[FC_INIT], fcfg[FC_MIN], fcfg[FC_DECAY]
+
+
 # Without numba's reference counting (``_nrt=False``; the loop allocates nothing, a retraction's
 # arrays live in :func:`_retract`): each inlined phase binds the arrays it takes to names of its
 # own, and counting those references in every slot made the loop slower than one piece.
@@ -925,13 +933,7 @@ def run_sglang(
     pslot, ps, po = plan
     bins1, bins2, bp = bins
     lg, lr, ev = log
-    life = cfg[C_LIFE]
-    mpt = cfg[C_MPT]
-    clip = cfg[C_CLIP]
-    rds = cfg[C_RDS]
-    r_init = fcfg[FC_INIT]
-    r_min = fcfg[FC_MIN]
-    r_decay = fcfg[FC_DECAY]
+    life, mpt, clip, rds, r_init, r_min, r_decay = _knobs(cfg, fcfg)
     n = pslot.shape[0]
     rows = out.shape[1] > 0
     logging = lg.shape[1] > 0
