@@ -21,7 +21,7 @@ from test_engine_differential import FIELDS, SCALE, TABLE_MODES, _same
 from kvstab.arrivals import ArrivalPlan, fixed_arrivals
 from kvstab.engine import _finish_tree as FT
 from kvstab.engine import _kernel as K
-from kvstab.engine import driver, run
+from kvstab.engine import _layout, driver, run
 from kvstab.engine._drive import Reporting
 from kvstab.engine.driver import finish_table
 from kvstab.errors import InvariantViolation
@@ -189,9 +189,9 @@ def _loaded(params: ModelParams, active: list[tuple[int, int, int]], waiting: li
             R[K.F_MODE, r], R[K.F_PROG, r], R[K.F_EPOS, r] = K.M_EXPL, p, ne
             state.elist[ne] = r
             ne += 1
-    st[K.ST_AT] = prev
-    st[K.ST_NA], st[K.ST_I] = len(active), len(active)
-    st[K.ST_NL], st[K.ST_CL], st[K.ST_DL], st[K.ST_HN], st[K.ST_NE] = nL, CL, DL, hn, ne
+    st[_layout.ST_AT] = prev
+    st[_layout.ST_NA], st[_layout.ST_I] = len(active), len(active)
+    st[_layout.ST_NL], st[_layout.ST_CL], st[_layout.ST_DL], st[_layout.ST_HN], st[_layout.ST_NE] = nL, CL, DL, hn, ne
     return state
 
 
@@ -401,7 +401,8 @@ def test_every_kernel_guard_hash_is_current() -> None:
     from kvstab.engine import _kernel_sglang as KS
     from kvstab.engine import _layout as L
     from kvstab.engine import _plugin_kernel as PK
+    from kvstab.engine import _skeleton as S
 
-    guards = K.GUARDS + KS.GUARDS + PK.GUARDS + G.GUARDS + KC.GUARDS
-    assert {name for name, _ in guards} >= {"_finish_tree.py", "_layout.py", "_kernel.py", "_opcodes.py"}
+    guards = K.GUARDS + KS.GUARDS + PK.GUARDS + G.GUARDS + KC.GUARDS + S.GUARDS
+    assert {name for name, _ in guards} >= {"_finish_tree.py", "_layout.py", "_kernel.py", "_opcodes.py", "_skeleton.py"}
     assert not L.stale(guards), L.stale(guards)

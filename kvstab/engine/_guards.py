@@ -37,8 +37,8 @@ from __future__ import annotations
 import numpy as np
 
 from kvstab.engine import _layout as _L
-from kvstab.engine._kernel import _njit
 from kvstab.engine._opcodes import OP
+from kvstab.engine._skeleton import _njit
 
 #: the opcodes' text this module's compiled functions were built with (numba compiles them in as
 #: constants; see :func:`kvstab.engine._layout.stale`)

@@ -41,22 +41,28 @@ skipped slot decides exactly what the reference would have.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from kvstab.engine import _finish_tree as FT_
 from kvstab.engine import _layout as _L
+from kvstab.engine import _skeleton as S_
 from kvstab.engine._layout import (  # noqa: F401 - the driver and the tests read BP_SIZE … ST_SIZE here too
-    BP_F1,
-    BP_F2,
-    BP_MEM,
-    BP_N1,
-    BP_N2,
     BP_ON,
-    BP_S1,
-    BP_S2,
     BP_SIZE,
+    C_B,
+    C_BUDGET,
+    C_CHECK,
+    C_CHUNK,
+    C_COMP,
+    C_DRAIN,
+    C_DRAIN_MIN,
+    C_LIFE,
+    C_M,
+    C_MAXSEQ,
+    C_POL,
+    C_SIZE,
+    C_T_BASE,
+    C_T_END,
     COLUMNS,
     CURRENT_FIT,
     DRAINED,
@@ -88,47 +94,32 @@ from kvstab.engine._layout import (  # noqa: F401 - the driver and the tests rea
     NCOLS,
     NF,
     NO_PREEMPT,
+    NSIM,
     REACHED,
     RESERVE,
     ST_ADMIT,
     ST_AH,
-    ST_AT,
     ST_BUDGET,
     ST_BUDREQ,
     ST_CL,
-    ST_DL,
     ST_DONE,
     ST_EXPL,
     ST_FULL,
-    ST_HN,
-    ST_I,
     ST_LAH,
     ST_LATEST,
     ST_LAW,
     ST_MEMSUM,
     ST_NA,
-    ST_NE,
-    ST_NL,
     ST_PREEMPT,
-    ST_QH,
-    ST_QL,
     ST_RESV,
     ST_RUNSUM,
     ST_SIZE,
-    ST_SKIP,
-    ST_STRETCH,
     ST_T,
-    ST_VKIND,
-    ST_VMEM,
-    ST_VSLOT,
-    ST_VVALUE,
-    V_BUDGET,
-    V_MEMORY,
-    V_SEQS,
     VIOLATION,
     VLLM_LIFE,
     VLLM_V1,
 )
+from kvstab.engine._skeleton import HAVE_NUMBA, _njit  # noqa: F401 - the other kernels and the tests take them from here
 
 #: the text of ``_finish_tree.py`` this file was last compiled with (a prefix of its sha256).
 #: numba keys a cached function by the text of its own file only, so ``run_slots`` would keep
@@ -136,34 +127,15 @@ from kvstab.engine._layout import (  # noqa: F401 - the driver and the tests rea
 #: file's hash, and changing it here changes this file's text: the cache is rebuilt.
 FINISH_TREE_SHA = "0e4bea723d7ccfbd"
 #: the same for ``_layout.py``, whose indices numba compiles into the kernel as constants
-LAYOUT_SHA = "c8be141dbecddcca"
+LAYOUT_SHA = "3771915fa3b716aa"
+#: the same for ``_skeleton.py``, whose helpers (the loop around the decision) the kernel inlines
+SKELETON_SHA = "477290c2d9a36240"
 #: every file whose text the kernels of this module depend on besides their own
-GUARDS = (("_finish_tree.py", FINISH_TREE_SHA), ("_layout.py", LAYOUT_SHA))
+GUARDS = (("_finish_tree.py", FINISH_TREE_SHA), ("_layout.py", LAYOUT_SHA), ("_skeleton.py", SKELETON_SHA))
 _L.warn_if_stale(__name__, GUARDS)
 
-try:  # numba is a declared dependency; the fallback keeps the engine correct (slow) without it
-    import numba
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - exercised only where numba cannot be installed
-    HAVE_NUMBA = False
-
-
-def _njit(**kwargs: Any) -> Any:
-    """``numba.njit(**kwargs)``, or no compilation at all without numba."""
-    if HAVE_NUMBA:
-        return numba.njit(**kwargs)
-    return lambda f: f
-
-
 #: the work counters a run reports (name, index into ``st``)
-WORK = (
-    ("full_slots", ST_FULL),
-    ("skipped_slots", ST_SKIP),
-    ("stretches", ST_STRETCH),
-    ("explicit_steps", ST_EXPL),
-    ("admissions", ST_ADMIT),
-    ("preemptions", ST_PREEMPT),
+WORK = S_.WORK + (
     ("completions", ST_DONE),
     ("budget_slots", ST_BUDGET),
     ("budget_stalls", ST_BUDREQ),
@@ -252,20 +224,6 @@ def _post_sum(DL: int, nL: int, t: int, L: int, B: int, ph: np.ndarray) -> int:
     return total
 
 
-@_njit(cache=True, inline="always")
-def _breach(memory: int, M: int, na: int, maxseq: int, tokens: int, budget: int) -> tuple[int, int]:
-    """The slot's first broken limit and the value that broke it (``(0, 0)`` if none), in the
-    reference engine's order: memory over ``M``, then running over ``max_num_seqs``, then tokens
-    over the budget (``-1``: no cap, no budget)."""
-    if memory > M:
-        return V_MEMORY, memory
-    if maxseq >= 0 and na > maxseq:
-        return V_SEQS, na
-    if budget >= 0 and tokens > budget:
-        return V_BUDGET, tokens
-    return 0, 0
-
-
 @_njit(cache=True)
 def _overflow(DL: int, nL: int, t: int, limit: int, M: int, B: int, ph: np.ndarray) -> int:
     """The first slot in ``[t, limit)`` whose post-slot lazy memory exceeds ``M`` (``limit`` if
@@ -293,55 +251,57 @@ def _overflow(DL: int, nL: int, t: int, limit: int, M: int, B: int, ph: np.ndarr
 
 # --- the indexed min-heap of lazy decoders' finish slots (positions in R[F_HPOS])
 @_njit(cache=True, inline="always")
-def _sift_up(hk: np.ndarray, hid: np.ndarray, R: np.ndarray, j: int) -> None:
-    key = hk[j]
-    r = hid[j]
-    while j > 0:
-        pj = (j - 1) >> 1
-        if hk[pj] <= key:
-            break
-        hk[j] = hk[pj]
-        hid[j] = hid[pj]
-        R[F_HPOS, hid[j]] = j
-        j = pj
+def _heap_put(hk: np.ndarray, hid: np.ndarray, R: np.ndarray, j: int, key: int, r: int) -> None:
+    """Entry ``r`` with key ``key`` at heap position ``j`` (its position recorded in ``R[F_HPOS]``)."""
     hk[j] = key
     hid[j] = r
     R[F_HPOS, r] = j
 
 
 @_njit(cache=True, inline="always")
-def _sift_down(hk: np.ndarray, hid: np.ndarray, R: np.ndarray, j: int, size: int) -> None:
+def _sift(hk: np.ndarray, hid: np.ndarray, R: np.ndarray, j: int, size: int) -> None:
+    """Move the entry at position ``j`` of a heap of ``size`` entries to its place: up while its
+    parent's key is larger, else down while a child's key is smaller."""
     key = hk[j]
     r = hid[j]
-    while True:
-        c = 2 * j + 1
-        if c >= size:
-            break
-        if c + 1 < size and hk[c + 1] < hk[c]:
-            c += 1
-        if hk[c] >= key:
-            break
-        hk[j] = hk[c]
-        hid[j] = hid[c]
-        R[F_HPOS, hid[j]] = j
-        j = c
-    hk[j] = key
-    hid[j] = r
-    R[F_HPOS, r] = j
+    if j > 0 and key < hk[(j - 1) >> 1]:
+        while j > 0:
+            pj = (j - 1) >> 1
+            if hk[pj] <= key:
+                break
+            _heap_put(hk, hid, R, j, hk[pj], hid[pj])
+            j = pj
+    else:
+        while True:
+            c = 2 * j + 1
+            if c >= size:
+                break
+            if c + 1 < size and hk[c + 1] < hk[c]:
+                c += 1
+            if hk[c] >= key:
+                break
+            _heap_put(hk, hid, R, j, hk[c], hid[c])
+            j = c
+    _heap_put(hk, hid, R, j, key, r)
+
+
+@_njit(cache=True, inline="always")
+def _heap_push(hk: np.ndarray, hid: np.ndarray, R: np.ndarray, key: int, r: int, size: int) -> int:
+    """Entry ``r`` with key ``key`` joins a heap of ``size`` entries; returns its new size."""
+    hk[size] = key
+    hid[size] = r
+    _sift(hk, hid, R, size, size + 1)
+    return size + 1
 
 
 @_njit(cache=True, inline="always")
 def _heap_remove(hk: np.ndarray, hid: np.ndarray, R: np.ndarray, r: int, size: int) -> int:
+    """Entry ``r`` leaves a heap of ``size`` entries; returns its new size."""
     j = R[F_HPOS, r]
     last = size - 1
     if j != last:
-        hk[j] = hk[last]
-        hid[j] = hid[last]
-        R[F_HPOS, hid[j]] = j
-        if j > 0 and hk[j] < hk[(j - 1) >> 1]:
-            _sift_up(hk, hid, R, j)
-        else:
-            _sift_down(hk, hid, R, j, last)
+        _heap_put(hk, hid, R, j, hk[last], hid[last])
+        _sift(hk, hid, R, j, last)
     return last
 
 
@@ -370,10 +330,8 @@ def _lazy_add(
     d = p - t
     if B > 1:
         ph[d % B] += 1
-    hk[hn] = t + R[F_S, r] + R[F_O, r] - p - 1  # the slot whose work brings it to s + o
-    hid[hn] = r
-    _sift_up(hk, hid, R, hn)
-    return nL + 1, CL + d, DL + held(p, B), hn + 1
+    hn = _heap_push(hk, hid, R, t + R[F_S, r] + R[F_O, r] - p - 1, r, hn)  # the slot whose work brings it to s + o
+    return nL + 1, CL + d, DL + held(p, B), hn
 
 
 @_njit(cache=True, inline="always")
@@ -408,14 +366,58 @@ def _unlink(R: np.ndarray, r: int, ah: int, at: int) -> tuple[int, int]:
 
 
 @_njit(cache=True, inline="always")
-def _arrive(
-    R: np.ndarray, qbuf: np.ndarray, ps: np.ndarray, po: np.ndarray, i: int, qh: int, ql: int, life: int
-) -> int:
-    """Request ``i`` of the plan joins the queue's tail (vLLM's lifecycle: ``o − 1`` decode units)."""
-    R[F_S, i] = ps[i]
-    R[F_O, i] = po[i] - 1 if life == VLLM_LIFE else po[i]
-    qbuf[(qh + ql) % qbuf.shape[0]] = i
-    return ql + 1
+def _finish(R: np.ndarray, r: int, t: int, ah: int, at: int) -> tuple[int, int]:
+    """``r`` finished in slot ``t``: it leaves the running and the admission-order list; returns the
+    list's new head and tail."""
+    R[F_MODE, r] = M_OUT
+    R[F_FIN, r] = t
+    return _unlink(R, r, ah, at)
+
+
+@_njit(cache=True, inline="always")
+def _lose(R: np.ndarray, r: int) -> int:
+    """Victim ``r`` loses its attempt: the attempt's area is wasted, its progress and memory gone,
+    one more preemption counted, it leaves the running; returns the area wasted."""
+    a = R[F_ATT, r]
+    R[F_WASTED, r] += a
+    R[F_ATT, r] = 0
+    R[F_PROG, r] = 0
+    R[F_NPRE, r] += 1
+    R[F_MODE, r] = M_OUT
+    return a
+
+
+# the explicit requests (stepped one by one): ``elist[:ne]``, each one's position in ``R[EPOS]``
+# (the row differs between the request tables)
+@_njit(cache=True, inline="always")
+def _explicit_add(R: np.ndarray, EPOS: int, elist: np.ndarray, r: int, ne: int) -> int:
+    """``r`` joins the explicit requests, last; returns their number."""
+    R[F_MODE, r] = M_EXPL
+    elist[ne] = r
+    R[EPOS, r] = ne
+    return ne + 1
+
+
+@_njit(cache=True, inline="always")
+def _explicit_drop(R: np.ndarray, EPOS: int, elist: np.ndarray, k: int, ne: int) -> int:
+    """The explicit request at position ``k`` leaves them (the last takes its place); returns their number."""
+    ne -= 1
+    last = elist[ne]
+    elist[k] = last
+    R[EPOS, last] = k
+    return ne
+
+
+@_njit(cache=True, inline="always")
+def _link(R: np.ndarray, r: int, ah: int, at: int) -> tuple[int, int]:
+    """Put ``r`` at the tail of the admission-order list; returns its new head and tail."""
+    R[F_PRV, r] = at
+    R[F_NXT, r] = -1
+    if at >= 0:
+        R[F_NXT, at] = r
+    else:
+        ah = r
+    return ah, r
 
 
 @_njit(cache=True)
@@ -459,6 +461,16 @@ def _proj_held(s: int, o: int, ta: int, E: int, chunk: int, B: int) -> int:
     return held(prog, B)
 
 
+@_njit(cache=True, inline="always")
+def _la_head(s: int, o: int, t: int, chunk: int, B: int) -> tuple[int, int, int, int]:
+    """A head ``(s, o)`` admitted in slot ``t``, as every lookahead test starts from it: its prefill
+    slots ``rp``, its life ``rp + o`` in slots, its finish slot ``fc`` and what it holds there."""
+    rp = (s + chunk - 1) // chunk
+    life = rp + o
+    fc = t + life - 1
+    return rp, life, fc, _proj_held(s, o, t, fc, chunk, B)
+
+
 @_njit(cache=True)
 def _lookahead_test(R: np.ndarray, ah: int, c: int, t: int, M: int, chunk: int, B: int) -> tuple[bool, int, int, int]:
     """``lookahead``'s admission test of queue head ``c`` in slot ``t`` against the finish-time
@@ -473,10 +485,7 @@ def _lookahead_test(R: np.ndarray, ah: int, c: int, t: int, M: int, chunk: int, 
     """
     sc = R[F_S, c]
     oc = R[F_O, c]
-    rp = (sc + chunk - 1) // chunk
-    life = rp + oc
-    fc = t + life - 1
-    own = _proj_held(sc, oc, t, fc, chunk, B)
+    rp, life, fc, own = _la_head(sc, oc, t, chunk, B)
     ok = True
     wake = t + 1
     fnext = _FAR
@@ -704,30 +713,25 @@ def _quiet_until(
     return te
 
 
+# A quiet stretch, in this kernel and sglang's alike: every running request is a lazy decoder,
+# whose clock (``c`` at slot ``t``) moves on by one a slot — the slot itself here, sglang's count
+# of decode steps there.
 @_njit(cache=True, inline="always")
 def _quiet_rows(
-    t: int, te: int, t_base: int, comp: bool, life: int, B: int, i: int, pslot: np.ndarray, ps: np.ndarray,
+    t: int, te: int, c: int, t_base: int, comp: bool, ocut: int, B: int, i: int, pslot: np.ndarray, ps: np.ndarray,
     po: np.ndarray, R: np.ndarray, qbuf: np.ndarray, qh: int, ql: int, ph: np.ndarray, na: int, nL: int, CL: int,
     DL: int, out: np.ndarray,
 ) -> tuple[int, int, int]:  # fmt: skip
-    """Slots ``t`` … ``te − 1`` of a quiet stretch, a row each: arrivals join the queue, the lazy
-    set's memory grows.  Returns the plan's next request, the queue's length and ``DL``."""
-    n = pslot.shape[0]
+    """Slots ``t`` … ``te − 1`` of a quiet stretch, a row each (with ``comp``, the compute columns
+    of the decode steps too): arrivals join the queue, the lazy set's memory grows.  Returns the
+    plan's next request, the queue's length and ``DL`` at slot ``te``."""
     for tt in range(t, te):
-        arrived = 0
-        while i < n and pslot[i] == tt:
-            ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
-            i += 1
-            arrived += 1
-        post = _lazy_post(DL, nL, tt, B, ph)
+        i, ql, arrived = S_.arrivals(tt, i, pslot, ps, po, ocut, R, qbuf, qh, ql)
+        post = _lazy_post(DL, nL, c + tt - t, B, ph)
         col = tt - t_base
-        out[0, col] = arrived
-        out[4, col] = na
-        out[5, col] = post
-        out[7, col] = nL
-        out[8, col] = ql
+        S_.slot_row(out, col, arrived, 0, 0, 0, na, post, 0, nL, ql)  # nothing but decode steps
         if comp:
-            kv = CL + nL * (tt + 1)
+            kv = CL + nL * (c + tt - t + 1)
             out[9, col] = nL
             out[11, col] = nL
             out[12, col] = kv
@@ -738,27 +742,19 @@ def _quiet_rows(
 
 @_njit(cache=True, inline="always")
 def _quiet_skip(
-    t: int, te: int, life: int, B: int, i: int, pslot: np.ndarray, ps: np.ndarray, po: np.ndarray, R: np.ndarray,
-    qbuf: np.ndarray, qh: int, ql: int, ph: np.ndarray, nL: int, DL: int, binned: bool, b2f: int, b2s: int, b2n: int,
-    bins2: np.ndarray, mstart: int, memsum: int,
-) -> tuple[int, int, int, int]:  # fmt: skip
-    """Skip slots ``t`` … ``te − 1`` of a quiet stretch without rows: arrivals join the queue,
-    the batch-means sums gain the stretch.  Returns the plan's next request, the queue's length,
-    ``DL`` and the memory sum."""
-    n = pslot.shape[0]
-    while i < n and pslot[i] < te:
-        ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
-        if binned:
-            k2 = pslot[i] - b2f
-            if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
-                bins2[k2 // b2s] += 1.0
-        i += 1
-    if binned:
+    t: int, te: int, c: int, ocut: int, B: int, i: int, pslot: np.ndarray, ps: np.ndarray, po: np.ndarray,
+    R: np.ndarray, qbuf: np.ndarray, qh: int, ql: int, ph: np.ndarray, nL: int, DL: int, binned: bool, sums: bool,
+    b2f: int, b2s: int, b2n: int, bins2: np.ndarray, mstart: int, memsum: int,
+) -> tuple[int, int, int]:  # fmt: skip
+    """Skip slots ``t`` … ``te − 1`` of a quiet stretch without rows: arrivals join the queue (and,
+    ``binned``, the queue slope's bins), the memory sum gains the stretch (``sums``).  Returns the
+    plan's next request, the queue's length and the memory sum."""
+    i, ql = S_.arrivals_until(te, i, pslot, ps, po, ocut, R, qbuf, qh, ql, binned, b2f, b2s, b2n, bins2)
+    if sums:
         lo = max(t, mstart)
         if lo < te:
-            memsum += _post_sum(_dl_advance(DL, nL, t, lo - t, B, ph), nL, lo, te - lo, B, ph)
-    DL = _dl_advance(DL, nL, t, te - t, B, ph)
-    return i, ql, DL, memsum
+            memsum += _post_sum(_dl_advance(DL, nL, c, lo - t, B, ph), nL, lo - t + c, te - lo, B, ph)
+    return i, ql, memsum
 
 
 @_njit(cache=True, inline="always")
@@ -788,10 +784,7 @@ def _budget_walk(
         prv = R[F_PRV, r]
         if lazy:
             p, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t, B, nL, CL, DL, hn)
-            R[F_MODE, r] = M_EXPL
-            elist[ne] = r
-            R[F_EPOS, r] = ne
-            ne += 1
+            ne = _explicit_add(R, F_EPOS, elist, r, ne)
             pexp += held(p + g, B)
             gexp += g
             stalled += 1
@@ -833,11 +826,7 @@ def _preempt(
             g = R[F_GRANT, r]
             P -= held(p + g, B)
             gexp -= g
-            ne -= 1
-            e = R[F_EPOS, r]
-            last = elist[ne]
-            elist[e] = last
-            R[F_EPOS, last] = e
+            ne = _explicit_drop(R, F_EPOS, elist, R[F_EPOS, r], ne)
         at = R[F_PRV, r]
         if at >= 0:
             R[F_NXT, at] = -1
@@ -850,12 +839,7 @@ def _preempt(
             if p >= R[F_S, r]:  # vLLM keeps the outputs: they are recomputed as prompt
                 R[F_O, r] = R[F_S, r] + R[F_O, r] - p - 1
                 R[F_S, r] = p + 1
-        step_wasted += R[F_ATT, r]
-        R[F_WASTED, r] += R[F_ATT, r]
-        R[F_ATT, r] = 0
-        R[F_PROG, r] = 0
-        R[F_NPRE, r] += 1
-        R[F_MODE, r] = M_OUT
+        step_wasted += _lose(R, r)
         qh = (qh - 1) % cap
         qbuf[qh] = r
         ql += 1
@@ -936,19 +920,10 @@ def _admit(
             g = min(sr, chunk)
         qh = (qh + 1) % cap
         ql -= 1
-        R[F_PRV, r] = at
-        R[F_NXT, r] = -1
-        if at >= 0:
-            R[F_NXT, at] = r
-        else:
-            ah = r
-        at = r
+        ah, at = _link(R, r, ah, at)
         na += 1
-        R[F_MODE, r] = M_EXPL
         R[F_GRANT, r] = g
-        elist[ne] = r
-        R[F_EPOS, r] = ne
-        ne += 1
+        ne = _explicit_add(R, F_EPOS, elist, r, ne)
         if R[F_FIRST, r] < 0:
             R[F_FIRST, r] = t
         running += 1
@@ -1015,13 +990,11 @@ def _release(
         r = hid[0]
         # its last slot's work is done: leaving the lazy set at slot t + 1 settles its areas
         _, nL, CL, DL, hn = _lazy_remove(R, hk, hid, ph, r, t + 1, B, nL, CL, DL, hn)
-        R[F_MODE, r] = M_OUT
-        R[F_FIN, r] = t
         if pol == RESERVE:
             resv -= held(R[F_S, r] + R[F_O, r], B)
         elif tree:
             _la_release(FT, R[F_FSLOT, r], R[F_TA, r], R[F_S, r], R[F_O, r], chunk, B)
-        ah, at = _unlink(R, r, ah, at)
+        ah, at = _finish(R, r, t, ah, at)
         na -= 1
         done += 1
     for k in range(ne - 1, -1, -1):
@@ -1030,18 +1003,13 @@ def _release(
         sr = R[F_S, r]
         finished = p >= sr + R[F_O, r]
         if finished or (p >= sr and lazy_ok):
-            ne -= 1
-            last = elist[ne]
-            elist[k] = last
-            R[F_EPOS, last] = k
+            ne = _explicit_drop(R, F_EPOS, elist, k, ne)
             if finished:
-                R[F_MODE, r] = M_OUT
-                R[F_FIN, r] = t
                 if pol == RESERVE:
                     resv -= held(sr + R[F_O, r], B)
                 elif tree:
                     _la_release(FT, R[F_FSLOT, r], R[F_TA, r], sr, R[F_O, r], chunk, B)
-                ah, at = _unlink(R, r, ah, at)
+                ah, at = _finish(R, r, t, ah, at)
                 na -= 1
                 done += 1
             else:
@@ -1054,23 +1022,9 @@ def _release(
 # those references in every slot (atomic increments the optimiser cannot pair off across the
 # phases' loops) made the loop 1.5x slower than the same code written in one piece.
 @_njit(cache=True, _nrt=False)
-def run_slots(
-    pol: int,
-    life: int,
-    M: int,
-    chunk: int,
-    B: int,
-    budget: int,
-    maxseq: int,
-    check: bool,
-    comp: bool,
-    t_end: int,
-    drain: bool,
-    drain_min: int,
-    t_base: int,
-    pslot: np.ndarray,
-    ps: np.ndarray,
-    po: np.ndarray,
+def run_builtins(
+    cfg: np.ndarray,
+    plan: S_.Plan,
     R: np.ndarray,
     qbuf: np.ndarray,
     elist: np.ndarray,
@@ -1079,47 +1033,42 @@ def run_slots(
     ph: np.ndarray,
     st: np.ndarray,
     out: np.ndarray,
-    bins1: np.ndarray,
-    bins2: np.ndarray,
-    bp: np.ndarray,
+    bins: S_.Bins,
     FT: np.ndarray,
 ) -> int:
     """Run slots ``st[ST_T]`` … ``t_end − 1`` (fewer on a drain or a violation); returns a status
-    code.  With ``out`` of positive width, slot ``t``'s row is written at ``out[:, t − t_base]``;
-    with ``bp[BP_ON]``, the batch-means sums of a streamed fixed horizon are added to
-    ``bins1`` (completions), ``bins2`` (arrivals − completions) and ``st[ST_MEMSUM]``.
-    ``lookahead`` keeps its finish-time table in ``R`` (O(n) a test and an admission), and when
-    ``FT`` has :data:`~kvstab.engine._finish_tree.COLS` columns moves it into the finish tree
-    (:mod:`kvstab.engine._finish_tree`, O(log W)) while many requests run."""
+    code.  ``cfg`` is the run's settings record (``C_*`` of :mod:`~kvstab.engine._layout`, made by
+    :func:`kvstab.engine._skeleton.config`: the rule ``C_POL``, the lifecycle ``C_LIFE``, the
+    compute rows ``C_COMP`` and the settings every kernel reads); ``plan`` the requests' arrival
+    slots, prompts and outputs.  With ``out`` of positive width, slot ``t``'s row is written at
+    ``out[:, t − t_base]``; with ``bins``' ``bp[BP_ON]``, the batch-means sums of a streamed fixed
+    horizon are added to its ``bins1`` (completions), ``bins2`` (arrivals − completions) and
+    ``st[ST_MEMSUM]``.  ``lookahead`` keeps its finish-time table in ``R`` (O(n)
+    a test and an admission), and when ``FT`` has :data:`~kvstab.engine._finish_tree.COLS` columns
+    moves it into the finish tree (:mod:`kvstab.engine._finish_tree`, O(log W)) while many
+    requests run."""
+    M, chunk, B, budget, maxseq, check, t_end, drain, drain_min, t_base = S_.settings(cfg)
+    pslot, ps, po = plan
+    bins1, bins2, bp = bins
+    pol = cfg[C_POL]
+    life = cfg[C_LIFE]
+    comp = cfg[C_COMP] != 0
+    ocut = 1 if life == VLLM_LIFE else 0  # vLLM's lifecycle: o − 1 decode units
     n = pslot.shape[0]
     rows = out.shape[1] > 0
     lazy_ok = B <= LAZY_BMAX
     preempts = pol == CURRENT_FIT or pol == VLLM_V1
     ring = pol == LOOKAHEAD and FT.shape[1] == FT_.COLS  # lookahead may keep its table in the tree
     tree = ring and FT[0, FT_.MODE] == 1  # it does now
-    binned = bp[BP_ON] != 0
-    b1f, b1s, b1n = bp[BP_F1], bp[BP_S1], bp[BP_N1]
-    b2f, b2s, b2n = bp[BP_F2], bp[BP_S2], bp[BP_N2]
-    mstart = bp[BP_MEM]
-    t = st[ST_T]
-    i = st[ST_I]
-    qh = st[ST_QH]
-    ql = st[ST_QL]
-    na = st[ST_NA]
+    binned, b1f, b1s, b1n, b2f, b2s, b2n, mstart = S_.bin_params(bp)
+    t, i, qh, ql, na, ah, at, nL, DL, ne, hn, memsum = S_.load_state(st)
     resv = st[ST_RESV]
-    ah = st[ST_AH]
-    at = st[ST_AT]
-    nL = st[ST_NL]
     CL = st[ST_CL]
-    DL = st[ST_DL]
-    ne = st[ST_NE]
-    hn = st[ST_HN]
     lah = st[ST_LAH]
     law = st[ST_LAW]
-    memsum = st[ST_MEMSUM]
     status = REACHED
     while t < t_end:
-        if drain and i >= n and na == 0 and ql == 0 and t >= drain_min:
+        if S_.drained(drain, drain_min, t, i, n, na, ql):
             status = DRAINED
             break
 
@@ -1131,29 +1080,23 @@ def run_slots(
                 ql, hk, hn, ph, na, nL, DL, resv, lah, law,
             )  # fmt: skip
             if te > t:
-                L = te - t
-                st[ST_STRETCH] += 1
-                st[ST_SKIP] += L
-                st[ST_RUNSUM] += na * L
+                S_.count_stretch(st, te - t, na)
                 if rows:
                     i, ql, DL = _quiet_rows(
-                        t, te, t_base, comp, life, B, i, pslot, ps, po, R, qbuf, qh, ql, ph, na, nL, CL, DL, out
+                        t, te, t, t_base, comp, ocut, B, i, pslot, ps, po, R, qbuf, qh, ql, ph, na, nL, CL, DL, out
                     )  # fmt: skip
                 else:
-                    i, ql, DL, memsum = _quiet_skip(
-                        t, te, life, B, i, pslot, ps, po, R, qbuf, qh, ql, ph, nL, DL, binned, b2f, b2s, b2n, bins2,
-                        mstart, memsum,
+                    i, ql, memsum = _quiet_skip(
+                        t, te, t, ocut, B, i, pslot, ps, po, R, qbuf, qh, ql, ph, nL, DL, binned, binned, b2f, b2s, b2n,
+                        bins2, mstart, memsum,
                     )  # fmt: skip
+                    DL = _dl_advance(DL, nL, t, te - t, B, ph)
                 t = te
                 continue
 
         # ================= a full slot
         st[ST_FULL] += 1
-        arrived = 0
-        while i < n and pslot[i] == t:
-            ql = _arrive(R, qbuf, ps, po, i, qh, ql, life)
-            i += 1
-            arrived += 1
+        i, ql, arrived = S_.arrivals(t, i, pslot, ps, po, ocut, R, qbuf, qh, ql)
 
         # --- the decision: grants (one unit each unless the budget binds), then victims
         pexp = 0  # post-slot memory of the explicit requests
@@ -1197,15 +1140,9 @@ def run_slots(
         )  # fmt: skip
         st[ST_EXPL] += ne
 
-        if check:
-            vk, vv = _breach(memory, M, na, maxseq, tokens, budget)
-            if vk != 0:
-                st[ST_VKIND] = vk
-                st[ST_VSLOT] = t
-                st[ST_VVALUE] = vv
-                st[ST_VMEM] = memory
-                status = VIOLATION
-                break
+        if check and S_.violated(st, t, memory, M, na, maxseq, tokens, budget):
+            status = VIOLATION
+            break
 
         # --- release the finished at the end of the slot; explicit decoders become lazy
         running_n = na
@@ -1216,54 +1153,37 @@ def run_slots(
 
         if rows:
             col = t - t_base
-            out[0, col] = arrived
-            out[1, col] = nadmit
-            out[2, col] = npreempt
-            out[3, col] = done
-            out[4, col] = running_n
-            out[5, col] = memory
-            out[6, col] = step_wasted
-            out[7, col] = tokens
-            out[8, col] = ql
-            if comp:
-                out[9, col] = scheduled
-                out[10, col] = pf_tok
-                out[11, col] = dc_tok
-                out[12, col] = kv_att
-                out[13, col] = pf_reqs
-                out[14, col] = pf_ctx
-                out[15, col] = pf_sq
-                out[16, col] = dc_ctx
-                out[17, col] = step_recomp
+            S_.slot_row(out, col, arrived, nadmit, npreempt, done, running_n, memory, step_wasted, tokens, ql)
+            if comp:  # the compute columns, after the SimResult's
+                S_.put_column(out, col, NSIM, (scheduled, pf_tok, dc_tok, kv_att, pf_reqs, pf_ctx, pf_sq, dc_ctx, step_recomp))
         if binned:
-            k1 = t - b1f
-            if b1s > 0 and k1 >= 0 and k1 < b1s * b1n:
-                bins1[k1 // b1s] += done
-            k2 = t - b2f
-            if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
-                bins2[k2 // b2s] += arrived - done
-            if t >= mstart:
-                memsum += memory
-        st[ST_DONE] += done
-        st[ST_RUNSUM] += running_n
+            memsum = S_.bin_slot(t, b1f, b1s, b1n, b2f, b2s, b2n, mstart, bins1, bins2, memsum, arrived, done, memory)
+        S_.count_slot(st, done, running_n)
         t += 1
 
-    st[ST_T] = t
-    st[ST_I] = i
-    st[ST_QH] = qh
-    st[ST_QL] = ql
-    st[ST_NA] = na
+    S_.store_state(st, t, i, qh, ql, na, ah, at, nL, DL, ne, hn, memsum)
     st[ST_RESV] = resv
-    st[ST_AH] = ah
-    st[ST_AT] = at
-    st[ST_NL] = nL
     st[ST_CL] = CL
-    st[ST_DL] = DL
-    st[ST_NE] = ne
-    st[ST_HN] = hn
     st[ST_LAH] = lah
     st[ST_LAW] = law
-    st[ST_MEMSUM] = memsum
     if ring:
         FT[0, FT_.MODE] = 1 if tree else 0
     return status
+
+
+# numba compiles a call to this with reference counting on (it allocates the record); the loop it
+# calls keeps its own setting.
+@_njit(cache=True)
+def run_slots(
+    pol: int, life: int, M: int, chunk: int, B: int, budget: int, maxseq: int, check: bool, comp: bool, t_end: int,
+    drain: bool, drain_min: int, t_base: int, pslot: np.ndarray, ps: np.ndarray, po: np.ndarray, R: np.ndarray,
+    qbuf: np.ndarray, elist: np.ndarray, hk: np.ndarray, hid: np.ndarray, ph: np.ndarray, st: np.ndarray,
+    out: np.ndarray, bins1: np.ndarray, bins2: np.ndarray, bp: np.ndarray, FT: np.ndarray,
+) -> int:  # fmt: skip
+    """:func:`run_builtins` with its settings passed one by one, for a caller compiled against this
+    older form (``kvstab.fleet``'s replicas); new callers pass the record."""
+    cfg = np.zeros(C_SIZE, dtype=np.int64)
+    cfg[C_POL], cfg[C_LIFE], cfg[C_M], cfg[C_CHUNK], cfg[C_B], cfg[C_BUDGET] = pol, life, M, chunk, B, budget
+    cfg[C_MAXSEQ], cfg[C_CHECK], cfg[C_COMP], cfg[C_T_END], cfg[C_DRAIN] = maxseq, check, comp, t_end, drain
+    cfg[C_DRAIN_MIN], cfg[C_T_BASE] = drain_min, t_base
+    return run_builtins(cfg, (pslot, ps, po), R, qbuf, elist, hk, hid, ph, st, out, (bins1, bins2, bp), FT)

@@ -53,28 +53,17 @@ import numpy as np
 
 from kvstab.engine import _finish_tree as FT_
 from kvstab.engine import _layout as _L
-from kvstab.engine._kernel import _la_admit, _la_enter, _la_release, _la_test, _la_wake, _proj_held
+from kvstab.engine import _skeleton as S_
+from kvstab.engine._kernel import _la_admit, _la_enter, _la_head, _la_release, _la_test, _la_wake, _proj_held
+from kvstab.engine._skeleton import _njit
 
 #: the files whose compiled helpers ``run_cached`` inlines (lookahead's table and tree), with the
 #: prefix of their sha256 this file was last compiled with (see kvstab.engine._layout.stale)
-KERNEL_SHA = "ffd24cb763410d46"
+SKELETON_SHA = "477290c2d9a36240"
+KERNEL_SHA = "dcb667e32cdc30f0"
 FINISH_TREE_SHA = "0e4bea723d7ccfbd"
-GUARDS = (("_kernel.py", KERNEL_SHA), ("_finish_tree.py", FINISH_TREE_SHA))
+GUARDS = (("_kernel.py", KERNEL_SHA), ("_finish_tree.py", FINISH_TREE_SHA), ("_skeleton.py", SKELETON_SHA))
 _L.warn_if_stale(__name__, GUARDS)
-
-try:  # numba is a declared dependency; without it the loop runs as (slow) Python
-    import numba
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover
-    HAVE_NUMBA = False
-
-
-def _njit(**kwargs: Any) -> Any:
-    if HAVE_NUMBA:
-        return numba.njit(**kwargs)
-    return lambda f: f
-
 
 # rules
 RULE_VLLM_V1 = 0
@@ -164,9 +153,8 @@ H_LAST = 2
 H_USED = 3
 H_SIZE = 4
 
-# output rows
-COLUMNS = ("arrived", "admitted", "preempted", "completed", "running", "memory", "wasted", "tokens", "queue")
-O_ARRIVED, O_ADMITTED, O_PREEMPTED, O_COMPLETED, O_RUNNING, O_MEMORY, O_WASTED, O_TOKENS, O_QUEUE = range(9)
+# output rows: a SimResult's (the skeleton's slot row)
+COLUMNS = tuple(_L.COLUMNS[: _L.NSIM])
 
 _C1 = np.uint64(0xFF51AFD7ED558CCD)
 _C2 = np.uint64(0xC4CEB9FE1A85EC53)
@@ -192,26 +180,31 @@ def _home(key: Any, mask: int) -> int:
 
 
 @_njit(cache=True, inline="always")
-def _find(ht: Any, key: int) -> int:
-    """The table slot holding ``key``, or -1."""
+def _probe(ht: Any, key: int) -> int:
+    """The slot holding ``key``, or the free slot that ends its probe run (the table is never full:
+    at least 2× the blocks)."""
     mask = ht.shape[0] - 1
     i = _home(key, mask)
     while ht[i, H_USED]:
         if ht[i, H_KEY] == key:
             return i
         i = (i + 1) & mask
-    return -1
+    return i
+
+
+@_njit(cache=True, inline="always")
+def _find(ht: Any, key: int) -> int:
+    """The table slot holding ``key``, or -1."""
+    i = _probe(ht, key)
+    return i if ht[i, H_USED] else -1
 
 
 @_njit(cache=True, inline="always")
 def _insert(ht: Any, key: int) -> int:
-    """The slot of ``key``, inserted with no blocks if absent (the table is never full: at least 2× the blocks)."""
-    mask = ht.shape[0] - 1
-    i = _home(key, mask)
-    while ht[i, H_USED]:
-        if ht[i, H_KEY] == key:
-            return i
-        i = (i + 1) & mask
+    """The slot of ``key``, inserted with no blocks if absent."""
+    i = _probe(ht, key)
+    if ht[i, H_USED]:
+        return i
     ht[i, H_USED] = 1
     ht[i, H_KEY] = key
     ht[i, H_FIRST] = -1
@@ -241,18 +234,45 @@ def _delete(ht: Any, i: int) -> None:
 # ---- the pool ----------------------------------------------------------------------------
 
 
+# The pool's three kinds of doubly linked list — the free queue (ends in ``st``), the blocks cached
+# under one hash (ends in a row of ``ht``) and a request's own blocks (ends in its row of ``R``) —
+# run on the two functions below, given the columns of ``blk`` that link a block to its
+# neighbours and the fields that hold the list's ends.  Prepending is appending with the two
+# directions swapped.
+
+
+@_njit(cache=True, inline="always")
+def _link_remove(blk: Any, b: int, PREV: int, NEXT: int, ends: Any, HEAD: int, TAIL: int) -> None:
+    """Take block ``b`` out of the list linked through ``blk[:, PREV]``/``blk[:, NEXT]`` whose first
+    and last blocks are ``ends[HEAD]``/``ends[TAIL]``; ``b``'s own links are left as they were."""
+    p = blk[b, PREV]
+    q = blk[b, NEXT]
+    if p >= 0:
+        blk[p, NEXT] = q
+    else:
+        ends[HEAD] = q
+    if q >= 0:
+        blk[q, PREV] = p
+    else:
+        ends[TAIL] = p
+
+
+@_njit(cache=True, inline="always")
+def _link_append(blk: Any, b: int, PREV: int, NEXT: int, ends: Any, HEAD: int, TAIL: int) -> None:
+    """Put block ``b`` at the end ``ends[TAIL]`` of the list linked through ``blk[:, PREV]``/``blk[:, NEXT]``."""
+    t = ends[TAIL]
+    blk[b, PREV] = t
+    blk[b, NEXT] = -1
+    if t >= 0:
+        blk[t, NEXT] = b
+    else:
+        ends[HEAD] = b
+    ends[TAIL] = b
+
+
 @_njit(cache=True, inline="always")
 def _free_remove(st: Any, blk: Any, b: int) -> None:
-    p = blk[b, K_FPREV]
-    q = blk[b, K_FNEXT]
-    if p >= 0:
-        blk[p, K_FNEXT] = q
-    else:
-        st[C_FHEAD] = q
-    if q >= 0:
-        blk[q, K_FPREV] = p
-    else:
-        st[C_FTAIL] = p
+    _link_remove(blk, b, K_FPREV, K_FNEXT, st, C_FHEAD, C_FTAIL)
     blk[b, K_FPREV] = -1
     blk[b, K_FNEXT] = -1
     st[C_NFREE] -= 1
@@ -260,27 +280,13 @@ def _free_remove(st: Any, blk: Any, b: int) -> None:
 
 @_njit(cache=True, inline="always")
 def _free_append(st: Any, blk: Any, b: int) -> None:
-    t = st[C_FTAIL]
-    blk[b, K_FPREV] = t
-    blk[b, K_FNEXT] = -1
-    if t >= 0:
-        blk[t, K_FNEXT] = b
-    else:
-        st[C_FHEAD] = b
-    st[C_FTAIL] = b
+    _link_append(blk, b, K_FPREV, K_FNEXT, st, C_FHEAD, C_FTAIL)
     st[C_NFREE] += 1
 
 
 @_njit(cache=True, inline="always")
 def _free_prepend(st: Any, blk: Any, b: int) -> None:
-    h = st[C_FHEAD]
-    blk[b, K_FNEXT] = h
-    blk[b, K_FPREV] = -1
-    if h >= 0:
-        blk[h, K_FPREV] = b
-    else:
-        st[C_FTAIL] = b
-    st[C_FHEAD] = b
+    _link_append(blk, b, K_FNEXT, K_FPREV, st, C_FTAIL, C_FHEAD)
     st[C_NFREE] += 1
 
 
@@ -288,16 +294,7 @@ def _free_prepend(st: Any, blk: Any, b: int) -> None:
 def _uncache(blk: Any, ht: Any, b: int) -> None:
     """Drop block ``b``'s cached hash (eviction): ``_maybe_evict_cached_block``."""
     i = _find(ht, blk[b, K_HASH])
-    p = blk[b, K_DPREV]
-    q = blk[b, K_DNEXT]
-    if p >= 0:
-        blk[p, K_DNEXT] = q
-    else:
-        ht[i, H_FIRST] = q
-    if q >= 0:
-        blk[q, K_DPREV] = p
-    else:
-        ht[i, H_LAST] = p
+    _link_remove(blk, b, K_DPREV, K_DNEXT, ht[i], H_FIRST, H_LAST)
     if ht[i, H_FIRST] < 0:
         _delete(ht, i)
     blk[b, K_DPREV] = UNCACHED
@@ -305,22 +302,13 @@ def _uncache(blk: Any, ht: Any, b: int) -> None:
 
 
 @_njit(cache=True, inline="always")
-def _cache(blk: Any, ht: Any,
-           b: int, h: int) -> None:
-    """Cache block ``b`` under ``h`` (after the blocks already cached under it)."""
+def _cache(blk: Any, ht: Any, b: int, h: int) -> None:
+    """Cache block ``b`` under ``h`` (after the blocks already cached under it; a slot just
+    inserted has no first and no last block)."""
     if blk[b, K_DPREV] != UNCACHED:
         return  # already cached (under the same hash: a chain names its prefix)
     i = _insert(ht, h)
-    if ht[i, H_FIRST] < 0:
-        ht[i, H_FIRST] = b
-        ht[i, H_LAST] = b
-        blk[b, K_DPREV] = -1
-    else:
-        t = ht[i, H_LAST]
-        blk[t, K_DNEXT] = b
-        blk[b, K_DPREV] = t
-        ht[i, H_LAST] = b
-    blk[b, K_DNEXT] = -1
+    _link_append(blk, b, K_DPREV, K_DNEXT, ht[i], H_FIRST, H_LAST)
     blk[b, K_HASH] = h
 
 
@@ -365,10 +353,7 @@ def _la_table_test(la: Any, run: Any, nrun: int, s1: int, o: int, t: int, M: int
     (past its hit) and output ``o`` against ``M`` (``M − p0``): ``(ok, wake, fc, own)``, ``own``
     the total at the head's finish ``fc`` without its ``p0``.  A constraint at a finish slot
     after ``fc`` is not the head's (the head is gone there), so it is not tested."""
-    rp = (s1 + chunk - 1) // chunk
-    span = rp + o
-    fc = t + span - 1
-    own = _proj_held(s1, o, t, fc, chunk, B)
+    rp, span, fc, own = _la_head(s1, o, t, chunk, B)
     ok = True
     wake = t + 1
     fnext = FAR
@@ -680,15 +665,7 @@ def run_cached(
                 kept += 1
         st[C_NRUN] = kept
         if out.shape[1] > 0:
-            out[O_ARRIVED, col] = arrived
-            out[O_ADMITTED, col] = admitted
-            out[O_PREEMPTED, col] = nvict
-            out[O_COMPLETED, col] = completed
-            out[O_RUNNING, col] = running
-            out[O_MEMORY, col] = memory
-            out[O_WASTED, col] = wasted
-            out[O_TOKENS, col] = tokens
-            out[O_QUEUE, col] = st[C_WLEN]
+            S_.slot_row(out, col, arrived, admitted, nvict, completed, running, memory, wasted, tokens, st[C_WLEN])
         st[C_T] = t + 1
         if drain and st[C_I] >= n and st[C_NRUN] == 0 and st[C_WLEN] == 0:
             return DRAINED
@@ -788,14 +765,7 @@ def _grow(r: int, need: int, upto: int, t: int, R: Any, B: int, blk: Any, st: An
         if blk[b, K_DPREV] != UNCACHED:
             _uncache(blk, ht, b)
         blk[b, K_REF] = 1
-        tail = R[r, R_OTAIL]
-        blk[b, K_OPREV] = tail
-        blk[b, K_ONEXT] = -1
-        if tail >= 0:
-            blk[tail, K_ONEXT] = b
-        else:
-            R[r, R_OHEAD] = b
-        R[r, R_OTAIL] = b
+        _link_append(blk, b, K_OPREV, K_ONEXT, R[r], R_OHEAD, R_OTAIL)
         R[r, R_NOWN] += 1
         st[C_TABS] += 1
         if R[r, R_CPTR] < 0:

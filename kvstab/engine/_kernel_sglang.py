@@ -49,31 +49,38 @@ import math
 import numpy as np
 
 from kvstab.engine import _layout as _L
+from kvstab.engine import _skeleton as S_
 from kvstab.engine._kernel import (
     _FAR,
-    _breach,
     _dl_advance,
+    _explicit_add,
+    _explicit_drop,
+    _finish,
+    _heap_push,
     _heap_remove,
     _lazy_post,
+    _link,
+    _lose,
     _njit,
     _overflow,
-    _post_sum,
-    _sift_up,
+    _quiet_rows,
+    _quiet_skip,
     _unlink,
+    active_ids,
     held,
 )
 from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read the layout here too
-    BP_F1,
-    BP_F2,
-    BP_MEM,
-    BP_N1,
-    BP_N2,
     BP_ON,
-    BP_S1,
-    BP_S2,
+    C_CLIP,
+    C_LIFE,
+    C_MPT,
+    C_RDS,
     C_SHIFT,
     DRAINED,
     F_HPOS,
+    FC_DECAY,
+    FC_INIT,
+    FC_MIN,
     FS_RATIO,
     FS_SIZE,
     G_ATT,
@@ -90,7 +97,6 @@ from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read
     G_O,
     G_PRIOR,
     G_PROG,
-    G_PRV,
     G_PS,
     G_RANK,
     G_RECOMP,
@@ -98,7 +104,6 @@ from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read
     G_SERVED,
     G_TB,
     G_W2S,
-    G_WASTED,
     K_DECODE,
     K_IDLE,
     K_PREFILL,
@@ -116,7 +121,6 @@ from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read
     L_QUEUE,
     L_RET,
     L_TOKOFF,
-    M_EXPL,
     M_LAZY,
     M_OUT,
     NG,
@@ -125,7 +129,6 @@ from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read
     SGLANG_LIFE,
     ST_ADMIT,
     ST_AH,
-    ST_AT,
     ST_BATCH_FULL,
     ST_BVER,
     ST_CALL,
@@ -140,29 +143,17 @@ from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read
     ST_EXPL,
     ST_FULL,
     ST_HN,
-    ST_I,
-    ST_MEMSUM,
-    ST_NA,
     ST_NC,
-    ST_NE,
     ST_NL,
     ST_NU,
     ST_PREEMPT,
-    ST_QH,
-    ST_QL,
     ST_RANKC,
     ST_RETRACT,
     ST_RU,
     ST_RUNSUM,
     ST_SIZE,
-    ST_SKIP,
-    ST_STRETCH,
     ST_T,
     ST_TAU,
-    ST_VKIND,
-    ST_VMEM,
-    ST_VSLOT,
-    ST_VVALUE,
     ST_W2,
     VIOLATION,
     VLLM_LIFE,
@@ -174,25 +165,25 @@ from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read
 #: ``run_sglang`` would keep the old copies.  A test holds this to ``_kernel.py``'s hash
 #: (``sha256sum kvstab/engine/_kernel.py | cut -c1-16``), and changing it here changes this
 #: file's text, so the cache is rebuilt.
-KERNEL_SHA = "ffd24cb763410d46"
+KERNEL_SHA = "dcb667e32cdc30f0"
 #: the same for ``_layout.py``, whose indices numba compiles into the kernel as constants
-LAYOUT_SHA = "c8be141dbecddcca"
-GUARDS = (("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA))
+LAYOUT_SHA = "3771915fa3b716aa"
+#: the same for ``_skeleton.py`` (the loop around the decision, inlined)
+SKELETON_SHA = "477290c2d9a36240"
+GUARDS = (("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA), ("_skeleton.py", SKELETON_SHA))
 _L.warn_if_stale(__name__, GUARDS)
 
 #: the work counters a run reports (name, index into ``st``)
-WORK = (
-    ("full_slots", ST_FULL),
-    ("skipped_slots", ST_SKIP),
-    ("stretches", ST_STRETCH),
-    ("explicit_steps", ST_EXPL),
-    ("admissions", ST_ADMIT),
-    ("preemptions", ST_PREEMPT),
+WORK = S_.WORK + (
     ("retraction_steps", ST_RETRACT),
     ("completions", ST_DONE),
     ("exact_sums", ST_EXACT),
     ("request_slots", ST_RUNSUM),
 )
+
+#: the fields of ``st`` this kernel alone keeps, as :func:`run_sglang` stores them
+OWN = (ST_CN, ST_NU, ST_RU, ST_NC, ST_TAU, ST_W2, ST_CALL, ST_BATCH_FULL, ST_RANKC, ST_EVP, ST_BVER, ST_DUMPV, ST_DUMPO,
+       ST_DUMPL)  # fmt: skip
 
 #: the batch-full flag under its old name (tests read it)
 S_FULL = ST_BATCH_FULL
@@ -271,21 +262,16 @@ def _lazy_join(
     if B > 1:
         ph[d % B] += 1
     key = R[G_S, r] + R[G_O, r] - d  # it finishes in the decode step that makes τ = key
-    hk[hn] = key
-    hid[hn] = r
-    _sift_up(hk, hid, R, hn)
+    hn = _heap_push(hk, hid, R, key, r, hn)
     if key - tau > clip:
-        ck[cn] = key
-        cid[cn] = r
         R[G_CLIP, r] = 1
-        _sift_up(ck, cid, Rc, cn)
-        cn += 1
+        cn = _heap_push(ck, cid, Rc, key, r, cn)
         nc += 1
     else:
         R[G_CLIP, r] = 0
         nu += 1
         ru += key
-    return nL + 1, DL + held(p, B), hn + 1, cn, nu, ru, nc
+    return nL + 1, DL + held(p, B), hn, cn, nu, ru, nc
 
 
 @_njit(cache=True)
@@ -309,19 +295,6 @@ def sync_lazy(R: np.ndarray, st: np.ndarray, cnt: np.ndarray, B: int) -> None:
         if R[G_MODE, r] == M_LAZY:
             _touch(R, r, st[ST_T], st[ST_TAU], st[ST_W2], cnt, st[ST_CALL], B)
         r = R[G_NXT, r]
-
-
-@_njit(cache=True)
-def active_ids(R: np.ndarray, st: np.ndarray) -> np.ndarray:
-    """The active requests in batch order."""
-    ids = np.empty(st[ST_NA], dtype=np.int64)
-    r = st[ST_AH]
-    k = 0
-    while r >= 0 and k < ids.shape[0]:
-        ids[k] = r
-        k += 1
-        r = R[G_NXT, r]
-    return ids[:k]
 
 
 @_njit(cache=True)
@@ -399,63 +372,6 @@ def _quiet_until(
 
 
 @_njit(cache=True, inline="always")
-def _quiet_rows(
-    t: int, te: int, t_base: int, B: int, i: int, pslot: np.ndarray, ps: np.ndarray, po: np.ndarray, R: np.ndarray,
-    qbuf: np.ndarray, qh: int, ql: int, ph: np.ndarray, na: int, nL: int, DL: int, tau: int, out: np.ndarray,
-) -> tuple[int, int]:  # fmt: skip
-    """Slots ``t`` … ``te − 1`` of a quiet stretch, a row each.  Returns the plan's next request
-    and the queue's length."""
-    n = pslot.shape[0]
-    cap = qbuf.shape[0]
-    d = DL
-    for tt in range(t, te):
-        arrived = 0
-        while i < n and pslot[i] == tt:
-            R[G_S, i] = ps[i]
-            R[G_O, i] = po[i]
-            qbuf[(qh + ql) % cap] = i
-            ql += 1
-            i += 1
-            arrived += 1
-        post = _lazy_post(d, nL, tau + tt - t, B, ph)
-        col = tt - t_base
-        out[0, col] = arrived
-        out[4, col] = na
-        out[5, col] = post
-        out[7, col] = nL
-        out[8, col] = ql
-        d = post
-    return i, ql
-
-
-@_njit(cache=True, inline="always")
-def _quiet_skip(
-    t: int, te: int, B: int, i: int, pslot: np.ndarray, ps: np.ndarray, po: np.ndarray, R: np.ndarray,
-    qbuf: np.ndarray, qh: int, ql: int, ph: np.ndarray, idle: bool, nL: int, DL: int, tau: int, binned: bool,
-    b2f: int, b2s: int, b2n: int, bins2: np.ndarray, mstart: int, memsum: int,
-) -> tuple[int, int, int]:  # fmt: skip
-    """Skip slots ``t`` … ``te − 1`` of a quiet stretch without rows.  Returns the plan's next
-    request, the queue's length and the memory sum."""
-    n = pslot.shape[0]
-    cap = qbuf.shape[0]
-    while i < n and pslot[i] < te:
-        R[G_S, i] = ps[i]
-        R[G_O, i] = po[i]
-        qbuf[(qh + ql) % cap] = i
-        ql += 1
-        if binned:
-            k2 = pslot[i] - b2f
-            if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
-                bins2[k2 // b2s] += 1.0
-        i += 1
-    if binned and not idle:
-        lo = max(t, mstart)
-        if lo < te:
-            memsum += _post_sum(_dl_advance(DL, nL, tau, lo - t, B, ph), nL, lo - t + tau, te - lo, B, ph)
-    return i, ql, memsum
-
-
-@_njit(cache=True, inline="always")
 def _quiet_steps(
     L: int, idle: bool, B: int, r_init: float, r_min: float, r_decay: float, ratio: float, full: int, w2: int,
     call: int, tau: int, nL: int, DL: int, ph: np.ndarray, cnt: np.ndarray,
@@ -501,6 +417,20 @@ def _batch_used(B: int, ne: int, elist: np.ndarray, R: np.ndarray, DL: int) -> i
         R[G_EPOS, r] = a
         used += held(R[G_PROG, r], B)
     return used
+
+
+@_njit(cache=True, inline="always")
+def _extend(
+    B: int, ext: int, mnr: int, chain: np.ndarray, k: int, summ: int, tof: float, cur_off: int, rem_chunk: int,
+    rem_input: int,
+) -> tuple[int, int, float, int, int, int]:  # fmt: skip
+    """An extension of ``ext`` tokens joins the step (a chunk continued or a request admitted):
+    ``ext + B + mnr`` is added to total_offset (``chain[k]``, its integer sum ``summ``, Python's
+    float sum ``tof``) and to the current offset, ``ext`` is spent from the chunk and input budgets.
+    Returns ``k``, ``summ``, ``tof``, ``cur_off``, ``rem_chunk`` and ``rem_input``."""
+    m = ext + B + mnr
+    chain[k] = m
+    return k + 1, summ + m, tof + float(m), cur_off + ext + B, rem_chunk - ext, rem_input - ext
 
 
 @_njit(cache=True, inline="always")
@@ -554,14 +484,8 @@ def _chunked_walk(
         mnr = 0 if truncated else min(R[G_O, r] + 1 + R[G_PRIOR, r], clip)
         R[G_GRANT, r] = new_len
         ext = held(new_len, B)
-        m = ext + B + mnr
-        chain[k] = m
-        k += 1
-        summ += m
-        tof = tof + float(m)
-        cur_off += ext + B
-        rem_chunk -= ext
-        rem_input -= ext
+        k, summ, tof, cur_off, rem_chunk, rem_input = _extend(B, ext, mnr, chain, k, summ, tof, cur_off, rem_chunk,
+                                                              rem_input)  # fmt: skip
         reserved += held(p + new_len, B) - held(p, B)
         in_batch += 1
         continuing = continuing or truncated
@@ -611,14 +535,8 @@ def _queue_walk(
         ext_raw = sw if whole else chunk_len
         mnr = min(ow + 1 + R[G_PRIOR, w], clip) if whole else 0
         ext = held(ext_raw, B)
-        m = ext + B + mnr
-        chain[k] = m
-        k += 1
-        summ += m
-        tof = tof + float(m)
-        cur_off += ext + B
-        rem_chunk -= ext
-        rem_input -= ext
+        k, summ, tof, cur_off, rem_chunk, rem_input = _extend(B, ext, mnr, chain, k, summ, tof, cur_off, rem_chunk,
+                                                              rem_input)  # fmt: skip
         reserved += ext
         in_batch += 1
         continuing = continuing or not whole
@@ -685,20 +603,11 @@ def _prefill(
         r = qbuf[qh]
         qh = (qh + 1) % cap
         ql -= 1
-        R[G_PRV, r] = at
-        R[G_NXT, r] = -1
-        if at >= 0:
-            R[G_NXT, at] = r
-        else:
-            ah = r
-        at = r
+        ah, at = _link(R, r, ah, at)
         R[G_RANK, r] = rankc
         rankc += 1
         na += 1
-        R[G_MODE, r] = M_EXPL
-        elist[ne] = r
-        R[G_EPOS, r] = ne
-        ne += 1
+        ne = _explicit_add(R, G_EPOS, elist, r, ne)
         if R[G_FIRST, r] < 0:
             R[G_FIRST, r] = t
         g = max(0, min(R[G_GRANT, r], chunk, R[G_S, r]))
@@ -800,12 +709,7 @@ def _retract(
             R[G_PRIOR, r] += p - R[G_S, r] + 1
             R[G_O, r] = R[G_S, r] + R[G_O, r] - p - 1
             R[G_S, r] = p + 1
-        step_wasted += R[G_ATT, r]
-        R[G_WASTED, r] += R[G_ATT, r]
-        R[G_ATT, r] = 0
-        R[G_PROG, r] = 0
-        R[G_NPRE, r] += 1
-        R[G_MODE, r] = M_OUT
+        step_wasted += _lose(R, r)
         npreempt += 1
     if life == SGLANG_LIFE:
         # to the queue's tail in retraction order
@@ -854,9 +758,7 @@ def _slot_end(
         _, nL, DL, hn, cn, nu, ru, nc = _lazy_leave(
             R, hk, hid, ck, cid, Rc, ph, cnt, r, t + 1, tau, w2, call, B, nL, DL, hn, cn, nu, ru, nc
         )
-        R[G_MODE, r] = M_OUT
-        R[G_FIN, r] = t
-        ah, at = _unlink(R, r, ah, at)
+        ah, at = _finish(R, r, t, ah, at)
         na -= 1
         done += 1
         left = True
@@ -869,14 +771,9 @@ def _slot_end(
         sr = R[G_S, r]
         finished = p >= sr + R[G_O, r]
         if finished or p >= sr:
-            ne -= 1
-            last = elist[ne]
-            elist[a] = last
-            R[G_EPOS, last] = a
+            ne = _explicit_drop(R, G_EPOS, elist, a, ne)
             if finished:
-                R[G_MODE, r] = M_OUT
-                R[G_FIN, r] = t
-                ah, at = _unlink(R, r, ah, at)
+                ah, at = _finish(R, r, t, ah, at)
                 na -= 1
                 done += 1
                 if logging:
@@ -909,36 +806,10 @@ def _resort(nres: int, chain: np.ndarray, R: np.ndarray) -> tuple[int, int, int]
         r = chain[a]
         if R[G_MODE, r] == M_OUT:
             continue  # finished in this step
-        R[G_PRV, r] = at
-        R[G_NXT, r] = -1
-        if at >= 0:
-            R[G_NXT, at] = r
-        else:
-            ah = r
-        at = r
+        ah, at = _link(R, r, ah, at)
         R[G_RANK, r] = rankc
         rankc += 1
     return ah, at, rankc
-
-
-@_njit(cache=True, inline="always")
-def _arrivals(
-    t: int, i: int, pslot: np.ndarray, ps: np.ndarray, po: np.ndarray, R: np.ndarray, qbuf: np.ndarray, qh: int,
-    ql: int,
-) -> tuple[int, int, int]:  # fmt: skip
-    """Slot ``t``'s arrivals join the queue's tail.  Returns the plan's next request, the queue's
-    length and the arrivals."""
-    n = pslot.shape[0]
-    cap = qbuf.shape[0]
-    arrived = 0
-    while i < n and pslot[i] == t:
-        R[G_S, i] = ps[i]
-        R[G_O, i] = po[i]
-        qbuf[(qh + ql) % cap] = i
-        ql += 1
-        i += 1
-        arrived += 1
-    return i, ql, arrived
 
 
 @_njit(cache=True, inline="always")
@@ -976,36 +847,6 @@ def _dump_batch(
             evp += 1
             r = R[G_NXT, r]
     return dumpo, evp - dumpo, evp
-
-
-@_njit(cache=True, inline="always")
-def _count(
-    t: int, rows: bool, t_base: int, out: np.ndarray, binned: bool, b1f: int, b1s: int, b1n: int, b2f: int, b2s: int,
-    b2n: int, bins1: np.ndarray, bins2: np.ndarray, mstart: int, memsum: int, arrived: int, nadm: int,
-    npreempt: int, done: int, running_n: int, memory: int, step_wasted: int, tokens: int, ql: int,
-) -> int:  # fmt: skip
-    """Slot ``t``'s row (``rows``) and its batch-means sums (``binned``); returns the memory sum."""
-    if rows:
-        col = t - t_base
-        out[0, col] = arrived
-        out[1, col] = nadm
-        out[2, col] = npreempt
-        out[3, col] = done
-        out[4, col] = running_n
-        out[5, col] = memory
-        out[6, col] = step_wasted
-        out[7, col] = tokens
-        out[8, col] = ql
-    if binned:
-        k1 = t - b1f
-        if b1s > 0 and k1 >= 0 and k1 < b1s * b1n:
-            bins1[k1 // b1s] += done
-        k2 = t - b2f
-        if b2s > 0 and k2 >= 0 and k2 < b2s * b2n:
-            bins2[k2 // b2s] += arrived - done
-        if t >= mstart:
-            memsum += memory
-    return memsum
 
 
 @_njit(cache=True, inline="always")
@@ -1048,31 +889,22 @@ def _log_step(
     lr[lcol] = ratio
 
 
+@_njit(cache=True, inline="always")
+def _knobs(cfg: np.ndarray, fcfg: np.ndarray) -> tuple[int, int, int, int, float, float, float]:
+    """What this kernel reads of the settings besides every kernel's: the lifecycle, SGLang's
+    ``max_prefill_tokens``, ``clip_max_new_tokens`` and ``retract_decode_steps``, then its
+    ratio's initial value, floor and decay."""
+    return cfg[C_LIFE], cfg[C_MPT], cfg[C_CLIP], cfg[C_RDS], fcfg[FC_INIT], fcfg[FC_MIN], fcfg[FC_DECAY]
+
+
 # Without numba's reference counting (``_nrt=False``; the loop allocates nothing, a retraction's
 # arrays live in :func:`_retract`): each inlined phase binds the arrays it takes to names of its
 # own, and counting those references in every slot made the loop slower than one piece.
 @_njit(cache=True, _nrt=False)
 def run_sglang(
-    life: int,
-    M: int,
-    chunk: int,
-    B: int,
-    budget: int,
-    maxseq: int,
-    mpt: int,
-    clip: int,
-    rds: int,
-    r_init: float,
-    r_min: float,
-    r_decay: float,
-    check: bool,
-    t_end: int,
-    drain: bool,
-    drain_min: int,
-    t_base: int,
-    pslot: np.ndarray,
-    ps: np.ndarray,
-    po: np.ndarray,
+    cfg: np.ndarray,
+    fcfg: np.ndarray,
+    plan: S_.Plan,
     R: np.ndarray,
     qbuf: np.ndarray,
     elist: np.ndarray,
@@ -1086,37 +918,29 @@ def run_sglang(
     st: np.ndarray,
     fs: np.ndarray,
     out: np.ndarray,
-    bins1: np.ndarray,
-    bins2: np.ndarray,
-    bp: np.ndarray,
-    lg: np.ndarray,
-    lr: np.ndarray,
-    ev: np.ndarray,
+    bins: S_.Bins,
+    log: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> int:
     """Run slots ``st[ST_T]`` … ``t_end − 1`` of the ``sglang`` rule (fewer on a drain, a violation,
-    or a full log buffer); returns a status code.  ``out`` of positive width receives the
-    ``SimResult`` rows at column ``t − t_base``; ``bp[BP_ON]`` the streamed batch-means sums;
-    ``lg`` of positive width the step log (every slot is then run one by one)."""
+    or a full log buffer); returns a status code.  ``cfg`` is the run's settings record (``C_*``:
+    the lifecycle ``C_LIFE``, SGLang's ``C_MPT``, ``C_CLIP``, ``C_RDS`` and the settings every
+    kernel reads), ``fcfg`` its ratio knobs (``FC_*``), ``plan`` the requests' arrival slots,
+    prompts and outputs.  ``out`` of positive width receives the ``SimResult`` rows at column
+    ``t − t_base``; ``bins`` (with ``bp[BP_ON]``) the streamed batch-means sums; ``log``'s ``lg``
+    of positive width the step log (its ratios ``lr``, its events ``ev``; every slot is then run
+    one by one)."""
+    M, chunk, B, budget, maxseq, check, t_end, drain, drain_min, t_base = S_.settings(cfg)
+    pslot, ps, po = plan
+    bins1, bins2, bp = bins
+    lg, lr, ev = log
+    life, mpt, clip, rds, r_init, r_min, r_decay = _knobs(cfg, fcfg)
     n = pslot.shape[0]
     rows = out.shape[1] > 0
     logging = lg.shape[1] > 0
-    binned = bp[BP_ON] != 0
-    b1f, b1s, b1n = bp[BP_F1], bp[BP_S1], bp[BP_N1]
-    b2f, b2s, b2n = bp[BP_F2], bp[BP_S2], bp[BP_N2]
-    mstart = bp[BP_MEM]
+    binned, b1f, b1s, b1n, b2f, b2s, b2n, mstart = S_.bin_params(bp)
     Rc = R[C_SHIFT:]  # the clip heap's positions (row G_CPOS) at the heap functions' F_HPOS
     pchunk = held(chunk, B)  # SGLang's chunk budget is whole pages
-    t = st[ST_T]
-    i = st[ST_I]
-    qh = st[ST_QH]
-    ql = st[ST_QL]
-    na = st[ST_NA]
-    ah = st[ST_AH]
-    at = st[ST_AT]
-    nL = st[ST_NL]
-    DL = st[ST_DL]
-    ne = st[ST_NE]
-    hn = st[ST_HN]
+    t, i, qh, ql, na, ah, at, nL, DL, ne, hn, memsum = S_.load_state(st)
     cn = st[ST_CN]
     nu = st[ST_NU]
     ru = st[ST_RU]
@@ -1126,7 +950,6 @@ def run_sglang(
     call = st[ST_CALL]
     full = st[ST_BATCH_FULL]
     rankc = st[ST_RANKC]
-    memsum = st[ST_MEMSUM]
     evp = st[ST_EVP]
     bver = st[ST_BVER]
     dumpv = st[ST_DUMPV]
@@ -1135,7 +958,7 @@ def run_sglang(
     ratio = fs[FS_RATIO]
     status = REACHED
     while t < t_end:
-        if drain and i >= n and na == 0 and ql == 0 and t >= drain_min:
+        if S_.drained(drain, drain_min, t, i, n, na, ql):
             status = DRAINED
             break
         if logging and not _log_room(t, i, pslot, na, ql, evp, ev):
@@ -1149,15 +972,15 @@ def run_sglang(
             if te > t:
                 L = te - t
                 idle = na == 0
-                st[ST_STRETCH] += 1
-                st[ST_SKIP] += L
-                st[ST_RUNSUM] += na * L
-                if rows:
-                    i, ql = _quiet_rows(t, te, t_base, B, i, pslot, ps, po, R, qbuf, qh, ql, ph, na, nL, DL, tau, out)
+                S_.count_stretch(st, L, na)
+                if rows:  # the lazy set's memory is moved on by the steps below
+                    i, ql, _ = _quiet_rows(
+                        t, te, tau, t_base, False, 0, B, i, pslot, ps, po, R, qbuf, qh, ql, ph, na, nL, 0, DL, out
+                    )  # fmt: skip
                 else:
                     i, ql, memsum = _quiet_skip(
-                        t, te, B, i, pslot, ps, po, R, qbuf, qh, ql, ph, idle, nL, DL, tau, binned, b2f, b2s, b2n,
-                        bins2, mstart, memsum,
+                        t, te, tau, 0, B, i, pslot, ps, po, R, qbuf, qh, ql, ph, nL, DL, binned, binned and not idle,
+                        b2f, b2s, b2n, bins2, mstart, memsum,
                     )  # fmt: skip
                 ratio, full, w2, call, tau, DL = _quiet_steps(
                     L, idle, B, r_init, r_min, r_decay, ratio, full, w2, call, tau, nL, DL, ph, cnt
@@ -1167,7 +990,7 @@ def run_sglang(
 
         # ================= a full slot
         st[ST_FULL] += 1
-        i, ql, arrived = _arrivals(t, i, pslot, ps, po, R, qbuf, qh, ql)
+        i, ql, arrived = S_.arrivals(t, i, pslot, ps, po, 0, R, qbuf, qh, ql)
         evs = evp
         lcol = t - t_base
 
@@ -1234,15 +1057,9 @@ def run_sglang(
             if ql == 0:
                 ratio = r_init  # an idle step resets the ratio (on_idle)
 
-        if check:
-            vk, vv = _breach(memory, M, na, maxseq, tokens, budget)
-            if vk != 0:
-                st[ST_VKIND] = vk
-                st[ST_VSLOT] = t
-                st[ST_VVALUE] = vv
-                st[ST_VMEM] = memory
-                status = VIOLATION
-                break
+        if check and S_.violated(st, t, memory, M, na, maxseq, tokens, budget):
+            status = VIOLATION
+            break
 
         # ---- the slot ends: its τ is counted, the finished leave, finished prefills join the lazy set
         w2 += tau
@@ -1259,45 +1076,20 @@ def run_sglang(
             ah, at, rankc = _resort(nres, chain, R)
         full = 0 if leaves else (1 if set_full else full)
 
-        memsum = _count(
-            t, rows, t_base, out, binned, b1f, b1s, b1n, b2f, b2s, b2n, bins1, bins2, mstart, memsum, arrived, nadm,
-            npreempt, done, running_n, memory, step_wasted, tokens, ql,
-        )  # fmt: skip
+        if rows:
+            S_.slot_row(out, t - t_base, arrived, nadm, npreempt, done, running_n, memory, step_wasted, tokens, ql)
+        if binned:
+            memsum = S_.bin_slot(t, b1f, b1s, b1n, b2f, b2s, b2n, mstart, bins1, bins2, memsum, arrived, done, memory)
         if logging:
             _log_step(
                 lg, lr, lcol, B, ne, elist, R, DL, kind, tokens, nadm, npreempt, done, dumpl, dumpo, tok_end, evs, ret0,
                 fin0, pf_tok, dc_tok, full, ql, ratio,
             )  # fmt: skip
-        st[ST_DONE] += done
-        st[ST_RUNSUM] += running_n
+        S_.count_slot(st, done, running_n)
         t += 1
 
-    st[ST_T] = t
-    st[ST_I] = i
-    st[ST_QH] = qh
-    st[ST_QL] = ql
-    st[ST_NA] = na
-    st[ST_AH] = ah
-    st[ST_AT] = at
-    st[ST_NL] = nL
-    st[ST_DL] = DL
-    st[ST_NE] = ne
-    st[ST_HN] = hn
-    st[ST_CN] = cn
-    st[ST_NU] = nu
-    st[ST_RU] = ru
-    st[ST_NC] = nc
-    st[ST_TAU] = tau
-    st[ST_W2] = w2
-    st[ST_CALL] = call
-    st[ST_BATCH_FULL] = full
-    st[ST_RANKC] = rankc
-    st[ST_MEMSUM] = memsum
-    st[ST_EVP] = evp
-    st[ST_BVER] = bver
-    st[ST_DUMPV] = dumpv
-    st[ST_DUMPO] = dumpo
-    st[ST_DUMPL] = dumpl
+    S_.store_state(st, t, i, qh, ql, na, ah, at, nL, DL, ne, hn, memsum)
+    S_.put(st, OWN, (cn, nu, ru, nc, tau, w2, call, full, rankc, evp, bver, dumpv, dumpo, dumpl))
     fs[FS_RATIO] = ratio
     return status
 

@@ -108,7 +108,9 @@ L_KIND, L_NADM, L_NRET, L_NFIN, L_NTOK, L_TOKOFF, L_PF, L_DC, L_KV, L_FULL, L_QU
 NLOG = 13
 K_IDLE, K_PREFILL, K_DECODE = 0, 1, 2
 
-assert (G_HPOS, G_NXT, G_PRV, G_MODE) == (F_HPOS, F_NXT, F_PRV, F_MODE) and C_SHIFT > 0
+# the rows the two tables share (the heap and list helpers, arrivals, a victim's loss, a finish run on either)
+assert (G_HPOS, G_NXT, G_PRV, G_MODE, G_S, G_O) == (F_HPOS, F_NXT, F_PRV, F_MODE, F_S, F_O) and C_SHIFT > 0
+assert (G_ATT, G_WASTED, G_PROG, G_NPRE, G_FIN) == (F_ATT, F_WASTED, F_PROG, F_NPRE, F_FIN)
 assert len({v for k, v in globals().items() if k.startswith("ST_") and k != "ST_SIZE"}) == ST_SIZE
 
 

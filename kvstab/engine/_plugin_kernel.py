@@ -25,37 +25,58 @@ the scheduler's state applied with the slot.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from kvstab.engine import _layout as _L
-from kvstab.engine._kernel import _njit, held
+from kvstab.engine import _skeleton as S_
+from kvstab.engine._kernel import held
 from kvstab.engine._layout import (
     BAIL,
+    C_WINDOW,
     DRAINED,
     NEED_TAPE,
     REACHED,
     ST_ASK,
     ST_HID,
-    ST_I,
-    ST_NA,
     ST_NEEDK,
     ST_NEEDQ,
     ST_NONCE,
     ST_PEND,
-    ST_QH,
-    ST_QL,
-    ST_T,
 )
 from kvstab.engine._opcodes import EXACT, LIMIT, OP
+from kvstab.engine._skeleton import _njit
 
 #: the texts this loop inlines or compiles in besides its own (``held``, the layout's indices, the
 #: opcodes): see :func:`kvstab.engine._layout.stale`
-KERNEL_SHA = "ffd24cb763410d46"
-LAYOUT_SHA = "c8be141dbecddcca"
+SKELETON_SHA = "477290c2d9a36240"
+KERNEL_SHA = "dcb667e32cdc30f0"
+LAYOUT_SHA = "3771915fa3b716aa"
 OPCODES_SHA = "1db0e6da623db5dc"
-GUARDS = (("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA), ("_opcodes.py", OPCODES_SHA))
+GUARDS = (
+    ("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA), ("_opcodes.py", OPCODES_SHA), ("_skeleton.py", SKELETON_SHA)
+)
 _L.warn_if_stale(__name__, GUARDS)
+
+# The loop's arrays travel as a few records (tuples of arrays, unpacked where they are read):
+#: the request table: ``ps``, ``po``, ``prog``, ``att``, ``served``, ``wasted``, ``npre``, ``first``, ``fin``
+RequestTable = tuple[np.ndarray, ...]
+#: the scheduler's state: ``sv``, ``svf``, ``svtag`` (the values) and ``svreal``, ``svlo``, ``svhi``,
+#: ``svflo``, ``svfhi`` (each variable's kind and bounds)
+StateVars = tuple[np.ndarray, ...]
+#: the tape bank: ``code``, ``codef`` (its float view), ``tstart``, ``tlen``, ``ostart``, ``outs``,
+#: ``okind``, ``tflags``, ``tid`` (shape → tape), ``tused``, ``tcount``
+Tapes = tuple[np.ndarray, ...]
+#: this slot's answers of the rule itself: ``once_k``, ``once_q``, ``once_off``, ``once_flags``,
+#: ``ans``, ``ansf``, ``anst``
+Answers = tuple[np.ndarray, ...]
+#: a tape's registers: ``R`` (ints), ``F`` (floats), ``T`` (which of the two holds the value)
+Registers = tuple[np.ndarray, np.ndarray, np.ndarray]
+#: a decision: ``dec`` (admit, preempt, grants, the integer next state), ``decf``, ``dect``
+Decision = tuple[np.ndarray, np.ndarray, np.ndarray]
+#: scratch: ``tmp`` (grants by request), ``scr`` (the refused of the window), ``prev`` (the actives as seen)
+Scratch = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 _CONST, _ADD, _SUB, _MUL, _FDIV, _MOD, _NEG = (
     OP["CONST"],
@@ -117,27 +138,10 @@ def _put(R: np.ndarray, F: np.ndarray, T: np.ndarray, d: int, kind: int, isf: bo
     return True
 
 
-@_njit(cache=True)
-def _cmp(op: int, xf: bool, xi: int, xv: float, yf: bool, yi: int, yv: float) -> int:
-    """Python's ``x op y`` on ints and floats: 1/0, or -1 where it cannot be decided exactly here
-    (an int beyond 2⁵³ against a float: Python compares it exactly, float64 would round it)."""
-    if not xf and not yf:
-        if op == _XLT:
-            return 1 if xi < yi else 0
-        if op == _XLE:
-            return 1 if xi <= yi else 0
-        if op == _XGT:
-            return 1 if xi > yi else 0
-        if op == _XGE:
-            return 1 if xi >= yi else 0
-        if op == _XEQ:
-            return 1 if xi == yi else 0
-        return 1 if xi != yi else 0
-    if (not xf and abs(xi) > _EXACT) or (not yf and abs(yi) > _EXACT):
-        return -1
-    x = xv if xf else float(xi)
-    y = yv if yf else float(yi)
-    # IEEE comparisons: every one with a NaN is false, except !=, as in Python
+@_njit(cache=True, inline="always")
+def _relation(op: int, x: Any, y: Any) -> int:
+    """``x op y`` (``op`` one of the ``X`` comparisons; ``XNE`` the last) as 1/0, on two ints or
+    two floats (IEEE: every comparison with a NaN is false, except !=, as in Python)."""
     if op == _XLT:
         return 1 if x < y else 0
     if op == _XLE:
@@ -149,6 +153,17 @@ def _cmp(op: int, xf: bool, xi: int, xv: float, yf: bool, yi: int, yv: float) ->
     if op == _XEQ:
         return 1 if x == y else 0
     return 1 if x != y else 0
+
+
+@_njit(cache=True)
+def _cmp(op: int, xf: bool, xi: int, xv: float, yf: bool, yi: int, yv: float) -> int:
+    """Python's ``x op y`` on ints and floats: 1/0, or -1 where it cannot be decided exactly here
+    (an int beyond 2⁵³ against a float: Python compares it exactly, float64 would round it)."""
+    if not xf and not yf:
+        return _relation(op, xi, yi)
+    if (not xf and abs(xi) > _EXACT) or (not yf and abs(yi) > _EXACT):
+        return -1
+    return _relation(op, xv if xf else float(xi), yv if yf else float(yi))
 
 
 @_njit(cache=True)
@@ -443,52 +458,21 @@ def eval_tape(
 
 @_njit(cache=True)
 def _decide(
-    na: int,
-    Q: int,
-    nst: int,
-    t: int,
-    act: np.ndarray,
-    qbuf: np.ndarray,
-    qh: int,
-    ql: int,
-    ps: np.ndarray,
-    po: np.ndarray,
-    prog: np.ndarray,
-    sv: np.ndarray,
-    svf: np.ndarray,
-    svtag: np.ndarray,
-    code: np.ndarray,
-    codef: np.ndarray,
-    tstart: np.ndarray,
-    tlen: np.ndarray,
-    ostart: np.ndarray,
-    outs: np.ndarray,
-    okind: np.ndarray,
-    tflags: np.ndarray,
-    tid: np.ndarray,
-    tused: np.ndarray,
-    tcount: np.ndarray,
-    nonce: int,
-    once_k: np.ndarray,
-    once_q: np.ndarray,
-    once_off: np.ndarray,
-    once_flags: np.ndarray,
-    ans: np.ndarray,
-    ansf: np.ndarray,
-    anst: np.ndarray,
-    R: np.ndarray,
-    F: np.ndarray,
-    T: np.ndarray,
-    dec: np.ndarray,
-    decf: np.ndarray,
-    dect: np.ndarray,
-) -> int:
+    na: int, Q: int, nst: int, t: int, act: np.ndarray, qbuf: np.ndarray, qh: int, ql: int, reqs: RequestTable,
+    svs: StateVars, tapes: Tapes, nonce: int, once: Answers, regs: Registers, decision: Decision,
+) -> int:  # fmt: skip
     """The decision for a view of ``na`` active and ``Q`` shown waiting entries, written to
     ``dec`` (admit ``Q``, preempt ``na``, grants ``na + Q`` if any, then the integer next state)
     and ``decf``/``dect`` (a real next state, and whether it is a float): from this slot's answer
     of the rule itself (``once_*``) or from the shape's tape.  Returns the decision's flags
     (1: grants, 2: state), ``-1`` (no tape for the shape), ``-2`` (the tape stopped: the reference
     engine must run) or ``-3`` (an ``ASK`` row: ask the rule itself for this slot)."""
+    ps, po, prog = reqs[0], reqs[1], reqs[2]
+    sv, svf, svtag = svs[0], svs[1], svs[2]
+    code, codef, tstart, tlen, ostart, outs, okind, tflags, tid, tused, tcount = tapes
+    once_k, once_q, once_off, once_flags, ans, ansf, anst = once
+    R, F, T = regs
+    dec, decf, dect = decision
     cap = qbuf.shape[0]
     for x in range(nonce):
         if once_k[x] == na and once_q[x] == Q:
@@ -554,22 +538,11 @@ def _decide(
 
 
 @_njit(cache=True, inline="always")
-def _answer_ok(
-    Q: int,
-    na: int,
-    nst: int,
-    flags: int,
-    dec: np.ndarray,
-    decf: np.ndarray,
-    dect: np.ndarray,
-    svreal: np.ndarray,
-    svlo: np.ndarray,
-    svhi: np.ndarray,
-    svflo: np.ndarray,
-    svfhi: np.ndarray,
-) -> bool:
+def _answer_ok(Q: int, na: int, nst: int, flags: int, decision: Decision, svs: StateVars) -> bool:
     """Whether a decision passes the reference's checks of every answer: grants are integers
     >= 0, a next state within its bounds."""
+    dec, decf, dect = decision
+    svreal, svlo, svhi, svflo, svfhi = svs[3], svs[4], svs[5], svs[6], svs[7]
     ok = True
     og = Q + na
     if flags & 1:
@@ -714,88 +687,35 @@ def _release(
 
 @_njit(cache=True)
 def run_plugin_slots(
-    M: int,
-    chunk: int,
-    B: int,
-    budget: int,
-    maxseq: int,
-    check: bool,
-    window: int,
-    t_end: int,
-    drain: bool,
-    drain_min: int,
-    t_base: int,
-    pslot: np.ndarray,
-    ps: np.ndarray,
-    po: np.ndarray,
-    prog: np.ndarray,
-    att: np.ndarray,
-    served: np.ndarray,
-    wasted: np.ndarray,
-    npre: np.ndarray,
-    first: np.ndarray,
-    fin: np.ndarray,
-    qbuf: np.ndarray,
-    act: np.ndarray,
-    st: np.ndarray,
-    sv: np.ndarray,
-    svf: np.ndarray,
-    svtag: np.ndarray,
-    svreal: np.ndarray,
-    svlo: np.ndarray,
-    svhi: np.ndarray,
-    svflo: np.ndarray,
-    svfhi: np.ndarray,
-    code: np.ndarray,
-    codef: np.ndarray,
-    tstart: np.ndarray,
-    tlen: np.ndarray,
-    ostart: np.ndarray,
-    outs: np.ndarray,
-    okind: np.ndarray,
-    tflags: np.ndarray,
-    tid: np.ndarray,
-    tused: np.ndarray,
-    tcount: np.ndarray,
-    once_k: np.ndarray,
-    once_q: np.ndarray,
-    once_off: np.ndarray,
-    once_flags: np.ndarray,
-    ans: np.ndarray,
-    ansf: np.ndarray,
-    anst: np.ndarray,
-    R: np.ndarray,
-    F: np.ndarray,
-    T: np.ndarray,
-    dec: np.ndarray,
-    decf: np.ndarray,
-    dect: np.ndarray,
-    tmp: np.ndarray,
-    scr: np.ndarray,
-    prev: np.ndarray,
+    cfg: np.ndarray, pslot: np.ndarray, reqs: RequestTable, qbuf: np.ndarray, act: np.ndarray, st: np.ndarray,
+    svs: StateVars, tapes: Tapes, once: Answers, regs: Registers, decision: Decision, scratch: Scratch,
     out: np.ndarray,
-) -> int:
-    """Run slots ``st[ST_T]`` … ``t_end - 1`` (see the module docstring), writing slot
-    ``t``'s row at ``out[:, t - t_base]``; returns a status code.  State variable ``m``
-    is ``sv[m]`` (an int) or ``svf[m]`` (a float) as ``svtag[m]`` says; a real one
-    (``svreal``) is checked against ``svflo``/``svfhi``, an integer one against
-    ``svlo``/``svhi``.  ``tused[tape]`` is set to the slot in which a tape last ran,
-    ``tcount[2 tape]`` counts its runs and ``tcount[2 tape + 1]`` the slots its ``ASK`` rows
-    left to the rule."""
+) -> int:  # fmt: skip
+    """Run slots ``st[ST_T]`` … ``t_end - 1`` (see the module docstring), writing slot ``t``'s row
+    at ``out[:, t - t_base]``; returns a status code.  ``cfg`` is the run's settings record
+    (:func:`kvstab.engine._skeleton.config`, with the window ``C_WINDOW``); the other records are
+    tuples of arrays (:data:`RequestTable`, :data:`StateVars`, :data:`Tapes`, :data:`Answers`,
+    :data:`Registers`, :data:`Decision`, :data:`Scratch`).  State variable ``m`` is ``sv[m]``
+    (an int) or ``svf[m]`` (a float) as ``svtag[m]`` says; a real one (``svreal``) is checked
+    against ``svflo``/``svfhi``, an integer one against ``svlo``/``svhi``.  ``tused[tape]`` is set
+    to the slot in which a tape last ran, ``tcount[2 tape]`` counts its runs and
+    ``tcount[2 tape + 1]`` the slots its ``ASK`` rows left to the rule."""
+    M, chunk, B, budget, maxseq, check, t_end, drain, drain_min, t_base = S_.settings(cfg)
+    window = cfg[C_WINDOW]
+    ps, po, prog, att, served, wasted, npre, first, fin = reqs
+    sv, svf, svtag = svs[0], svs[1], svs[2]
+    dec, decf, dect = decision
+    tmp, scr, prev = scratch
     n = pslot.shape[0]
     cap = qbuf.shape[0]
     nst = sv.shape[0]
-    t = st[ST_T]
-    i = st[ST_I]
-    qh = st[ST_QH]
-    ql = st[ST_QL]
-    na = st[ST_NA]
+    t, i, qh, ql, na = S_.load_queue(st)
     pend = st[ST_PEND]
     hid = st[ST_HID]
     nonce = st[ST_NONCE]
     status = REACHED
     while True:
-        if drain and i >= n and na == 0 and ql == 0 and t >= drain_min and pend < 0:
+        if pend < 0 and S_.drained(drain, drain_min, t, i, n, na, ql):
             status = DRAINED
             break
         if t >= t_end:
@@ -814,11 +734,7 @@ def run_plugin_slots(
         flags = 0
         while True:
             Q = min(w, ql)
-            flags = _decide(
-                na, Q, nst, t, act, qbuf, qh, ql, ps, po, prog, sv, svf, svtag, code, codef, tstart, tlen,
-                ostart, outs, okind, tflags, tid, tused, tcount, nonce, once_k, once_q, once_off, once_flags, ans, ansf,
-                anst, R, F, T, dec, decf, dect,
-            )  # fmt: skip
+            flags = _decide(na, Q, nst, t, act, qbuf, qh, ql, reqs, svs, tapes, nonce, once, regs, decision)
             if flags == -1 or flags == -3:  # no tape for this shape, or its tape leaves the slot to the rule
                 st[ST_NEEDK] = na
                 st[ST_NEEDQ] = Q
@@ -829,7 +745,7 @@ def run_plugin_slots(
                 status = BAIL
                 break
             # the reference checks every answer: grants are integers >= 0, a next state within its bounds
-            if not _answer_ok(Q, na, nst, flags, dec, decf, dect, svreal, svlo, svhi, svflo, svfhi):
+            if not _answer_ok(Q, na, nst, flags, decision, svs):
                 status = BAIL
             if status == BAIL:
                 break
@@ -862,7 +778,7 @@ def run_plugin_slots(
 
         # --- work: every running request advances by its grant (clamped to one unit)
         tokens, memory = _work(chunk, B, na, (flags & 1) != 0, act, ps, prog, att, served, tmp)
-        if check and (memory > M or (maxseq >= 0 and na > maxseq) or (budget >= 0 and tokens > budget)):
+        if check and S_.breach(memory, M, na, maxseq, tokens, budget)[0] != 0:
             status = BAIL
             break
 
@@ -881,24 +797,12 @@ def run_plugin_slots(
         if hidden > 0:
             hid += 1
 
-        out[0, row] = pend
-        out[1, row] = nadmit
-        out[2, row] = nv
-        out[3, row] = done
-        out[4, row] = running
-        out[5, row] = memory
-        out[6, row] = step_wasted
-        out[7, row] = tokens
-        out[8, row] = ql
+        S_.slot_row(out, row, pend, nadmit, nv, done, running, memory, step_wasted, tokens, ql)
         pend = -1
         nonce = 0  # the rule's answers expire with their slot
         t += 1
 
-    st[ST_T] = t
-    st[ST_I] = i
-    st[ST_QH] = qh
-    st[ST_QL] = ql
-    st[ST_NA] = na
+    S_.store_queue(st, t, i, qh, ql, na)
     st[ST_PEND] = pend
     st[ST_HID] = hid
     st[ST_NONCE] = nonce

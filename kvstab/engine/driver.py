@@ -37,6 +37,7 @@ from kvstab.engine._drive import (
     run_kernel,
     violation,
 )
+from kvstab.engine._skeleton import config
 from kvstab.engine.cached import run_cached, why_not_cached
 from kvstab.engine.stream import StreamStats, Summary
 from kvstab.errors import InvalidArgument, InvariantViolation
@@ -179,15 +180,11 @@ class _State(KernelState):
             if W:
                 mean_o = float(self.po.mean()) if self.po.size else 0.0
                 self.ft = _finish_tree.new(W, *_finish_tree.thresholds(params.block, mean_o))
-        b1, b2, bp = self.no_bins if bins is None else bins
+        cfg = config(params, check, t_end, drain, drain_min, self.t, pol=pol, life=life, comp=comp)
         return int(
-            K.run_slots(
-                pol, life, params.M, params.chunk, B,
-                -1 if params.token_budget is None else params.token_budget,
-                -1 if params.max_num_seqs is None else params.max_num_seqs,
-                check, comp, t_end, drain, drain_min, self.t,
-                self.pslot, self.ps, self.po, self.R, self.qbuf, self.elist, self.hk, self.hid, self.ph,
-                self.st, out, b1, b2, bp, self.ft,
+            K.run_builtins(
+                cfg, (self.pslot, self.ps, self.po), self.R, self.qbuf, self.elist, self.hk, self.hid, self.ph,
+                self.st, out, self.no_bins if bins is None else bins, self.ft,
             )
         )  # fmt: skip
 

@@ -59,6 +59,7 @@ from kvstab.contract import (
 from kvstab.engine import _layout as L
 from kvstab.engine import _plugin_kernel as PK
 from kvstab.engine._drive import Reporting, Requests, drive, finish
+from kvstab.engine._skeleton import config
 from kvstab.engine.stream import Summary
 from kvstab.engine.tape import LIMIT, Tape, Untraceable, active_entry, trace_tape, waiting_entry
 from kvstab.errors import InvalidArgument, InvalidScheduler
@@ -508,8 +509,10 @@ class PluginPath:
         # the loop stops at max_slots; a fixed horizon beyond it is refused once the loop is back
         horizon = min(h.end, h.max_slots)
         stats = rep.stats(params.M, horizon if h.fixed else None)
-        budget = -1 if params.token_budget is None else params.token_budget
-        maxseq = -1 if params.max_num_seqs is None else params.max_num_seqs
+        reqs = (ps, po, prog, att, served, wasted, npre, first, fin)
+        svs = (sv, svf, svtag, svreal, svlo, svhi, svflo, svfhi)
+        decision = (dec, decf, dect)
+        scratch = (tmp, scr, prev)
 
         who = spec or self.scheduler.name
 
@@ -520,13 +523,13 @@ class PluginPath:
             """Run the loop to ``t_end``, taping or asking the rule for each shape it needs."""
             t0 = int(st[L.ST_T])
             while True:
+                cfg = config(params, check, t_end, h.drain, h.drain_min, t0, window=window)
+                tapes = (bank.code, bank.code.view(np.float64), bank.tstart, bank.tlen, bank.ostart, bank.outs,
+                         bank.okind, bank.tflags, bank.tid, bank.tused, bank.tcount)  # fmt: skip
+                once = (asker.once_k, asker.once_q, asker.once_off, asker.once_flags, asker.ans, asker.ansf,
+                        asker.anst)  # fmt: skip
                 status = PK.run_plugin_slots(
-                    params.M, params.chunk, params.block, budget, maxseq, check, window, t_end, h.drain, h.drain_min,
-                    t0, pslot, ps, po, prog, att, served, wasted, npre, first, fin, qbuf, act, st, sv, svf, svtag,
-                    svreal, svlo, svhi, svflo, svfhi, bank.code, bank.code.view(np.float64), bank.tstart,
-                    bank.tlen, bank.ostart, bank.outs, bank.okind, bank.tflags, bank.tid, bank.tused, bank.tcount,
-                    asker.once_k, asker.once_q, asker.once_off, asker.once_flags, asker.ans, asker.ansf, asker.anst,
-                    bank.R, bank.F, bank.T, dec, decf, dect, tmp, scr, prev, out,
+                    cfg, pslot, reqs, qbuf, act, st, svs, tapes, once, (bank.R, bank.F, bank.T), decision, scratch, out
                 )  # fmt: skip
                 if status != L.NEED_TAPE:
                     break

@@ -30,6 +30,7 @@ from kvstab.arrivals import ArrivalPlan
 from kvstab.engine import _kernel_sglang as KS
 from kvstab.engine import _layout as L
 from kvstab.engine._drive import Bins, KernelState, Reporting, Requests, check_plan, run_kernel
+from kvstab.engine._skeleton import config
 from kvstab.engine.stream import Summary
 from kvstab.errors import InvalidArgument
 from kvstab.lifecycles.sglang import check_server, clip_max_new, max_req_len, replay_reference
@@ -180,18 +181,15 @@ class _State(KernelState):
     ) -> int:
         """Run the compiled engine towards ``t_end``; returns its status code."""
         p, rule = self.params, self.rule
-        b1, b2, bp = self.no_bins if bins is None else bins
-        lg, lr, ev = self.no_log if log is None else log
+        cfg = config(p, check, t_end, drain, drain_min, self.t, life=life, mpt=rule.max_prefill_tokens,
+                     clip=rule.clip_max_new_tokens, rds=rule.retract_decode_steps)  # fmt: skip
+        fcfg = np.zeros(L.FC_SIZE, dtype=np.float64)
+        fcfg[L.FC_INIT], fcfg[L.FC_MIN], fcfg[L.FC_DECAY] = rule.ratio_init, rule.ratio_min, rule.ratio_decay
         return int(
             KS.run_sglang(
-                life, p.M, p.chunk, p.block,
-                -1 if p.token_budget is None else p.token_budget,
-                -1 if p.max_num_seqs is None else p.max_num_seqs,
-                rule.max_prefill_tokens, rule.clip_max_new_tokens, rule.retract_decode_steps,
-                rule.ratio_init, rule.ratio_min, rule.ratio_decay,
-                check, t_end, drain, drain_min, self.t,
-                self.pslot, self.ps, self.po, self.R, self.qbuf, self.elist, self.hk, self.hid, self.ck, self.cid,
-                self.ph, self.cnt, self.chain, self.st, self.fs, out, b1, b2, bp, lg, lr, ev,
+                cfg, fcfg, (self.pslot, self.ps, self.po), self.R, self.qbuf, self.elist, self.hk, self.hid, self.ck,
+                self.cid, self.ph, self.cnt, self.chain, self.st, self.fs, out, self.no_bins if bins is None else bins,
+                self.no_log if log is None else log,
             )
         )  # fmt: skip
 
