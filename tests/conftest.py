@@ -18,7 +18,7 @@ def data_dir() -> Path:
 
 
 def _warm_engine() -> None:
-    """The compiled engine of the built-ins (``_kernel.run_slots``, with lookahead's finish tree)."""
+    """The compiled engine of the built-ins (``_kernel.run_builtins``, with lookahead's finish tree)."""
     from kvstab.arrivals import fixed_arrivals
     from kvstab.engine import run
     from kvstab.model import ModelParams

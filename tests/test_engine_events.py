@@ -382,7 +382,7 @@ def test_lookahead_tree_test_is_the_rules_on_random_states(B: int) -> None:
 
 
 def test_the_kernel_is_rebuilt_when_the_finish_tree_changes() -> None:
-    """numba keys ``run_slots``'s cache by the text of ``_kernel.py`` alone: the hash of
+    """numba keys ``run_builtins``'s cache by the text of ``_kernel.py`` alone: the hash of
     ``_finish_tree.py`` written there makes a change to the tree change the kernel's text.
     After editing ``_finish_tree.py``, write ``sha256sum kvstab/engine/_finish_tree.py | cut -c1-16``
     into ``_kernel.FINISH_TREE_SHA``."""
@@ -402,7 +402,8 @@ def test_every_kernel_guard_hash_is_current() -> None:
     from kvstab.engine import _layout as L
     from kvstab.engine import _plugin_kernel as PK
     from kvstab.engine import _skeleton as S
+    from kvstab.fleet import _fleet_kernel as FK  # the fleet's loop compiles the built-ins' kernel in too
 
-    guards = K.GUARDS + KS.GUARDS + PK.GUARDS + G.GUARDS + KC.GUARDS + S.GUARDS
+    guards = K.GUARDS + KS.GUARDS + PK.GUARDS + G.GUARDS + KC.GUARDS + S.GUARDS + FK.GUARDS
     assert {name for name, _ in guards} >= {"_finish_tree.py", "_layout.py", "_kernel.py", "_opcodes.py", "_skeleton.py"}
     assert not L.stale(guards), L.stale(guards)

@@ -1,6 +1,6 @@
 """The compiled engine of the built-in rules: event-driven, exact (numba; plain Python without numba).
 
-One function, :func:`run_slots`, runs the built-in rules from slot ``st[ST_T]``
+One function, :func:`run_builtins`, runs the built-in rules from slot ``st[ST_T]``
 to ``t_end`` and returns there, on a drain, or at a broken invariant; the
 Python driver (:mod:`kvstab.engine.driver`) calls it batch by batch, so a
 progress bar moves and statistics stream.
@@ -122,7 +122,7 @@ from kvstab.engine._layout import (  # noqa: F401 - the driver and the tests rea
 from kvstab.engine._skeleton import HAVE_NUMBA, _njit  # noqa: F401 - the other kernels and the tests take them from here
 
 #: the text of ``_finish_tree.py`` this file was last compiled with (a prefix of its sha256).
-#: numba keys a cached function by the text of its own file only, so ``run_slots`` would keep
+#: numba keys a cached function by the text of its own file only, so ``run_builtins`` would keep
 #: an old copy of the finish tree's functions after they change; a test holds this to the
 #: file's hash, and changing it here changes this file's text: the cache is rebuilt.
 FINISH_TREE_SHA = "0e4bea723d7ccfbd"
@@ -1169,21 +1169,3 @@ def run_builtins(
     if ring:
         FT[0, FT_.MODE] = 1 if tree else 0
     return status
-
-
-# numba compiles a call to this with reference counting on (it allocates the record); the loop it
-# calls keeps its own setting.
-@_njit(cache=True)
-def run_slots(
-    pol: int, life: int, M: int, chunk: int, B: int, budget: int, maxseq: int, check: bool, comp: bool, t_end: int,
-    drain: bool, drain_min: int, t_base: int, pslot: np.ndarray, ps: np.ndarray, po: np.ndarray, R: np.ndarray,
-    qbuf: np.ndarray, elist: np.ndarray, hk: np.ndarray, hid: np.ndarray, ph: np.ndarray, st: np.ndarray,
-    out: np.ndarray, bins1: np.ndarray, bins2: np.ndarray, bp: np.ndarray, FT: np.ndarray,
-) -> int:  # fmt: skip
-    """:func:`run_builtins` with its settings passed one by one, for a caller compiled against this
-    older form (``kvstab.fleet``'s replicas); new callers pass the record."""
-    cfg = np.zeros(C_SIZE, dtype=np.int64)
-    cfg[C_POL], cfg[C_LIFE], cfg[C_M], cfg[C_CHUNK], cfg[C_B], cfg[C_BUDGET] = pol, life, M, chunk, B, budget
-    cfg[C_MAXSEQ], cfg[C_CHECK], cfg[C_COMP], cfg[C_T_END], cfg[C_DRAIN] = maxseq, check, comp, t_end, drain
-    cfg[C_DRAIN_MIN], cfg[C_T_BASE] = drain_min, t_base
-    return run_builtins(cfg, (pslot, ps, po), R, qbuf, elist, hk, hid, ph, st, out, (bins1, bins2, bp), FT)

@@ -60,7 +60,7 @@ from kvstab.engine._skeleton import _njit
 #: the files whose compiled helpers ``run_cached`` inlines (lookahead's table and tree), with the
 #: prefix of their sha256 this file was last compiled with (see kvstab.engine._layout.stale)
 SKELETON_SHA = "477290c2d9a36240"
-KERNEL_SHA = "dcb667e32cdc30f0"
+KERNEL_SHA = "77c8eae193b9bae4"
 FINISH_TREE_SHA = "0e4bea723d7ccfbd"
 GUARDS = (("_kernel.py", KERNEL_SHA), ("_finish_tree.py", FINISH_TREE_SHA), ("_skeleton.py", SKELETON_SHA))
 _L.warn_if_stale(__name__, GUARDS)

@@ -51,7 +51,7 @@ from kvstab.engine._skeleton import _njit
 #: the texts this loop inlines or compiles in besides its own (``held``, the layout's indices, the
 #: opcodes): see :func:`kvstab.engine._layout.stale`
 SKELETON_SHA = "477290c2d9a36240"
-KERNEL_SHA = "dcb667e32cdc30f0"
+KERNEL_SHA = "77c8eae193b9bae4"
 LAYOUT_SHA = "3771915fa3b716aa"
 OPCODES_SHA = "1db0e6da623db5dc"
 GUARDS = (

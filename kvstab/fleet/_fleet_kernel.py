@@ -1,6 +1,6 @@
 """The fleet's event loop on compiled replicas: the routing and the stepping in one numba loop.
 
-Each replica is the built-ins' compiled kernel (:func:`kvstab.engine._kernel.run_slots`) with
+Each replica is the built-ins' compiled kernel (:func:`kvstab.engine._kernel.run_builtins`) with
 its own state, request table and plan.  A replica's plan is filled as the router sends it
 requests: an entry not yet routed holds the slot :data:`NOT_YET`, which the kernel never
 reaches, so a replica stepped up to an arrival's slot stops there and takes the request at
@@ -26,10 +26,14 @@ from kvstab.engine import _kernel as K
 from kvstab.engine import _layout as L
 
 #: the files of kvstab/engine whose compiled text this module's kernels inline (see kvstab.engine._layout.stale)
-KERNEL_SHA = "ffd24cb763410d46"
-LAYOUT_SHA = "c8be141dbecddcca"
+KERNEL_SHA = "77c8eae193b9bae4"
+LAYOUT_SHA = "3771915fa3b716aa"
 FINISH_TREE_SHA = "0e4bea723d7ccfbd"
-GUARDS = (("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA), ("_finish_tree.py", FINISH_TREE_SHA))
+SKELETON_SHA = "477290c2d9a36240"
+GUARDS = (
+    ("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA), ("_finish_tree.py", FINISH_TREE_SHA),
+    ("_skeleton.py", SKELETON_SHA),
+)  # fmt: skip
 L.warn_if_stale(__name__, GUARDS)
 
 #: router codes
@@ -40,9 +44,6 @@ DONE, GROW, VIOLATION = 0, 1, 2
 NOT_YET = 1 << 62
 #: the columns of a replica's row buffer (slots per call of the replica's kernel)
 BUF = 4096
-#: cfg columns
-CF_POL, CF_LIFE, CF_M, CF_CHUNK, CF_B, CF_BUDGET, CF_MAXSEQ, CF_CHECK = range(8)
-CF_SIZE = 8
 
 
 def _njit(**kwargs: Any) -> Any:
@@ -69,10 +70,10 @@ def advance(
     while st[L.ST_T] < target:
         t0 = st[L.ST_T]
         te = min(target, t0 + width)
-        status = K.run_slots(
-            cfg[j, CF_POL], cfg[j, CF_LIFE], cfg[j, CF_M], cfg[j, CF_CHUNK], cfg[j, CF_B], cfg[j, CF_BUDGET],
-            cfg[j, CF_MAXSEQ], cfg[j, CF_CHECK] != 0, False, te, False, 0, t0, pslots[j], pss[j], pos[j], Rs[j],
-            qbufs[j], elists[j], hks[j], hids[j], phs[j], st, out, b1, b2, bp, FT,
+        c = cfg[j]  # replica j's settings record (kvstab.engine._layout's C_* fields): this batch's bounds
+        c[L.C_T_END], c[L.C_T_BASE] = te, t0
+        status = K.run_builtins(
+            c, (pslots[j], pss[j], pos[j]), Rs[j], qbufs[j], elists[j], hks[j], hids[j], phs[j], st, out, (b1, b2, bp), FT
         )  # fmt: skip
         t1 = st[L.ST_T]
         for c in range(t1 - t0):

@@ -526,6 +526,7 @@ def _event_compiled(
     invariant, for the reference loop to raise it with its record."""
     from kvstab.engine import _kernel as K
     from kvstab.engine import _layout as L
+    from kvstab.engine._skeleton import config as settings_record
     from kvstab.engine.driver import fast_rule
     from kvstab.fleet import _fleet_kernel as FK
 
@@ -540,12 +541,14 @@ def _event_compiled(
     cap = 64 + n // N + n // (4 * N)  # a fair share and a quarter; the tables grow when a replica outgrows it
     nslots = np.asarray([_slots(arrivals.horizon_s, r.params) for r in replicas], dtype=np.int64)
     tab = _Tables([r.params for r in replicas], cap, nslots)
-    cfg = np.zeros((N, FK.CF_SIZE), dtype=np.int64)
-    for j, (rep, sch) in enumerate(zip(replicas, schedulers)):
-        p = rep.params
-        cfg[j] = (fast_rule(sch), L.KVSTAB_LIFE, p.M, p.chunk, p.block,  # type: ignore[assignment]
-                  -1 if p.token_budget is None else p.token_budget, -1 if p.max_num_seqs is None else p.max_num_seqs,
-                  int(check))  # fmt: skip
+    # one settings record a replica (the single-server engine's, kvstab.engine._skeleton.config); the fleet's
+    # loop sets each batch's end and base slot in it
+    records = []
+    for rep, sch in zip(replicas, schedulers):
+        pol = fast_rule(sch)
+        assert pol is not None, "only built-ins reach the compiled fleet loop"
+        records.append(settings_record(rep.params, check, 0, False, 0, 0, pol=pol, life=L.KVSTAB_LIFE))
+    cfg = np.stack(records)
     bbar = np.asarray([r.params.bbar for r in replicas], dtype=np.float64)
     count = np.zeros(N, dtype=np.int64)
     where = np.zeros(n, dtype=np.int64)
