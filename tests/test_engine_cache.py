@@ -230,8 +230,8 @@ def test_the_kernels_lookahead_test_with_hits_is_the_rules(B: int, mode: str) ->
               "moving": _finish_tree.new(_finish_tree.MIN_W, 2, 2)}[mode]
         la = np.zeros((n, KC.L_SIZE), dtype=np.int64)
         run = np.zeros(n, dtype=np.int64)
-        stt = np.zeros(KC.C_SIZE, dtype=np.int64)
-        stt[KC.C_LAH] = -1
+        stt = np.zeros(KC.CS_SIZE, dtype=np.int64)
+        stt[KC.CS_LAH] = -1
         info: dict[int, tuple[int, int, int, int]] = {}  # rid: (ta, s, o, hit)
         actives: list[int] = []
         now: list[tuple[int, int, int]] = []  # admitted in this slot
@@ -244,7 +244,7 @@ def test_the_kernels_lookahead_test_with_hits_is_the_rules(B: int, mode: str) ->
                 t += int(rng.integers(1, 5))
                 now = []
                 for q in [q for q in actives if la[q, KC.L_F] < t]:  # released at the end of their finish slot
-                    if stt[KC.C_TREE]:
+                    if stt[KC.CS_TREE]:
                         KC._la_gone(FT, la, q, chunk, B)
                     actives.remove(q)
             new = fresh or rng.random() < 0.1
@@ -255,7 +255,7 @@ def test_the_kernels_lookahead_test_with_hits_is_the_rules(B: int, mode: str) ->
             if new or rng.random() < 0.3:
                 hit = B * int(rng.integers(0, (s - 1) // B + 1))
             run[: len(actives)] = actives
-            skipped = rid == stt[KC.C_LAH] and hit // B == stt[KC.C_LAHIT] and t < stt[KC.C_LAW]
+            skipped = rid == stt[KC.CS_LAH] and hit // B == stt[KC.CS_LAHIT] and t < stt[KC.CS_LAW]
             ok = KC._la_admits(rid, s, o, hit, hit // B, t, M // B * B, chunk, B, run, len(actives), la, FT, stt)
             want = _rule_admits([info[q] for q in actives if info[q][0] < t], [*now, (s, o, hit)], t, M, chunk, B, rng)
             assert ok == want and not (skipped and want), (trial, t, rid, skipped)

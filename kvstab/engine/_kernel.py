@@ -127,9 +127,9 @@ from kvstab.engine._skeleton import HAVE_NUMBA, _njit  # noqa: F401 - the other 
 #: file's hash, and changing it here changes this file's text: the cache is rebuilt.
 FINISH_TREE_SHA = "0e4bea723d7ccfbd"
 #: the same for ``_layout.py``, whose indices numba compiles into the kernel as constants
-LAYOUT_SHA = "3771915fa3b716aa"
+LAYOUT_SHA = "14a0a08f1956fdd1"
 #: the same for ``_skeleton.py``, whose helpers (the loop around the decision) the kernel inlines
-SKELETON_SHA = "477290c2d9a36240"
+SKELETON_SHA = "2d60ea0633aae12c"
 #: every file whose text the kernels of this module depend on besides their own
 GUARDS = (("_finish_tree.py", FINISH_TREE_SHA), ("_layout.py", LAYOUT_SHA), ("_skeleton.py", SKELETON_SHA))
 _L.warn_if_stale(__name__, GUARDS)

@@ -2,7 +2,7 @@
 
 :func:`run_cached` runs ``vllm-v1``, ``current-fit``, ``reserve`` and ``lookahead`` on the pool of
 :mod:`kvstab.blocks` (reference counts, one free queue in eviction order, chained
-hashes of full blocks, longest-prefix hits, LRU eviction) from slot ``st[C_T]`` to
+hashes of full blocks, longest-prefix hits, LRU eviction) from slot ``st[CS_T]`` to
 ``t_end``, exactly as the reference engine does with ``ModelParams.prefix_caching``
 (:mod:`kvstab.prefix_cache`; ``tests/test_engine_cache.py`` holds the two to identical
 outputs).  Each rule is run *procedurally*, in vLLM's order, which ``docs/MODEL.md``
@@ -59,44 +59,33 @@ from kvstab.engine._skeleton import _njit
 
 #: the files whose compiled helpers ``run_cached`` inlines (lookahead's table and tree), with the
 #: prefix of their sha256 this file was last compiled with (see kvstab.engine._layout.stale)
-SKELETON_SHA = "477290c2d9a36240"
-KERNEL_SHA = "77c8eae193b9bae4"
+SKELETON_SHA = "2d60ea0633aae12c"
+KERNEL_SHA = "63df08f27204389a"
 FINISH_TREE_SHA = "0e4bea723d7ccfbd"
 GUARDS = (("_kernel.py", KERNEL_SHA), ("_finish_tree.py", FINISH_TREE_SHA), ("_skeleton.py", SKELETON_SHA))
 _L.warn_if_stale(__name__, GUARDS)
 
-# rules
-RULE_VLLM_V1 = 0
-RULE_CURRENT_FIT = 1
-RULE_RESERVE = 2
-RULE_LOOKAHEAD = 3
-# lifecycles
-LIFE_KVSTAB = 0
-LIFE_VLLM = 1
-# statuses
-RUNNING = 0
-DRAINED = 1
-BROKEN = 2  # a rule that never preempts met a full pool: the reference engine reports it
+# rule, lifecycle and status codes are _layout's (one value a name for every kernel)
 FAR = 1 << 62  # no wake slot
 
-# scalar state st[]
-C_T = 0  # next slot
-C_I = 1  # requests arrived
-C_NRUN = 2
-C_WHEAD = 3  # waiting ring buffer: head index, length
-C_WLEN = 4
-C_NFREE = 5
-C_FHEAD = 6  # free queue: head, tail block ids (-1: empty)
-C_FTAIL = 7
-C_VSLOT = 8  # the slot a BROKEN status stopped at
-C_PEAKS = 9  # Σ peak blocks of the running requests (reserve's view, kept as they come and go)
-C_TABS = 10  # Σ table sizes (hit + own blocks) of the running requests
-C_LAH = 11  # lookahead: the head it last refused (-1: none), its hit then (blocks), its wake slot
-C_LAHIT = 12
-C_LAW = 13
-C_TREE = 14  # lookahead: 1 while its finish-time table is in the finish tree
-C_LATEST = 15  # lookahead: tests run (a count of work, not an output)
-C_SIZE = 16
+# scalar state st[] (``CS_``: this kernel's own state, not _layout's ``ST_``; its settings are arguments)
+CS_T = 0  # next slot
+CS_I = 1  # requests arrived
+CS_NRUN = 2
+CS_WHEAD = 3  # waiting ring buffer: head index, length
+CS_WLEN = 4
+CS_NFREE = 5
+CS_FHEAD = 6  # free queue: head, tail block ids (-1: empty)
+CS_FTAIL = 7
+CS_VSLOT = 8  # the slot a BROKEN status stopped at
+CS_PEAKS = 9  # Σ peak blocks of the running requests (reserve's view, kept as they come and go)
+CS_TABS = 10  # Σ table sizes (hit + own blocks) of the running requests
+CS_LAH = 11  # lookahead: the head it last refused (-1: none), its hit then (blocks), its wake slot
+CS_LAHIT = 12
+CS_LAW = 13
+CS_TREE = 14  # lookahead: 1 while its finish-time table is in the finish tree
+CS_LATEST = 15  # lookahead: tests run (a count of work, not an output)
+CS_SIZE = 16
 
 # per-request rows of R[]
 R_S = 0
@@ -272,22 +261,22 @@ def _link_append(blk: Any, b: int, PREV: int, NEXT: int, ends: Any, HEAD: int, T
 
 @_njit(cache=True, inline="always")
 def _free_remove(st: Any, blk: Any, b: int) -> None:
-    _link_remove(blk, b, K_FPREV, K_FNEXT, st, C_FHEAD, C_FTAIL)
+    _link_remove(blk, b, K_FPREV, K_FNEXT, st, CS_FHEAD, CS_FTAIL)
     blk[b, K_FPREV] = -1
     blk[b, K_FNEXT] = -1
-    st[C_NFREE] -= 1
+    st[CS_NFREE] -= 1
 
 
 @_njit(cache=True, inline="always")
 def _free_append(st: Any, blk: Any, b: int) -> None:
-    _link_append(blk, b, K_FPREV, K_FNEXT, st, C_FHEAD, C_FTAIL)
-    st[C_NFREE] += 1
+    _link_append(blk, b, K_FPREV, K_FNEXT, st, CS_FHEAD, CS_FTAIL)
+    st[CS_NFREE] += 1
 
 
 @_njit(cache=True, inline="always")
 def _free_prepend(st: Any, blk: Any, b: int) -> None:
-    _link_append(blk, b, K_FNEXT, K_FPREV, st, C_FTAIL, C_FHEAD)
-    st[C_NFREE] += 1
+    _link_append(blk, b, K_FNEXT, K_FPREV, st, CS_FTAIL, CS_FHEAD)
+    st[CS_NFREE] += 1
 
 
 @_njit(cache=True, inline="always")
@@ -411,27 +400,27 @@ def _la_admits(w: int, s: int, o: int, p0: int, hit: int, t: int, M: int, chunk:
     head is entered into the table (or tree).  A refused head is not tested again before its
     wake slot unless its hit changed (with the head and its hit fixed the test is the compiled
     engine's, whose wake slot ``docs/engine.md`` proves)."""
-    if w == st[C_LAH] and hit == st[C_LAHIT] and t < st[C_LAW]:
+    if w == st[CS_LAH] and hit == st[CS_LAHIT] and t < st[CS_LAW]:
         return False
-    st[C_LATEST] += 1
+    st[CS_LATEST] += 1
     if FT.shape[1] == FT_.COLS:  # the table moves into the tree when many run, and back when few do
-        if st[C_TREE] == 0 and nrun >= FT[0, FT_.TREE_AT_]:
+        if st[CS_TREE] == 0 and nrun >= FT[0, FT_.TREE_AT_]:
             _la_move(FT, la, run, nrun, chunk, B, True)
-            st[C_TREE] = 1
-        elif st[C_TREE] == 1 and nrun <= FT[0, FT_.TABLE_AT_]:
+            st[CS_TREE] = 1
+        elif st[CS_TREE] == 1 and nrun <= FT[0, FT_.TABLE_AT_]:
             _la_move(FT, la, run, nrun, chunk, B, False)
-            st[C_TREE] = 0
+            st[CS_TREE] = 0
     s1 = s - p0
-    if st[C_TREE]:
+    if st[CS_TREE]:
         ok, wake, fc, own = _la_test(FT, t, s1, o, chunk, B, M - p0)
     else:
         ok, wake, fc, own = _la_table_test(la, run, nrun, s1, o, t, M - p0, chunk, B)
     if not ok:
-        st[C_LAH] = w
-        st[C_LAHIT] = hit
-        st[C_LAW] = wake
+        st[CS_LAH] = w
+        st[CS_LAHIT] = hit
+        st[CS_LAW] = wake
         return False
-    if st[C_TREE]:
+    if st[CS_TREE]:
         if p0 > 0:  # its p0 at every finish slot it lives to (before its own slot is entered), and in the profile
             FT_.tree_add(FT, t, fc, 0, p0)
             FT_.profile_add(FT, t, 0, p0)
@@ -462,41 +451,41 @@ def run_cached(
     la: Any, FT: Any, rule: int, life: int, B: int, chunk: int, budget0: int, max_seqs: int, usable: int,
     CR: Any, SEED: Any, K1: Any, K2: Any, t_end: int, drain: bool, out: Any,
 ) -> int:
-    """Run slots from ``st[C_T]`` to ``t_end`` (or a drain); one row of ``out`` per slot.
+    """Run slots from ``st[CS_T]`` to ``t_end`` (or a drain); one row of ``out`` per slot.
     ``la`` and ``FT`` are lookahead's finish-time table and finish tree (``FT`` of
     :data:`~kvstab.engine._finish_tree.COLS` columns, else no tree: the table throughout)."""
     n = arr_slot.size
     qcap = wq.size
-    t0 = st[C_T]
-    while st[C_T] < t_end:
-        t = st[C_T]
+    t0 = st[CS_T]
+    while st[CS_T] < t_end:
+        t = st[CS_T]
         col = t - t0
-        nrun = st[C_NRUN]
-        if nrun == 0 and st[C_WLEN] == 0:
-            if st[C_I] >= n:
+        nrun = st[CS_NRUN]
+        if nrun == 0 and st[CS_WLEN] == 0:
+            if st[CS_I] >= n:
                 if drain:
-                    return DRAINED
-                st[C_T] = t_end  # idle to the horizon: the rows stay 0
-                return RUNNING
-            nxt = arr_slot[st[C_I]]
+                    return _L.DRAINED
+                st[CS_T] = t_end  # idle to the horizon: the rows stay 0
+                return _L.REACHED
+            nxt = arr_slot[st[CS_I]]
             if nxt > t:  # idle until the next arrival: nothing happens, rows stay 0
-                st[C_T] = min(nxt, t_end)
+                st[CS_T] = min(nxt, t_end)
                 continue
         # arrivals join the tail of the queue
         arrived = 0
-        while st[C_I] < n and arr_slot[st[C_I]] <= t:
-            r = st[C_I]
+        while st[CS_I] < n and arr_slot[st[CS_I]] <= t:
+            r = st[CS_I]
             R[r, R_ARR] = t
-            wq[(st[C_WHEAD] + st[C_WLEN]) % qcap] = r
-            st[C_WLEN] += 1
-            st[C_I] += 1
+            wq[(st[CS_WHEAD] + st[CS_WLEN]) % qcap] = r
+            st[CS_WLEN] += 1
+            st[CS_I] += 1
             arrived += 1
         # reserve's view: Σ peaks of the running, minus what older running requests share
         reserved = 0
-        if rule == RULE_RESERVE:
-            reserved = st[C_PEAKS] - (st[C_TABS] - (usable - st[C_NFREE]))
+        if rule == _L.RESERVE:
+            reserved = st[CS_PEAKS] - (st[CS_TABS] - (usable - st[CS_NFREE]))
         # --- the running requests, oldest admission first
-        budget = budget0 if (rule == RULE_VLLM_V1 and budget0 >= 0) else (1 << 62)
+        budget = budget0 if (rule == _L.VLLM_V1 and budget0 >= 0) else (1 << 62)
         tokens = 0
         finishing = False  # whether a request reached its end this slot (else the release walk is skipped)
         nvict = 0
@@ -519,10 +508,10 @@ def run_cached(
                 break  # the budget is spent: the rest hold their blocks without work
             newp = p + g
             need = (newp + B - 1) // B - (R[r, R_HIT] + R[r, R_NOWN])
-            while need > st[C_NFREE]:
-                if rule == RULE_RESERVE or rule == RULE_LOOKAHEAD:
-                    st[C_VSLOT] = t
-                    return BROKEN
+            while need > st[CS_NFREE]:
+                if rule == _L.RESERVE or rule == _L.LOOKAHEAD:
+                    st[CS_VSLOT] = t
+                    return _L.BROKEN
                 v = run[nrun - 1]
                 nrun -= 1
                 R[v, R_SERVED] += (R[v, R_HIT] + R[v, R_NOWN]) * B * (t - R[v, R_SINCE])  # charged to t - 1
@@ -552,44 +541,44 @@ def run_cached(
         # --- admissions, in queue order, only in a slot that preempted nobody
         admitted = 0
         if nvict == 0:
-            while st[C_WLEN] > 0:
-                if rule == RULE_VLLM_V1 and budget <= 0:
+            while st[CS_WLEN] > 0:
+                if rule == _L.VLLM_V1 and budget <= 0:
                     break
                 if max_seqs >= 0 and nrun >= max_seqs:
                     break
-                w = wq[st[C_WHEAD]]
+                w = wq[st[CS_WHEAD]]
                 s = R[w, R_S]
                 hit, evictable = _lookup(w, s, R, B, blk, seg_d, seg_len, seg_off, hP, ht,
                                          scratch, memo, memo_P, CR, SEED, K1, K2)
                 shared = hit - evictable
                 c = hit * B
-                if rule == RULE_VLLM_V1:
-                    if (s + B - 1) // B - shared > st[C_NFREE]:
+                if rule == _L.VLLM_V1:
+                    if (s + B - 1) // B - shared > st[CS_NFREE]:
                         break  # the whole prompt must fit (full_sequence_must_fit)
                     first = min(s - c, chunk, budget)
-                elif rule == RULE_CURRENT_FIT:
+                elif rule == _L.CURRENT_FIT:
                     first = min(s - c, chunk)
-                    if (c + first + B - 1) // B - shared > st[C_NFREE]:
+                    if (c + first + B - 1) // B - shared > st[CS_NFREE]:
                         break
-                elif rule == RULE_LOOKAHEAD:
+                elif rule == _L.LOOKAHEAD:
                     first = min(s - c, chunk)
                     # against M's whole blocks: every projected total is a multiple of B
                     if not _la_admits(w, s, R[w, R_O], c, hit, t, usable * B, chunk, B, run, nrun, la, FT, st):
                         break
-                    if (c + first + B - 1) // B - shared > st[C_NFREE]:
-                        st[C_VSLOT] = t
-                        return BROKEN
+                    if (c + first + B - 1) // B - shared > st[CS_NFREE]:
+                        st[CS_VSLOT] = t
+                        return _L.BROKEN
                 else:
                     first = min(s - c, chunk)
                     peak = (s + R[w, R_O] + B - 1) // B - shared
                     if reserved + peak > usable:
                         break
                     reserved += peak
-                    if (c + first + B - 1) // B - shared > st[C_NFREE]:
-                        st[C_VSLOT] = t
-                        return BROKEN
-                st[C_WHEAD] = (st[C_WHEAD] + 1) % qcap
-                st[C_WLEN] -= 1
+                    if (c + first + B - 1) // B - shared > st[CS_NFREE]:
+                        st[CS_VSLOT] = t
+                        return _L.BROKEN
+                st[CS_WHEAD] = (st[CS_WHEAD] + 1) % qcap
+                st[CS_WLEN] -= 1
                 prev = -1
                 for k in range(hit):  # adopt the hit: one more reference each, out of the free queue
                     b = scratch[k]
@@ -602,8 +591,8 @@ def run_cached(
                     prev = b
                 R[w, R_HIT] = hit
                 R[w, R_HLAST] = prev
-                st[C_PEAKS] += (s + R[w, R_O] + B - 1) // B
-                st[C_TABS] += hit
+                st[CS_PEAKS] += (s + R[w, R_O] + B - 1) // B
+                st[CS_TABS] += hit
                 R[w, R_NEXT] = 0
                 R[w, R_NOWN] = 0
                 R[w, R_OHEAD] = -1
@@ -624,7 +613,7 @@ def run_cached(
                 run[nrun] = w
                 nrun += 1
                 admitted += 1
-        memory = (usable - st[C_NFREE]) * B
+        memory = (usable - st[CS_NFREE]) * B
         # --- victims: progress lost (vLLM: outputs kept as prompt), back to the head, oldest first
         wasted = 0
         for k in range(nvict):  # newest first: pushing each to the front leaves the oldest at the head
@@ -634,7 +623,7 @@ def run_cached(
             R[v, R_WASTED] += lost
             R[v, R_NPRE] += 1
             p = R[v, R_P]
-            if life == LIFE_VLLM:
+            if life == _L.VLLM_LIFE:
                 R[v, R_RECOMP] += p
                 if p >= R[v, R_S]:
                     R[v, R_PRIOR] += p - R[v, R_S] + 1
@@ -642,9 +631,9 @@ def run_cached(
                     R[v, R_O] = R[v, R_S] + R[v, R_O] - p - 1
                     R[v, R_S] = s_new
             R[v, R_P] = 0
-            st[C_WHEAD] = (st[C_WHEAD] - 1) % qcap
-            wq[st[C_WHEAD]] = v
-            st[C_WLEN] += 1
+            st[CS_WHEAD] = (st[CS_WHEAD] - 1) % qcap
+            wq[st[CS_WHEAD]] = v
+            st[CS_WLEN] += 1
         running = nrun
         # --- releases at the end of the slot, in the order the slot scheduled them
         completed = 0
@@ -657,19 +646,19 @@ def run_cached(
                 R[r, R_FIN] = t
                 R[r, R_SERVED] += (R[r, R_HIT] + R[r, R_NOWN]) * B * (t + 1 - R[r, R_SINCE])  # charged to t
                 _release(r, R, B, blk, st, par, scratch)
-                if st[C_TREE]:
+                if st[CS_TREE]:
                     _la_gone(FT, la, r, chunk, B)
                 completed += 1
             else:
                 run[kept] = r
                 kept += 1
-        st[C_NRUN] = kept
+        st[CS_NRUN] = kept
         if out.shape[1] > 0:
-            S_.slot_row(out, col, arrived, admitted, nvict, completed, running, memory, wasted, tokens, st[C_WLEN])
-        st[C_T] = t + 1
-        if drain and st[C_I] >= n and st[C_NRUN] == 0 and st[C_WLEN] == 0:
-            return DRAINED
-    return RUNNING
+            S_.slot_row(out, col, arrived, admitted, nvict, completed, running, memory, wasted, tokens, st[CS_WLEN])
+        st[CS_T] = t + 1
+        if drain and st[CS_I] >= n and st[CS_NRUN] == 0 and st[CS_WLEN] == 0:
+            return _L.DRAINED
+    return _L.REACHED
 
 
 @_njit(cache=True, inline="always")
@@ -760,14 +749,14 @@ def _grow(r: int, need: int, upto: int, t: int, R: Any, B: int, blk: Any, st: An
         R[r, R_SERVED] += (R[r, R_HIT] + R[r, R_NOWN]) * B * (t - R[r, R_SINCE])
         R[r, R_SINCE] = t
     for _ in range(need):
-        b = st[C_FHEAD]
+        b = st[CS_FHEAD]
         _free_remove(st, blk, b)
         if blk[b, K_DPREV] != UNCACHED:
             _uncache(blk, ht, b)
         blk[b, K_REF] = 1
         _link_append(blk, b, K_OPREV, K_ONEXT, R[r], R_OHEAD, R_OTAIL)
         R[r, R_NOWN] += 1
-        st[C_TABS] += 1
+        st[CS_TABS] += 1
         if R[r, R_CPTR] < 0:
             R[r, R_CPTR] = b
     full = upto // B
@@ -787,8 +776,8 @@ def _release(r: int, R: Any, B: int, blk: Any, st: Any, par: Any, scratch: Any) 
     """Free ``r``'s table last block first (``free_blocks``): blocks nobody holds any more go to
     the free queue, uncached ones to its head in that order, cached ones to its tail."""
     hit = R[r, R_HIT]
-    st[C_TABS] -= hit + R[r, R_NOWN]
-    st[C_PEAKS] -= (R[r, R_S] + R[r, R_O] + B - 1) // B  # as added at its admission: S, O change only after
+    st[CS_TABS] -= hit + R[r, R_NOWN]
+    st[CS_PEAKS] -= (R[r, R_S] + R[r, R_O] + B - 1) // B  # as added at its admission: S, O change only after
     nfirst = 0  # uncached blocks freed, collected in scratch in the order met
     b = R[r, R_OTAIL]
     while b >= 0:

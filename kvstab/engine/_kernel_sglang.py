@@ -165,11 +165,11 @@ from kvstab.engine._layout import (  # noqa: F401 - sglang.py and the tests read
 #: ``run_sglang`` would keep the old copies.  A test holds this to ``_kernel.py``'s hash
 #: (``sha256sum kvstab/engine/_kernel.py | cut -c1-16``), and changing it here changes this
 #: file's text, so the cache is rebuilt.
-KERNEL_SHA = "77c8eae193b9bae4"
+KERNEL_SHA = "63df08f27204389a"
 #: the same for ``_layout.py``, whose indices numba compiles into the kernel as constants
-LAYOUT_SHA = "3771915fa3b716aa"
+LAYOUT_SHA = "14a0a08f1956fdd1"
 #: the same for ``_skeleton.py`` (the loop around the decision, inlined)
-SKELETON_SHA = "477290c2d9a36240"
+SKELETON_SHA = "2d60ea0633aae12c"
 GUARDS = (("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA), ("_skeleton.py", SKELETON_SHA))
 _L.warn_if_stale(__name__, GUARDS)
 

@@ -31,8 +31,9 @@ from pathlib import Path
 CURRENT_FIT, NO_PREEMPT, RESERVE, LOOKAHEAD, VLLM_V1 = 0, 1, 2, 3, 4
 # lifecycle codes (``C_LIFE``): kvstab's, vLLM's, SGLang's (the last for the sglang rule only)
 KVSTAB_LIFE, VLLM_LIFE, SGLANG_LIFE = 0, 1, 2
-# what a call of a kernel returns
-REACHED, VIOLATION, DRAINED, NEED_TAPE, BAIL = 0, 1, 2, 3, 4
+# what a call of a kernel returns (BROKEN: the prefix-cache kernel's rule that never preempts met a
+# full pool, which the reference engine reports)
+REACHED, VIOLATION, DRAINED, NEED_TAPE, BAIL, BROKEN = 0, 1, 2, 3, 4, 5
 # violation kinds (``st[ST_VKIND]``)
 V_MEMORY, V_SEQS, V_BUDGET = 1, 2, 3
 # request modes (``R[F_MODE]``, ``R[G_MODE]``): not running, a lazy decoder, stepped explicitly

@@ -50,9 +50,9 @@ from kvstab.engine._skeleton import _njit
 
 #: the texts this loop inlines or compiles in besides its own (``held``, the layout's indices, the
 #: opcodes): see :func:`kvstab.engine._layout.stale`
-SKELETON_SHA = "477290c2d9a36240"
-KERNEL_SHA = "77c8eae193b9bae4"
-LAYOUT_SHA = "3771915fa3b716aa"
+SKELETON_SHA = "2d60ea0633aae12c"
+KERNEL_SHA = "63df08f27204389a"
+LAYOUT_SHA = "14a0a08f1956fdd1"
 OPCODES_SHA = "1db0e6da623db5dc"
 GUARDS = (
     ("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA), ("_opcodes.py", OPCODES_SHA), ("_skeleton.py", SKELETON_SHA)

@@ -77,7 +77,7 @@ Plan = tuple[np.ndarray, np.ndarray, np.ndarray]
 Bins = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 #: the text of ``_layout.py`` this file was last compiled with (its indices are compiled in)
-LAYOUT_SHA = "3771915fa3b716aa"
+LAYOUT_SHA = "14a0a08f1956fdd1"
 GUARDS = (("_layout.py", LAYOUT_SHA),)
 _L.warn_if_stale(__name__, GUARDS)
 

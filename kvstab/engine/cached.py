@@ -20,6 +20,7 @@ from kvstab.arrivals import ArrivalPlan
 from kvstab.contract import Scheduler
 from kvstab.engine import _finish_tree
 from kvstab.engine import _kernel_cache as KC
+from kvstab.engine import _layout as L
 from kvstab.engine._drive import Requests, finish
 from kvstab.engine.stream import StreamStats, Summary
 from kvstab.errors import InvalidArgument
@@ -43,13 +44,13 @@ def cached_rule(scheduler: Scheduler) -> int | None:
     """The kernel's code for ``scheduler``, or ``None`` (only the built-in classes, exactly)."""
     kind = type(scheduler)
     if kind is VllmV1:
-        return KC.RULE_VLLM_V1
+        return L.VLLM_V1
     if kind is CurrentFit:
-        return KC.RULE_CURRENT_FIT
+        return L.CURRENT_FIT
     if kind is Reserve:
-        return KC.RULE_RESERVE
+        return L.RESERVE
     if kind is Lookahead:
-        return KC.RULE_LOOKAHEAD
+        return L.LOOKAHEAD
     return None
 
 
@@ -60,9 +61,9 @@ def why_not_cached(scheduler: Scheduler, params: ModelParams, lifecycle: str) ->
         return "the compiled prefix-cache engine carries vllm-v1, current-fit, reserve and lookahead"
     if lifecycle not in ("kvstab", "vllm"):
         return f"lifecycle {lifecycle!r}"
-    if rule != KC.RULE_VLLM_V1 and params.token_budget is not None:
+    if rule != L.VLLM_V1 and params.token_budget is not None:
         return f"{scheduler.name} ignores the token budget, which only the reference engine reports breaking"
-    if rule != KC.RULE_VLLM_V1 and lifecycle == "vllm":
+    if rule != L.VLLM_V1 and lifecycle == "vllm":
         return "vLLM's lifecycle is compiled for vllm-v1 only"
     return ""
 
@@ -83,7 +84,7 @@ def _lookahead_tables(rule: int, plan: ArrivalPlan, params: ModelParams) -> tupl
     every request's whole life, its prefill from progress 0 then its decode: a hit only shortens
     it); stubs for the other rules, and no tree (the table throughout) for lives too long."""
     stub = np.zeros((1, 1), dtype=np.int64)
-    if rule != KC.RULE_LOOKAHEAD:
+    if rule != L.LOOKAHEAD:
         return np.zeros((1, KC.L_SIZE), dtype=np.int64), stub
     la = np.zeros((max(len(plan), 1), KC.L_SIZE), dtype=np.int64)
     longest = int((-(-plan.s // params.chunk) + plan.o).max(initial=0))
@@ -155,19 +156,19 @@ def run_cached(
     memo = np.full((longest + 2, 4), -1, dtype=np.int64)  # the queue head's chain, hashed once
     memo_P = np.zeros(longest + 2, dtype=np.uint64)
     la, FT = _lookahead_tables(rule, plan, params)
-    st = np.zeros(KC.C_SIZE, dtype=np.int64)
-    st[KC.C_LAH] = -1
-    st[KC.C_NFREE] = usable
-    st[KC.C_FHEAD] = 1 if usable else -1
-    st[KC.C_FTAIL] = usable if usable else -1
+    st = np.zeros(KC.CS_SIZE, dtype=np.int64)
+    st[KC.CS_LAH] = -1
+    st[KC.CS_NFREE] = usable
+    st[KC.CS_FHEAD] = 1 if usable else -1
+    st[KC.CS_FTAIL] = usable if usable else -1
     CR, SEED, K1, K2 = (np.uint64(x) for x in chain_constants())
-    life = KC.LIFE_VLLM if vllm else KC.LIFE_KVSTAB
+    life = L.VLLM_LIFE if vllm else L.KVSTAB_LIFE
     budget = -1 if params.token_budget is None else params.token_budget
     seqs = -1 if params.max_num_seqs is None else params.max_num_seqs
     fixed_end = 0 if slots is None else slots  # a drained run still reaches `slots` if given
     stats = StreamStats(params.M, None if drain or slots is None else slots, warmup, batches, keep_all=record)
     while True:
-        t0 = int(st[KC.C_T])
+        t0 = int(st[KC.CS_T])
         draining = drain and t0 >= fixed_end
         end = max_slots if draining else fixed_end
         t_end = min(t0 + BATCH, end)
@@ -176,13 +177,13 @@ def run_cached(
             st, R, hP, plan.slot, seg_d, seg_len, seg_off, blk, par, ht, run, wq, scratch, victims, memo, memo_P,
             la, FT, rule, life, B, params.chunk, budget, seqs, usable, CR, SEED, K1, K2, t_end, draining, out,
         )  # fmt: skip
-        if status == KC.BROKEN:
+        if status == L.BROKEN:
             return None
-        t = int(st[KC.C_T])
+        t = int(st[KC.CS_T])
         stats.add(out[:, : t - t0])
         if progress is not None:
             progress(t, None if drain else end)
-        if status == KC.DRAINED:
+        if status == L.DRAINED:
             break
         if t >= end:
             if draining:
@@ -190,11 +191,11 @@ def run_cached(
             if not drain:
                 break
     # the running requests' charge since their last change of blocks, up to now (kept lazily by the loop)
-    T = int(st[KC.C_T])
-    for r in run[: int(st[KC.C_NRUN])]:
+    T = int(st[KC.CS_T])
+    for r in run[: int(st[KC.CS_NRUN])]:
         R[r, KC.R_SERVED] += (R[r, KC.R_HIT] + R[r, KC.R_NOWN]) * B * (T - R[r, KC.R_SINCE])
         R[r, KC.R_SINCE] = T
-    arrived = int(st[KC.C_I])
+    arrived = int(st[KC.CS_I])
     req = Requests(
         R[:, KC.R_S], R[:, KC.R_O], R[:, KC.R_ARR], R[:, KC.R_FIRST], R[:, KC.R_FIN], R[:, KC.R_NPRE],
         R[:, KC.R_SERVED], R[:, KC.R_WASTED],

@@ -26,10 +26,10 @@ from kvstab.engine import _kernel as K
 from kvstab.engine import _layout as L
 
 #: the files of kvstab/engine whose compiled text this module's kernels inline (see kvstab.engine._layout.stale)
-KERNEL_SHA = "77c8eae193b9bae4"
-LAYOUT_SHA = "3771915fa3b716aa"
+KERNEL_SHA = "63df08f27204389a"
+LAYOUT_SHA = "14a0a08f1956fdd1"
 FINISH_TREE_SHA = "0e4bea723d7ccfbd"
-SKELETON_SHA = "477290c2d9a36240"
+SKELETON_SHA = "2d60ea0633aae12c"
 GUARDS = (
     ("_kernel.py", KERNEL_SHA), ("_layout.py", LAYOUT_SHA), ("_finish_tree.py", FINISH_TREE_SHA),
     ("_skeleton.py", SKELETON_SHA),
